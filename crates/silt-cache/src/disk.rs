@@ -1,0 +1,814 @@
+//! Disk tiers: pages in sparse per-object data files, indexed by an append-only journal.
+//!
+//! # Layout
+//!
+//! ```text
+//! <dir>/silt-tier                          header: format version and page size (text)
+//! <dir>/journal                            append-only page journal (56-byte records)
+//! <dir>/objects/<hex[0..2]>/<hex>.data     one sparse data file per object version
+//! ```
+//!
+//! Each object version (an [`ObjectId`], i.e. a content fingerprint) has ONE sparse data file
+//! whose length is the object's size; page `i` lives at offset `i * page_size`. A fully cached
+//! object is therefore a plain local file whose bytes are exactly the object, which FUSE
+//! passthrough hands to the kernel. Pages not cached are holes.
+//!
+//! # Journal
+//!
+//! The journal records page insertions (object, index, length, crc32c of the data,
+//! object size, page size) and removals (one page, or a whole object). Every record is 56
+//! bytes and carries a crc32c of its own bytes, so a torn or garbage tail is detected: replay
+//! stops at the first record that does not check out and ignores the rest.
+//!
+//! Record layout (little endian): `kind u8 | 3 zero bytes | object u128 | index u64 |
+//! len u32 | data crc32c u32 | object_size u64 | page_size u64 | record crc32c u32`, the
+//! last field covering bytes 0..52.
+//!
+//! On open the tier replays the journal, drops pages whose data file is missing or too short,
+//! deletes data files no live page refers to, punches holes where a data file holds bytes of
+//! no live page (left by a crash between data write and journal append), and compacts: the
+//! live records are written to a temporary file, fsynced and renamed over the journal. The
+//! header records the page size; if it changed since the last run the tier is wiped (pages
+//! of another size cannot be reused). An unknown or missing header with data present also
+//! wipes, since the state cannot be trusted.
+//!
+//! # Crash safety
+//!
+//! A put writes the data first (`pwrite`), then appends the journal record. Nothing is
+//! fsynced per page (too slow); instead every disk read verifies the page's crc32c, so data
+//! that was torn or lost in a crash is detected, dropped and refetched by the caller. A stale
+//! or torn page is never served. A record lost in a crash only forgets a page; its bytes are
+//! reclaimed by the hole punching at the next open.
+//!
+//! # Eviction
+//!
+//! Each tier has a quota with high/low watermarks (enforced by the store). Evicting a page
+//! punches a hole (`fallocate(PUNCH_HOLE | KEEP_SIZE)`) and appends a removal record; when an
+//! object has no pages left its data file is deleted. Removing a whole object unlinks the file
+//! without punching, so a reader that already has it open (the kernel, in passthrough) keeps
+//! seeing complete bytes. Usage is accounted in page bytes (not allocated blocks).
+//!
+//! This module holds the tier's files and index; the decisions (which tier, what to evict,
+//! when to compact) live in the store, which owns the object table the keys refer to.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use silt_common::{Error, ObjectId, Result};
+use tracing::{debug, info, warn};
+
+use crate::policy::{EvictionPolicy, Handle, PolicyKey};
+use crate::{page_count, page_len};
+
+pub(crate) const RECORD_LEN: usize = 56;
+const FORMAT_VERSION: u32 = 1;
+const HEADER_FILE: &str = "silt-tier";
+const HEADER_TMP: &str = "silt-tier.tmp";
+const HEADER_MAGIC: &str = "silt page store tier";
+const JOURNAL_FILE: &str = "journal";
+const JOURNAL_TMP: &str = "journal.tmp";
+const OBJECTS_DIR: &str = "objects";
+const DATA_SUFFIX: &str = ".data";
+
+/// `DiskPage::handle` of a page whose data is still being written: not readable, not
+/// evictable, but its bytes are already counted against the quota.
+pub(crate) const PENDING: Handle = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RecordKind {
+    Put,
+    RemovePage,
+    RemoveObject,
+}
+
+impl RecordKind {
+    fn code(self) -> u8 {
+        match self {
+            RecordKind::Put => 1,
+            RecordKind::RemovePage => 2,
+            RecordKind::RemoveObject => 3,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<Self> {
+        match c {
+            1 => Some(RecordKind::Put),
+            2 => Some(RecordKind::RemovePage),
+            3 => Some(RecordKind::RemoveObject),
+            _ => None,
+        }
+    }
+}
+
+/// One journal record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub kind: RecordKind,
+    pub object: ObjectId,
+    pub index: u64,
+    pub len: u32,
+    pub crc: u32,
+    pub object_size: u64,
+    pub page_size: u64,
+}
+
+fn le_u32(b: &[u8]) -> Option<u32> {
+    Some(u32::from_le_bytes(b.try_into().ok()?))
+}
+
+fn le_u64(b: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(b.try_into().ok()?))
+}
+
+impl Record {
+    pub fn encode(&self) -> [u8; RECORD_LEN] {
+        let mut b = [0u8; RECORD_LEN];
+        b[0] = self.kind.code();
+        b[4..20].copy_from_slice(&self.object.0.to_le_bytes());
+        b[20..28].copy_from_slice(&self.index.to_le_bytes());
+        b[28..32].copy_from_slice(&self.len.to_le_bytes());
+        b[32..36].copy_from_slice(&self.crc.to_le_bytes());
+        b[36..44].copy_from_slice(&self.object_size.to_le_bytes());
+        b[44..52].copy_from_slice(&self.page_size.to_le_bytes());
+        let sum = crc32c::crc32c(&b[..52]);
+        b[52..56].copy_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    /// `None` for anything that is not an intact record.
+    pub fn decode(b: &[u8; RECORD_LEN]) -> Option<Record> {
+        if crc32c::crc32c(&b[..52]) != le_u32(&b[52..56])? || b[1..4] != [0, 0, 0] {
+            return None;
+        }
+        Some(Record {
+            kind: RecordKind::from_code(b[0])?,
+            object: ObjectId(u128::from_le_bytes(b[4..20].try_into().ok()?)),
+            index: le_u64(&b[20..28])?,
+            len: le_u32(&b[28..32])?,
+            crc: le_u32(&b[32..36])?,
+            object_size: le_u64(&b[36..44])?,
+            page_size: le_u64(&b[44..52])?,
+        })
+    }
+}
+
+/// Per-page index entry of a disk tier: 8 bytes (16 with its key in the map).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DiskPage {
+    pub crc: u32,
+    /// Policy handle, or [`PENDING`].
+    pub handle: Handle,
+}
+
+/// A page found live when the tier was opened, in eviction order (oldest first).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecoveredPage {
+    pub object: ObjectId,
+    pub object_size: u64,
+    pub index: u32,
+    pub crc: u32,
+}
+
+struct Journal {
+    file: File,
+    records: u64,
+}
+
+impl Journal {
+    fn open_append(path: &Path) -> io::Result<Journal> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let records = file.metadata()?.len() / RECORD_LEN as u64;
+        Ok(Journal { file, records })
+    }
+
+    fn append(&mut self, rec: &Record) -> io::Result<()> {
+        if let Err(e) = self.file.write_all(&rec.encode()) {
+            // Cut a partial record off so later appends stay aligned and readable.
+            let _ = self.file.set_len(self.records * RECORD_LEN as u64);
+            return Err(e);
+        }
+        self.records += 1;
+        Ok(())
+    }
+}
+
+/// Writes a complete new journal next to the old one; `finish` makes it durable and renames
+/// it into place, so a crash leaves either the old or the new journal, never a mix.
+struct JournalWriter {
+    dir: PathBuf,
+    out: BufWriter<File>,
+    records: u64,
+}
+
+impl JournalWriter {
+    fn create(dir: &Path) -> io::Result<Self> {
+        let file = File::create(dir.join(JOURNAL_TMP))?;
+        Ok(JournalWriter {
+            dir: dir.to_path_buf(),
+            out: BufWriter::with_capacity(1 << 20, file),
+            records: 0,
+        })
+    }
+
+    fn push(&mut self, rec: &Record) -> io::Result<()> {
+        self.out.write_all(&rec.encode())?;
+        self.records += 1;
+        Ok(())
+    }
+
+    fn finish(self) -> io::Result<Journal> {
+        let file = self.out.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        drop(file);
+        let path = self.dir.join(JOURNAL_FILE);
+        fs::rename(self.dir.join(JOURNAL_TMP), &path)?;
+        sync_dir(&self.dir);
+        let j = Journal::open_append(&path)?;
+        debug_assert_eq!(j.records, self.records);
+        Ok(j)
+    }
+}
+
+fn sync_dir(dir: &Path) {
+    // Best effort: makes the rename durable; some filesystems refuse fsync on directories.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Frees the blocks of `[offset, offset + len)` while keeping the file size.
+fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        // SAFETY: plain syscall on a file descriptor we own for the duration of the call.
+        let rc = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off,
+                n,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        // No hole punching: the bytes stay allocated but are unindexed, so never served.
+        let _ = (file, offset, len);
+        Ok(())
+    }
+}
+
+/// Reads one page's bytes; a file that is too short is an error (the caller treats it like
+/// a checksum mismatch).
+pub(crate) fn read_page(path: &Path, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+    let file = File::open(path)?;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, offset)?;
+    Ok(buf)
+}
+
+/// Writes one page's bytes into an existing data file.
+pub(crate) fn write_page(path: &Path, offset: u64, data: &[u8]) -> io::Result<()> {
+    let file = OpenOptions::new().write(true).open(path)?;
+    file.write_all_at(data, offset)
+}
+
+/// The relative path of an object's data file.
+fn data_rel_path(object: ObjectId) -> PathBuf {
+    let hex = object.to_hex();
+    let mut p = PathBuf::from(OBJECTS_DIR);
+    p.push(&hex[..2]);
+    p.push(format!("{hex}{DATA_SUFFIX}"));
+    p
+}
+
+pub(crate) struct DiskTier {
+    pub name: String,
+    pub dir: PathBuf,
+    pub quota: u64,
+    /// Bytes of all indexed pages, pending ones included.
+    pub used: u64,
+    pub pages: HashMap<PolicyKey, DiskPage>,
+    pub policy: Box<dyn EvictionPolicy>,
+    page_size: u64,
+    journal: Journal,
+    /// The data file punched last: evictions tend to come in runs of one object's pages.
+    punch_file: Option<(ObjectId, File)>,
+    /// Journal length at the last failed compaction, so a failing disk is not retried on
+    /// every operation.
+    compact_failed_at: u64,
+}
+
+struct ReplayObject {
+    size: u64,
+    /// index → (sequence number of its put record, data crc)
+    pages: HashMap<u32, (u64, u32)>,
+}
+
+impl DiskTier {
+    /// Opens (creating if needed) and recovers the tier in `dir`. Returns the live pages in
+    /// eviction order; the caller inserts them into `pages` and the policy.
+    pub fn open(
+        name: String,
+        dir: &Path,
+        quota: u64,
+        page_size: u64,
+        policy: Box<dyn EvictionPolicy>,
+    ) -> Result<(DiskTier, Vec<RecoveredPage>)> {
+        fs::create_dir_all(dir)
+            .map_err(|e| Error::from(e).context(format!("creating disk tier {}", dir.display())))?;
+        let ctx =
+            |e: io::Error| Error::from(e).context(format!("opening disk tier {}", dir.display()));
+        check_header(dir, page_size).map_err(ctx)?;
+        fs::create_dir_all(dir.join(OBJECTS_DIR)).map_err(ctx)?;
+        let mut objects = replay(&dir.join(JOURNAL_FILE), page_size).map_err(ctx)?;
+        check_data_files(dir, page_size, &mut objects);
+        remove_orphan_files(dir, &objects);
+
+        let mut live: Vec<(u64, RecoveredPage)> = Vec::new();
+        for (&object, obj) in &objects {
+            for (&index, &(seq, crc)) in &obj.pages {
+                live.push((
+                    seq,
+                    RecoveredPage {
+                        object,
+                        object_size: obj.size,
+                        index,
+                        crc,
+                    },
+                ));
+            }
+        }
+        live.sort_unstable_by_key(|p| p.0);
+        let live: Vec<RecoveredPage> = live.into_iter().map(|p| p.1).collect();
+
+        let mut w = JournalWriter::create(dir).map_err(ctx)?;
+        for p in &live {
+            w.push(&put_record(
+                p.object,
+                p.index,
+                p.crc,
+                p.object_size,
+                page_size,
+            ))
+            .map_err(ctx)?;
+        }
+        let journal = w.finish().map_err(ctx)?;
+        info!(
+            tier = %name,
+            dir = %dir.display(),
+            pages = live.len(),
+            objects = objects.len(),
+            "disk tier recovered"
+        );
+        Ok((
+            DiskTier {
+                name,
+                dir: dir.to_path_buf(),
+                quota,
+                used: 0,
+                pages: HashMap::new(),
+                policy,
+                page_size,
+                journal,
+                punch_file: None,
+                compact_failed_at: 0,
+            },
+            live,
+        ))
+    }
+
+    pub fn data_path(&self, object: ObjectId) -> PathBuf {
+        self.dir.join(data_rel_path(object))
+    }
+
+    /// Creates an empty (all-hole) data file of the object's size, discarding any leftover.
+    pub fn create_data_file(&mut self, object: ObjectId, size: u64) -> io::Result<()> {
+        let path = self.data_path(object);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        file.set_len(size)
+    }
+
+    pub fn remove_data_file(&mut self, object: ObjectId) {
+        if self.punch_file.as_ref().is_some_and(|(o, _)| *o == object) {
+            self.punch_file = None;
+        }
+        let path = self.data_path(object);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => warn!(path = %path.display(), error = %e, "cannot delete cache data file"),
+        }
+    }
+
+    /// Frees one page's bytes. Failure only costs space: the page is already unindexed.
+    pub fn punch(&mut self, object: ObjectId, index: u32, len: u64) {
+        let offset = u64::from(index) * self.page_size;
+        if self.punch_file.as_ref().is_none_or(|(o, _)| *o != object) {
+            self.punch_file = None;
+            match OpenOptions::new().write(true).open(self.data_path(object)) {
+                Ok(f) => self.punch_file = Some((object, f)),
+                Err(e) => {
+                    debug!(object = %object, error = %e, "cannot open data file to punch a hole");
+                    return;
+                }
+            }
+        }
+        if let Some((_, f)) = &self.punch_file {
+            if let Err(e) = punch_hole(f, offset, len) {
+                debug!(object = %object, error = %e, "cannot punch a hole; space is not reclaimed");
+            }
+        }
+    }
+
+    pub fn journal_put(
+        &mut self,
+        object: ObjectId,
+        index: u32,
+        crc: u32,
+        object_size: u64,
+    ) -> io::Result<()> {
+        let rec = put_record(object, index, crc, object_size, self.page_size);
+        self.journal.append(&rec)
+    }
+
+    pub fn journal_remove_page(&mut self, object: ObjectId, index: u32, object_size: u64) {
+        let rec = Record {
+            kind: RecordKind::RemovePage,
+            object,
+            index: u64::from(index),
+            len: 0,
+            crc: 0,
+            object_size,
+            page_size: self.page_size,
+        };
+        self.append_removal(&rec);
+    }
+
+    pub fn journal_remove_object(&mut self, object: ObjectId, object_size: u64) {
+        let rec = Record {
+            kind: RecordKind::RemoveObject,
+            object,
+            index: 0,
+            len: 0,
+            crc: 0,
+            object_size,
+            page_size: self.page_size,
+        };
+        self.append_removal(&rec);
+    }
+
+    fn append_removal(&mut self, rec: &Record) {
+        // A lost removal record is harmless: the bytes are punched or deleted already, so
+        // after a restart the page fails its checksum (or misses its file) and is dropped.
+        if let Err(e) = self.journal.append(rec) {
+            warn!(tier = %self.name, error = %e, "cannot append a removal to the cache journal");
+        }
+    }
+
+    /// Whether the journal has grown enough past the live set to be worth rewriting.
+    pub fn wants_compaction(&self) -> bool {
+        let slack = 65_536;
+        self.journal.records > 2 * self.policy.len() as u64 + slack
+            && self.journal.records > self.compact_failed_at + slack
+    }
+
+    /// Rewrites the journal with one put record per committed page, in eviction order.
+    /// `resolve` maps a key to its object, object size and page index.
+    pub fn compact(
+        &mut self,
+        resolve: &dyn Fn(PolicyKey) -> Option<(ObjectId, u64, u32)>,
+    ) -> io::Result<()> {
+        let r = self.try_compact(resolve);
+        if r.is_err() {
+            self.compact_failed_at = self.journal.records;
+            let _ = fs::remove_file(self.dir.join(JOURNAL_TMP));
+        }
+        r
+    }
+
+    fn try_compact(
+        &mut self,
+        resolve: &dyn Fn(PolicyKey) -> Option<(ObjectId, u64, u32)>,
+    ) -> io::Result<()> {
+        let mut w = JournalWriter::create(&self.dir)?;
+        let mut err = None;
+        let (pages, page_size) = (&self.pages, self.page_size);
+        self.policy.for_each(&mut |key| {
+            if err.is_some() {
+                return;
+            }
+            let (Some(page), Some((object, size, index))) = (pages.get(&key), resolve(key)) else {
+                return;
+            };
+            if let Err(e) = w.push(&put_record(object, index, page.crc, size, page_size)) {
+                err = Some(e);
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        let before = self.journal.records;
+        self.journal = w.finish()?;
+        debug!(tier = %self.name, before, after = self.journal.records, "compacted cache journal");
+        Ok(())
+    }
+
+    pub fn sync_journal(&self) {
+        let _ = self.journal.file.sync_data();
+    }
+}
+
+fn put_record(object: ObjectId, index: u32, crc: u32, object_size: u64, page_size: u64) -> Record {
+    let len = page_len(u64::from(index), object_size, page_size).unwrap_or(0);
+    Record {
+        kind: RecordKind::Put,
+        object,
+        index: u64::from(index),
+        len: u32::try_from(len).unwrap_or(u32::MAX),
+        crc,
+        object_size,
+        page_size,
+    }
+}
+
+fn header_text(page_size: u64) -> String {
+    format!("{HEADER_MAGIC}\nformat {FORMAT_VERSION}\npage_size {page_size}\n")
+}
+
+/// `Some((format, page_size))` if the header parses.
+fn parse_header(text: &str) -> Option<(u32, u64)> {
+    let mut lines = text.lines();
+    if lines.next()? != HEADER_MAGIC {
+        return None;
+    }
+    let mut format = None;
+    let mut page_size = None;
+    for line in lines {
+        match line.split_once(' ') {
+            Some(("format", v)) => format = v.trim().parse().ok(),
+            Some(("page_size", v)) => page_size = v.trim().parse().ok(),
+            _ => {}
+        }
+    }
+    Some((format?, page_size?))
+}
+
+/// Wipes the tier unless its header matches this format and page size, then (re)writes it.
+fn check_header(dir: &Path, page_size: u64) -> io::Result<()> {
+    let path = dir.join(HEADER_FILE);
+    let wipe_reason = match fs::read_to_string(&path) {
+        Ok(text) => match parse_header(&text) {
+            Some((FORMAT_VERSION, ps)) if ps == page_size => return Ok(()),
+            Some((FORMAT_VERSION, ps)) => {
+                Some(format!("page size changed from {ps} to {page_size}"))
+            }
+            Some((v, _)) => Some(format!("unknown tier format {v}")),
+            None => Some("unreadable tier header".to_string()),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let has_data = dir.join(JOURNAL_FILE).exists() || dir.join(OBJECTS_DIR).exists();
+            has_data.then(|| "tier header missing".to_string())
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(reason) = wipe_reason {
+        info!(dir = %dir.display(), %reason, "wiping disk cache tier: its pages cannot be reused");
+        for f in [JOURNAL_FILE, JOURNAL_TMP] {
+            match fs::remove_file(dir.join(f)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        match fs::remove_dir_all(dir.join(OBJECTS_DIR)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    // Written after the wipe: a crash in between leaves the old header, so we wipe again.
+    let tmp = dir.join(HEADER_TMP);
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(header_text(page_size).as_bytes())?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, &path)?;
+    sync_dir(dir);
+    Ok(())
+}
+
+/// Replays the journal up to its first invalid record.
+fn replay(path: &Path, page_size: u64) -> io::Result<HashMap<ObjectId, ReplayObject>> {
+    let mut objects: HashMap<ObjectId, ReplayObject> = HashMap::new();
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(objects),
+        Err(e) => return Err(e),
+    };
+    let total = file.metadata()?.len();
+    let mut r = BufReader::with_capacity(1 << 20, file);
+    let mut buf = [0u8; RECORD_LEN];
+    let mut good: u64 = 0;
+    let mut skipped: u64 = 0;
+    loop {
+        match r.read_exact(&mut buf) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(e),
+        }
+        let Some(rec) = Record::decode(&buf) else {
+            break;
+        };
+        let seq = good;
+        good += 1;
+        match rec.kind {
+            RecordKind::Put => {
+                let expected = page_len(rec.index, rec.object_size, page_size);
+                let index = u32::try_from(rec.index).ok();
+                let (Some(index), true, true) = (
+                    index,
+                    rec.page_size == page_size,
+                    expected == Some(u64::from(rec.len)),
+                ) else {
+                    skipped += 1;
+                    continue;
+                };
+                let obj = objects.entry(rec.object).or_insert_with(|| ReplayObject {
+                    size: rec.object_size,
+                    pages: HashMap::new(),
+                });
+                if obj.size != rec.object_size {
+                    // One content fingerprint, two sizes: trust neither.
+                    obj.size = rec.object_size;
+                    obj.pages.clear();
+                }
+                obj.pages.insert(index, (seq, rec.crc));
+            }
+            RecordKind::RemovePage => {
+                if let (Some(obj), Ok(index)) =
+                    (objects.get_mut(&rec.object), u32::try_from(rec.index))
+                {
+                    obj.pages.remove(&index);
+                    if obj.pages.is_empty() {
+                        objects.remove(&rec.object);
+                    }
+                }
+            }
+            RecordKind::RemoveObject => {
+                objects.remove(&rec.object);
+            }
+        }
+    }
+    let ignored = total - good * RECORD_LEN as u64;
+    if ignored > 0 {
+        let level_warn = ignored >= 2 * RECORD_LEN as u64;
+        if level_warn {
+            warn!(journal = %path.display(), bytes = ignored, "ignoring invalid cache journal tail");
+        } else {
+            info!(journal = %path.display(), bytes = ignored, "ignoring torn cache journal tail");
+        }
+    }
+    if skipped > 0 {
+        warn!(journal = %path.display(), records = skipped, "ignored inconsistent cache journal records");
+    }
+    Ok(objects)
+}
+
+/// Drops objects whose data file is missing, and pages beyond a file that is too short;
+/// restores each file's length to its object size and punches holes where no live page is.
+fn check_data_files(dir: &Path, page_size: u64, objects: &mut HashMap<ObjectId, ReplayObject>) {
+    objects.retain(|&object, obj| {
+        let path = dir.join(data_rel_path(object));
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            debug!(object = %object, "cache data file missing; dropping its pages");
+            return false;
+        };
+        if !meta.is_file() {
+            return false;
+        }
+        let file_len = meta.len();
+        if file_len < obj.size {
+            obj.pages.retain(|&i, _| {
+                let start = u64::from(i) * page_size;
+                page_len(u64::from(i), obj.size, page_size).is_some_and(|l| start + l <= file_len)
+            });
+        }
+        if obj.pages.is_empty() {
+            let _ = fs::remove_file(&path);
+            return false;
+        }
+        let file = match OpenOptions::new().write(true).open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "cannot open cache data file; dropping its pages");
+                return false;
+            }
+        };
+        if file_len != obj.size {
+            if let Err(e) = file.set_len(obj.size) {
+                warn!(path = %path.display(), error = %e, "cannot resize cache data file; dropping its pages");
+                return false;
+            }
+        }
+        // Reclaim bytes of pages written but never journaled (crash between the two).
+        let mut indices: Vec<u32> = obj.pages.keys().copied().collect();
+        indices.sort_unstable();
+        let mut next: u64 = 0;
+        let total = page_count(obj.size, page_size);
+        for i in indices.into_iter().map(u64::from).chain(std::iter::once(total)) {
+            if i > next {
+                let start = next * page_size;
+                let end = (i * page_size).min(obj.size);
+                let _ = punch_hole(&file, start, end - start);
+            }
+            next = i + 1;
+        }
+        true
+    });
+}
+
+/// Deletes data files (and temporaries) that no live page refers to.
+fn remove_orphan_files(dir: &Path, objects: &HashMap<ObjectId, ReplayObject>) {
+    let root = dir.join(OBJECTS_DIR);
+    let Ok(subdirs) = fs::read_dir(&root) else {
+        return;
+    };
+    for sub in subdirs.flatten() {
+        let Ok(entries) = fs::read_dir(sub.path()) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let live = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(DATA_SUFFIX))
+                .and_then(ObjectId::from_hex)
+                .is_some_and(|id| objects.contains_key(&id));
+            if !live {
+                debug!(path = %entry.path().display(), "deleting orphan cache file");
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_and_detects_damage() {
+        let r = Record {
+            kind: RecordKind::Put,
+            object: ObjectId(0x0123_4567_89ab_cdef_0011_2233_4455_6677),
+            index: 9,
+            len: 4096,
+            crc: 0xdead_beef,
+            object_size: 100_000,
+            page_size: 4096,
+        };
+        let b = r.encode();
+        assert_eq!(Record::decode(&b), Some(r));
+        for i in 0..RECORD_LEN {
+            let mut c = b;
+            c[i] ^= 0x40;
+            assert_eq!(Record::decode(&c), None, "flip in byte {i} went unnoticed");
+        }
+        assert_eq!(Record::decode(&[0u8; RECORD_LEN]), None);
+    }
+
+    #[test]
+    fn header_parses_and_rejects() {
+        assert_eq!(
+            parse_header(&header_text(4096)),
+            Some((FORMAT_VERSION, 4096))
+        );
+        assert_eq!(parse_header("something else\n"), None);
+        assert_eq!(parse_header(&format!("{HEADER_MAGIC}\nformat 1\n")), None);
+    }
+
+    #[test]
+    fn data_files_fan_out_by_hex_prefix() {
+        let id = ObjectId(0xab << 120);
+        let p = data_rel_path(id);
+        assert_eq!(p, PathBuf::from(format!("objects/ab/{}.data", id.to_hex())));
+    }
+}

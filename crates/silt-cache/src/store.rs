@@ -1,0 +1,1084 @@
+//! The page store: one index lock over a memory tier and the disk tiers.
+//!
+//! Objects are interned into slots (`u32`), so a page is a `u64` key
+//! `(slot << 32) | index` everywhere in the index: per cached disk page the store keeps a
+//! 16-byte map entry (key + crc + policy handle) and the LRU policy a 16-byte node. Per
+//! object there is one slot (48 bytes) and one `ObjectId → slot` entry.
+//!
+//! Locking: every index change happens under one `parking_lot::Mutex`. Bulk page I/O (the
+//! `pread`/`pwrite` of page bytes and `complete_file`'s verification) runs outside it; small
+//! metadata I/O (journal appends, hole punches, creating and deleting data files) runs
+//! inside, which keeps the index and the files in step. A page being written is indexed as
+//! pending: counted against the quota, invisible to readers, not evictable.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use silt_common::config::{Config, DiskTierSpec};
+use silt_common::metrics;
+use silt_common::{Error, ObjectId, PageKey, Result};
+use tracing::{debug, warn};
+
+use crate::disk::{self, DiskPage, DiskTier, RecoveredPage, PENDING};
+use crate::policy::{new_policy, EvictionPolicy, Handle, PolicyKey};
+use crate::{page_count, page_len};
+
+/// Configuration of a [`PageStore`].
+#[derive(Debug, Clone)]
+pub struct PageStoreConfig {
+    /// Page size in bytes (any value from 1 to `u32::MAX`; Silt uses powers of two).
+    pub page_size: u64,
+    /// Quota of the memory tier in bytes; 0 disables it.
+    pub memory_capacity: u64,
+    /// Disk tiers, fastest first.
+    pub disk_tiers: Vec<DiskTierSpec>,
+    /// Fraction of a quota above which eviction starts.
+    pub high_watermark: f64,
+    /// Fraction of a quota eviction brings usage down to.
+    pub low_watermark: f64,
+    /// `"lru"`.
+    pub eviction_policy: String,
+}
+
+impl PageStoreConfig {
+    /// The page store part of Silt's configuration.
+    pub fn from_config(c: &Config) -> Result<Self> {
+        Ok(PageStoreConfig {
+            page_size: c.page_size,
+            memory_capacity: c.memory_capacity,
+            disk_tiers: c.disk_tiers()?,
+            high_watermark: c.high_watermark,
+            low_watermark: c.low_watermark,
+            eviction_policy: c.eviction_policy.clone(),
+        })
+    }
+}
+
+/// Where a page was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Memory,
+    /// Disk tier by position in [`PageStoreConfig::disk_tiers`].
+    Disk(usize),
+}
+
+/// One tier's usage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TierStats {
+    /// `"memory"`, `"disk0"`, `"disk1"`, ...
+    pub name: String,
+    /// `None` for the memory tier.
+    pub dir: Option<PathBuf>,
+    pub capacity: u64,
+    /// Bytes of cached pages (including pages being written).
+    pub used: u64,
+    pub pages: u64,
+}
+
+/// Usage and counters of one store (the process-wide metrics are in `silt_common::metrics`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PageStoreStats {
+    /// Memory tier first, then the disk tiers in order.
+    pub tiers: Vec<TierStats>,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub checksum_failures: u64,
+}
+
+const NO_TIER: u8 = u8::MAX;
+/// Most pinned victims one eviction round steps over before giving up (bounds the work of
+/// one put when the tier is full of pinned pages).
+const MAX_PIN_SKIPS: usize = 4096;
+
+/// One cached object version. 48 bytes.
+struct ObjectSlot {
+    id: ObjectId,
+    size: u64,
+    /// Distinguishes this slot's life from earlier and later users of the same slot number.
+    gen: u32,
+    /// Bumped whenever a disk page of the object goes away.
+    disk_epoch: u32,
+    mem_pages: u32,
+    /// Disk pages, pending ones included.
+    disk_pages: u32,
+    /// The disk tier holding the object's data file, or `NO_TIER`.
+    tier: u8,
+    /// Every page was verified by `complete_file` since the last removal.
+    verified: bool,
+}
+
+struct MemPage {
+    data: Bytes,
+    handle: Handle,
+}
+
+struct MemTier {
+    capacity: u64,
+    used: u64,
+    pages: HashMap<PolicyKey, MemPage>,
+    policy: Box<dyn EvictionPolicy>,
+}
+
+#[derive(Default)]
+struct Counters {
+    hits: u64,
+    misses: u64,
+    evictions: u64,
+    checksum_failures: u64,
+}
+
+struct State {
+    page_size: u64,
+    high: f64,
+    low: f64,
+    objects: HashMap<ObjectId, u32>,
+    slots: Vec<Option<ObjectSlot>>,
+    free_slots: Vec<u32>,
+    next_gen: u32,
+    mem: MemTier,
+    disks: Vec<DiskTier>,
+    pins: HashMap<ObjectId, u32>,
+    counters: Counters,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    page_size: u64,
+    has_disks: bool,
+}
+
+/// The worker's page store. `Send + Sync`; share it behind an `Arc`.
+pub struct PageStore {
+    shared: Arc<Shared>,
+}
+
+/// Keeps an object's disk pages from being evicted while it lives (see [`PageStore::pin`]).
+pub struct PinGuard {
+    shared: Arc<Shared>,
+    object: ObjectId,
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        let mut st = self.shared.state.lock();
+        if let Some(n) = st.pins.get_mut(&self.object) {
+            *n -= 1;
+            if *n == 0 {
+                st.pins.remove(&self.object);
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for PinGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PinGuard")
+            .field("object", &self.object)
+            .finish()
+    }
+}
+
+fn pkey(slot: u32, index: u32) -> PolicyKey {
+    (u64::from(slot) << 32) | u64::from(index)
+}
+
+fn key_slot(key: PolicyKey) -> u32 {
+    (key >> 32) as u32
+}
+
+fn key_index(key: PolicyKey) -> u32 {
+    key as u32
+}
+
+fn mark(quota: u64, fraction: f64) -> u64 {
+    (quota as f64 * fraction) as u64
+}
+
+/// Keys of slot `s` in `map`, probing indices or scanning, whichever is cheaper.
+fn slot_keys<V>(map: &HashMap<PolicyKey, V>, s: u32, pages: u64) -> Vec<PolicyKey> {
+    if pages <= map.len() as u64 {
+        (0..pages)
+            .filter_map(|i| u32::try_from(i).ok())
+            .map(|i| pkey(s, i))
+            .filter(|k| map.contains_key(k))
+            .collect()
+    } else {
+        map.keys().copied().filter(|&k| key_slot(k) == s).collect()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    /// Made room: journaled, counted as an eviction.
+    Evict,
+    /// Failed verification or could not be tracked: journaled, not counted as an eviction.
+    Drop,
+    /// A pending write that failed: never journaled, so no removal record either.
+    Abort,
+}
+
+/// A disk read planned under the lock and performed outside it.
+struct DiskRead {
+    tier: usize,
+    slot: u32,
+    gen: u32,
+    key: PolicyKey,
+    crc: u32,
+    object: ObjectId,
+    object_size: u64,
+    index: u32,
+    path: PathBuf,
+    offset: u64,
+    len: usize,
+}
+
+/// A disk page reserved (pending) under the lock, written outside it.
+struct Reservation {
+    tier: usize,
+    slot: u32,
+    gen: u32,
+    index: u32,
+    path: PathBuf,
+    offset: u64,
+}
+
+enum Lookup {
+    Memory(Bytes),
+    Disk(DiskRead),
+    Miss,
+}
+
+impl State {
+    fn slot(&self, s: u32) -> Option<&ObjectSlot> {
+        self.slots.get(s as usize).and_then(Option::as_ref)
+    }
+
+    fn slot_mut(&mut self, s: u32) -> Option<&mut ObjectSlot> {
+        self.slots.get_mut(s as usize).and_then(Option::as_mut)
+    }
+
+    fn lookup(&self, id: ObjectId) -> Option<u32> {
+        self.objects.get(&id).copied()
+    }
+
+    fn ensure_slot(&mut self, id: ObjectId, size: u64) -> Option<u32> {
+        if let Some(s) = self.lookup(id) {
+            return Some(s);
+        }
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1);
+        let slot = ObjectSlot {
+            id,
+            size,
+            gen,
+            disk_epoch: 0,
+            mem_pages: 0,
+            disk_pages: 0,
+            tier: NO_TIER,
+            verified: false,
+        };
+        let s = match self.free_slots.pop() {
+            Some(s) => {
+                *self.slots.get_mut(s as usize)? = Some(slot);
+                s
+            }
+            None => {
+                let s = u32::try_from(self.slots.len()).ok()?;
+                self.slots.push(Some(slot));
+                s
+            }
+        };
+        self.objects.insert(id, s);
+        Some(s)
+    }
+
+    fn release_if_empty(&mut self, s: u32) {
+        let Some(slot) = self.slot(s) else {
+            return;
+        };
+        if slot.mem_pages == 0 && slot.disk_pages == 0 {
+            let id = slot.id;
+            self.objects.remove(&id);
+            if let Some(entry) = self.slots.get_mut(s as usize) {
+                *entry = None;
+            }
+            self.free_slots.push(s);
+        }
+    }
+
+    fn count_eviction(&mut self) {
+        self.counters.evictions += 1;
+        metrics::PAGES_EVICTED.inc();
+    }
+
+    fn count_hit(&mut self) {
+        self.counters.hits += 1;
+        metrics::PAGE_HITS.inc();
+    }
+
+    // ---- memory tier ----
+
+    /// Removes a memory page without releasing its slot.
+    fn mem_remove(&mut self, key: PolicyKey) -> bool {
+        let Some(p) = self.mem.pages.remove(&key) else {
+            return false;
+        };
+        self.mem.policy.on_remove(p.handle, key);
+        self.mem.used -= p.data.len() as u64;
+        if let Some(slot) = self.slot_mut(key_slot(key)) {
+            slot.mem_pages -= 1;
+        }
+        true
+    }
+
+    fn mem_make_room(&mut self, len: u64) -> bool {
+        let cap = self.mem.capacity;
+        if len > cap {
+            return false;
+        }
+        if self.mem.used + len > mark(cap, self.high) {
+            let low = mark(cap, self.low);
+            while self.mem.used + len > low {
+                let Some((key, handle)) = self.mem.policy.victim() else {
+                    break;
+                };
+                if self.mem_remove(key) {
+                    self.count_eviction();
+                    self.release_if_empty(key_slot(key));
+                } else {
+                    // Not ours (cannot happen with a correct policy): forget it so we progress.
+                    self.mem.policy.on_remove(handle, key);
+                }
+            }
+        }
+        self.mem.used + len <= cap
+    }
+
+    fn mem_put(&mut self, id: ObjectId, size: u64, index: u32, data: &Bytes) {
+        if self.mem.capacity == 0 {
+            return;
+        }
+        if let Some(s) = self.lookup(id) {
+            let key = pkey(s, index);
+            if let Some(p) = self.mem.pages.get(&key) {
+                let h = p.handle;
+                self.mem.policy.on_access(h, key);
+                return;
+            }
+        }
+        let len = data.len() as u64;
+        if !self.mem_make_room(len) {
+            return;
+        }
+        // Eviction may have released the object's slot; this re-creates it if so.
+        let Some(s) = self.ensure_slot(id, size) else {
+            return;
+        };
+        let key = pkey(s, index);
+        let Some(handle) = self.mem.policy.on_insert(key) else {
+            self.release_if_empty(s);
+            return;
+        };
+        self.mem.pages.insert(
+            key,
+            MemPage {
+                data: data.clone(),
+                handle,
+            },
+        );
+        self.mem.used += len;
+        if let Some(slot) = self.slot_mut(s) {
+            slot.mem_pages += 1;
+        }
+    }
+
+    // ---- disk tiers ----
+
+    fn is_pinned(&self, key: PolicyKey) -> bool {
+        !self.pins.is_empty()
+            && self
+                .slot(key_slot(key))
+                .is_some_and(|s| self.pins.contains_key(&s.id))
+    }
+
+    /// Evicts per the watermarks so that `len` more bytes fit; whether they fit the quota.
+    fn disk_make_room(&mut self, t: usize, len: u64) -> bool {
+        let quota = self.disks[t].quota;
+        if len > quota {
+            return false;
+        }
+        if self.disks[t].used + len > mark(quota, self.high) {
+            let low = mark(quota, self.low);
+            let mut skips = 0;
+            while self.disks[t].used + len > low {
+                let Some((key, handle)) = self.disks[t].policy.victim() else {
+                    break;
+                };
+                if self.is_pinned(key) {
+                    if skips >= MAX_PIN_SKIPS || skips >= self.disks[t].policy.len() {
+                        break;
+                    }
+                    skips += 1;
+                    // Step over it: a pinned page is in use anyway.
+                    self.disks[t].policy.on_access(handle, key);
+                    continue;
+                }
+                if !self.disk_remove(t, key, Removal::Evict) {
+                    self.disks[t].policy.on_remove(handle, key);
+                }
+            }
+        }
+        self.disks[t].used + len <= quota
+    }
+
+    /// Removes one disk page (committed or pending), releasing the slot if it empties.
+    fn disk_remove(&mut self, t: usize, key: PolicyKey, why: Removal) -> bool {
+        let Some(page) = self.disks[t].pages.remove(&key) else {
+            return false;
+        };
+        if page.handle != PENDING {
+            self.disks[t].policy.on_remove(page.handle, key);
+        }
+        let (s, index, page_size) = (key_slot(key), key_index(key), self.page_size);
+        let Some(slot) = self.slot_mut(s) else {
+            warn!(key, "disk page without an object slot");
+            return true;
+        };
+        let (id, size) = (slot.id, slot.size);
+        slot.disk_pages = slot.disk_pages.saturating_sub(1);
+        slot.disk_epoch = slot.disk_epoch.wrapping_add(1);
+        slot.verified = false;
+        let now_empty = slot.disk_pages == 0;
+        if now_empty {
+            slot.tier = NO_TIER;
+        }
+        let len = page_len(u64::from(index), size, page_size).unwrap_or(0);
+        let tier = &mut self.disks[t];
+        tier.used = tier.used.saturating_sub(len);
+        if why != Removal::Abort {
+            tier.journal_remove_page(id, index, size);
+        }
+        if now_empty {
+            tier.remove_data_file(id);
+        } else {
+            tier.punch(id, index, len);
+        }
+        if why == Removal::Evict {
+            self.count_eviction();
+        }
+        self.release_if_empty(s);
+        self.maybe_compact(t);
+        true
+    }
+
+    fn maybe_compact(&mut self, t: usize) {
+        if !self.disks[t].wants_compaction() {
+            return;
+        }
+        let (slots, disks) = (&self.slots, &mut self.disks);
+        let resolve = |key: PolicyKey| {
+            slots
+                .get(key_slot(key) as usize)
+                .and_then(Option::as_ref)
+                .map(|s| (s.id, s.size, key_index(key)))
+        };
+        if let Err(e) = disks[t].compact(&resolve) {
+            warn!(tier = %disks[t].name, error = %e, "cannot compact the cache journal");
+        }
+    }
+
+    /// A tier for an object with no disk pages yet: the first with room below its high
+    /// watermark, else the first that can make room by evicting.
+    fn choose_tier(&mut self, len: u64) -> Option<usize> {
+        let high = self.high;
+        let free = self
+            .disks
+            .iter()
+            .position(|d| len <= d.quota && d.used + len <= mark(d.quota, high));
+        if free.is_some() {
+            return free;
+        }
+        (0..self.disks.len()).find(|&t| self.disk_make_room(t, len))
+    }
+
+    fn disk_reserve(
+        &mut self,
+        id: ObjectId,
+        size: u64,
+        index: u32,
+        crc: u32,
+    ) -> Option<Reservation> {
+        if self.disks.is_empty() {
+            return None;
+        }
+        let len = page_len(u64::from(index), size, self.page_size)?;
+        let current = self
+            .lookup(id)
+            .and_then(|s| self.slot(s).map(|slot| (s, slot.tier)));
+        let t = match current {
+            Some((s, tier)) if tier != NO_TIER => {
+                let t = usize::from(tier);
+                if self.disks[t].pages.contains_key(&pkey(s, index)) || !self.disk_make_room(t, len)
+                {
+                    return None;
+                }
+                t
+            }
+            _ => self.choose_tier(len)?,
+        };
+        // Eviction may have released the slot or emptied the object's tier.
+        let s = self.ensure_slot(id, size)?;
+        let tier = self.slot(s)?.tier;
+        if tier == NO_TIER {
+            if let Err(e) = self.disks[t].create_data_file(id, size) {
+                warn!(tier = %self.disks[t].name, object = %id, error = %e, "cannot create a cache data file");
+                self.release_if_empty(s);
+                return None;
+            }
+            self.slot_mut(s)?.tier = t as u8;
+        } else if usize::from(tier) != t {
+            return None;
+        }
+        let key = pkey(s, index);
+        if self.disks[t].pages.contains_key(&key) {
+            return None;
+        }
+        let slot = self.slot_mut(s)?;
+        slot.disk_pages += 1;
+        let gen = slot.gen;
+        let disk = &mut self.disks[t];
+        disk.pages.insert(
+            key,
+            DiskPage {
+                crc,
+                handle: PENDING,
+            },
+        );
+        disk.used += len;
+        Some(Reservation {
+            tier: t,
+            slot: s,
+            gen,
+            index,
+            path: disk.data_path(id),
+            offset: u64::from(index) * self.page_size,
+        })
+    }
+
+    /// The pending page of `r` if the reservation is still current.
+    fn reserved(&self, r: &Reservation) -> Option<(PolicyKey, DiskPage, ObjectId, u64)> {
+        let slot = self.slot(r.slot).filter(|s| s.gen == r.gen)?;
+        let key = pkey(r.slot, r.index);
+        let page = *self.disks[r.tier].pages.get(&key)?;
+        (page.handle == PENDING).then_some((key, page, slot.id, slot.size))
+    }
+
+    fn disk_commit(&mut self, r: &Reservation) {
+        // Gone: removed (remove_object) while we wrote; nothing to commit.
+        let Some((key, page, id, size)) = self.reserved(r) else {
+            return;
+        };
+        let t = r.tier;
+        if let Err(e) = self.disks[t].journal_put(id, r.index, page.crc, size) {
+            warn!(tier = %self.disks[t].name, error = %e, "cannot append to the cache journal; page not cached");
+            self.disk_remove(t, key, Removal::Abort);
+            return;
+        }
+        match self.disks[t].policy.on_insert(key) {
+            Some(h) => {
+                if let Some(p) = self.disks[t].pages.get_mut(&key) {
+                    p.handle = h;
+                }
+            }
+            None => {
+                self.disk_remove(t, key, Removal::Drop);
+            }
+        }
+        self.maybe_compact(t);
+    }
+
+    fn disk_abort(&mut self, r: &Reservation) {
+        if let Some((key, ..)) = self.reserved(r) {
+            self.disk_remove(r.tier, key, Removal::Abort);
+        }
+    }
+
+    fn lookup_for_get(&mut self, key: &PageKey) -> Lookup {
+        let (Ok(index), Some(s)) = (u32::try_from(key.index), self.lookup(key.object)) else {
+            return Lookup::Miss;
+        };
+        let k = pkey(s, index);
+        if let Some(p) = self.mem.pages.get(&k) {
+            let (data, h) = (p.data.clone(), p.handle);
+            self.mem.policy.on_access(h, k);
+            self.count_hit();
+            return Lookup::Memory(data);
+        }
+        let Some(slot) = self.slot(s) else {
+            return Lookup::Miss;
+        };
+        if slot.tier == NO_TIER {
+            return Lookup::Miss;
+        }
+        let (t, gen, size) = (usize::from(slot.tier), slot.gen, slot.size);
+        let Some(page) = self.disks[t].pages.get(&k).copied() else {
+            return Lookup::Miss;
+        };
+        let Some(len) = page_len(u64::from(index), size, self.page_size) else {
+            return Lookup::Miss;
+        };
+        if page.handle == PENDING {
+            return Lookup::Miss;
+        }
+        self.disks[t].policy.on_access(page.handle, k);
+        Lookup::Disk(DiskRead {
+            tier: t,
+            slot: s,
+            gen,
+            key: k,
+            crc: page.crc,
+            object: key.object,
+            object_size: size,
+            index,
+            path: self.disks[t].data_path(key.object),
+            offset: u64::from(index) * self.page_size,
+            len: len as usize,
+        })
+    }
+
+    /// Called when a read outside the lock did not verify. Re-reads under the lock, where
+    /// nothing can punch or rewrite the page, so a second mismatch is real corruption: the
+    /// page is dropped and counted. `None` also when the page went away meanwhile.
+    fn recheck(&mut self, r: &DiskRead) -> Option<Bytes> {
+        let current = self.slot(r.slot).is_some_and(|s| s.gen == r.gen)
+            && self.disks[r.tier]
+                .pages
+                .get(&r.key)
+                .is_some_and(|p| p.handle != PENDING && p.crc == r.crc);
+        if !current {
+            return None;
+        }
+        let reason = match disk::read_page(&r.path, r.offset, r.len) {
+            Ok(d) if crc32c::crc32c(&d) == r.crc => return Some(Bytes::from(d)),
+            Ok(_) => "checksum mismatch".to_string(),
+            Err(e) => e.to_string(),
+        };
+        warn!(
+            tier = %self.disks[r.tier].name,
+            object = %r.object,
+            index = r.index,
+            %reason,
+            "cached page failed verification; dropping it"
+        );
+        self.counters.checksum_failures += 1;
+        metrics::CHECKSUM_FAILURES.inc();
+        self.disk_remove(r.tier, r.key, Removal::Drop);
+        None
+    }
+
+    fn remove_object(&mut self, object: ObjectId) {
+        let Some(s) = self.lookup(object) else {
+            return;
+        };
+        let Some(slot) = self.slot(s) else {
+            return;
+        };
+        let (size, tier, page_size) = (slot.size, slot.tier, self.page_size);
+        let pages = page_count(size, page_size);
+        if tier != NO_TIER {
+            let t = usize::from(tier);
+            let d = &mut self.disks[t];
+            for key in slot_keys(&d.pages, s, pages) {
+                if let Some(p) = d.pages.remove(&key) {
+                    if p.handle != PENDING {
+                        d.policy.on_remove(p.handle, key);
+                    }
+                    let len = page_len(u64::from(key_index(key)), size, page_size).unwrap_or(0);
+                    d.used = d.used.saturating_sub(len);
+                }
+            }
+            d.journal_remove_object(object, size);
+            // Unlink, don't punch: a passthrough reader holding the file keeps whole bytes.
+            d.remove_data_file(object);
+            if let Some(slot) = self.slot_mut(s) {
+                slot.disk_pages = 0;
+                slot.tier = NO_TIER;
+                slot.verified = false;
+                slot.disk_epoch = slot.disk_epoch.wrapping_add(1);
+            }
+            self.maybe_compact(t);
+        }
+        for key in slot_keys(&self.mem.pages, s, pages) {
+            self.mem_remove(key);
+        }
+        self.release_if_empty(s);
+    }
+
+    fn adopt_recovered(&mut self, t: usize, pages: Vec<RecoveredPage>) {
+        let mut conflicts: HashMap<ObjectId, u64> = HashMap::new();
+        for p in pages {
+            if let Some(slot) = self.lookup(p.object).and_then(|s| self.slot(s)) {
+                if slot.size != p.object_size
+                    || (slot.tier != NO_TIER && usize::from(slot.tier) != t)
+                {
+                    // Already cached in an earlier tier: one data file per object.
+                    conflicts.insert(p.object, p.object_size);
+                    continue;
+                }
+            }
+            let Some(len) = page_len(u64::from(p.index), p.object_size, self.page_size) else {
+                continue;
+            };
+            let Some(s) = self.ensure_slot(p.object, p.object_size) else {
+                continue;
+            };
+            let key = pkey(s, p.index);
+            let d = &mut self.disks[t];
+            if d.pages.contains_key(&key) {
+                continue;
+            }
+            let Some(handle) = d.policy.on_insert(key) else {
+                self.release_if_empty(s);
+                continue;
+            };
+            d.pages.insert(key, DiskPage { crc: p.crc, handle });
+            d.used += len;
+            if let Some(slot) = self.slot_mut(s) {
+                slot.disk_pages += 1;
+                slot.tier = t as u8;
+            }
+        }
+        for (object, size) in conflicts {
+            debug!(object = %object, tier = t, "dropping a second copy of a cached object");
+            self.disks[t].journal_remove_object(object, size);
+            self.disks[t].remove_data_file(object);
+        }
+    }
+
+    fn tier_stats(&self) -> Vec<TierStats> {
+        let mut v = vec![TierStats {
+            name: "memory".to_string(),
+            dir: None,
+            capacity: self.mem.capacity,
+            used: self.mem.used,
+            pages: self.mem.pages.len() as u64,
+        }];
+        v.extend(self.disks.iter().map(|d| TierStats {
+            name: d.name.clone(),
+            dir: Some(d.dir.clone()),
+            capacity: d.quota,
+            used: d.used,
+            pages: d.pages.len() as u64,
+        }));
+        v
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        // Cheap once per shutdown, and keeps a clean restart from losing recent records.
+        for d in &self.disks {
+            d.sync_journal();
+        }
+    }
+}
+
+fn validate(cfg: &PageStoreConfig) -> Result<()> {
+    if cfg.page_size == 0 || cfg.page_size > u64::from(u32::MAX) {
+        return Err(Error::invalid(format!(
+            "page_size must be between 1 byte and 4GiB, got {}",
+            cfg.page_size
+        )));
+    }
+    let unit = 0.0..=1.0;
+    if !unit.contains(&cfg.low_watermark)
+        || !unit.contains(&cfg.high_watermark)
+        || cfg.low_watermark > cfg.high_watermark
+    {
+        return Err(Error::invalid(format!(
+            "watermarks must satisfy 0 <= low ({}) <= high ({}) <= 1",
+            cfg.low_watermark, cfg.high_watermark
+        )));
+    }
+    if cfg.disk_tiers.len() >= usize::from(NO_TIER) {
+        return Err(Error::invalid("too many disk tiers"));
+    }
+    let mut dirs = HashSet::new();
+    for t in &cfg.disk_tiers {
+        if !dirs.insert(&t.dir) {
+            return Err(Error::invalid(format!(
+                "disk tier {} is listed twice",
+                t.dir.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl PageStore {
+    /// Opens the store: creates the tier directories and recovers what the disk tiers hold.
+    pub fn open(cfg: PageStoreConfig) -> Result<PageStore> {
+        validate(&cfg)?;
+        let mut st = State {
+            page_size: cfg.page_size,
+            high: cfg.high_watermark,
+            low: cfg.low_watermark,
+            objects: HashMap::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            next_gen: 0,
+            mem: MemTier {
+                capacity: cfg.memory_capacity,
+                used: 0,
+                pages: HashMap::new(),
+                policy: new_policy(&cfg.eviction_policy)?,
+            },
+            disks: Vec::with_capacity(cfg.disk_tiers.len()),
+            pins: HashMap::new(),
+            counters: Counters::default(),
+        };
+        for (t, spec) in cfg.disk_tiers.iter().enumerate() {
+            let (tier, recovered) = DiskTier::open(
+                format!("disk{t}"),
+                &spec.dir,
+                spec.quota,
+                cfg.page_size,
+                new_policy(&cfg.eviction_policy)?,
+            )?;
+            st.disks.push(tier);
+            st.adopt_recovered(t, recovered);
+            // A quota lowered since the last run: evict down to the low watermark now.
+            st.disk_make_room(t, 0);
+        }
+        Ok(PageStore {
+            shared: Arc::new(Shared {
+                has_disks: !st.disks.is_empty(),
+                state: Mutex::new(st),
+                page_size: cfg.page_size,
+            }),
+        })
+    }
+
+    pub fn page_size(&self) -> u64 {
+        self.shared.page_size
+    }
+
+    /// The page's bytes, from memory or else from disk (checksum verified; a page that fails
+    /// is dropped, counted, and reported as a miss so the caller refetches). Disk hits are
+    /// promoted into the memory tier.
+    pub fn get(&self, key: &PageKey) -> Option<(Bytes, Source)> {
+        let read = {
+            let mut st = self.shared.state.lock();
+            match st.lookup_for_get(key) {
+                Lookup::Memory(data) => return Some((data, Source::Memory)),
+                Lookup::Miss => {
+                    st.counters.misses += 1;
+                    return None;
+                }
+                Lookup::Disk(r) => r,
+            }
+        };
+        let verified = match disk::read_page(&read.path, read.offset, read.len) {
+            Ok(d) if crc32c::crc32c(&d) == read.crc => Some(Bytes::from(d)),
+            _ => None,
+        };
+        let mut st = self.shared.state.lock();
+        let data = match verified.or_else(|| st.recheck(&read)) {
+            Some(d) => d,
+            None => {
+                st.counters.misses += 1;
+                return None;
+            }
+        };
+        st.count_hit();
+        st.mem_put(read.object, read.object_size, read.index, &data);
+        Some((data, Source::Disk(read.tier)))
+    }
+
+    /// Whether the page is cached in any tier (not verified; counts nothing).
+    pub fn contains(&self, key: &PageKey) -> bool {
+        let st = self.shared.state.lock();
+        let (Ok(index), Some(s)) = (u32::try_from(key.index), st.lookup(key.object)) else {
+            return false;
+        };
+        let k = pkey(s, index);
+        if st.mem.pages.contains_key(&k) {
+            return true;
+        }
+        st.slot(s)
+            .filter(|slot| slot.tier != NO_TIER)
+            .and_then(|slot| st.disks[usize::from(slot.tier)].pages.get(&k))
+            .is_some_and(|p| p.handle != PENDING)
+    }
+
+    /// Caches a page: in the memory tier and in a disk tier with room (the object's tier if
+    /// it has pages on disk already), evicting per the watermarks. A page that fits no tier
+    /// is not cached; a failing disk write is logged and the page stays uncached there.
+    /// Errors only for a page that does not belong to an object of `object_size` bytes.
+    pub fn put(&self, key: PageKey, data: Bytes, object_size: u64) -> Result<()> {
+        let ps = self.page_size();
+        let Some(len) = page_len(key.index, object_size, ps) else {
+            return Err(Error::invalid(format!(
+                "page {} is beyond the end of object {} ({object_size} bytes)",
+                key.index, key.object
+            )));
+        };
+        if data.len() as u64 != len {
+            return Err(Error::invalid(format!(
+                "page {} of object {} must be {len} bytes, got {}",
+                key.index,
+                key.object,
+                data.len()
+            )));
+        }
+        let Ok(index) = u32::try_from(key.index) else {
+            // More pages than the index can address: simply not cached.
+            return Ok(());
+        };
+        // Checksummed before taking the lock: only disk tiers need it.
+        let crc = self.shared.has_disks.then(|| crc32c::crc32c(&data));
+        let reservation = {
+            let mut st = self.shared.state.lock();
+            if let Some(slot) = st.lookup(key.object).and_then(|s| st.slot(s)) {
+                if slot.size != object_size {
+                    return Err(Error::invalid(format!(
+                        "object {} is cached with size {}, not {object_size}",
+                        key.object, slot.size
+                    )));
+                }
+            }
+            st.mem_put(key.object, object_size, index, &data);
+            crc.and_then(|crc| st.disk_reserve(key.object, object_size, index, crc))
+        };
+        let Some(r) = reservation else {
+            return Ok(());
+        };
+        let written = disk::write_page(&r.path, r.offset, &data);
+        let mut st = self.shared.state.lock();
+        match written {
+            Ok(()) => st.disk_commit(&r),
+            Err(e) => {
+                warn!(path = %r.path.display(), error = %e, "cannot write a cache page");
+                st.disk_abort(&r);
+            }
+        }
+        Ok(())
+    }
+
+    /// `Some(path)` iff every page of the object is in one disk tier's data file and has been
+    /// verified: `path` is a regular local file whose bytes `[0, object_size)` are exactly the
+    /// object (for FUSE passthrough). All pages are verified the first time this is asked in
+    /// this process and the result is remembered until a page goes away.
+    ///
+    /// Pin the object ([`PageStore::pin`]) before calling this and keep the guard while the
+    /// file is in use, or eviction may punch holes into it.
+    pub fn complete_file(&self, object: ObjectId, object_size: u64) -> Option<PathBuf> {
+        let ps = self.page_size();
+        let pages = page_count(object_size, ps);
+        let (t, s, gen, epoch, path, crcs) = {
+            let st = self.shared.state.lock();
+            let s = st.lookup(object)?;
+            let slot = st.slot(s)?;
+            if slot.size != object_size
+                || slot.tier == NO_TIER
+                || u64::from(slot.disk_pages) != pages
+            {
+                return None;
+            }
+            let t = usize::from(slot.tier);
+            let tier = &st.disks[t];
+            let path = tier.data_path(object);
+            if slot.verified {
+                return Some(path);
+            }
+            let mut crcs = Vec::with_capacity(usize::try_from(pages).ok()?);
+            for i in 0..pages {
+                let p = tier.pages.get(&pkey(s, u32::try_from(i).ok()?))?;
+                if p.handle == PENDING {
+                    return None;
+                }
+                crcs.push(p.crc);
+            }
+            (t, s, slot.gen, slot.disk_epoch, path, crcs)
+        };
+        let file = File::open(&path).ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || meta.len() != object_size {
+            return None;
+        }
+        let mut buf = vec![0u8; usize::try_from(ps).ok()?];
+        for (i, &crc) in crcs.iter().enumerate() {
+            let index = u32::try_from(i).ok()?;
+            let offset = u64::from(index) * ps;
+            let len = usize::try_from(page_len(u64::from(index), object_size, ps)?).ok()?;
+            let page = &mut buf[..len];
+            if file.read_exact_at(page, offset).is_ok() && crc32c::crc32c(page) == crc {
+                continue;
+            }
+            let r = DiskRead {
+                tier: t,
+                slot: s,
+                gen,
+                key: pkey(s, index),
+                crc,
+                object,
+                object_size,
+                index,
+                path: path.clone(),
+                offset,
+                len,
+            };
+            self.shared.state.lock().recheck(&r)?;
+        }
+        let mut st = self.shared.state.lock();
+        let slot = st.slot_mut(s)?;
+        if slot.gen != gen || slot.disk_epoch != epoch {
+            return None;
+        }
+        slot.verified = true;
+        Some(path)
+    }
+
+    /// While the returned guard (or any other for the object) lives, no disk page of the
+    /// object is evicted. Explicit removal (`remove_object`, a failed checksum) still works.
+    pub fn pin(&self, object: ObjectId) -> PinGuard {
+        *self.shared.state.lock().pins.entry(object).or_insert(0) += 1;
+        PinGuard {
+            shared: self.shared.clone(),
+            object,
+        }
+    }
+
+    /// Drops every page of the object from every tier and deletes its data file.
+    pub fn remove_object(&self, object: ObjectId) {
+        self.shared.state.lock().remove_object(object);
+    }
+
+    pub fn stats(&self) -> PageStoreStats {
+        let st = self.shared.state.lock();
+        PageStoreStats {
+            tiers: st.tier_stats(),
+            hits: st.counters.hits,
+            misses: st.counters.misses,
+            evictions: st.counters.evictions,
+            checksum_failures: st.counters.checksum_failures,
+        }
+    }
+}
+
+impl std::fmt::Debug for PageStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageStore")
+            .field("page_size", &self.page_size())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,435 @@
+//! The client library every front end (FUSE, CLI, later the SDK and the S3 gateway) uses:
+//! namespace resolution, the metadata cache, open files with sequential-read prefetch, and
+//! parallel ranged fetches through the worker.
+//!
+//! Consistency: an open file is pinned to the version (content fingerprint) it was opened
+//! at; every page it reads belongs to that version, and if the under-store object changed,
+//! reads fail with `ContentChanged` (ESTALE) instead of mixing versions. Metadata is
+//! trusted for `metadata_ttl`; after that the next stat or listing goes to the store.
+
+mod meta;
+pub mod namespace;
+mod prefetch;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use futures::stream::{self, StreamExt, TryStreamExt};
+use parking_lot::Mutex;
+use silt_common::metrics;
+use silt_common::{Error, ErrorKind, Result};
+use silt_ufs::{EntryKind, ObjectMeta};
+use silt_worker::{ObjectRef, ReadSource, Worker};
+use tokio::runtime::Handle;
+
+use meta::{Cached, MetaCache};
+use namespace::{join, Resolved};
+pub use namespace::{MountPoint, Namespace};
+use prefetch::SeqState;
+
+/// Client tuning (from `Config`).
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub metadata_ttl: Duration,
+    pub prefetch_max: u64,
+    pub fetch_concurrency: usize,
+}
+
+/// A file or directory of the namespace.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// Namespace path (`/data/x.jpg`).
+    pub path: String,
+    pub kind: EntryKind,
+    pub size: u64,
+    pub mtime: Option<SystemTime>,
+    pub mode: Option<u32>,
+    /// The store object, for files and directories inside a mount (None for synthetic dirs).
+    pub object: Option<Arc<ObjectRef>>,
+}
+
+impl Entry {
+    pub fn name(&self) -> &str {
+        if self.path == "/" {
+            return "";
+        }
+        self.path.rsplit('/').next().unwrap_or("")
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.kind == EntryKind::Dir
+    }
+
+    fn synthetic_dir(path: String) -> Self {
+        Entry {
+            path,
+            kind: EntryKind::Dir,
+            size: 0,
+            mtime: None,
+            mode: None,
+            object: None,
+        }
+    }
+
+    fn from_meta(path: String, store: &silt_ufs::DynStore, meta: ObjectMeta) -> Self {
+        Entry {
+            path,
+            kind: meta.kind,
+            size: meta.size,
+            mtime: meta.mtime,
+            mode: meta.mode,
+            object: Some(Arc::new(ObjectRef::new(store.clone(), meta))),
+        }
+    }
+}
+
+/// A file opened for reading, pinned to one version of its object.
+pub struct OpenFile {
+    pub entry: Entry,
+    obj: Arc<ObjectRef>,
+    seq: Mutex<SeqState>,
+}
+
+impl OpenFile {
+    pub fn object(&self) -> &ObjectRef {
+        &self.obj
+    }
+    pub fn size(&self) -> u64 {
+        self.obj.size()
+    }
+}
+
+/// Progress of a preload.
+#[derive(Debug, Clone, Default)]
+pub struct LoadProgress {
+    pub files_total: u64,
+    pub bytes_total: u64,
+    pub pages_done: u64,
+    pub pages_total: u64,
+    pub bytes_done: u64,
+    /// Bytes that were already cached (skipped).
+    pub bytes_cached: u64,
+}
+
+pub struct Client {
+    ns: Namespace,
+    worker: Arc<Worker>,
+    meta: MetaCache,
+    opts: ClientOptions,
+    rt: Handle,
+}
+
+fn parent_and_name(path: &str) -> Option<(&str, &str)> {
+    if path == "/" {
+        return None;
+    }
+    let idx = path.rfind('/')?;
+    let parent = if idx == 0 { "/" } else { &path[..idx] };
+    Some((parent, &path[idx + 1..]))
+}
+
+fn count_source(source: ReadSource, n: u64) {
+    match source {
+        ReadSource::Memory => metrics::READ_BYTES_MEMORY.add(n),
+        ReadSource::Disk => metrics::READ_BYTES_DISK.add(n),
+        ReadSource::UnderStore => metrics::READ_BYTES_UFS.add(n),
+    }
+}
+
+impl Client {
+    /// `rt` runs background prefetches; blocking entry points use it too.
+    pub fn new(ns: Namespace, worker: Arc<Worker>, opts: ClientOptions, rt: Handle) -> Self {
+        Client {
+            ns,
+            meta: MetaCache::new(opts.metadata_ttl),
+            worker,
+            opts,
+            rt,
+        }
+    }
+
+    pub fn namespace(&self) -> &Namespace {
+        &self.ns
+    }
+
+    pub fn worker(&self) -> &Arc<Worker> {
+        &self.worker
+    }
+
+    pub fn runtime(&self) -> &Handle {
+        &self.rt
+    }
+
+    fn normalize(path: &str) -> Result<String> {
+        silt_common::config::normalize_ns_path(path).ok_or_else(|| {
+            Error::invalid(format!("{path:?} is not an absolute path without . or .."))
+        })
+    }
+
+    /// Stat a namespace path.
+    pub async fn stat(&self, path: &str) -> Result<Entry> {
+        let path = Self::normalize(path)?;
+        match self.meta.stat(&path, parent_and_name(&path)) {
+            Cached::Found(e) => {
+                metrics::META_CACHE_HITS.inc();
+                return Ok(e);
+            }
+            Cached::Missing => {
+                metrics::META_CACHE_HITS.inc();
+                return Err(Error::not_found(format!(
+                    "{path}: no such file or directory"
+                )));
+            }
+            Cached::Unknown => metrics::META_CACHE_MISSES.inc(),
+        }
+        let entry = match self.ns.resolve(&path)? {
+            Resolved::Synthetic { .. } => Entry::synthetic_dir(path.clone()),
+            Resolved::Store { mount, rel } => {
+                metrics::UFS_REQUESTS.inc();
+                let meta = mount.store.stat(&rel).await.map_err(|e| e.context(&path))?;
+                Entry::from_meta(path.clone(), &mount.store, meta)
+            }
+        };
+        self.meta.put_stat(entry.clone());
+        Ok(entry)
+    }
+
+    /// The direct children of a directory, sorted by name.
+    pub async fn list(&self, path: &str) -> Result<Arc<Vec<Entry>>> {
+        let path = Self::normalize(path)?;
+        if let Some(l) = self.meta.list(&path) {
+            metrics::META_CACHE_HITS.inc();
+            return Ok(l);
+        }
+        metrics::META_CACHE_MISSES.inc();
+        let mut entries: Vec<Entry> = match self.ns.resolve(&path)? {
+            Resolved::Synthetic { children } => children
+                .into_iter()
+                .map(|c| Entry::synthetic_dir(join(&path, &c)))
+                .collect(),
+            Resolved::Store { mount, rel } => {
+                metrics::UFS_REQUESTS.inc();
+                let metas = mount
+                    .store
+                    .list(&rel, false)
+                    .await
+                    .map_err(|e| e.context(&path))?;
+                metas
+                    .into_iter()
+                    .filter(|m| !m.name().is_empty())
+                    .map(|m| {
+                        let child = join(&path, m.name());
+                        Entry::from_meta(child, &mount.store, m)
+                    })
+                    .collect()
+            }
+        };
+        entries.sort_by(|a, b| a.name().cmp(b.name()));
+        entries.dedup_by(|a, b| a.name() == b.name());
+        let entries = Arc::new(entries);
+        self.meta.put_list(&path, entries.clone());
+        Ok(entries)
+    }
+
+    /// Opens a file for reading, pinning the version it has now.
+    pub async fn open(&self, path: &str) -> Result<OpenFile> {
+        let entry = self.stat(path).await?;
+        if entry.is_dir() {
+            return Err(Error::new(
+                ErrorKind::IsADirectory,
+                format!("{}: is a directory", entry.path),
+            ));
+        }
+        let obj = entry
+            .object
+            .clone()
+            .ok_or_else(|| Error::internal(format!("{}: file without an object", entry.path)))?;
+        Ok(OpenFile {
+            entry,
+            obj,
+            seq: Mutex::new(SeqState::default()),
+        })
+    }
+
+    fn prefetch(&self, file: &OpenFile, offset: u64, end: u64) {
+        let ps = self.worker.page_size();
+        let range = file
+            .seq
+            .lock()
+            .observe(offset, end, file.size(), ps, self.opts.prefetch_max);
+        let Some(range) = range else { return };
+        let first = range.start / ps;
+        let last = (range.end - 1) / ps;
+        for index in first..=last {
+            if self
+                .worker
+                .page_store()
+                .contains(&silt_common::PageKey::new(file.obj.id, index))
+            {
+                continue;
+            }
+            let worker = self.worker.clone();
+            let obj = file.obj.clone();
+            metrics::PREFETCH_PAGES.inc();
+            self.rt.spawn(async move {
+                if let Err(e) = worker.read_page(&obj, index).await {
+                    tracing::debug!(path = %obj.meta.path, index, error = %e, "prefetch failed");
+                }
+            });
+        }
+    }
+
+    /// Reads up to `len` bytes at `offset` (fewer only at end of file).
+    pub async fn read(&self, file: &OpenFile, offset: u64, len: u64) -> Result<Bytes> {
+        let size = file.size();
+        if offset >= size || len == 0 {
+            return Ok(Bytes::new());
+        }
+        let end = (offset + len).min(size);
+        self.prefetch(file, offset, end);
+        if let Some(b) = self.read_cached(file, offset, end) {
+            return Ok(b);
+        }
+        let ps = self.worker.page_size();
+        let first = offset / ps;
+        let last = (end - 1) / ps;
+        let pages: Vec<(Bytes, ReadSource)> = stream::iter(first..=last)
+            .map(|i| self.worker.read_page(&file.obj, i))
+            .buffered(self.opts.fetch_concurrency.max(1))
+            .try_collect()
+            .await
+            .map_err(|e| e.context(&file.entry.path))?;
+        Ok(Self::assemble(ps, first, offset, end, pages))
+    }
+
+    /// The bytes `[offset, end)` if every page is cached; `None` otherwise. No network.
+    fn read_cached(&self, file: &OpenFile, offset: u64, end: u64) -> Option<Bytes> {
+        let ps = self.worker.page_size();
+        let first = offset / ps;
+        let last = (end - 1) / ps;
+        let mut pages = Vec::with_capacity((last - first + 1) as usize);
+        for i in first..=last {
+            pages.push(self.worker.cached_page(file.obj.id, i)?);
+        }
+        Some(Self::assemble(ps, first, offset, end, pages))
+    }
+
+    fn assemble(
+        ps: u64,
+        first: u64,
+        offset: u64,
+        end: u64,
+        pages: Vec<(Bytes, ReadSource)>,
+    ) -> Bytes {
+        let slice = |i: usize, page: &Bytes| {
+            let base = (first + i as u64) * ps;
+            let from = offset.saturating_sub(base) as usize;
+            let to = ((end - base) as usize).min(page.len());
+            page.slice(from.min(to)..to)
+        };
+        if pages.len() == 1 {
+            let (page, src) = &pages[0];
+            let b = slice(0, page);
+            count_source(*src, b.len() as u64);
+            return b;
+        }
+        let mut out = BytesMut::with_capacity((end - offset) as usize);
+        for (i, (page, src)) in pages.iter().enumerate() {
+            let b = slice(i, page);
+            count_source(*src, b.len() as u64);
+            out.extend_from_slice(&b);
+        }
+        out.freeze()
+    }
+
+    /// Blocking read for threads outside the runtime (FUSE): cache hits never touch the
+    /// runtime; misses block on it.
+    pub fn read_blocking(&self, file: &OpenFile, offset: u64, len: u64) -> Result<Bytes> {
+        let size = file.size();
+        if offset >= size || len == 0 {
+            return Ok(Bytes::new());
+        }
+        let end = (offset + len).min(size);
+        if let Some(b) = self.read_cached(file, offset, end) {
+            self.prefetch(file, offset, end);
+            return Ok(b);
+        }
+        self.rt.block_on(self.read(file, offset, len))
+    }
+
+    /// Every file below `path` (or `path` itself if it is a file), walking listings.
+    pub async fn walk_files(&self, path: &str) -> Result<Vec<Entry>> {
+        let root = self.stat(path).await?;
+        if !root.is_dir() {
+            return Ok(vec![root]);
+        }
+        let mut files = Vec::new();
+        let mut dirs = vec![root.path];
+        while let Some(dir) = dirs.pop() {
+            for e in self.list(&dir).await?.iter() {
+                if e.is_dir() {
+                    dirs.push(e.path.clone());
+                } else {
+                    files.push(e.clone());
+                }
+            }
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(files)
+    }
+
+    /// Preloads every file below `path` into the cache, pages from many files in flight at
+    /// once (never one job per file). Already cached pages are skipped, so a rerun resumes.
+    pub async fn load(
+        &self,
+        path: &str,
+        mut progress: impl FnMut(&LoadProgress),
+    ) -> Result<LoadProgress> {
+        let files = self.walk_files(path).await?;
+        let ps = self.worker.page_size();
+        let mut p = LoadProgress {
+            files_total: files.len() as u64,
+            bytes_total: files.iter().map(|f| f.size).sum(),
+            ..Default::default()
+        };
+        let mut work = Vec::new();
+        for f in &files {
+            let Some(obj) = f.object.clone() else {
+                continue;
+            };
+            for i in 0..f.size.div_ceil(ps) {
+                let len = ps.min(f.size - i * ps);
+                if self
+                    .worker
+                    .page_store()
+                    .contains(&silt_common::PageKey::new(obj.id, i))
+                {
+                    p.bytes_cached += len;
+                } else {
+                    work.push((obj.clone(), i, len));
+                }
+            }
+        }
+        p.pages_total = work.len() as u64;
+        progress(&p);
+        let mut results = stream::iter(work)
+            .map(|(obj, i, len)| {
+                let worker = self.worker.clone();
+                async move {
+                    worker
+                        .read_page(&obj, i)
+                        .await
+                        .map(|_| len)
+                        .map_err(|e| e.context(&obj.meta.path))
+                }
+            })
+            .buffer_unordered(self.opts.fetch_concurrency.max(1));
+        while let Some(r) = results.next().await {
+            p.bytes_done += r?;
+            p.pages_done += 1;
+            progress(&p);
+        }
+        Ok(p)
+    }
+}

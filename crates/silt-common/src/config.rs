@@ -1,0 +1,508 @@
+//! The one table of configuration options.
+//!
+//! Every option has one name used everywhere: `page_size` in the config file,
+//! `--page-size` on the command line and `SILT_PAGE_SIZE` in the environment. Precedence,
+//! lowest first: built-in default, config file, environment, flag. Defaults are written as
+//! text in [`OPTIONS`] and parsed by the same code as user input, so the documented default
+//! is the real one (`docs/CONFIGURATION.md` is checked against this table by a test).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::size::parse_size;
+use crate::{Error, Result};
+
+/// One configuration option.
+pub struct OptionSpec {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+/// Every option Silt understands.
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec { name: "state_dir", default: "/var/lib/silt", help: "Directory for local state: the control socket, the lock and (by default) the disk cache tier." },
+    OptionSpec { name: "mountpoint", default: "/mnt/silt", help: "Where `silt up` mounts the namespace." },
+    OptionSpec { name: "mounts", default: "", help: "Namespace entries PATH=URI, comma-separated or one flag each (e.g. /data=s3://bucket/prefix, /local=file:///srv/data)." },
+    OptionSpec { name: "page_size", default: "1MiB", help: "Cache page size. 1 MiB measured best for cold reads and memory overhead on this project's machines (docs/benchmarks.md)." },
+    OptionSpec { name: "memory_capacity", default: "1GiB", help: "Quota of the memory tier (0 disables it)." },
+    OptionSpec { name: "disk_tiers", default: "auto", help: "Disk tiers as DIR:QUOTA, comma-separated, fastest first. `auto` = STATE_DIR/cache:10GiB; `none` disables disk caching." },
+    OptionSpec { name: "high_watermark", default: "0.95", help: "Fraction of a tier's quota at which eviction starts." },
+    OptionSpec { name: "low_watermark", default: "0.85", help: "Fraction of a tier's quota eviction brings usage down to." },
+    OptionSpec { name: "eviction_policy", default: "lru", help: "Page eviction policy: `lru`." },
+    OptionSpec { name: "metadata_ttl", default: "1h", help: "How long cached stat results and directory listings are trusted (long by default: datasets are usually immutable)." },
+    OptionSpec { name: "attr_ttl", default: "1h", help: "Kernel attribute cache TTL given to FUSE." },
+    OptionSpec { name: "entry_ttl", default: "1h", help: "Kernel directory-entry cache TTL given to FUSE." },
+    OptionSpec { name: "prefetch_max", default: "64MiB", help: "Largest read-ahead window of the sequential prefetcher; the window starts at two pages and doubles while reads stay sequential." },
+    OptionSpec { name: "fetch_concurrency", default: "32", help: "Most concurrent ranged requests to under-stores." },
+    OptionSpec { name: "buffer_memory", default: "256MiB", help: "Bound on bytes in flight from under-stores (fetch buffers); readers wait when it is reached." },
+    OptionSpec { name: "fuse_threads", default: "8", help: "FUSE worker threads." },
+    OptionSpec { name: "fuse_max_read", default: "1MiB", help: "Largest FUSE read request asked of the kernel." },
+    OptionSpec { name: "passthrough", default: "auto", help: "FUSE passthrough for files fully present in the local disk tier: `auto` (use when the kernel supports it), `on` (fail start-up if unsupported), `off`." },
+    OptionSpec { name: "allow_other", default: "true", help: "Let users other than the mounting one use the mount." },
+    OptionSpec { name: "s3_endpoint", default: "", help: "S3 endpoint URL (empty: AWS default for the region)." },
+    OptionSpec { name: "s3_region", default: "us-east-1", help: "S3 region." },
+    OptionSpec { name: "s3_path_style", default: "true", help: "Address buckets as ENDPOINT/BUCKET (true) or BUCKET.ENDPOINT (false)." },
+    OptionSpec { name: "s3_access_key_id", default: "", help: "S3 access key; empty: AWS_ACCESS_KEY_ID or the AWS config/credentials files." },
+    OptionSpec { name: "s3_secret_access_key", default: "", help: "S3 secret key; empty: AWS_SECRET_ACCESS_KEY or the AWS config/credentials files. Never logged." },
+    OptionSpec { name: "ufs_timeout", default: "30s", help: "Deadline of one under-store request." },
+    OptionSpec { name: "ufs_retries", default: "3", help: "Retries of a retryable under-store failure (with backoff)." },
+    OptionSpec { name: "log", default: "info", help: "Log filter (tracing `EnvFilter` syntax, e.g. `info,silt_client=debug`)." },
+];
+
+/// Whether FUSE passthrough is used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassthroughMode {
+    Auto,
+    On,
+    Off,
+}
+
+/// A disk tier: a directory and its quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskTierSpec {
+    pub dir: PathBuf,
+    pub quota: u64,
+}
+
+/// One namespace entry: the path in Silt's namespace and the under-store URI mounted there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountSpec {
+    pub path: String,
+    pub uri: String,
+}
+
+/// Typed configuration; see [`OPTIONS`] for meanings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub state_dir: PathBuf,
+    pub mountpoint: PathBuf,
+    pub mounts: Vec<MountSpec>,
+    pub page_size: u64,
+    pub memory_capacity: u64,
+    disk_tiers_raw: String,
+    pub high_watermark: f64,
+    pub low_watermark: f64,
+    pub eviction_policy: String,
+    pub metadata_ttl: Duration,
+    pub attr_ttl: Duration,
+    pub entry_ttl: Duration,
+    pub prefetch_max: u64,
+    pub fetch_concurrency: usize,
+    pub buffer_memory: u64,
+    pub fuse_threads: usize,
+    pub fuse_max_read: u64,
+    pub passthrough: PassthroughMode,
+    pub allow_other: bool,
+    pub s3_endpoint: String,
+    pub s3_region: String,
+    pub s3_path_style: bool,
+    pub s3_access_key_id: String,
+    pub s3_secret_access_key: String,
+    pub ufs_timeout: Duration,
+    pub ufs_retries: usize,
+    pub log: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let mut c = Config {
+            state_dir: PathBuf::new(),
+            mountpoint: PathBuf::new(),
+            mounts: Vec::new(),
+            page_size: 0,
+            memory_capacity: 0,
+            disk_tiers_raw: String::new(),
+            high_watermark: 0.0,
+            low_watermark: 0.0,
+            eviction_policy: String::new(),
+            metadata_ttl: Duration::ZERO,
+            attr_ttl: Duration::ZERO,
+            entry_ttl: Duration::ZERO,
+            prefetch_max: 0,
+            fetch_concurrency: 0,
+            buffer_memory: 0,
+            fuse_threads: 0,
+            fuse_max_read: 0,
+            passthrough: PassthroughMode::Auto,
+            allow_other: false,
+            s3_endpoint: String::new(),
+            s3_region: String::new(),
+            s3_path_style: false,
+            s3_access_key_id: String::new(),
+            s3_secret_access_key: String::new(),
+            ufs_timeout: Duration::ZERO,
+            ufs_retries: 0,
+            log: String::new(),
+        };
+        for opt in OPTIONS {
+            // The defaults are literals in this file; a failure here is a bug caught by tests.
+            c.set(opt.name, opt.default)
+                .unwrap_or_else(|e| panic!("built-in default of {} is invalid: {e}", opt.name));
+        }
+        c
+    }
+}
+
+fn parse_bool(key: &str, v: &str) -> Result<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(Error::invalid(format!(
+            "{key}: expected true or false, got {v:?}"
+        ))),
+    }
+}
+
+fn parse_duration(key: &str, v: &str) -> Result<Duration> {
+    humantime::parse_duration(v.trim()).map_err(|e| {
+        Error::invalid(format!(
+            "{key}: invalid duration {v:?} ({e}); e.g. 500ms, 30s, 1h"
+        ))
+    })
+}
+
+fn parse_fraction(key: &str, v: &str) -> Result<f64> {
+    match v.trim().parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(Error::invalid(format!(
+            "{key}: expected a fraction between 0 and 1, got {v:?}"
+        ))),
+    }
+}
+
+fn parse_count(key: &str, v: &str, min: usize) -> Result<usize> {
+    match v.trim().parse::<usize>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(Error::invalid(format!(
+            "{key}: expected an integer >= {min}, got {v:?}"
+        ))),
+    }
+}
+
+fn parse_size_opt(key: &str, v: &str) -> Result<u64> {
+    parse_size(v).map_err(|e| e.context(key))
+}
+
+/// Parses `PATH=URI`.
+pub fn parse_mount_spec(text: &str) -> Result<MountSpec> {
+    let (path, uri) = text.split_once('=').ok_or_else(|| {
+        Error::invalid(format!(
+            "mount {text:?}: expected PATH=URI, e.g. /data=s3://bucket/prefix"
+        ))
+    })?;
+    let path = normalize_ns_path(path).ok_or_else(|| {
+        Error::invalid(format!("mount {text:?}: PATH must be absolute, e.g. /data"))
+    })?;
+    if !uri.contains("://") {
+        return Err(Error::invalid(format!(
+            "mount {text:?}: URI must have a scheme, e.g. s3://bucket/prefix or file:///dir"
+        )));
+    }
+    Ok(MountSpec {
+        path,
+        uri: uri.trim().to_string(),
+    })
+}
+
+/// Normalises an absolute namespace path: `/a//b/` → `/a/b`, `/` stays `/`. Rejects relative
+/// paths and `.`/`..` components.
+pub fn normalize_ns_path(path: &str) -> Option<String> {
+    let path = path.trim();
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut out = String::new();
+    for comp in path.split('/').filter(|c| !c.is_empty()) {
+        if comp == "." || comp == ".." {
+            return None;
+        }
+        out.push('/');
+        out.push_str(comp);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    Some(out)
+}
+
+impl Config {
+    /// Sets one option from text, validating it.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let v = value.trim();
+        match key {
+            "state_dir" => self.state_dir = PathBuf::from(v),
+            "mountpoint" => self.mountpoint = PathBuf::from(v),
+            "mounts" => {
+                self.mounts = v
+                    .split(',')
+                    .filter(|s| !s.trim().is_empty())
+                    .map(parse_mount_spec)
+                    .collect::<Result<_>>()?;
+            }
+            "page_size" => {
+                let n = parse_size_opt(key, v)?;
+                if !(4096..=(64 << 20)).contains(&n) || !n.is_power_of_two() {
+                    return Err(Error::invalid(format!(
+                        "page_size: expected a power of two between 4KiB and 64MiB, got {v:?}"
+                    )));
+                }
+                self.page_size = n;
+            }
+            "memory_capacity" => self.memory_capacity = parse_size_opt(key, v)?,
+            "disk_tiers" => {
+                self.disk_tiers_raw = v.to_string();
+                self.disk_tiers()?;
+            }
+            "high_watermark" => self.high_watermark = parse_fraction(key, v)?,
+            "low_watermark" => self.low_watermark = parse_fraction(key, v)?,
+            "eviction_policy" => match v {
+                "lru" => self.eviction_policy = v.to_string(),
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "eviction_policy: unknown policy {v:?} (known: lru)"
+                    )))
+                }
+            },
+            "metadata_ttl" => self.metadata_ttl = parse_duration(key, v)?,
+            "attr_ttl" => self.attr_ttl = parse_duration(key, v)?,
+            "entry_ttl" => self.entry_ttl = parse_duration(key, v)?,
+            "prefetch_max" => self.prefetch_max = parse_size_opt(key, v)?,
+            "fetch_concurrency" => self.fetch_concurrency = parse_count(key, v, 1)?,
+            "buffer_memory" => {
+                let n = parse_size_opt(key, v)?;
+                if n < (1 << 20) {
+                    return Err(Error::invalid(format!(
+                        "buffer_memory: must be at least 1MiB, got {v:?}"
+                    )));
+                }
+                self.buffer_memory = n;
+            }
+            "fuse_threads" => self.fuse_threads = parse_count(key, v, 1)?,
+            "fuse_max_read" => {
+                let n = parse_size_opt(key, v)?;
+                if !(4096..=(1 << 20)).contains(&n) {
+                    return Err(Error::invalid(format!(
+                        "fuse_max_read: expected 4KiB..1MiB, got {v:?}"
+                    )));
+                }
+                self.fuse_max_read = n;
+            }
+            "passthrough" => {
+                self.passthrough = match v {
+                    "auto" => PassthroughMode::Auto,
+                    "on" => PassthroughMode::On,
+                    "off" => PassthroughMode::Off,
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "passthrough: expected auto, on or off, got {v:?}"
+                        )))
+                    }
+                }
+            }
+            "allow_other" => self.allow_other = parse_bool(key, v)?,
+            "s3_endpoint" => {
+                if !(v.is_empty() || v.starts_with("http://") || v.starts_with("https://")) {
+                    return Err(Error::invalid(format!(
+                        "s3_endpoint: expected an http:// or https:// URL, got {v:?}"
+                    )));
+                }
+                self.s3_endpoint = v.to_string()
+            }
+            "s3_region" => self.s3_region = v.to_string(),
+            "s3_path_style" => self.s3_path_style = parse_bool(key, v)?,
+            "s3_access_key_id" => self.s3_access_key_id = v.to_string(),
+            "s3_secret_access_key" => self.s3_secret_access_key = v.to_string(),
+            "ufs_timeout" => self.ufs_timeout = parse_duration(key, v)?,
+            "ufs_retries" => self.ufs_retries = parse_count(key, v, 0)?,
+            "log" => self.log = v.to_string(),
+            _ => return Err(Error::invalid(format!("unknown option {key:?}"))),
+        }
+        Ok(())
+    }
+
+    /// The disk tiers, with `auto` resolved against `state_dir`.
+    pub fn disk_tiers(&self) -> Result<Vec<DiskTierSpec>> {
+        let raw = self.disk_tiers_raw.trim();
+        match raw {
+            "none" | "" => return Ok(Vec::new()),
+            "auto" => {
+                return Ok(vec![DiskTierSpec {
+                    dir: self.state_dir.join("cache"),
+                    quota: 10 << 30,
+                }])
+            }
+            _ => {}
+        }
+        raw.split(',')
+            .map(|entry| {
+                let (dir, quota) = entry.trim().rsplit_once(':').ok_or_else(|| {
+                    Error::invalid(format!(
+                        "disk_tiers: entry {entry:?} must be DIR:QUOTA, e.g. /nvme/silt:100GiB"
+                    ))
+                })?;
+                if !Path::new(dir).is_absolute() {
+                    return Err(Error::invalid(format!(
+                        "disk_tiers: directory {dir:?} must be absolute"
+                    )));
+                }
+                Ok(DiskTierSpec {
+                    dir: PathBuf::from(dir),
+                    quota: parse_size_opt("disk_tiers", quota)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Checks relations between options that `set` cannot check one at a time.
+    pub fn validate(&self) -> Result<()> {
+        if self.low_watermark > self.high_watermark {
+            return Err(Error::invalid(format!(
+                "low_watermark ({}) must not exceed high_watermark ({})",
+                self.low_watermark, self.high_watermark
+            )));
+        }
+        if self.prefetch_max < self.page_size {
+            return Err(Error::invalid(
+                "prefetch_max must be at least one page_size",
+            ));
+        }
+        self.disk_tiers()?;
+        Ok(())
+    }
+
+    /// Applies a TOML config file of flat `key = value` pairs (arrays for lists).
+    pub fn apply_file(&mut self, path: &Path) -> Result<()> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::from(e).context(format!("config file {}", path.display())))?;
+        self.apply_toml(&text)
+            .map_err(|e| e.context(format!("config file {}", path.display())))
+    }
+
+    pub fn apply_toml(&mut self, text: &str) -> Result<()> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            Error::invalid(format!("not valid TOML: {}", e.message()))
+        })?;
+        for (key, value) in table {
+            let text = match value {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                toml::Value::Array(items) => items
+                    .into_iter()
+                    .map(|v| match v {
+                        toml::Value::String(s) => Ok(s),
+                        other => Err(Error::invalid(format!(
+                            "{key}: list items must be strings, got {other}"
+                        ))),
+                    })
+                    .collect::<Result<Vec<_>>>()?
+                    .join(","),
+                other => return Err(Error::invalid(format!("{key}: unsupported value {other}"))),
+            };
+            self.set(&key, &text)?;
+        }
+        Ok(())
+    }
+
+    /// Applies `SILT_<NAME>` environment variables.
+    pub fn apply_env(&mut self) -> Result<()> {
+        for opt in OPTIONS {
+            if let Ok(v) = std::env::var(env_name(opt.name)) {
+                self.set(opt.name, &v)
+                    .map_err(|e| e.context(format!("environment {}", env_name(opt.name))))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `page_size` → `SILT_PAGE_SIZE`.
+pub fn env_name(option: &str) -> String {
+    format!("SILT_{}", option.to_ascii_uppercase())
+}
+
+/// `page_size` → `page-size`.
+pub fn flag_name(option: &str) -> String {
+    option.replace('_', "-")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse_and_validate() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert_eq!(c.page_size, 1 << 20);
+        assert_eq!(
+            c.disk_tiers().unwrap()[0].dir,
+            PathBuf::from("/var/lib/silt/cache")
+        );
+    }
+
+    #[test]
+    fn bad_values_give_clear_errors() {
+        let mut c = Config::default();
+        let e = c.set("page_size", "3MiB").unwrap_err();
+        assert!(e.to_string().contains("power of two"), "{e}");
+        assert!(c
+            .set("metadata_ttl", "soon")
+            .unwrap_err()
+            .to_string()
+            .contains("metadata_ttl"));
+        assert!(c
+            .set("nope", "1")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown option"));
+        assert!(c.set("mounts", "data=s3://b").is_err());
+        assert!(c.set("mounts", "/data=bucket").is_err());
+        assert!(c.set("disk_tiers", "relative:1GiB").is_err());
+        assert!(c.set("s3_endpoint", "localhost:9000").is_err());
+        c.set("low_watermark", "0.99").unwrap();
+        c.set("high_watermark", "0.5").unwrap();
+        assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn toml_lists_and_paths() {
+        let mut c = Config::default();
+        c.apply_toml("mounts = [\"/a=file:///x\", \"/b/c/=s3://bkt/p\"]\npage_size = \"4MiB\"\nfuse_threads = 4\n")
+            .unwrap();
+        assert_eq!(c.mounts.len(), 2);
+        assert_eq!(c.mounts[1].path, "/b/c");
+        assert_eq!(c.page_size, 4 << 20);
+        assert_eq!(c.fuse_threads, 4);
+        assert!(c.apply_toml("page_size = [1]").is_err());
+        assert_eq!(normalize_ns_path("//a/./b"), None);
+        assert_eq!(normalize_ns_path("/"), Some("/".into()));
+    }
+}
+
+#[cfg(test)]
+mod doc_tests {
+    /// docs/CONFIGURATION.md lists every option with its real default.
+    #[test]
+    fn configuration_doc_lists_every_option_and_default() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/CONFIGURATION.md"
+        ))
+        .expect("docs/CONFIGURATION.md");
+        for o in super::OPTIONS {
+            let default = if o.default.is_empty() {
+                "(empty)".to_string()
+            } else {
+                format!("`{}`", o.default)
+            };
+            let row = format!("| `{}` | {} |", o.name, default);
+            assert!(
+                doc.contains(&row),
+                "docs/CONFIGURATION.md lacks the row starting {row}"
+            );
+        }
+    }
+}

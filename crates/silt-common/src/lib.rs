@@ -1,0 +1,11 @@
+//! Shared vocabulary of every Silt crate: the error model, object identities and
+//! fingerprints, byte-size parsing, the configuration table and metric names.
+
+pub mod config;
+pub mod error;
+pub mod id;
+pub mod metrics;
+pub mod size;
+
+pub use error::{Error, ErrorKind, Result};
+pub use id::{ObjectId, PageKey};

@@ -1,0 +1,108 @@
+//! Every metric name Silt exports, defined once. Counters are process-wide atomics; the
+//! report and (later) the Prometheus exporter read them through [`all`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub const fn new() -> Self {
+        Counter(AtomicU64::new(0))
+    }
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    #[inline]
+    pub fn inc(&self) {
+        self.add(1)
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for Counter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One exported metric: its stable name, help text and counter.
+pub struct MetricDef {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub counter: &'static Counter,
+}
+
+macro_rules! define_metrics {
+    ($($ident:ident = $name:literal, $help:literal;)*) => {
+        $(
+            #[doc = $help]
+            pub static $ident: Counter = Counter::new();
+        )*
+        /// Every metric, in definition order.
+        pub fn all() -> &'static [MetricDef] {
+            static ALL: &[MetricDef] = &[
+                $(MetricDef { name: $name, help: $help, counter: &$ident },)*
+            ];
+            ALL
+        }
+    };
+}
+
+define_metrics! {
+    READ_BYTES_MEMORY = "silt_read_bytes_memory_total", "Bytes served to readers from the memory tier.";
+    READ_BYTES_DISK = "silt_read_bytes_disk_total", "Bytes served to readers from a disk tier.";
+    READ_BYTES_UFS = "silt_read_bytes_ufs_total", "Bytes served to readers that had to come from the under-store.";
+    PAGE_HITS = "silt_page_hits_total", "Page lookups answered by the page store (any tier).";
+    PAGE_MISSES = "silt_page_misses_total", "Page lookups that had to fetch from the under-store.";
+    SINGLEFLIGHT_JOINS = "silt_singleflight_joins_total", "Page misses that joined a fetch already in flight instead of issuing their own.";
+    PREFETCH_PAGES = "silt_prefetch_pages_total", "Pages fetched ahead of the reader by the sequential prefetcher.";
+    UFS_REQUESTS = "silt_ufs_requests_total", "Requests issued to under-stores (reads, stats, listings).";
+    UFS_READ_BYTES = "silt_ufs_read_bytes_total", "Bytes read from under-stores.";
+    UFS_ERRORS = "silt_ufs_errors_total", "Under-store requests that failed.";
+    CHECKSUM_FAILURES = "silt_checksum_failures_total", "Pages read from disk whose checksum did not match (dropped and refetched).";
+    PAGES_EVICTED = "silt_pages_evicted_total", "Pages evicted from any tier.";
+    META_CACHE_HITS = "silt_meta_cache_hits_total", "Stat or listing lookups answered by the metadata cache.";
+    META_CACHE_MISSES = "silt_meta_cache_misses_total", "Stat or listing lookups that went to the under-store.";
+    FUSE_OPENS_PASSTHROUGH = "silt_fuse_opens_passthrough_total", "Opens served in FUSE passthrough mode (reads bypass the daemon).";
+    FUSE_OPENS_DAEMON = "silt_fuse_opens_daemon_total", "Opens served through the daemon's read path.";
+    FUSE_READ_BYTES = "silt_fuse_read_bytes_total", "Bytes returned by the daemon to FUSE read requests.";
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_are_unique_and_prometheus_shaped() {
+        let mut names: Vec<_> = super::all().iter().map(|m| m.name).collect();
+        for n in &names {
+            assert!(n.starts_with("silt_") && n.ends_with("_total"), "{n}");
+            assert!(n.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+        }
+        let len = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), len);
+    }
+}
+
+#[cfg(test)]
+mod doc_tests {
+    #[test]
+    fn metrics_doc_lists_every_metric() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/METRICS.md"
+        ))
+        .expect("docs/METRICS.md");
+        for m in super::all() {
+            assert!(
+                doc.contains(&format!("| `{}` |", m.name)),
+                "docs/METRICS.md lacks {}",
+                m.name
+            );
+        }
+    }
+}

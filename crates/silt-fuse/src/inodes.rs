@@ -1,0 +1,114 @@
+//! Inode numbers for namespace paths, with the kernel's lookup counts.
+//!
+//! The kernel holds a reference per successful lookup (and per readdirplus entry) and gives
+//! them back with `forget`; an inode is dropped when its count reaches zero. Readdir hands out
+//! numbers without references (`peek_or_assign`); such inodes live until the next lookup
+//! takes a reference or the table is rebuilt.
+
+use std::collections::HashMap;
+
+pub struct Inodes {
+    by_ino: HashMap<u64, Node>,
+    by_path: HashMap<String, u64>,
+    next: u64,
+}
+
+struct Node {
+    path: String,
+    lookups: u64,
+}
+
+pub const ROOT: u64 = 1;
+
+impl Inodes {
+    pub fn new() -> Self {
+        let mut t = Inodes {
+            by_ino: HashMap::new(),
+            by_path: HashMap::new(),
+            next: ROOT + 1,
+        };
+        t.by_ino.insert(
+            ROOT,
+            Node {
+                path: "/".into(),
+                lookups: 1,
+            },
+        );
+        t.by_path.insert("/".into(), ROOT);
+        t
+    }
+
+    pub fn path(&self, ino: u64) -> Option<String> {
+        self.by_ino.get(&ino).map(|n| n.path.clone())
+    }
+
+    pub fn peek_or_assign(&mut self, path: &str) -> u64 {
+        if let Some(&ino) = self.by_path.get(path) {
+            return ino;
+        }
+        let ino = self.next;
+        self.next += 1;
+        self.by_ino.insert(
+            ino,
+            Node {
+                path: path.to_string(),
+                lookups: 0,
+            },
+        );
+        self.by_path.insert(path.to_string(), ino);
+        ino
+    }
+
+    /// Takes one kernel reference on `path`'s inode.
+    pub fn lookup(&mut self, path: &str) -> u64 {
+        let ino = self.peek_or_assign(path);
+        if let Some(n) = self.by_ino.get_mut(&ino) {
+            n.lookups += 1;
+        }
+        ino
+    }
+
+    pub fn forget(&mut self, ino: u64, n: u64) {
+        if ino == ROOT {
+            return;
+        }
+        let drop = match self.by_ino.get_mut(&ino) {
+            Some(node) => {
+                node.lookups = node.lookups.saturating_sub(n);
+                node.lookups == 0
+            }
+            None => false,
+        };
+        if drop {
+            if let Some(node) = self.by_ino.remove(&ino) {
+                self.by_path.remove(&node.path);
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_ino.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookups_and_forgets_balance() {
+        let mut t = Inodes::new();
+        let a = t.lookup("/a");
+        assert_eq!(t.lookup("/a"), a);
+        t.forget(a, 1);
+        assert_eq!(t.path(a).as_deref(), Some("/a"));
+        t.forget(a, 1);
+        assert_eq!(t.path(a), None);
+        // A new number after the old one was forgotten: the kernel never sees a reused ino for
+        // a different path while it still holds the old one.
+        let b = t.lookup("/a");
+        assert_ne!(a, b);
+        t.forget(ROOT, 100);
+        assert_eq!(t.path(ROOT).as_deref(), Some("/"));
+    }
+}

@@ -1,0 +1,756 @@
+//! The FUSE adapter: a thin layer mapping kernel requests onto `silt-client`.
+//!
+//! Read-only for now. What it adds over the client:
+//! - inode numbers (path ↔ ino, with the kernel's lookup counts),
+//! - kernel caching: long entry/attr TTLs, `readdirplus` so a walk needs no per-file lookup,
+//!   and `FOPEN_KEEP_CACHE` whenever the kernel's cached pages belong to the version being
+//!   opened (a changed object is opened without it, which drops the stale page cache),
+//! - FUSE passthrough: when a file is wholly present in a local disk-tier file and the kernel
+//!   supports passthrough (Linux ≥ 6.9), the open hands the kernel that file so reads bypass
+//!   the daemon. Support is detected in `init`; without it every open falls back to the
+//!   daemon's read path. Each open's mode is recorded for `silt report`.
+
+mod inodes;
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsStr;
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    BackingId, Config as FuseConfig, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, MountOption, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
+    SessionACL,
+};
+use parking_lot::Mutex;
+use silt_cache::PinGuard;
+use silt_client::{Client, Entry, OpenFile};
+use silt_common::config::PassthroughMode;
+use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
+use silt_ufs::EntryKind;
+
+use inodes::Inodes;
+
+/// Mount options of the adapter (from `Config`).
+#[derive(Debug, Clone)]
+pub struct FuseOptions {
+    pub attr_ttl: Duration,
+    pub entry_ttl: Duration,
+    pub threads: usize,
+    pub max_read: u64,
+    pub passthrough: PassthroughMode,
+    pub allow_other: bool,
+}
+
+/// How one open was served.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OpenRecord {
+    pub path: String,
+    pub mode: &'static str,
+    pub reason: &'static str,
+}
+
+/// What the adapter reports (shared with the control server).
+#[derive(Default)]
+pub struct FuseState {
+    /// Whether the kernel offered passthrough in FUSE_INIT.
+    pub kernel_passthrough: AtomicBool,
+    /// Whether passthrough is in use (offered and not disabled).
+    pub passthrough_enabled: AtomicBool,
+    pub recent_opens: Mutex<VecDeque<OpenRecord>>,
+}
+
+const RECENT_OPENS: usize = 32;
+
+impl FuseState {
+    fn record(&self, path: &str, mode: &'static str, reason: &'static str) {
+        let mut r = self.recent_opens.lock();
+        if r.len() == RECENT_OPENS {
+            r.pop_front();
+        }
+        r.push_back(OpenRecord {
+            path: path.to_string(),
+            mode,
+            reason,
+        });
+    }
+}
+
+struct Handle {
+    file: Arc<OpenFile>,
+    ino: u64,
+    /// Keeps the object's disk pages from eviction while the kernel reads the backing file.
+    _pin: Option<PinGuard>,
+    passthrough: bool,
+}
+
+/// One backing file registered with the kernel, shared by every passthrough handle of an inode.
+struct Backing {
+    object: ObjectId,
+    id: Arc<BackingId>,
+    handles: usize,
+}
+
+pub struct SiltFs {
+    client: Arc<Client>,
+    opts: FuseOptions,
+    state: Arc<FuseState>,
+    inodes: Mutex<Inodes>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    dirs: Mutex<HashMap<u64, Arc<Vec<Entry>>>>,
+    backings: Mutex<HashMap<u64, Backing>>,
+    /// The version whose pages the kernel may hold in its page cache, per inode.
+    kernel_cached: Mutex<HashMap<u64, ObjectId>>,
+    next_fh: AtomicU64,
+    uid: u32,
+    gid: u32,
+    started: SystemTime,
+}
+
+fn errno(e: &Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+impl SiltFs {
+    pub fn new(client: Arc<Client>, opts: FuseOptions, state: Arc<FuseState>) -> Self {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        SiltFs {
+            client,
+            opts,
+            state,
+            inodes: Mutex::new(Inodes::new()),
+            handles: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            backings: Mutex::new(HashMap::new()),
+            kernel_cached: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            uid,
+            gid,
+            started: SystemTime::now(),
+        }
+    }
+
+    fn block<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        self.client.runtime().block_on(f)
+    }
+
+    fn path_of(&self, ino: INodeNo) -> std::result::Result<String, Errno> {
+        self.inodes.lock().path(ino.0).ok_or(Errno::ESTALE)
+    }
+
+    fn child_path(&self, parent: INodeNo, name: &OsStr) -> std::result::Result<String, Errno> {
+        let name = name.to_str().ok_or(Errno::ENOENT)?;
+        let dir = self.path_of(parent)?;
+        Ok(silt_client::namespace::join(&dir, name))
+    }
+
+    fn attr(&self, ino: u64, e: &Entry) -> FileAttr {
+        let is_dir = e.kind == EntryKind::Dir;
+        let mtime = e.mtime.unwrap_or(self.started);
+        // Read-only mount: never advertise write bits.
+        let perm = match e.mode {
+            Some(m) => (m & 0o7777 & !0o222) as u16,
+            None if is_dir => 0o555,
+            None => 0o444,
+        };
+        FileAttr {
+            ino: INodeNo(ino),
+            size: e.size,
+            blocks: e.size.div_ceil(512),
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            crtime: mtime,
+            kind: if is_dir {
+                FileType::Directory
+            } else {
+                FileType::RegularFile
+            },
+            perm,
+            nlink: if is_dir { 2 } else { 1 },
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            // stdio and cp size their buffers from st_blksize: one cache page per read.
+            blksize: self.client.worker().page_size().min(u32::MAX as u64) as u32,
+            flags: 0,
+        }
+    }
+
+    fn stat_path(&self, path: &str) -> Result<Entry> {
+        self.block(self.client.stat(path))
+    }
+
+    fn open_dir_listing(&self, ino: INodeNo) -> std::result::Result<Arc<Vec<Entry>>, Errno> {
+        let path = self.path_of(ino)?;
+        self.block(self.client.list(&path)).map_err(|e| errno(&e))
+    }
+
+    /// Opens the backing file for passthrough if the whole object is on local disk.
+    fn try_passthrough(
+        &self,
+        ino: u64,
+        file: &OpenFile,
+        reply: &ReplyOpen,
+    ) -> std::result::Result<(Arc<BackingId>, PinGuard), &'static str> {
+        if !self.state.passthrough_enabled.load(Ordering::Relaxed) {
+            return Err(if self.opts.passthrough == PassthroughMode::Off {
+                "passthrough disabled by configuration"
+            } else {
+                "kernel does not support passthrough"
+            });
+        }
+        let store = self.client.worker().page_store();
+        let obj = file.object();
+        // Pin first so no page can be evicted between the completeness check and the kernel
+        // opening the file.
+        let pin = store.pin(obj.id);
+        let Some(local) = store.complete_file(obj.id, obj.size()) else {
+            return Err("not fully cached on local disk");
+        };
+        let mut backings = self.backings.lock();
+        if let Some(b) = backings.get_mut(&ino) {
+            if b.object == obj.id {
+                b.handles += 1;
+                return Ok((b.id.clone(), pin));
+            }
+            // Another version is still open through passthrough; serve this one via the daemon.
+            return Err("older version of the file still open");
+        }
+        let f = File::open(&local).map_err(|_| "could not open the cached file")?;
+        let id = reply.open_backing(&f).map_err(|e| {
+            tracing::warn!(path = %file.entry.path, error = %e, "passthrough backing open failed");
+            "kernel refused the backing file"
+        })?;
+        let id = Arc::new(id);
+        backings.insert(
+            ino,
+            Backing {
+                object: obj.id,
+                id: id.clone(),
+                handles: 1,
+            },
+        );
+        Ok((id, pin))
+    }
+
+    fn release_backing(&self, ino: u64) {
+        let mut backings = self.backings.lock();
+        if let Some(b) = backings.get_mut(&ino) {
+            b.handles -= 1;
+            if b.handles == 0 {
+                backings.remove(&ino);
+            }
+        }
+    }
+}
+
+impl fuser::Filesystem for SiltFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
+        // More parallel read-ahead requests in flight: the prefetcher and kernel read-ahead
+        // together keep the store busy.
+        let _ = config.set_max_background(64);
+        let _ = config.set_congestion_threshold(48);
+        let _ = config.set_max_readahead(self.opts.max_read as u32);
+        let kernel_pt = config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH);
+        self.state
+            .kernel_passthrough
+            .store(kernel_pt, Ordering::Relaxed);
+        let want = self.opts.passthrough != PassthroughMode::Off;
+        if want && kernel_pt {
+            let ok = config.set_max_stack_depth(1).is_ok()
+                && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
+            self.state.passthrough_enabled.store(ok, Ordering::Relaxed);
+        }
+        if self.opts.passthrough == PassthroughMode::On
+            && !self.state.passthrough_enabled.load(Ordering::Relaxed)
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "passthrough=on but this kernel does not offer FUSE passthrough (needs Linux >= 6.9)",
+            ));
+        }
+        tracing::info!(
+            kernel_passthrough = kernel_pt,
+            passthrough = self.state.passthrough_enabled.load(Ordering::Relaxed),
+            "FUSE session initialised"
+        );
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let path = match self.child_path(parent, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.stat_path(&path) {
+            Ok(e) => {
+                let ino = self.inodes.lock().lookup(&path);
+                reply.entry_with_ttls(
+                    &self.opts.attr_ttl,
+                    &self.opts.entry_ttl,
+                    &self.attr(ino, &e),
+                    Generation(0),
+                );
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.inodes.lock().forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let path = match self.path_of(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.stat_path(&path) {
+            Ok(e) => reply.attr(&self.opts.attr_ttl, &self.attr(ino.0, &e)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.acc_mode() != OpenAccMode::O_RDONLY {
+            return reply.error(Errno::EROFS);
+        }
+        let path = match self.path_of(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        let file = match self.block(self.client.open(&path)) {
+            Ok(f) => Arc::new(f),
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        match self.try_passthrough(ino.0, &file, &reply) {
+            Ok((backing, pin)) => {
+                metrics::FUSE_OPENS_PASSTHROUGH.inc();
+                self.state
+                    .record(&path, "passthrough", "whole file in local disk tier");
+                self.handles.lock().insert(
+                    fh,
+                    Handle {
+                        file,
+                        ino: ino.0,
+                        _pin: Some(pin),
+                        passthrough: true,
+                    },
+                );
+                // No KEEP_CACHE here: together with passthrough it makes open() fail (EIO).
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &backing);
+            }
+            Err(reason) => {
+                metrics::FUSE_OPENS_DAEMON.inc();
+                self.state.record(&path, "daemon", reason);
+                let id = file.object().id;
+                let keep = self.kernel_cached.lock().insert(ino.0, id) == Some(id);
+                self.handles.lock().insert(
+                    fh,
+                    Handle {
+                        file,
+                        ino: ino.0,
+                        _pin: None,
+                        passthrough: false,
+                    },
+                );
+                let flags = if keep {
+                    FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                };
+                reply.opened(FileHandle(fh), flags);
+            }
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyData,
+    ) {
+        let file = match self.handles.lock().get(&fh.0) {
+            Some(h) => h.file.clone(),
+            None => return reply.error(Errno::EBADF),
+        };
+        match self.client.read_blocking(&file, offset, size as u64) {
+            Ok(bytes) => {
+                metrics::FUSE_READ_BYTES.add(bytes.len() as u64);
+                reply.data(&bytes)
+            }
+            Err(e) => {
+                if e.kind() == ErrorKind::ContentChanged {
+                    tracing::info!(path = %file.entry.path, "object changed while open: {e}");
+                } else {
+                    tracing::warn!(path = %file.entry.path, offset, size, "read failed: {e}");
+                }
+                reply.error(errno(&e))
+            }
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        if let Some(h) = self.handles.lock().remove(&fh.0) {
+            if h.passthrough {
+                self.release_backing(h.ino);
+            }
+        }
+        reply.ok();
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: fuser::LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Read-only: nothing to write back.
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // Snapshot the listing for the handle's life, so offsets stay stable across the
+        // several readdir calls of one large directory.
+        match self.open_dir_listing(ino) {
+            Ok(list) => {
+                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                self.dirs.lock().insert(fh, list);
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let Some(list) = self.dirs.lock().get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut i = offset;
+        while i < list.len() as u64 + 2 {
+            let full = match i {
+                0 => reply.add(ino, 1, FileType::Directory, "."),
+                1 => reply.add(ino, 2, FileType::Directory, ".."),
+                _ => {
+                    let e = &list[(i - 2) as usize];
+                    // Plain readdir does not count as a lookup: use a stable ino without
+                    // taking a reference.
+                    let child_ino = self.inodes.lock().peek_or_assign(&e.path);
+                    let kind = if e.is_dir() {
+                        FileType::Directory
+                    } else {
+                        FileType::RegularFile
+                    };
+                    reply.add(INodeNo(child_ino), i + 1, kind, e.name())
+                }
+            };
+            if full {
+                break;
+            }
+            i += 1;
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(list) = self.dirs.lock().get(&fh.0).cloned() else {
+            return reply.error(Errno::EBADF);
+        };
+        let self_entry = match self
+            .path_of(ino)
+            .and_then(|p| self.stat_path(&p).map_err(|e| errno(&e)))
+        {
+            Ok(e) => e,
+            Err(e) => return reply.error(e),
+        };
+        let ttl = self.opts.entry_ttl;
+        let mut i = offset;
+        while i < list.len() as u64 + 2 {
+            let full = match i {
+                0 | 1 => {
+                    // The kernel takes no lookup reference for "." and "..".
+                    let name = if i == 0 { "." } else { ".." };
+                    reply.add(
+                        ino,
+                        i + 1,
+                        name,
+                        &ttl,
+                        &self.attr(ino.0, &self_entry),
+                        Generation(0),
+                    )
+                }
+                _ => {
+                    let e = &list[(i - 2) as usize];
+                    let mut inodes = self.inodes.lock();
+                    let child = inodes.peek_or_assign(&e.path);
+                    let full = reply.add(
+                        INodeNo(child),
+                        i + 1,
+                        e.name(),
+                        &ttl,
+                        &self.attr(child, e),
+                        Generation(0),
+                    );
+                    if !full {
+                        // Every entry the kernel receives counts as one lookup.
+                        inodes.lookup(&e.path);
+                    }
+                    full
+                }
+            };
+            if full {
+                break;
+            }
+            i += 1;
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.dirs.lock().remove(&fh.0);
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let stats = self.client.worker().stats();
+        let (cap, used) = stats
+            .tiers
+            .iter()
+            .filter(|t| t.name != "memory")
+            .fold((0u64, 0u64), |(c, u), t| (c + t.capacity, u + t.used));
+        const BS: u64 = 4096;
+        let files = self.inodes.lock().len() as u64;
+        reply.statfs(
+            cap / BS,
+            cap.saturating_sub(used) / BS,
+            cap.saturating_sub(used) / BS,
+            files,
+            0,
+            BS as u32,
+            255,
+            BS as u32,
+        );
+    }
+
+    fn access(&self, _req: &Request, _ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        if mask.contains(fuser::AccessFlags::W_OK) {
+            reply.error(Errno::EROFS)
+        } else {
+            reply.ok()
+        }
+    }
+}
+
+/// Checks that `mountpoint` exists, is a directory and is not already a mount point.
+pub fn check_mountpoint(mountpoint: &Path) -> Result<()> {
+    let meta = match std::fs::metadata(mountpoint) {
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOTCONN) && remove_dead_silt_mount(mountpoint) =>
+        {
+            std::fs::metadata(mountpoint)
+        }
+        other => other,
+    }
+    .map_err(|e| Error::from(e).context(format!("mountpoint {}", mountpoint.display())))?;
+    if !meta.is_dir() {
+        return Err(Error::new(
+            ErrorKind::NotADirectory,
+            format!("mountpoint {} is not a directory", mountpoint.display()),
+        ));
+    }
+    let canon = std::fs::canonicalize(mountpoint)?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for line in mounts.lines() {
+        // Field 5 is the mount point, with spaces etc. octal-escaped.
+        if let Some(mp) = line.split(' ').nth(4) {
+            if unescape_mountinfo(mp) == canon.to_string_lossy() {
+                return Err(Error::new(
+                    ErrorKind::Busy,
+                    format!("mountpoint {} is busy: something is already mounted there (unmount it first)", mountpoint.display()),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The kernel starts a FUSE mount with 128 KiB of read-ahead, which caps read requests at
+/// 128 KiB; raising the mount's bdi read-ahead lets sequential reads arrive as `max_read`-sized
+/// requests (8× fewer round trips through the daemon). Best effort: needs root and sysfs.
+fn raise_read_ahead(mountpoint: &Path, bytes: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(mountpoint) else {
+        return;
+    };
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    if let Err(e) = std::fs::write(&path, format!("{}", bytes / 1024)) {
+        tracing::info!(path, error = %e, "could not raise FUSE read-ahead; reads stay at 128 KiB");
+    }
+}
+
+/// A silt mount whose process died answers ENOTCONN; nothing can use it, so a new silt may
+/// detach it. Only silt's own mounts are touched. Returns whether one was removed.
+fn remove_dead_silt_mount(mountpoint: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let target = mountpoint.to_string_lossy();
+    let ours = mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() > 4 && unescape_mountinfo(f[4]) == target && l.contains(" - fuse.silt ")
+    });
+    if !ours {
+        return false;
+    }
+    let Ok(c) = std::ffi::CString::new(target.as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a valid C string; MNT_DETACH only detaches the dead mount.
+    let rc = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    if rc == 0 {
+        tracing::warn!(mountpoint = %target, "removed the dead mount of an earlier silt process");
+    }
+    rc == 0
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    let mut out = String::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v as char);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i] as char);
+        i += 1;
+    }
+    out
+}
+
+/// A live mount; dropping it unmounts.
+pub struct Mounted {
+    session: Option<fuser::BackgroundSession>,
+    mountpoint: std::path::PathBuf,
+}
+
+impl Mounted {
+    /// Unmounts and waits for the session threads. If files are still open (EBUSY), the mount
+    /// is detached lazily instead: it disappears from the namespace now, and the open files
+    /// fail once this process exits.
+    pub fn unmount(mut self) -> Result<()> {
+        let Some(s) = self.session.take() else {
+            return Ok(());
+        };
+        match s.umount_and_join() {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                tracing::warn!(mountpoint = %self.mountpoint.display(), "files still open: detaching the mount lazily");
+                let c = std::ffi::CString::new(self.mountpoint.as_os_str().as_encoded_bytes())
+                    .map_err(|_| Error::invalid("mountpoint contains a NUL byte"))?;
+                // SAFETY: a valid C string.
+                if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+                    return Err(
+                        Error::from(std::io::Error::last_os_error()).context("lazy unmount")
+                    );
+                }
+                Ok(())
+            }
+            r => r.map_err(|e| Error::from(e).context("unmount")),
+        }
+    }
+
+    /// Blocks until the file system is unmounted from outside (e.g. `fusermount3 -u`).
+    pub fn join(mut self) -> Result<()> {
+        if let Some(s) = self.session.take() {
+            s.join()
+                .map_err(|e| Error::from(e).context("FUSE session"))?;
+        }
+        Ok(())
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.session.as_ref().is_none_or(|s| s.guard.is_finished())
+    }
+}
+
+/// Mounts the namespace at `mountpoint`, serving requests on background threads.
+pub fn mount(
+    client: Arc<Client>,
+    mountpoint: &Path,
+    opts: FuseOptions,
+    state: Arc<FuseState>,
+) -> Result<Mounted> {
+    check_mountpoint(mountpoint)?;
+    let mut cfg = FuseConfig::default();
+    cfg.mount_options = vec![
+        MountOption::FSName("silt".into()),
+        MountOption::Subtype("silt".into()),
+        MountOption::RO,
+        MountOption::NoAtime,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+    ];
+    if opts.allow_other {
+        cfg.acl = SessionACL::All;
+    }
+    cfg.n_threads = Some(opts.threads.max(1));
+    cfg.clone_fd = true;
+    let read_ahead = opts.max_read;
+    let fs = SiltFs::new(client, opts, state);
+    let session = fuser::spawn_mount(fs, mountpoint, &cfg).map_err(|e| {
+        Error::from(e).context(format!("mounting FUSE at {}", mountpoint.display()))
+    })?;
+    raise_read_ahead(mountpoint, read_ahead);
+    Ok(Mounted {
+        session: Some(session),
+        mountpoint: mountpoint.to_path_buf(),
+    })
+}

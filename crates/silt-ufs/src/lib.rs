@@ -1,0 +1,159 @@
+//! Under-stores: where the data really lives (S3 and compatibles, local directories, …).
+//!
+//! Everything above this crate talks to an [`UnderStore`]; the implementations are
+//! OpenDAL-backed stores for `file://` and `s3://` URIs, an in-memory fake ([`MemStore`]) and
+//! a fault-injecting wrapper ([`FaultStore`]) for tests.
+//!
+//! Paths are relative to the store's root (`""` is the root, `"a/b.jpg"` a file), use `/`
+//! as separator and never start or end with `/`.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use silt_common::{Error, Result};
+
+mod fault;
+mod mem;
+mod opendal_store;
+mod uri;
+
+pub use fault::{Fault, FaultOp, FaultStore};
+pub use mem::MemStore;
+pub use opendal_store::{OpendalStore, S3Options};
+pub use uri::{open_store, StoreUri};
+
+/// File or directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+}
+
+/// What a store knows about one entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Path relative to the store root.
+    pub path: String,
+    pub kind: EntryKind,
+    /// Size in bytes (0 for directories).
+    pub size: u64,
+    pub mtime: Option<SystemTime>,
+    /// Opaque strong validator (S3 ETag), if the store has one.
+    pub etag: Option<String>,
+    /// Object version id, if the store versions objects.
+    pub version: Option<String>,
+    /// POSIX permission bits, if the store keeps them (local directories).
+    pub mode: Option<u32>,
+}
+
+impl ObjectMeta {
+    /// The *content* fingerprint: it changes whenever the bytes may have changed (ETag, version
+    /// id, or size+mtime when the store has neither), and does not change for a metadata-only
+    /// change such as a chmod.
+    pub fn content_fingerprint(&self) -> String {
+        let mtime_ns = self
+            .mtime
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        match (&self.version, &self.etag) {
+            (Some(v), _) => format!("v:{v}:{}", self.size),
+            (None, Some(e)) => format!("e:{e}:{}", self.size),
+            (None, None) => format!("m:{mtime_ns}:{}", self.size),
+        }
+    }
+
+    /// The name: the last path component (`""` for the root).
+    pub fn name(&self) -> &str {
+        self.path.rsplit('/').next().unwrap_or("")
+    }
+}
+
+/// What a store can do; callers pick strategies from it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Capabilities {
+    /// `list(dir, recursive = true)` is one paginated sweep rather than a walk.
+    pub native_recursive_list: bool,
+    /// `read` with an expected fingerprint is enforced by the store itself (If-Match).
+    pub conditional_read: bool,
+}
+
+/// An under-store.
+///
+/// Invariants every implementation MUST keep:
+/// - `stat` of a missing path returns `ErrorKind::NotFound`; of a directory (a prefix with
+///   children, or a real directory) returns `EntryKind::Dir`.
+/// - `list(dir, false)` returns the direct children of `dir` (files and sub-directories), each
+///   once, with paths relative to the store root; `list(dir, true)` returns every file below
+///   `dir` and may also return directory entries. Order is unspecified. Listing a missing
+///   directory returns `NotFound`; listing a file returns `NotADirectory`.
+/// - `read(path, range, expected)` returns exactly the bytes `range` of the version of `path`
+///   that `expected` describes, clamped to its size, or `ErrorKind::ContentChanged` if the object
+///   no longer matches `expected.content_fingerprint()`. It never returns bytes from two versions.
+/// - Errors carry a kind whose `is_retryable()` tells whether trying again can help; messages
+///   never contain credentials.
+#[async_trait]
+pub trait UnderStore: Send + Sync + 'static {
+    /// The URI this store was opened from (credentials never included).
+    fn uri(&self) -> &str;
+    fn capabilities(&self) -> Capabilities;
+    async fn stat(&self, path: &str) -> Result<ObjectMeta>;
+    async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>>;
+    async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes>;
+    /// Writes a whole object (used by tests as an out-of-band writer, later by the write path).
+    async fn write(&self, path: &str, data: Bytes) -> Result<()>;
+    /// Deletes an object; deleting a missing object is not an error.
+    async fn delete(&self, path: &str) -> Result<()>;
+}
+
+pub type DynStore = Arc<dyn UnderStore>;
+
+/// Checks a store path and returns it without leading/trailing `/` (tolerated, e.g. `"dir/"`).
+/// Rejects empty, `.` and `..` components so no path can escape the store root.
+pub(crate) fn normalize_path(path: &str) -> Result<&str> {
+    let p = path.trim_matches('/');
+    if p.is_empty() {
+        return Ok(p);
+    }
+    if p.split('/').any(|c| c.is_empty() || c == "." || c == "..") {
+        return Err(Error::invalid(format!(
+            "invalid store path {path:?}: empty, '.' and '..' components are not allowed"
+        )));
+    }
+    Ok(p)
+}
+
+/// Clamps `range` to an object of `size` bytes. A reversed range is an input error; a range
+/// that starts at or past the end is empty.
+pub(crate) fn clamp_range(range: &Range<u64>, size: u64) -> Result<Range<u64>> {
+    if range.start > range.end {
+        return Err(Error::invalid(format!(
+            "invalid byte range {}..{}: start is after end",
+            range.start, range.end
+        )));
+    }
+    let end = range.end.min(size);
+    Ok(range.start.min(end)..end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_ranges() {
+        assert_eq!(normalize_path("").unwrap(), "");
+        assert_eq!(normalize_path("/a/b/").unwrap(), "a/b");
+        for bad in ["a//b", "a/./b", "../a", "a/.."] {
+            assert!(normalize_path(bad).is_err(), "{bad}");
+        }
+        assert_eq!(clamp_range(&(5..100), 10).unwrap(), 5..10);
+        assert_eq!(clamp_range(&(20..30), 10).unwrap(), 10..10);
+        assert_eq!(clamp_range(&(0..0), 10).unwrap(), 0..0);
+        let reversed = Range { start: 3, end: 2 };
+        assert!(clamp_range(&reversed, 10).is_err());
+    }
+}

@@ -1,0 +1,341 @@
+//! An in-memory under-store with S3 semantics, for tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use silt_common::{Error, ErrorKind, Result};
+
+use crate::{clamp_range, normalize_path, Capabilities, EntryKind, ObjectMeta, UnderStore};
+
+/// An in-memory fake of an object store, keeping every [`UnderStore`] invariant.
+///
+/// Like S3, it stores only objects; directories are implied by the paths of the objects below
+/// them (they vanish with their last object, and a recursive listing returns files only).
+/// Every write bumps a store-wide counter that becomes the object's ETag, so an overwrite
+/// always changes the fingerprint, even with the same bytes. Reads are conditional on the
+/// expected fingerprint, like If-Match.
+///
+/// The test helpers ([`MemStore::put`], [`MemStore::remove`], …) change objects out of band
+/// and do not count as requests; [`MemStore::requests`] counts the trait calls that a real
+/// store would have received (an empty-range read is answered without a request).
+pub struct MemStore {
+    uri: String,
+    state: Mutex<State>,
+    requests: AtomicU64,
+    caps: Capabilities,
+}
+
+#[derive(Default)]
+struct State {
+    objects: BTreeMap<String, Object>,
+    next_etag: u64,
+}
+
+struct Object {
+    data: Bytes,
+    etag: String,
+    mtime: SystemTime,
+}
+
+impl Object {
+    fn meta(&self, path: &str) -> ObjectMeta {
+        ObjectMeta {
+            path: path.to_string(),
+            kind: EntryKind::File,
+            size: self.data.len() as u64,
+            mtime: Some(self.mtime),
+            etag: Some(self.etag.clone()),
+            version: None,
+            mode: None,
+        }
+    }
+}
+
+fn dir_meta(path: &str) -> ObjectMeta {
+    ObjectMeta {
+        path: path.to_string(),
+        kind: EntryKind::Dir,
+        size: 0,
+        mtime: None,
+        etag: None,
+        version: None,
+        mode: None,
+    }
+}
+
+impl MemStore {
+    /// An empty store; `uri` is what [`UnderStore::uri`] returns (e.g. `"mem://test"`).
+    pub fn new(uri: impl Into<String>) -> MemStore {
+        MemStore {
+            uri: uri.into(),
+            state: Mutex::new(State::default()),
+            requests: AtomicU64::new(0),
+            caps: Capabilities {
+                native_recursive_list: true,
+                conditional_read: true,
+            },
+        }
+    }
+
+    /// Overrides the advertised capabilities (to exercise callers' fallback strategies).
+    pub fn with_capabilities(mut self, caps: Capabilities) -> MemStore {
+        self.caps = caps;
+        self
+    }
+
+    /// Creates or overwrites an object out of band (not counted as a request) and returns its
+    /// new metadata; the ETag always changes.
+    pub fn put(&self, path: &str, data: impl Into<Bytes>) -> Result<ObjectMeta> {
+        let path = normalize_path(path)?;
+        if path.is_empty() {
+            return Err(Error::invalid("cannot put an object at the store root"));
+        }
+        Ok(self.state.lock().insert(path, data.into()))
+    }
+
+    /// Deletes an object out of band; returns whether it existed.
+    pub fn remove(&self, path: &str) -> bool {
+        let Ok(path) = normalize_path(path) else {
+            return false;
+        };
+        self.state.lock().objects.remove(path).is_some()
+    }
+
+    /// The current bytes of an object.
+    pub fn get(&self, path: &str) -> Option<Bytes> {
+        let path = normalize_path(path).ok()?;
+        self.state.lock().objects.get(path).map(|o| o.data.clone())
+    }
+
+    /// The current metadata of an object (files only).
+    pub fn meta(&self, path: &str) -> Option<ObjectMeta> {
+        let path = normalize_path(path).ok()?;
+        self.state.lock().objects.get(path).map(|o| o.meta(path))
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.state.lock().objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Trait calls served so far (stat, list, read, write, delete).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    pub fn reset_requests(&self) {
+        self.requests.store(0, Ordering::Relaxed);
+    }
+
+    fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn full(&self, path: &str) -> String {
+        format!("{}/{path}", self.uri.trim_end_matches('/'))
+    }
+}
+
+impl State {
+    fn insert(&mut self, path: &str, data: Bytes) -> ObjectMeta {
+        self.next_etag += 1;
+        let obj = Object {
+            data,
+            etag: format!("{:016x}", self.next_etag),
+            mtime: SystemTime::now(),
+        };
+        let meta = obj.meta(path);
+        self.objects.insert(path.to_string(), obj);
+        meta
+    }
+
+    /// Objects strictly below `dir` (`""` = everything), as (key, object).
+    fn below<'a>(&'a self, dir: &str) -> impl Iterator<Item = (&'a String, &'a Object)> + 'a {
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        self.objects
+            .range(prefix.clone()..)
+            .take_while(move |(k, _)| k.starts_with(&prefix))
+    }
+}
+
+#[async_trait]
+impl UnderStore for MemStore {
+    fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.caps
+    }
+
+    async fn stat(&self, path: &str) -> Result<ObjectMeta> {
+        self.count();
+        let path = normalize_path(path)?;
+        let state = self.state.lock();
+        if path.is_empty() {
+            return Ok(dir_meta(""));
+        }
+        if let Some(obj) = state.objects.get(path) {
+            return Ok(obj.meta(path));
+        }
+        if state.below(path).next().is_some() {
+            return Ok(dir_meta(path));
+        }
+        Err(Error::not_found(format!(
+            "stat {}: not found",
+            self.full(path)
+        )))
+    }
+
+    async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
+        self.count();
+        let dir = normalize_path(dir)?;
+        let state = self.state.lock();
+        let skip = if dir.is_empty() { 0 } else { dir.len() + 1 };
+        let mut out = Vec::new();
+        let mut subdirs = BTreeSet::new();
+        for (key, obj) in state.below(dir) {
+            match key[skip..].split_once('/') {
+                Some((child, _)) if !recursive => {
+                    subdirs.insert(key[..skip + child.len()].to_string());
+                }
+                _ => out.push(obj.meta(key)),
+            }
+        }
+        if out.is_empty() && subdirs.is_empty() && !dir.is_empty() {
+            return Err(if state.objects.contains_key(dir) {
+                Error::new(
+                    ErrorKind::NotADirectory,
+                    format!("list {}: not a directory", self.full(dir)),
+                )
+            } else {
+                Error::not_found(format!("list {}: no such directory", self.full(dir)))
+            });
+        }
+        out.extend(subdirs.iter().map(|d| dir_meta(d)));
+        Ok(out)
+    }
+
+    async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
+        let path = normalize_path(path)?;
+        if expected.kind == EntryKind::Dir {
+            return Err(Error::new(
+                ErrorKind::IsADirectory,
+                format!("read {}: is a directory", self.full(path)),
+            ));
+        }
+        let range = clamp_range(&range, expected.size)?;
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        self.count();
+        let state = self.state.lock();
+        let obj = state
+            .objects
+            .get(path)
+            .ok_or_else(|| Error::not_found(format!("read {}: not found", self.full(path))))?;
+        if obj.meta(path).content_fingerprint() != expected.content_fingerprint() {
+            return Err(Error::new(
+                ErrorKind::ContentChanged,
+                format!(
+                    "read {}: the object changed since its metadata was read",
+                    self.full(path)
+                ),
+            ));
+        }
+        // Same fingerprint means same size, so the clamped range is inside the object.
+        Ok(obj.data.slice(range.start as usize..range.end as usize))
+    }
+
+    async fn write(&self, path: &str, data: Bytes) -> Result<()> {
+        self.count();
+        let path = normalize_path(path)?;
+        if path.is_empty() {
+            return Err(Error::invalid(format!(
+                "write {}: cannot write the store root",
+                self.uri
+            )));
+        }
+        self.state.lock().insert(path, data);
+        Ok(())
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        self.count();
+        let path = normalize_path(path)?;
+        self.state.lock().objects.remove(path);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn implied_directories_and_request_counting() {
+        let m = MemStore::new("mem://t");
+        m.put("a/b/c.txt", "abc").unwrap();
+        m.put("a/d.txt", "d").unwrap();
+        m.put("top", "t").unwrap();
+        assert_eq!(m.requests(), 0, "helpers are not requests");
+
+        assert_eq!(m.stat("a/b").await.unwrap().kind, EntryKind::Dir);
+        assert_eq!(m.stat("").await.unwrap().kind, EntryKind::Dir);
+        assert_eq!(
+            m.stat("a/b/c").await.unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        let mut names: Vec<_> = m
+            .list("a", false)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.path, e.kind))
+            .collect();
+        names.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(
+            names,
+            vec![
+                ("a/b".to_string(), EntryKind::Dir),
+                ("a/d.txt".to_string(), EntryKind::File)
+            ]
+        );
+        assert_eq!(m.list("a", true).await.unwrap().len(), 2);
+        assert_eq!(m.requests(), 5);
+
+        assert!(m.remove("a/b/c.txt"));
+        assert_eq!(m.stat("a/b").await.unwrap_err().kind(), ErrorKind::NotFound);
+        m.reset_requests();
+        assert_eq!(m.requests(), 0);
+    }
+
+    #[tokio::test]
+    async fn overwrite_with_same_bytes_changes_fingerprint() {
+        let m = MemStore::new("mem://t");
+        let v1 = m.put("x", "same").unwrap();
+        let v2 = m.put("x", "same").unwrap();
+        assert_ne!(v1.content_fingerprint(), v2.content_fingerprint());
+        let e = m.read("x", 0..4, &v1).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ContentChanged);
+        assert_eq!(m.read("x", 0..4, &v2).await.unwrap(), "same");
+        assert_eq!(m.get("x").unwrap(), "same");
+        assert_eq!(m.meta("x").unwrap(), v2);
+        assert_eq!(m.len(), 1);
+        assert!(m.put("", "x").is_err());
+        assert!(m.put("../x", "x").is_err());
+    }
+}

@@ -1,0 +1,1083 @@
+//! OpenDAL-backed under-stores for `file://` and `s3://`.
+//!
+//! One [`OpendalStore`] wraps an `opendal::Operator` (timeout layer, then retry layer for S3)
+//! and adapts it to the [`UnderStore`] invariants: root-relative paths without trailing `/`,
+//! S3 prefixes as directories, `NotFound`/`NotADirectory` for listings, version-safe reads
+//! (If-Match on S3, size+mtime checks around the read on local directories) and errors mapped
+//! to [`ErrorKind`]s whose retryability is right.
+
+use std::fmt;
+use std::ops::Range;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use opendal::layers::{RetryEvent, RetryLayer, TimeoutLayer};
+use opendal::{HttpTransporter, Metadata, OperationContext, Operator};
+use opendal_http_transport_reqwest::ReqwestTransport;
+use reqsign_aws_v4::{EnvCredentialProvider, ProfileCredentialProvider, StaticCredentialProvider};
+use reqsign_core::ProvideCredentialChain;
+use silt_common::config::Config;
+use silt_common::metrics::{UFS_ERRORS, UFS_READ_BYTES, UFS_REQUESTS};
+use silt_common::{Error, ErrorKind, Result};
+use tracing::debug;
+
+use crate::uri::StoreUri;
+use crate::{clamp_range, normalize_path, Capabilities, EntryKind, ObjectMeta, UnderStore};
+
+/// S3 connection options (see the `s3_*` and `ufs_*` options in `silt_common::config`).
+/// `timeout` and `retries` apply to every OpenDAL-backed store.
+#[derive(Clone)]
+pub struct S3Options {
+    /// Endpoint URL, e.g. `http://127.0.0.1:7070`; empty: the AWS endpoint of `region`.
+    pub endpoint: String,
+    pub region: String,
+    /// `ENDPOINT/BUCKET` (true) or `BUCKET.ENDPOINT` (false).
+    pub path_style: bool,
+    /// Empty (with an empty secret): `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY`, then the AWS
+    /// config/credentials files. Nothing is ever fetched over the network (no IMDS, SSO, STS).
+    pub access_key_id: String,
+    /// Never logged, never shown by `Debug`, never put into error messages.
+    pub secret_access_key: String,
+    /// Deadline of one request attempt (and of each body chunk of a read).
+    pub timeout: Duration,
+    /// Retries of a retryable failure, with exponential backoff.
+    pub retries: usize,
+}
+
+impl Default for S3Options {
+    /// The same values as the built-in configuration defaults.
+    fn default() -> Self {
+        S3Options {
+            endpoint: String::new(),
+            region: "us-east-1".to_string(),
+            path_style: true,
+            access_key_id: String::new(),
+            secret_access_key: String::new(),
+            timeout: Duration::from_secs(30),
+            retries: 3,
+        }
+    }
+}
+
+impl S3Options {
+    pub fn from_config(cfg: &Config) -> S3Options {
+        S3Options {
+            endpoint: cfg.s3_endpoint.clone(),
+            region: cfg.s3_region.clone(),
+            path_style: cfg.s3_path_style,
+            access_key_id: cfg.s3_access_key_id.clone(),
+            secret_access_key: cfg.s3_secret_access_key.clone(),
+            timeout: cfg.ufs_timeout,
+            retries: cfg.ufs_retries,
+        }
+    }
+
+    /// The endpoint as shown in messages.
+    fn endpoint_display(&self) -> String {
+        if self.endpoint.is_empty() {
+            format!("https://s3.{}.amazonaws.com", self.region)
+        } else {
+            self.endpoint.trim_end_matches('/').to_string()
+        }
+    }
+}
+
+impl fmt::Debug for S3Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Options")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("path_style", &self.path_style)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &if self.secret_access_key.is_empty() {
+                    ""
+                } else {
+                    "<redacted>"
+                },
+            )
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .finish()
+    }
+}
+
+enum Backend {
+    /// `root` is canonical; metadata comes from `std::fs` (ns mtime, permission bits).
+    Fs {
+        root: PathBuf,
+    },
+    S3 {
+        bucket: String,
+        endpoint: String,
+    },
+}
+
+/// An under-store over an OpenDAL operator: local directories (`file://`) and S3 (`s3://`).
+pub struct OpendalStore {
+    op: Operator,
+    uri: String,
+    backend: Backend,
+    timeout: Duration,
+    retries: usize,
+}
+
+/// Floor of the retry backoff; OpenDAL's default (1s) makes a flapping connection slow to
+/// recover, and S3 asks for backoff starting in the 100ms range.
+const RETRY_MIN_DELAY: Duration = Duration::from_millis(100);
+const RETRY_MAX_DELAY: Duration = Duration::from_secs(10);
+/// Upper bound on one attempt of the [`OpendalStore::verify`] probe.
+const PROBE_ATTEMPT_CAP: Duration = Duration::from_secs(10);
+
+fn retry_event(ev: RetryEvent<'_>) {
+    // Each retry is one more request to the store, and the one before it failed.
+    UFS_REQUESTS.inc();
+    UFS_ERRORS.inc();
+    debug!(
+        op = ?ev.op,
+        attempt = ev.attempt,
+        retry_after_ms = ev.retry_after.as_millis() as u64,
+        error = %ev.err,
+        "retrying under-store request"
+    );
+}
+
+impl OpendalStore {
+    /// Builds the store `uri` names, without checking that it is reachable (see
+    /// [`OpendalStore::verify`] and [`crate::open_store`]).
+    pub fn open(uri: &StoreUri, s3: &S3Options) -> Result<OpendalStore> {
+        match uri {
+            StoreUri::File { root } => OpendalStore::fs(root, s3.timeout),
+            StoreUri::S3 { bucket, prefix } => OpendalStore::s3(bucket, prefix, s3),
+        }
+    }
+
+    /// A store over the local directory `root`, which must exist (OpenDAL would create it).
+    ///
+    /// No retry layer: local errors are not transient, and OpenDAL marks every unknown I/O
+    /// error as temporary, which would retry `ENOTDIR` and friends with backoff.
+    pub fn fs(root: &Path, timeout: Duration) -> Result<OpendalStore> {
+        check_timeout(timeout)?;
+        let shown = root.display().to_string();
+        match std::fs::metadata(root) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::new(
+                    ErrorKind::NotADirectory,
+                    format!("{shown} is not a directory"),
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::not_found(format!(
+                    "local directory {shown} does not exist"
+                )))
+            }
+            Err(e) => return Err(Error::from(e).context(format!("local directory {shown}"))),
+        }
+        let root = std::fs::canonicalize(root)
+            .map_err(|e| Error::from(e).context(format!("local directory {shown}")))?;
+        let root_str = root.to_str().ok_or_else(|| {
+            Error::invalid(format!("local directory {shown}: path is not valid UTF-8"))
+        })?;
+        let builder = opendal::services::Fs::default().root(root_str);
+        let op = Operator::new(builder)
+            .map_err(|e| {
+                Error::internal(format!("local directory {shown}: {}", e.message())).with_source(e)
+            })?
+            .layer(
+                TimeoutLayer::new()
+                    .with_timeout(timeout)
+                    .with_io_timeout(timeout),
+            );
+        Ok(OpendalStore {
+            op,
+            uri: StoreUri::File { root: root.clone() }.to_string(),
+            backend: Backend::Fs { root },
+            timeout,
+            retries: 0,
+        })
+    }
+
+    /// A store over `s3://bucket/prefix`.
+    pub fn s3(bucket: &str, prefix: &str, opts: &S3Options) -> Result<OpendalStore> {
+        check_timeout(opts.timeout)?;
+        let prefix = normalize_path(prefix)?;
+        let uri = StoreUri::S3 {
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+        }
+        .to_string();
+        let root = if prefix.is_empty() {
+            "/".to_string()
+        } else {
+            format!("/{prefix}/")
+        };
+
+        // Credentials: explicit options, then the environment, then the AWS config files. The
+        // default chain would also try SSO, web identity (STS), credential_process, ECS and
+        // EC2 IMDS, all of which can send traffic off this machine.
+        let mut chain = ProvideCredentialChain::new();
+        match (
+            opts.access_key_id.is_empty(),
+            opts.secret_access_key.is_empty(),
+        ) {
+            (false, false) => {
+                chain = chain.push(StaticCredentialProvider::new(
+                    &opts.access_key_id,
+                    &opts.secret_access_key,
+                ))
+            }
+            (true, true) => {}
+            _ => {
+                return Err(Error::invalid(
+                    "s3_access_key_id and s3_secret_access_key must be set together",
+                ))
+            }
+        }
+        let chain = chain
+            .push(EnvCredentialProvider::new())
+            .push(ProfileCredentialProvider::new());
+
+        let mut builder = opendal::services::S3::default()
+            .bucket(bucket)
+            .root(&root)
+            .region(&opts.region)
+            // Endpoint and region come from Silt's config only (no AWS_ENDPOINT_URL surprises).
+            .disable_config_load()
+            .disable_ec2_metadata()
+            .credential_provider_chain(chain);
+        if !opts.endpoint.is_empty() {
+            builder = builder.endpoint(&opts.endpoint);
+        }
+        if !opts.path_style {
+            builder = builder.enable_virtual_host_style();
+        }
+        // The workspace's opendal features install no process-wide HTTP transport; give this
+        // operator reqwest's (a shared, lazily built client and connection pool).
+        let http = HttpTransporter::new(ReqwestTransport::default());
+        let op = Operator::new(builder)
+            .map_err(|e| Error::invalid(format!("{uri}: {}", e.message())).with_source(e))?
+            .with_context(OperationContext::new().with_http_transport(http))
+            // Timeout before retry: each attempt gets its own deadline (see TimeoutLayer docs).
+            .layer(
+                TimeoutLayer::new()
+                    .with_timeout(opts.timeout)
+                    .with_io_timeout(opts.timeout),
+            )
+            .layer(
+                RetryLayer::new()
+                    .with_max_times(opts.retries)
+                    .with_min_delay(RETRY_MIN_DELAY)
+                    .with_max_delay(RETRY_MAX_DELAY)
+                    .with_jitter()
+                    .with_notify(retry_event),
+            );
+        Ok(OpendalStore {
+            op,
+            uri,
+            backend: Backend::S3 {
+                bucket: bucket.to_string(),
+                endpoint: opts.endpoint_display(),
+            },
+            timeout: opts.timeout,
+            retries: opts.retries,
+        })
+    }
+
+    /// The underlying operator (root = the store root).
+    pub fn operator(&self) -> &Operator {
+        &self.op
+    }
+
+    /// Checks that the store is usable: the directory is readable, or one listing of at most
+    /// one key succeeds within a bounded time.
+    pub async fn verify(&self) -> Result<()> {
+        match &self.backend {
+            Backend::Fs { root } => {
+                UFS_REQUESTS.inc();
+                let r = tokio::fs::read_dir(root).await.map(drop);
+                self.count_errors(async {
+                    r.map_err(|e| {
+                        Error::from(e).context(format!("local directory {}", root.display()))
+                    })
+                })
+                .await
+            }
+            Backend::S3 { endpoint, .. } => {
+                let attempt = self.timeout.min(PROBE_ATTEMPT_CAP);
+                let deadline =
+                    attempt * (self.retries.min(100) as u32 + 1) + Duration::from_secs(1);
+                let probe = async {
+                    UFS_REQUESTS.inc();
+                    let mut lister = self
+                        .op
+                        .lister_with("/")
+                        .limit(1)
+                        .await
+                        .map_err(|e| self.map_err("open", "", e))?;
+                    match lister.next().await {
+                        Some(Err(e)) => Err(self.map_err("open", "", e)),
+                        _ => Ok(()),
+                    }
+                };
+                self.count_errors(async {
+                    match tokio::time::timeout(deadline, probe).await {
+                        Ok(r) => r,
+                        Err(_) => Err(Error::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "{}: S3 endpoint {endpoint} did not answer within {deadline:?}",
+                                self.uri
+                            ),
+                        )),
+                    }
+                })
+                .await
+            }
+        }
+    }
+
+    /// `uri/path` for messages.
+    fn full(&self, path: &str) -> String {
+        if path.is_empty() {
+            self.uri.clone()
+        } else {
+            format!("{}/{path}", self.uri)
+        }
+    }
+
+    fn endpoint_display(&self) -> String {
+        match &self.backend {
+            Backend::Fs { .. } => "the local filesystem".to_string(),
+            Backend::S3 { endpoint, .. } => format!("S3 endpoint {endpoint}"),
+        }
+    }
+
+    /// Maps an OpenDAL error to ours: a kind with the right retryability and a short message
+    /// (the full OpenDAL error, with response headers, stays available as the source).
+    fn map_err(&self, op: &str, path: &str, e: opendal::Error) -> Error {
+        let full = self.full(path);
+        let (kind, detail) = self.classify(&e);
+        debug!(op, path = %full, kind = %kind, error = %e, "under-store request failed");
+        Error::new(kind, format!("{op} {full}: {detail}")).with_source(e)
+    }
+
+    fn classify(&self, e: &opendal::Error) -> (ErrorKind, String) {
+        use opendal::ErrorKind as O;
+        let code = debug_field(e.message(), "code").unwrap_or("");
+        let s3_detail = || match debug_field(e.message(), "message") {
+            Some(m) if !code.is_empty() => format!("{code}: {m}"),
+            _ if !code.is_empty() => code.to_string(),
+            _ => e.message().to_string(),
+        };
+        // Codes that say more than the HTTP status (versitygw answers 404 to an unknown key id).
+        const CREDENTIAL_CODES: &[&str] = &[
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "XAdminUserNotFound",
+            "InvalidToken",
+            "ExpiredToken",
+        ];
+        if CREDENTIAL_CODES.contains(&code) {
+            return (
+                ErrorKind::PermissionDenied,
+                format!(
+                    "credentials refused by {}: {}",
+                    self.endpoint_display(),
+                    s3_detail()
+                ),
+            );
+        }
+        match (code, &self.backend) {
+            ("NoSuchBucket", Backend::S3 { bucket, .. }) => {
+                return (
+                    ErrorKind::NotFound,
+                    format!(
+                        "bucket {bucket} does not exist at {}",
+                        self.endpoint_display()
+                    ),
+                )
+            }
+            ("InvalidBucketName", _) => return (ErrorKind::InvalidInput, s3_detail()),
+            // versitygw's posix backend cannot hold both `a` and `a/b`.
+            ("ExistingObjectIsDirectory", _) => return (ErrorKind::IsADirectory, s3_detail()),
+            ("ObjectParentIsFile", _) => return (ErrorKind::NotADirectory, s3_detail()),
+            _ => {}
+        }
+        match e.kind() {
+            O::NotFound => (ErrorKind::NotFound, "not found".to_string()),
+            O::PermissionDenied => (
+                ErrorKind::PermissionDenied,
+                format!(
+                    "access denied by {}: {}",
+                    self.endpoint_display(),
+                    s3_detail()
+                ),
+            ),
+            O::ConditionNotMatch => (
+                ErrorKind::ContentChanged,
+                "the object changed since its metadata was read".to_string(),
+            ),
+            O::RateLimited => (
+                ErrorKind::RateLimited,
+                format!(
+                    "{} asked to slow down: {}",
+                    self.endpoint_display(),
+                    s3_detail()
+                ),
+            ),
+            O::IsADirectory => (ErrorKind::IsADirectory, "is a directory".to_string()),
+            O::NotADirectory => (ErrorKind::NotADirectory, "not a directory".to_string()),
+            O::AlreadyExists => (ErrorKind::AlreadyExists, "already exists".to_string()),
+            O::Unsupported => (ErrorKind::Unsupported, e.message().to_string()),
+            O::RangeNotSatisfied => (ErrorKind::InvalidInput, s3_detail()),
+            O::ConfigInvalid => (ErrorKind::InvalidInput, s3_detail()),
+            // S3 OperationAborted: "a conflicting conditional operation is in progress, try again".
+            O::Conflict => (ErrorKind::Unavailable, s3_detail()),
+            _ => self.classify_unexpected(e, code, s3_detail()),
+        }
+    }
+
+    fn classify_unexpected(
+        &self,
+        e: &opendal::Error,
+        code: &str,
+        s3_detail: String,
+    ) -> (ErrorKind, String) {
+        let msg = e.message();
+        let where_ = self.endpoint_display();
+        if msg.contains("timeout reached") || code == "RequestTimeout" {
+            return (
+                ErrorKind::Timeout,
+                format!("no answer from {where_} within {:?}", self.timeout),
+            );
+        }
+        if msg == "signing http request" {
+            return (
+                ErrorKind::PermissionDenied,
+                "no S3 credentials found: set s3_access_key_id and s3_secret_access_key, \
+                 AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or ~/.aws/credentials"
+                    .to_string(),
+            );
+        }
+        if is_transport_error(msg) {
+            let kind = match find_io_error(e).map(|io| io.kind()) {
+                Some(std::io::ErrorKind::TimedOut) => ErrorKind::Timeout,
+                _ => ErrorKind::Unavailable,
+            };
+            return (kind, format!("cannot reach {where_}: {}", root_cause(e)));
+        }
+        if let Some(io) = find_io_error(e) {
+            // Local I/O: the same mapping as everywhere else in Silt.
+            let kind = Error::from(std::io::Error::from(io.kind())).kind();
+            return (kind, format!("{where_}: {io}"));
+        }
+        let status = http_status(e);
+        let server_error = matches!(code, "InternalError" | "ServiceUnavailable" | "SlowDown")
+            || status.is_some_and(|s| s >= 500);
+        if server_error {
+            return (
+                ErrorKind::Unavailable,
+                format!("{where_} failed: {s3_detail}"),
+            );
+        }
+        // OpenDAL marks undecodable listing pages temporary: a truncated response under load.
+        if e.is_temporary() || msg.contains("deserialize") {
+            return (
+                ErrorKind::Unavailable,
+                format!("{where_}: {}", root_cause(e)),
+            );
+        }
+        if status.is_some_and(|s| (400..500).contains(&s)) {
+            return (
+                ErrorKind::InvalidInput,
+                format!("{where_} refused the request: {s3_detail}"),
+            );
+        }
+        // Never the full OpenDAL rendering here: it carries response headers and a backtrace.
+        (
+            ErrorKind::Internal,
+            format!("{where_}: {}: {s3_detail}", e.kind()),
+        )
+    }
+
+    fn fs_path(root: &Path, path: &str) -> PathBuf {
+        if path.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(path)
+        }
+    }
+
+    async fn fs_stat(&self, root: &Path, path: &str) -> Result<ObjectMeta> {
+        let p = Self::fs_path(root, path);
+        UFS_REQUESTS.inc();
+        match tokio::fs::metadata(&p).await {
+            Ok(md) => fs_meta(path, &md).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Unsupported,
+                    format!("stat {}: not a regular file or directory", self.full(path)),
+                )
+            }),
+            // `file/x`: ENOTDIR means the path does not exist.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                Err(Error::not_found(format!(
+                    "stat {}: not found",
+                    self.full(path)
+                )))
+            }
+            Err(e) => Err(Error::from(e).context(format!("stat {}", self.full(path)))),
+        }
+    }
+
+    async fn s3_stat(&self, path: &str) -> Result<ObjectMeta> {
+        if path.is_empty() {
+            return Ok(dir_meta(""));
+        }
+        UFS_REQUESTS.inc();
+        match self.op.stat(path).await {
+            Ok(m) if !m.is_dir() => return Ok(s3_meta(path.to_string(), &m)),
+            Ok(_) => return Ok(dir_meta(path)),
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => {}
+            Err(e) => return Err(self.map_err("stat", path, e)),
+        }
+        // Not an object: a "directory" is a prefix with at least one key below it.
+        if self.s3_prefix_exists(path).await? {
+            Ok(dir_meta(path))
+        } else {
+            Err(Error::not_found(format!(
+                "stat {}: not found",
+                self.full(path)
+            )))
+        }
+    }
+
+    /// Whether at least one key starts with `path/` (a one-key listing).
+    async fn s3_prefix_exists(&self, path: &str) -> Result<bool> {
+        UFS_REQUESTS.inc();
+        let mut lister = self
+            .op
+            .lister_with(&format!("{path}/"))
+            .limit(1)
+            .await
+            .map_err(|e| self.map_err("stat", path, e))?;
+        match lister.next().await {
+            Some(Ok(_)) => Ok(true),
+            Some(Err(e)) => Err(self.map_err("stat", path, e)),
+            None => Ok(false),
+        }
+    }
+
+    async fn list_entries(&self, dir: &str, recursive: bool) -> Result<Vec<(String, Metadata)>> {
+        let dir_slash = if dir.is_empty() {
+            "/".to_string()
+        } else {
+            format!("{dir}/")
+        };
+        UFS_REQUESTS.inc();
+        let entries = self
+            .op
+            .list_with(&dir_slash)
+            .recursive(recursive)
+            .await
+            .map_err(|e| self.map_err("list", dir, e))?;
+        Ok(entries
+            .into_iter()
+            .filter_map(|entry| {
+                let (p, m) = entry.into_parts();
+                // Listings include the directory itself (fs always, S3 when a `dir/` marker
+                // object exists).
+                if p == dir_slash || p == "/" || p.is_empty() {
+                    return None;
+                }
+                Some((p.trim_end_matches('/').to_string(), m))
+            })
+            .collect())
+    }
+
+    async fn fs_list(&self, root: &Path, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
+        let meta = match self.fs_stat(root, dir).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(Error::not_found(format!(
+                    "list {}: no such directory",
+                    self.full(dir)
+                )))
+            }
+            Err(e) => return Err(e),
+        };
+        if meta.kind != EntryKind::Dir {
+            return Err(Error::new(
+                ErrorKind::NotADirectory,
+                format!("list {}: not a directory", self.full(dir)),
+            ));
+        }
+        let names: Vec<String> = self
+            .list_entries(dir, recursive)
+            .await?
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        // OpenDAL's entries have neither permission bits nor a followed symlink; one std stat
+        // per entry gives both, with the same ns mtime that `stat` reports.
+        let root = root.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            names
+                .into_iter()
+                .filter_map(|p| {
+                    let md = std::fs::metadata(root.join(&p)).ok()?; // raced delete, dangling link
+                    fs_meta(&p, &md)
+                })
+                .collect()
+        })
+        .await
+        .map_err(|e| Error::internal(format!("list {}: {e}", self.full(dir))))
+    }
+
+    async fn s3_list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
+        let entries = self.list_entries(dir, recursive).await?;
+        if entries.is_empty() && !dir.is_empty() {
+            // An empty listing: a file, an empty `dir/` marker, or nothing at all.
+            UFS_REQUESTS.inc();
+            match self.op.stat(dir).await {
+                Ok(m) if !m.is_dir() => {
+                    return Err(Error::new(
+                        ErrorKind::NotADirectory,
+                        format!("list {}: not a directory", self.full(dir)),
+                    ))
+                }
+                Ok(_) => return Ok(Vec::new()),
+                Err(e) if e.kind() == opendal::ErrorKind::NotFound => {}
+                Err(e) => return Err(self.map_err("list", dir, e)),
+            }
+            UFS_REQUESTS.inc();
+            return match self.op.stat(&format!("{dir}/")).await {
+                Ok(_) => Ok(Vec::new()),
+                Err(e) if e.kind() == opendal::ErrorKind::NotFound => Err(Error::not_found(
+                    format!("list {}: no such directory", self.full(dir)),
+                )),
+                Err(e) => Err(self.map_err("list", dir, e)),
+            };
+        }
+        Ok(entries
+            .into_iter()
+            .map(|(p, m)| {
+                if m.is_dir() {
+                    dir_meta(&p)
+                } else {
+                    s3_meta(p, &m)
+                }
+            })
+            .collect())
+    }
+
+    /// Ranged GET with If-Match on the expected ETag: the store refuses a newer version.
+    async fn s3_read(&self, path: &str, range: Range<u64>, etag: &str) -> Result<Bytes> {
+        UFS_REQUESTS.inc();
+        let buf = self
+            .op
+            .read_with(path)
+            .range(range)
+            .if_match(&format!("\"{etag}\""))
+            .await
+            .map_err(|e| self.map_err("read", path, e))?;
+        Ok(buf.to_bytes())
+    }
+
+    /// A read guarded by stats before and after: the bytes are returned only if the object had
+    /// `expected`'s fingerprint on both sides of the read, so they cannot mix versions.
+    async fn checked_read(
+        &self,
+        path: &str,
+        range: Range<u64>,
+        expected: &ObjectMeta,
+    ) -> Result<Bytes> {
+        let want = expected.content_fingerprint();
+        let changed = || {
+            Error::new(
+                ErrorKind::ContentChanged,
+                format!(
+                    "read {}: the object changed since its metadata was read",
+                    self.full(path)
+                ),
+            )
+        };
+        let before = self.stat_inner(path).await?;
+        if before.kind == EntryKind::Dir {
+            return Err(Error::new(
+                ErrorKind::IsADirectory,
+                format!("read {}: is a directory", self.full(path)),
+            ));
+        }
+        if before.content_fingerprint() != want {
+            return Err(changed());
+        }
+        UFS_REQUESTS.inc();
+        let result = self.op.read_with(path).range(range).await;
+        let after = match self.stat_inner(path).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Err(changed()),
+            Err(e) => return Err(e),
+        };
+        if after.content_fingerprint() != want {
+            return Err(changed());
+        }
+        result
+            .map(|b| b.to_bytes())
+            .map_err(|e| self.map_err("read", path, e))
+    }
+
+    async fn stat_inner(&self, path: &str) -> Result<ObjectMeta> {
+        match &self.backend {
+            Backend::Fs { root } => self.fs_stat(root, path).await,
+            Backend::S3 { .. } => self.s3_stat(path).await,
+        }
+    }
+
+    /// Counts a failed trait call in `UFS_ERRORS` (requests are counted where they are issued).
+    async fn count_errors<T>(
+        &self,
+        fut: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let r = fut.await;
+        if r.is_err() {
+            UFS_ERRORS.inc();
+        }
+        r
+    }
+}
+
+/// `field: "value"` in a `Debug` rendering (OpenDAL puts S3's `<Error>` there).
+fn debug_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+    let start = text.find(&format!("{field}: \""))? + field.len() + 3;
+    let len = text[start..].find('"')?;
+    Some(&text[start..start + len])
+}
+
+/// A zero deadline would fail every request; say so instead.
+fn check_timeout(timeout: Duration) -> Result<()> {
+    if timeout.is_zero() {
+        return Err(Error::invalid(
+            "ufs_timeout must be greater than zero (e.g. 30s)",
+        ));
+    }
+    Ok(())
+}
+
+/// The HTTP status of a failed response, from OpenDAL's response context (`Parts { status: 409`).
+fn http_status(e: &opendal::Error) -> Option<u16> {
+    let text = e.to_string();
+    let start = text.find("Parts { status: ")? + "Parts { status: ".len();
+    text.get(start..start + 3)?.parse().ok()
+}
+
+fn is_transport_error(msg: &str) -> bool {
+    msg.starts_with("send http request") || msg.starts_with("read data from http response")
+}
+
+fn sources(e: &opendal::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    let mut next = std::error::Error::source(e);
+    std::iter::from_fn(move || {
+        let cur = next?;
+        next = cur.source();
+        Some(cur)
+    })
+}
+
+fn find_io_error(e: &opendal::Error) -> Option<&std::io::Error> {
+    sources(e).find_map(|s| s.downcast_ref::<std::io::Error>())
+}
+
+/// The innermost cause, e.g. "Connection refused (os error 111)".
+fn root_cause(e: &opendal::Error) -> String {
+    sources(e)
+        .last()
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| e.message().to_string())
+}
+
+fn dir_meta(path: &str) -> ObjectMeta {
+    ObjectMeta {
+        path: path.to_string(),
+        kind: EntryKind::Dir,
+        size: 0,
+        mtime: None,
+        etag: None,
+        version: None,
+        mode: None,
+    }
+}
+
+fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
+    let kind = if md.is_dir() {
+        EntryKind::Dir
+    } else if md.is_file() {
+        EntryKind::File
+    } else {
+        return None;
+    };
+    Some(ObjectMeta {
+        path: path.to_string(),
+        kind,
+        size: if kind == EntryKind::File { md.len() } else { 0 },
+        mtime: md.modified().ok(),
+        etag: None,
+        version: None,
+        mode: Some(md.permissions().mode() & 0o7777),
+    })
+}
+
+/// S3 metadata as `stat` and `list` both report it, so their fingerprints agree: the ETag
+/// without quotes, the mtime in whole seconds (HEAD has second precision, listings more), and
+/// no version id (only HEAD returns one, so it would make the two disagree).
+fn s3_meta(path: String, m: &Metadata) -> ObjectMeta {
+    let mtime = m.last_modified().and_then(|t| {
+        let secs = SystemTime::from(t)
+            .duration_since(UNIX_EPOCH)
+            .ok()?
+            .as_secs();
+        Some(UNIX_EPOCH + Duration::from_secs(secs))
+    });
+    ObjectMeta {
+        path,
+        kind: EntryKind::File,
+        size: m.content_length(),
+        mtime,
+        etag: m.etag().map(strip_etag),
+        version: None,
+        mode: None,
+    }
+}
+
+fn strip_etag(etag: &str) -> String {
+    let e = etag.trim();
+    let e = e.strip_prefix("W/").unwrap_or(e);
+    e.trim_matches('"').to_string()
+}
+
+#[async_trait]
+impl UnderStore for OpendalStore {
+    fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        match self.backend {
+            Backend::Fs { .. } => Capabilities {
+                native_recursive_list: false,
+                conditional_read: false,
+            },
+            Backend::S3 { .. } => Capabilities {
+                native_recursive_list: true,
+                conditional_read: true,
+            },
+        }
+    }
+
+    async fn stat(&self, path: &str) -> Result<ObjectMeta> {
+        let path = normalize_path(path)?;
+        self.count_errors(self.stat_inner(path)).await
+    }
+
+    async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
+        let dir = normalize_path(dir)?;
+        self.count_errors(async {
+            match &self.backend {
+                Backend::Fs { root } => self.fs_list(root, dir, recursive).await,
+                Backend::S3 { .. } => self.s3_list(dir, recursive).await,
+            }
+        })
+        .await
+    }
+
+    async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
+        let path = normalize_path(path)?;
+        if expected.kind == EntryKind::Dir {
+            return Err(Error::new(
+                ErrorKind::IsADirectory,
+                format!("read {}: is a directory", self.full(path)),
+            ));
+        }
+        let range = clamp_range(&range, expected.size)?;
+        if range.is_empty() {
+            return Ok(Bytes::new());
+        }
+        let bytes = self
+            .count_errors(async {
+                match (&self.backend, &expected.etag) {
+                    (Backend::S3 { .. }, Some(etag)) => self.s3_read(path, range, etag).await,
+                    _ => self.checked_read(path, range, expected).await,
+                }
+            })
+            .await?;
+        UFS_READ_BYTES.add(bytes.len() as u64);
+        Ok(bytes)
+    }
+
+    async fn write(&self, path: &str, data: Bytes) -> Result<()> {
+        let path = normalize_path(path)?;
+        if path.is_empty() {
+            return Err(Error::invalid(format!(
+                "write {}: cannot write the store root",
+                self.uri
+            )));
+        }
+        self.count_errors(async {
+            UFS_REQUESTS.inc();
+            self.op
+                .write(path, data)
+                .await
+                .map(drop)
+                .map_err(|e| self.map_err("write", path, e))
+        })
+        .await
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        let path = normalize_path(path)?;
+        if path.is_empty() {
+            return Err(Error::invalid(format!(
+                "delete {}: cannot delete the store root",
+                self.uri
+            )));
+        }
+        self.count_errors(async {
+            UFS_REQUESTS.inc();
+            match self.op.delete(path).await {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(self.map_err("delete", path, e)),
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s3_store() -> OpendalStore {
+        let opts = S3Options {
+            endpoint: "http://127.0.0.1:9".into(),
+            access_key_id: "a".into(),
+            secret_access_key: "s".into(),
+            ..S3Options::default()
+        };
+        OpendalStore::s3("bkt", "p", &opts).unwrap()
+    }
+
+    fn s3_error(kind: opendal::ErrorKind, status: u16, code: &str) -> opendal::Error {
+        opendal::Error::new(
+            kind,
+            format!("S3Error {{ code: \"{code}\", message: \"msg\", resource: \"\" }}"),
+        )
+        .with_context(
+            "response",
+            format!("Parts {{ status: {status}, headers: {{}} }}"),
+        )
+    }
+
+    #[test]
+    fn classifies_opendal_errors() {
+        use opendal::ErrorKind as O;
+        let s = s3_store();
+        let kind = |e: opendal::Error| s.map_err("read", "x", e).kind();
+        assert_eq!(
+            kind(s3_error(O::RateLimited, 503, "SlowDown")),
+            ErrorKind::RateLimited
+        );
+        assert_eq!(
+            kind(s3_error(O::Unexpected, 503, "")),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            kind(s3_error(O::Unexpected, 500, "InternalError")),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            kind(s3_error(O::ConditionNotMatch, 412, "PreconditionFailed")),
+            ErrorKind::ContentChanged
+        );
+        assert_eq!(
+            kind(s3_error(O::NotFound, 404, "XAdminUserNotFound")),
+            ErrorKind::PermissionDenied
+        );
+        assert_eq!(
+            kind(s3_error(O::NotFound, 404, "NoSuchKey")),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            kind(s3_error(O::Unexpected, 400, "InvalidArgument")),
+            ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            kind(s3_error(O::Conflict, 409, "OperationAborted")),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            kind(opendal::Error::new(
+                O::Unexpected,
+                "operation timeout reached"
+            )),
+            ErrorKind::Timeout
+        );
+        assert_eq!(
+            kind(opendal::Error::new(O::Unexpected, "weird")),
+            ErrorKind::Internal
+        );
+        let e = s.map_err("open", "", s3_error(O::ConfigInvalid, 404, "NoSuchBucket"));
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        assert_eq!(
+            e.to_string(),
+            "open s3://bkt/p: bucket bkt does not exist at S3 endpoint http://127.0.0.1:9"
+        );
+        // Short messages: no response headers.
+        let e = s.map_err("read", "x", s3_error(O::Unexpected, 400, "InvalidArgument"));
+        assert!(!e.to_string().contains("Parts"), "{e}");
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(strip_etag("\"abc-2\""), "abc-2");
+        assert_eq!(strip_etag("W/\"abc\""), "abc");
+        assert_eq!(strip_etag("abc"), "abc");
+        assert_eq!(
+            debug_field("S3Error { code: \"X\", message: \"y z\" }", "message"),
+            Some("y z")
+        );
+        assert_eq!(debug_field("nothing", "code"), None);
+        assert_eq!(s3_store().uri(), "s3://bkt/p");
+        assert!(!format!(
+            "{:?}",
+            S3Options {
+                secret_access_key: "k3y".into(),
+                ..S3Options::default()
+            }
+        )
+        .contains("k3y"));
+        assert_eq!(
+            OpendalStore::s3(
+                "bkt",
+                "",
+                &S3Options {
+                    access_key_id: "a".into(),
+                    ..S3Options::default()
+                }
+            )
+            .err()
+            .map(|e| e.kind()),
+            Some(ErrorKind::InvalidInput)
+        );
+    }
+}

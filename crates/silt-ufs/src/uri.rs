@@ -1,0 +1,263 @@
+//! Under-store URIs (`file:///abs/dir`, `s3://bucket/prefix`) and [`open_store`].
+
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use silt_common::{Error, Result};
+
+use crate::opendal_store::{OpendalStore, S3Options};
+use crate::DynStore;
+
+/// Schemes users may reasonably try that we know of but do not implement.
+const KNOWN_UNSUPPORTED: &[&str] = &[
+    "gs", "gcs", "az", "azblob", "abfs", "abfss", "wasb", "wasbs", "hdfs", "oss", "cos", "obs",
+    "r2", "http", "https", "webdav", "sftp", "ftp", "hf",
+];
+
+const SUPPORTED: &str = "supported: s3://bucket/prefix, file:///absolute/dir";
+
+/// A parsed under-store URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUri {
+    /// `file:///abs/dir`: a local (or locally mounted) directory.
+    File { root: PathBuf },
+    /// `s3://bucket/prefix`: the objects of `bucket` under `prefix` (no leading or trailing
+    /// `/`; empty for the whole bucket). `s3a://` is accepted as an alias.
+    S3 { bucket: String, prefix: String },
+}
+
+impl StoreUri {
+    /// Parses and normalises a URI (`file:///a//b/` → `file:///a/b`, `s3://b/p/` → `s3://b/p`).
+    /// Every failure is `ErrorKind::InvalidInput` with a message that says what to write.
+    pub fn parse(uri: &str) -> Result<StoreUri> {
+        let text = uri.trim();
+        let Some((scheme, rest)) = text.split_once("://") else {
+            return Err(Error::invalid(format!(
+                "invalid under-store URI {text:?}: expected SCHEME://..., {SUPPORTED}"
+            )));
+        };
+        let scheme_lc = scheme.to_ascii_lowercase();
+        let valid_scheme = !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+        if !valid_scheme {
+            return Err(Error::invalid(format!(
+                "invalid under-store URI {text:?}: bad scheme; {SUPPORTED}"
+            )));
+        }
+        match scheme_lc.as_str() {
+            "file" => parse_file(text, rest),
+            "s3" | "s3a" => parse_s3(rest),
+            s if KNOWN_UNSUPPORTED.contains(&s) => Err(Error::invalid(format!(
+                "under-store scheme {s}:// is not supported yet ({SUPPORTED})"
+            ))),
+            s => Err(Error::invalid(format!(
+                "unknown under-store scheme {s}:// ({SUPPORTED})"
+            ))),
+        }
+    }
+
+    /// `"file"` or `"s3"`.
+    pub fn scheme(&self) -> &'static str {
+        match self {
+            StoreUri::File { .. } => "file",
+            StoreUri::S3 { .. } => "s3",
+        }
+    }
+}
+
+fn parse_file(text: &str, rest: &str) -> Result<StoreUri> {
+    if rest.contains(['?', '#']) {
+        return Err(Error::invalid(format!(
+            "invalid file URI {text:?}: query strings and fragments are not supported"
+        )));
+    }
+    // `file:///abs` leaves "/abs"; `file://host/x` or `file://rel` leave a relative path.
+    if !rest.starts_with('/') {
+        return Err(Error::invalid(format!(
+            "invalid file URI {text:?}: the path must be absolute, e.g. file:///srv/data \
+             (three slashes; relative paths and hosts are not supported)"
+        )));
+    }
+    let mut root = PathBuf::from("/");
+    for comp in Path::new(rest).components() {
+        match comp {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(c) => root.push(c),
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(Error::invalid(format!(
+                    "invalid file URI {text:?}: '..' is not allowed in the path"
+                )))
+            }
+        }
+    }
+    Ok(StoreUri::File { root })
+}
+
+fn parse_s3(rest: &str) -> Result<StoreUri> {
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    // Never echo the URI here: `user:secret@bucket` would put a secret into an error message.
+    if authority.contains('@') {
+        return Err(Error::invalid(
+            "invalid s3 URI: credentials in the URI are not supported; \
+             use s3_access_key_id / s3_secret_access_key (or the AWS environment)",
+        ));
+    }
+    let shown = format!("s3://{rest}");
+    if rest.contains(['?', '#']) {
+        return Err(Error::invalid(format!(
+            "invalid s3 URI {shown:?}: query strings and fragments are not supported"
+        )));
+    }
+    if authority.is_empty() {
+        return Err(Error::invalid(format!(
+            "invalid s3 URI {shown:?}: missing bucket name, e.g. s3://my-bucket/prefix"
+        )));
+    }
+    let bucket_ok = authority.len() <= 255
+        && authority
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    if !bucket_ok {
+        return Err(Error::invalid(format!(
+            "invalid s3 URI {shown:?}: {authority:?} is not a valid bucket name \
+             (letters, digits, '.', '-', '_')"
+        )));
+    }
+    let mut parts = Vec::new();
+    for comp in path.split('/').filter(|c| !c.is_empty()) {
+        if comp == "." || comp == ".." {
+            return Err(Error::invalid(format!(
+                "invalid s3 URI {shown:?}: '.' and '..' are not allowed in the prefix"
+            )));
+        }
+        parts.push(comp);
+    }
+    Ok(StoreUri::S3 {
+        bucket: authority.to_string(),
+        prefix: parts.join("/"),
+    })
+}
+
+impl fmt::Display for StoreUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUri::File { root } => write!(f, "file://{}", root.display()),
+            StoreUri::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
+            StoreUri::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+        }
+    }
+}
+
+impl FromStr for StoreUri {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        StoreUri::parse(s)
+    }
+}
+
+/// Opens the under-store `uri` names and checks that it is usable before returning it:
+///
+/// - `file://`: the directory exists and is a directory (`NotFound` / `NotADirectory`,
+///   with the path in the message);
+/// - `s3://`: one cheap listing of the prefix (at most one key). A missing bucket is
+///   `NotFound` ("bucket X does not exist"), refused credentials `PermissionDenied`, an
+///   endpoint that cannot be reached `Unavailable` (endpoint in the message), and the whole
+///   check is bounded by a deadline (`Timeout`), so it never hangs.
+///
+/// `s3` also carries the request timeout and retry count used for every store.
+pub async fn open_store(uri: &str, s3: &S3Options) -> Result<DynStore> {
+    let parsed = StoreUri::parse(uri)?;
+    let store = OpendalStore::open(&parsed, s3)?;
+    store.verify().await?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use silt_common::ErrorKind;
+
+    fn err(uri: &str) -> Error {
+        StoreUri::parse(uri).unwrap_err()
+    }
+
+    #[test]
+    fn parses_and_normalises() {
+        assert_eq!(
+            StoreUri::parse("file:///srv//data/").unwrap(),
+            StoreUri::File {
+                root: "/srv/data".into()
+            }
+        );
+        assert_eq!(
+            StoreUri::parse("file:///").unwrap(),
+            StoreUri::File { root: "/".into() }
+        );
+        assert_eq!(
+            StoreUri::parse(" s3://bkt/a//b/ ").unwrap(),
+            StoreUri::S3 {
+                bucket: "bkt".into(),
+                prefix: "a/b".into()
+            }
+        );
+        assert_eq!(
+            StoreUri::parse("S3://bkt").unwrap(),
+            StoreUri::S3 {
+                bucket: "bkt".into(),
+                prefix: String::new()
+            }
+        );
+        assert_eq!(
+            StoreUri::parse("s3a://bkt/").unwrap().to_string(),
+            "s3://bkt"
+        );
+        assert_eq!(
+            StoreUri::parse("s3://bkt/x/y").unwrap().to_string(),
+            "s3://bkt/x/y"
+        );
+        assert_eq!(
+            "file:///a/./b".parse::<StoreUri>().unwrap().to_string(),
+            "file:///a/b"
+        );
+        assert_eq!(StoreUri::parse("file:///x").unwrap().scheme(), "file");
+    }
+
+    #[test]
+    fn rejects_with_clear_messages() {
+        let e = err("gs://bucket/x");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("not supported yet"), "{e}");
+        let e = err("ftp://host/x");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("ftp://"), "{e}");
+        let e = err("foo://x");
+        assert!(e.to_string().contains("unknown under-store scheme"), "{e}");
+        let e = err("s3://");
+        assert!(e.to_string().contains("missing bucket"), "{e}");
+        let e = err("s3:///prefix");
+        assert!(e.to_string().contains("missing bucket"), "{e}");
+        let e = err("file://relative/dir");
+        assert!(e.to_string().contains("absolute"), "{e}");
+        let e = err("file://");
+        assert!(e.to_string().contains("absolute"), "{e}");
+        let e = err("not a uri");
+        assert!(e.to_string().contains("SCHEME://"), "{e}");
+        assert_eq!(err("/just/a/path").kind(), ErrorKind::InvalidInput);
+        assert_eq!(err("://x").kind(), ErrorKind::InvalidInput);
+        assert_eq!(err("s3://bad bucket/x").kind(), ErrorKind::InvalidInput);
+        assert_eq!(err("s3://b/../x").kind(), ErrorKind::InvalidInput);
+        assert_eq!(err("file:///a/../b").kind(), ErrorKind::InvalidInput);
+        assert_eq!(err("s3://b/x?versionId=1").kind(), ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn never_echoes_credentials() {
+        let e = err("s3://AKIDEXAMPLE:s3cr3t-value@bucket/x");
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(!e.to_string().contains("s3cr3t-value"), "{e}");
+    }
+}

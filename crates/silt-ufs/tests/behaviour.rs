@@ -1,0 +1,415 @@
+//! One behaviour suite for every under-store: the in-memory fake, a local directory and a real
+//! S3-compatible server (versitygw on loopback). Each case is written once against `DynStore`
+//! and instantiated per backend by `suite!`.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use silt_common::metrics::{UFS_READ_BYTES, UFS_REQUESTS};
+use silt_common::ErrorKind;
+use silt_testkit::S3Server;
+use silt_ufs::{
+    open_store, DynStore, EntryKind, Fault, FaultOp, FaultStore, MemStore, ObjectMeta, S3Options,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Mem,
+    Fs,
+    S3,
+}
+
+struct Fixture {
+    store: DynStore,
+    backend: Backend,
+    /// Keeps the temporary directory or the server alive for the test.
+    _guard: Box<dyn Any + Send>,
+}
+
+async fn mem() -> Fixture {
+    Fixture {
+        store: Arc::new(MemStore::new("mem://behaviour")),
+        backend: Backend::Mem,
+        _guard: Box::new(()),
+    }
+}
+
+async fn fs() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", dir.path().display());
+    let store = open_store(&uri, &S3Options::default()).await.unwrap();
+    Fixture {
+        store,
+        backend: Backend::Fs,
+        _guard: Box::new(dir),
+    }
+}
+
+/// The store is `s3://bkt/data/set`, with decoys next to it (`data/settled.txt`,
+/// `data/set-2/x`, `top.txt`) that a sloppy prefix would leak into listings.
+async fn s3() -> Fixture {
+    let server = S3Server::start();
+    server.create_bucket("bkt");
+    let opts = server.s3_options();
+    let whole = open_store(&server.uri("bkt", ""), &opts).await.unwrap();
+    for decoy in ["data/settled.txt", "data/set-2/x", "top.txt"] {
+        whole
+            .write(decoy, Bytes::from_static(b"decoy"))
+            .await
+            .unwrap();
+    }
+    let store = open_store(&server.uri("bkt", "data/set"), &opts)
+        .await
+        .unwrap();
+    Fixture {
+        store,
+        backend: Backend::S3,
+        _guard: Box::new(server),
+    }
+}
+
+async fn put(f: &Fixture, path: &str, data: &[u8]) {
+    f.store
+        .write(path, Bytes::copy_from_slice(data))
+        .await
+        .unwrap_or_else(|e| panic!("write {path}: {e}"));
+}
+
+fn sorted(mut v: Vec<ObjectMeta>) -> Vec<(String, EntryKind)> {
+    v.sort_by(|a, b| {
+        a.path
+            .cmp(&b.path)
+            .then((a.kind as u8).cmp(&(b.kind as u8)))
+    });
+    v.into_iter().map(|m| (m.path, m.kind)).collect()
+}
+
+fn file(p: &str) -> (String, EntryKind) {
+    (p.to_string(), EntryKind::File)
+}
+
+fn dir(p: &str) -> (String, EntryKind) {
+    (p.to_string(), EntryKind::Dir)
+}
+
+mod cases {
+    use super::*;
+
+    pub async fn stat_file_dir_missing(f: Fixture) {
+        let s = &f.store;
+        put(&f, "a/b.txt", b"hello").await;
+        put(&f, "a/b.txtx", b"decoy").await;
+        put(&f, "a/c/d.bin", b"0123456789").await;
+
+        let m = s.stat("a/b.txt").await.unwrap();
+        assert_eq!(
+            (m.path.as_str(), m.kind, m.size),
+            ("a/b.txt", EntryKind::File, 5)
+        );
+        assert_eq!(m.name(), "b.txt");
+        assert!(m.mtime.is_some());
+        match f.backend {
+            Backend::S3 | Backend::Mem => {
+                let etag = m.etag.as_deref().expect("etag");
+                assert!(!etag.is_empty() && !etag.contains('"'), "{etag:?}");
+            }
+            Backend::Fs => {
+                assert_eq!(m.etag, None);
+                assert_eq!(m.mode.map(|m| m & 0o400), Some(0o400), "{m:?}");
+            }
+        }
+
+        for d in ["a", "a/c", ""] {
+            let m = s.stat(d).await.unwrap();
+            assert_eq!((m.path.as_str(), m.kind, m.size), (d, EntryKind::Dir, 0));
+        }
+        for missing in ["nope", "a/nope", "a/b.tx", "a/b.txt/x", "a/c/d"] {
+            let e = s.stat(missing).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotFound, "{missing}: {e}");
+        }
+        assert_eq!(
+            s.stat("a/../etc").await.unwrap_err().kind(),
+            ErrorKind::InvalidInput
+        );
+    }
+
+    pub async fn list_direct_vs_recursive(f: Fixture) {
+        let s = &f.store;
+        for p in ["top.txt", "d/x", "d/y", "d/sub/z", "d/sub/deeper/w", "dd/q"] {
+            put(&f, p, p.as_bytes()).await;
+        }
+
+        let direct = s.list("d", false).await.unwrap();
+        assert_eq!(
+            sorted(direct.clone()),
+            vec![dir("d/sub"), file("d/x"), file("d/y")]
+        );
+        let x = direct.iter().find(|m| m.path == "d/x").unwrap();
+        assert_eq!(x.size, 3);
+        // Metadata from a listing and from a stat must agree, or caches would see changes.
+        let stat_x = s.stat("d/x").await.unwrap();
+        assert_eq!(x.content_fingerprint(), stat_x.content_fingerprint());
+        assert_eq!(sorted(s.list("d/", false).await.unwrap()), sorted(direct));
+
+        let rec = s.list("d", true).await.unwrap();
+        let files: Vec<_> = sorted(rec.clone())
+            .into_iter()
+            .filter(|(_, k)| *k == EntryKind::File)
+            .collect();
+        assert_eq!(
+            files,
+            vec![
+                file("d/sub/deeper/w"),
+                file("d/sub/z"),
+                file("d/x"),
+                file("d/y")
+            ]
+        );
+        let all = sorted(rec);
+        let mut dedup = all.clone();
+        dedup.dedup();
+        assert_eq!(all, dedup, "each entry once");
+        for (p, k) in &all {
+            assert!(!p.ends_with('/') && p.starts_with("d/"), "{p}");
+            if *k == EntryKind::Dir {
+                assert!(p == "d/sub" || p == "d/sub/deeper", "{p}");
+            }
+        }
+
+        assert_eq!(
+            sorted(s.list("", false).await.unwrap()),
+            vec![dir("d"), dir("dd"), file("top.txt")]
+        );
+        let every: Vec<_> = sorted(s.list("", true).await.unwrap())
+            .into_iter()
+            .filter(|(_, k)| *k == EntryKind::File)
+            .collect();
+        assert_eq!(every.len(), 6, "{every:?}");
+    }
+
+    pub async fn list_missing_dir_and_file(f: Fixture) {
+        let s = &f.store;
+        put(&f, "top.txt", b"t").await;
+        put(&f, "d/sub/x", b"x").await;
+        for (d, recursive) in [
+            ("nope", false),
+            ("nope", true),
+            ("d/s", false),
+            ("d/sub/x/y", true),
+        ] {
+            let e = s.list(d, recursive).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotFound, "{d}: {e}");
+        }
+        for (d, recursive) in [("top.txt", false), ("d/sub/x", true)] {
+            let e = s.list(d, recursive).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotADirectory, "{d}: {e}");
+        }
+    }
+
+    pub async fn read_ranges(f: Fixture) {
+        let s = &f.store;
+        let data: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        put(&f, "r/data.bin", &data).await;
+        let m = s.stat("r/data.bin").await.unwrap();
+        let read = |a: u64, b: u64| {
+            let m = m.clone();
+            async move { s.read("r/data.bin", a..b, &m).await }
+        };
+        assert_eq!(read(0, 10).await.unwrap(), &data[..10]);
+        assert_eq!(read(990, 1000).await.unwrap(), &data[990..]);
+        assert_eq!(read(995, 2000).await.unwrap(), &data[995..], "clamped");
+        assert!(read(2000, 3000).await.unwrap().is_empty(), "past EOF");
+        assert!(read(10, 10).await.unwrap().is_empty(), "empty range");
+        assert_eq!(read(0, u64::MAX).await.unwrap(), &data[..]);
+        assert_eq!(
+            read(5, 3).await.unwrap_err().kind(),
+            ErrorKind::InvalidInput
+        );
+
+        put(&f, "r/empty", b"").await;
+        let e = s.stat("r/empty").await.unwrap();
+        assert_eq!((e.kind, e.size), (EntryKind::File, 0));
+        assert!(s.read("r/empty", 0..100, &e).await.unwrap().is_empty());
+
+        // Several MiB: one contiguous buffer, byte-exact.
+        let big: Vec<u8> = (0..(3u32 << 20))
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        put(&f, "r/big", &big).await;
+        let bm = s.stat("r/big").await.unwrap();
+        let got = s.read("r/big", 1..(3 << 20) - 1, &bm).await.unwrap();
+        assert!(got[..] == big[1..big.len() - 1]);
+
+        let missing = ObjectMeta {
+            path: "r/missing".into(),
+            ..m.clone()
+        };
+        let e = s.read("r/missing", 0..10, &missing).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    }
+
+    pub async fn content_changed_after_overwrite(f: Fixture) {
+        let s = &f.store;
+        put(&f, "c/obj", &[b'a'; 100]).await;
+        let m1 = s.stat("c/obj").await.unwrap();
+        // Local directories fingerprint by size+mtime: let the clock pass the filesystem's
+        // timestamp granularity so that a same-size overwrite is visible.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        put(&f, "c/obj", &[b'b'; 100]).await;
+        for range in [0..100, 10..20, 99..100] {
+            let e = s.read("c/obj", range.clone(), &m1).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::ContentChanged, "{range:?}: {e}");
+            assert!(!e.is_retryable());
+        }
+        let m2 = s.stat("c/obj").await.unwrap();
+        assert_ne!(m1.content_fingerprint(), m2.content_fingerprint());
+        assert_eq!(
+            s.read("c/obj", 0..100, &m2).await.unwrap(),
+            &[b'b'; 100][..]
+        );
+
+        put(&f, "c/obj", &[b'c'; 50]).await;
+        let e = s.read("c/obj", 0..50, &m2).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ContentChanged, "{e}");
+
+        s.delete("c/obj").await.unwrap();
+        let e = s.read("c/obj", 0..50, &m2).await.unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ContentChanged),
+            "{e}"
+        );
+    }
+
+    pub async fn write_delete(f: Fixture) {
+        let s = &f.store;
+        put(&f, "w/x", b"1").await;
+        put(&f, "w/y", b"22").await;
+        assert_eq!(s.stat("w/x").await.unwrap().size, 1);
+        s.delete("w/x").await.unwrap();
+        assert_eq!(s.stat("w/x").await.unwrap_err().kind(), ErrorKind::NotFound);
+        assert_eq!(sorted(s.list("w", false).await.unwrap()), vec![file("w/y")]);
+        s.delete("w/x").await.unwrap();
+        s.delete("never/existed").await.unwrap();
+        assert_eq!(
+            s.write("", Bytes::from_static(b"x"))
+                .await
+                .unwrap_err()
+                .kind(),
+            ErrorKind::InvalidInput
+        );
+        put(&f, "w/x", b"again").await;
+        let m = s.stat("w/x").await.unwrap();
+        assert_eq!(s.read("w/x", 0..5, &m).await.unwrap(), "again");
+    }
+
+    pub async fn fault_injection(f: Fixture) {
+        put(&f, "f/a.bad", b"bad").await;
+        put(&f, "f/b.good", b"good").await;
+        let faulty = Arc::new(FaultStore::new(f.store.clone()));
+        let s: DynStore = faulty.clone();
+        assert_eq!(s.uri(), f.store.uri());
+
+        faulty.inject(Fault::fail_next(FaultOp::Stat, 2, ErrorKind::Unavailable));
+        for _ in 0..2 {
+            let e = s.stat("f/b.good").await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unavailable);
+            assert!(e.is_retryable());
+        }
+        let good = s.stat("f/b.good").await.unwrap();
+        let bad = s.stat("f/a.bad").await.unwrap();
+        assert_eq!(faulty.calls(FaultOp::Stat), 4);
+
+        faulty.inject(Fault::fail_reads(
+            |p| p.ends_with(".bad"),
+            ErrorKind::Timeout,
+        ));
+        assert_eq!(
+            s.read("f/a.bad", 0..3, &bad).await.unwrap_err().kind(),
+            ErrorKind::Timeout
+        );
+        assert_eq!(s.read("f/b.good", 0..4, &good).await.unwrap(), "good");
+
+        faulty.inject(Fault::latency(FaultOp::List, Duration::from_millis(100)));
+        let t = Instant::now();
+        assert_eq!(s.list("f", false).await.unwrap().len(), 2);
+        assert!(t.elapsed() >= Duration::from_millis(100));
+
+        faulty.clear();
+        assert_eq!(s.read("f/a.bad", 0..3, &bad).await.unwrap(), "bad");
+        assert_eq!(faulty.calls(FaultOp::Read), 3);
+        assert_eq!(faulty.calls(FaultOp::List), 1);
+    }
+
+    pub async fn capabilities_uri_and_metrics(f: Fixture) {
+        let s = &f.store;
+        let caps = s.capabilities();
+        match f.backend {
+            Backend::Mem => assert!(caps.conditional_read && caps.native_recursive_list),
+            Backend::Fs => {
+                assert!(!caps.conditional_read && !caps.native_recursive_list);
+                assert!(s.uri().starts_with("file:///"), "{}", s.uri());
+            }
+            Backend::S3 => {
+                assert!(caps.conditional_read && caps.native_recursive_list);
+                assert!(s.uri().starts_with("s3://bkt/data/set"), "{}", s.uri());
+                assert!(!s.uri().contains("secret"), "{}", s.uri());
+            }
+        }
+        put(&f, "m/x", &[7u8; 4096]).await;
+        let (req0, bytes0) = (UFS_REQUESTS.get(), UFS_READ_BYTES.get());
+        let m = s.stat("m/x").await.unwrap();
+        s.read("m/x", 0..4096, &m).await.unwrap();
+        if f.backend != Backend::Mem {
+            // Process-wide counters (other tests run in parallel): at least our share.
+            assert!(UFS_REQUESTS.get() >= req0 + 2);
+            assert!(UFS_READ_BYTES.get() >= bytes0 + 4096);
+        }
+    }
+}
+
+macro_rules! suite {
+    ($backend:ident) => {
+        mod $backend {
+            use super::*;
+
+            #[tokio::test]
+            async fn stat_file_dir_missing() {
+                cases::stat_file_dir_missing(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn list_direct_vs_recursive() {
+                cases::list_direct_vs_recursive(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn list_missing_dir_and_file() {
+                cases::list_missing_dir_and_file(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn read_ranges() {
+                cases::read_ranges(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn content_changed_after_overwrite() {
+                cases::content_changed_after_overwrite(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn write_delete() {
+                cases::write_delete(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn fault_injection() {
+                cases::fault_injection(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn capabilities_uri_and_metrics() {
+                cases::capabilities_uri_and_metrics(super::$backend().await).await
+            }
+        }
+    };
+}
+
+suite!(mem);
+suite!(fs);
+suite!(s3);

@@ -1,0 +1,74 @@
+//! Benchmark baseline: read objects straight from an under-store, with no cache, using the
+//! best simple strategy at a given concurrency. Used by `bench/readpath.py`.
+//!
+//!     direct_read URI large CONCURRENCY RANGE_SIZE KEY...   # each key by parallel ranged GETs
+//!     direct_read URI small CONCURRENCY KEY...              # whole objects, CONCURRENCY at once
+//!
+//! Credentials and endpoint come from SILT_S3_* / AWS_* like the product. Prints JSON.
+
+use std::time::Instant;
+
+use futures::stream::{self, StreamExt};
+use silt_common::config::Config;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 5 {
+        anyhow::bail!("usage: direct_read URI large|small CONCURRENCY [RANGE_SIZE] KEY...");
+    }
+    let mut cfg = Config::default();
+    cfg.apply_env()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()?;
+    let store = rt.block_on(silt_ufs::open_store(
+        &args[1],
+        &silt_ufs::S3Options::from_config(&cfg),
+    ))?;
+    let mode = args[2].as_str();
+    let conc: usize = args[3].parse()?;
+    let (range, keys) = match mode {
+        "large" => (silt_common::size::parse_size(&args[4])?, &args[5..]),
+        "small" => (0, &args[4..]),
+        _ => anyhow::bail!("mode must be large or small"),
+    };
+    let started = Instant::now();
+    let bytes: u64 = rt.block_on(async {
+        let mut total = 0u64;
+        if mode == "large" {
+            for key in keys {
+                let meta = store.stat(key).await?;
+                let ranges: Vec<_> = (0..meta.size.div_ceil(range))
+                    .map(|i| i * range..((i + 1) * range).min(meta.size))
+                    .collect();
+                let mut s = stream::iter(ranges)
+                    .map(|r| store.read(key, r, &meta))
+                    .buffer_unordered(conc);
+                while let Some(b) = s.next().await {
+                    total += b?.len() as u64;
+                }
+            }
+        } else {
+            let mut s = stream::iter(keys.iter())
+                .map(|k| {
+                    let store = store.clone();
+                    async move {
+                        let meta = store.stat(k).await?;
+                        store.read(k, 0..meta.size, &meta).await
+                    }
+                })
+                .buffer_unordered(conc);
+            while let Some(b) = s.next().await {
+                total += b?.len() as u64;
+            }
+        }
+        Ok::<_, anyhow::Error>(total)
+    })?;
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "{{\"bytes\": {bytes}, \"files\": {}, \"seconds\": {secs}}}",
+        keys.len()
+    );
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! Command-line parsing. Options of the daemon roles are generated from the one option
+//! table in `silt_common::config`, so a flag, its environment variable and its config-file
+//! key always share a name.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use silt_common::config::{env_name, flag_name, Config, OPTIONS};
+
+use crate::{control, daemon};
+
+fn option_args() -> Vec<Arg> {
+    OPTIONS
+        .iter()
+        .map(|o| {
+            let mut a = Arg::new(o.name)
+                .long(flag_name(o.name))
+                .help(o.help)
+                .value_name("VALUE")
+                .env(env_name(o.name));
+            if o.name == "mounts" {
+                a = a
+                    .alias("mount")
+                    .action(ArgAction::Append)
+                    .value_name("PATH=URI");
+            }
+            if o.name == "s3_secret_access_key" {
+                a = a.hide_env_values(true);
+            }
+            a
+        })
+        .collect()
+}
+
+fn config_arg() -> Arg {
+    Arg::new("config")
+        .long("config")
+        .short('c')
+        .value_name("FILE")
+        .env("SILT_CONFIG")
+        .help("Config file (TOML, keys as in docs/CONFIGURATION.md)")
+}
+
+fn state_args() -> Vec<Arg> {
+    vec![
+        config_arg(),
+        Arg::new("state_dir")
+            .long("state-dir")
+            .value_name("DIR")
+            .env("SILT_STATE_DIR")
+            .help("State directory of the running Silt to talk to"),
+    ]
+}
+
+fn command() -> Command {
+    let path_arg = || {
+        Arg::new("path")
+            .required(true)
+            .value_name("PATH")
+            .help("Namespace path, e.g. /data/x")
+    };
+    Command::new("silt")
+        .about("Silt: a distributed cache for object stores and remote file systems")
+        .version(env!("CARGO_PKG_VERSION"))
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommand(
+            Command::new("up")
+                .about("Run a worker and a FUSE mount on this machine (state in --state-dir)")
+                .arg(config_arg())
+                .args(option_args()),
+        )
+        .subcommand(
+            Command::new("mount")
+                .about("Mount one under-store at MOUNTPOINT (single process)")
+                .arg(
+                    Arg::new("uri")
+                        .required(true)
+                        .value_name("URI")
+                        .help("file:///dir or s3://bucket/prefix"),
+                )
+                .arg(Arg::new("target").required(true).value_name("MOUNTPOINT"))
+                .arg(config_arg())
+                .args(
+                    option_args()
+                        .into_iter()
+                        .filter(|a| a.get_id() != "mounts" && a.get_id() != "mountpoint"),
+                ),
+        )
+        .subcommand(
+            Command::new("fs")
+                .about("Namespace operations against a running Silt")
+                .subcommand_required(true)
+                .subcommand(
+                    Command::new("ls")
+                        .about("List a directory")
+                        .arg(path_arg())
+                        .args(state_args()),
+                )
+                .subcommand(
+                    Command::new("stat")
+                        .about("Show one entry")
+                        .arg(path_arg())
+                        .args(state_args()),
+                )
+                .subcommand(
+                    Command::new("cat")
+                        .about("Write a file's bytes to stdout")
+                        .arg(path_arg())
+                        .args(state_args()),
+                ),
+        )
+        .subcommand(
+            Command::new("load")
+                .about("Preload a path into the cache, with progress")
+                .arg(path_arg())
+                .args(state_args()),
+        )
+        .subcommand(
+            Command::new("report")
+                .about("Capacity per tier, pages, hit ratio, bytes by source, passthrough use")
+                .arg(
+                    Arg::new("json")
+                        .long("json")
+                        .action(ArgAction::SetTrue)
+                        .help("Print JSON"),
+                )
+                .args(state_args()),
+        )
+        .subcommand(
+            Command::new("down")
+                .about("Unmount and stop a running Silt")
+                .args(state_args()),
+        )
+}
+
+/// Builds the configuration: defaults < config file < environment < flags.
+fn build_config(m: &ArgMatches, extra_mount: Option<(&str, &Path)>) -> Result<Config> {
+    let mut cfg = Config::default();
+    if let Some(file) = m.get_one::<String>("config") {
+        cfg.apply_file(Path::new(file))?;
+    }
+    // Flags and environment variables arrive through clap; apply env first, flags last.
+    for pass in [
+        clap::parser::ValueSource::EnvVariable,
+        clap::parser::ValueSource::CommandLine,
+    ] {
+        for o in OPTIONS {
+            let Ok(Some(values)) = m.try_get_raw(o.name) else {
+                continue;
+            };
+            if m.value_source(o.name) != Some(pass) {
+                continue;
+            }
+            let joined: Vec<String> = values.map(|v| v.to_string_lossy().into_owned()).collect();
+            let what = if pass == clap::parser::ValueSource::CommandLine {
+                format!("--{}", flag_name(o.name))
+            } else {
+                env_name(o.name)
+            };
+            cfg.set(o.name, &joined.join(","))
+                .with_context(|| what.clone())?;
+        }
+    }
+    if let Some((uri, target)) = extra_mount {
+        cfg.set("mounts", &format!("/={uri}")).context("URI")?;
+        cfg.mountpoint = target.to_path_buf();
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// The state dir for client commands: flag/env, else the config file's, else the default.
+fn state_dir(m: &ArgMatches) -> Result<PathBuf> {
+    if let Some(d) = m.get_one::<String>("state_dir") {
+        return Ok(PathBuf::from(d));
+    }
+    let mut cfg = Config::default();
+    if let Some(file) = m.get_one::<String>("config") {
+        cfg.apply_file(Path::new(file))?;
+    }
+    Ok(cfg.state_dir)
+}
+
+pub fn run() -> Result<ExitCode> {
+    let matches = command().get_matches();
+    match matches.subcommand() {
+        Some(("up", m)) => daemon::run(build_config(m, None)?),
+        Some(("mount", m)) => {
+            let uri = m
+                .get_one::<String>("uri")
+                .map(String::as_str)
+                .unwrap_or_default();
+            let target = PathBuf::from(
+                m.get_one::<String>("target")
+                    .map(String::as_str)
+                    .unwrap_or_default(),
+            );
+            daemon::run(build_config(m, Some((uri, &target)))?)
+        }
+        Some(("fs", sub)) => {
+            let (op, m) = sub.subcommand().context("missing fs subcommand")?;
+            let path = m.get_one::<String>("path").cloned().unwrap_or_default();
+            control::fs_command(&state_dir(m)?, op, &path)
+        }
+        Some(("load", m)) => {
+            let path = m.get_one::<String>("path").cloned().unwrap_or_default();
+            control::load(&state_dir(m)?, &path)
+        }
+        Some(("report", m)) => control::report(&state_dir(m)?, m.get_flag("json")),
+        Some(("down", m)) => control::down(&state_dir(m)?),
+        _ => bail!("unknown command"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cli_is_well_formed() {
+        super::command().debug_assert();
+    }
+}

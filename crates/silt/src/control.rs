@@ -1,0 +1,470 @@
+//! The local control socket (`STATE_DIR/control.sock`) and the CLI commands that use it.
+//!
+//! Requests are one JSON frame `{"v": 1, "op": ..., "path": ...}`; responses are JSON and
+//! raw data frames closed by an `End` or `Error` frame (framing in `silt-proto`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use silt_common::size::format_size;
+use silt_common::{metrics, Error, ErrorKind};
+use silt_proto::{
+    decode_json, read_frame, write_error, write_frame, write_json, ErrorBody, FrameKind,
+    PROTOCOL_VERSION,
+};
+use tokio::net::{UnixListener, UnixStream};
+
+use crate::daemon::Daemon;
+
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("control.sock")
+}
+
+pub async fn bind(path: &Path) -> Result<UnixListener> {
+    // We hold the state dir's lock, so a socket file left here is from a dead process.
+    let _ = std::fs::remove_file(path);
+    UnixListener::bind(path).with_context(|| format!("binding control socket {}", path.display()))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Request {
+    v: u32,
+    op: String,
+    #[serde(default)]
+    path: String,
+}
+
+pub async fn serve(listener: UnixListener, daemon: Arc<Daemon>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let d = daemon.clone();
+        tokio::spawn(async move {
+            if let Err(e) = handle(stream, &d).await {
+                tracing::debug!("control connection ended: {e}");
+            }
+        });
+    }
+}
+
+async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
+    let Some((kind, payload)) = read_frame(&mut s).await? else {
+        return Ok(());
+    };
+    let req: Request = match kind {
+        FrameKind::Json => match decode_json(&payload) {
+            Ok(r) => r,
+            Err(e) => return write_error(&mut s, &e).await,
+        },
+        _ => return write_error(&mut s, &Error::invalid("expected a JSON request")).await,
+    };
+    if req.v != PROTOCOL_VERSION {
+        let e = Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "protocol version {} not supported (this silt speaks {PROTOCOL_VERSION})",
+                req.v
+            ),
+        );
+        return write_error(&mut s, &e).await;
+    }
+    let result = match req.op.as_str() {
+        "report" => write_json(&mut s, &report_json(d)).await,
+        "stat" => match d.client.stat(&req.path).await {
+            Ok(e) => write_json(&mut s, &entry_json(&e)).await,
+            Err(e) => return write_error(&mut s, &e).await,
+        },
+        "ls" => match d.client.list(&req.path).await {
+            Ok(list) => write_json(&mut s, &list.iter().map(entry_json).collect::<Vec<_>>()).await,
+            Err(e) => return write_error(&mut s, &e).await,
+        },
+        "cat" => return cat(&mut s, d, &req.path).await,
+        "load" => return load_stream(&mut s, d, &req.path).await,
+        "down" => {
+            d.shutdown.notify_one();
+            Ok(())
+        }
+        other => {
+            return write_error(
+                &mut s,
+                &Error::invalid(format!("unknown operation {other:?}")),
+            )
+            .await
+        }
+    };
+    result?;
+    write_frame(&mut s, FrameKind::End, &[]).await
+}
+
+async fn cat(s: &mut UnixStream, d: &Daemon, path: &str) -> silt_common::Result<()> {
+    let file = match d.client.open(path).await {
+        Ok(f) => f,
+        Err(e) => return write_error(s, &e).await,
+    };
+    const CHUNK: u64 = 4 << 20;
+    let mut off = 0;
+    while off < file.size() {
+        match d.client.read(&file, off, CHUNK).await {
+            Ok(b) if b.is_empty() => break,
+            Ok(b) => {
+                off += b.len() as u64;
+                write_frame(s, FrameKind::Data, &b).await?;
+            }
+            Err(e) => return write_error(s, &e).await,
+        }
+    }
+    write_frame(s, FrameKind::End, &[]).await
+}
+
+async fn load_stream(s: &mut UnixStream, d: &Daemon, path: &str) -> silt_common::Result<()> {
+    let started = Instant::now();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let client = d.client.clone();
+    let path = path.to_string();
+    let job = tokio::spawn(async move {
+        let mut last = Instant::now() - Duration::from_secs(1);
+        client
+            .load(&path, |p| {
+                // At most ten progress frames a second.
+                if last.elapsed() >= Duration::from_millis(100) || p.pages_done == p.pages_total {
+                    last = Instant::now();
+                    let _ = tx.send(json!({"progress": {
+                        "files_total": p.files_total, "bytes_total": p.bytes_total,
+                        "pages_done": p.pages_done, "pages_total": p.pages_total,
+                        "bytes_done": p.bytes_done, "bytes_cached": p.bytes_cached}}));
+                }
+            })
+            .await
+    });
+    while let Some(v) = rx.recv().await {
+        write_json(s, &v).await?;
+    }
+    match job.await {
+        Ok(Ok(p)) => {
+            let secs = started.elapsed().as_secs_f64();
+            write_json(s, &json!({"done": {
+                "files": p.files_total, "bytes_total": p.bytes_total, "bytes_loaded": p.bytes_done,
+                "bytes_already_cached": p.bytes_cached, "seconds": secs,
+                "throughput_bytes_per_sec": if secs > 0.0 { p.bytes_done as f64 / secs } else { 0.0 }}}))
+            .await?;
+            write_frame(s, FrameKind::End, &[]).await
+        }
+        Ok(Err(e)) => write_error(s, &e).await,
+        Err(e) => write_error(s, &Error::internal(format!("load task failed: {e}"))).await,
+    }
+}
+
+fn entry_json(e: &silt_client::Entry) -> Value {
+    let mtime = e
+        .mtime
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_secs_f64());
+    let obj = e.object.as_ref();
+    json!({
+        "path": e.path,
+        "name": e.name(),
+        "type": if e.is_dir() { "dir" } else { "file" },
+        "size": e.size,
+        "mtime": mtime,
+        "mode": e.mode.map(|m| format!("{:o}", m & 0o7777)),
+        "store": obj.map(|o| o.store.uri().to_string()),
+        "etag": obj.and_then(|o| o.meta.etag.clone()),
+        "fingerprint": obj.filter(|_| !e.is_dir()).map(|o| o.meta.content_fingerprint()),
+    })
+}
+
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn report_json(d: &Daemon) -> Value {
+    let stats = d.client.worker().stats();
+    let hits = metrics::PAGE_HITS.get();
+    let misses = metrics::PAGE_MISSES.get();
+    let tiers: Vec<Value> = stats
+        .tiers
+        .iter()
+        .map(|t| json!({"name": t.name, "dir": t.dir.as_ref().map(|p| p.display().to_string()), "capacity": t.capacity, "used": t.used, "pages": t.pages}))
+        .collect();
+    let opens: Vec<Value> = d
+        .fuse
+        .recent_opens
+        .lock()
+        .iter()
+        .map(|o| json!(o))
+        .collect();
+    let all: serde_json::Map<String, Value> = metrics::all()
+        .iter()
+        .map(|m| (m.name.to_string(), json!(m.counter.get())))
+        .collect();
+    json!({
+        "mountpoint": d.config.mountpoint.display().to_string(),
+        "state_dir": d.config.state_dir.display().to_string(),
+        "mounts": d.config.mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri})).collect::<Vec<_>>(),
+        "page_size": d.client.worker().page_size(),
+        "tiers": tiers,
+        "page_hits": hits,
+        "page_misses": misses,
+        "hit_ratio": if hits + misses > 0 { hits as f64 / (hits + misses) as f64 } else { 0.0 },
+        "bytes_by_source": {
+            "memory": metrics::READ_BYTES_MEMORY.get(),
+            "disk": metrics::READ_BYTES_DISK.get(),
+            "under_store": metrics::READ_BYTES_UFS.get(),
+        },
+        "passthrough": {
+            "configured": format!("{:?}", d.config.passthrough).to_lowercase(),
+            "kernel_supported": d.fuse.kernel_passthrough.load(Ordering::Relaxed),
+            "enabled": d.fuse.passthrough_enabled.load(Ordering::Relaxed),
+        },
+        "opens": {
+            "passthrough": metrics::FUSE_OPENS_PASSTHROUGH.get(),
+            "daemon": metrics::FUSE_OPENS_DAEMON.get(),
+            "recent": opens,
+        },
+        "peak_rss_bytes": peak_rss_bytes(),
+        "metrics": all,
+    })
+}
+
+// ---- client side -------------------------------------------------------------------------
+
+fn client_rt() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting runtime")
+}
+
+async fn connect(state_dir: &Path, op: &str, path: &str) -> Result<UnixStream> {
+    let sock = socket_path(state_dir);
+    let mut s = UnixStream::connect(&sock).await.map_err(|e| {
+        anyhow!(
+            "no running silt at {} ({e}); start one with `silt up` or pass --state-dir",
+            sock.display()
+        )
+    })?;
+    let req = Request {
+        v: PROTOCOL_VERSION,
+        op: op.to_string(),
+        path: path.to_string(),
+    };
+    write_json(&mut s, &req).await?;
+    Ok(s)
+}
+
+/// Reads frames until End, passing JSON and data frames to the callbacks.
+async fn drain(
+    s: &mut UnixStream,
+    mut on_json: impl FnMut(Value) -> Result<()>,
+    mut on_data: impl FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
+    loop {
+        match read_frame(s).await? {
+            None => bail!("silt closed the connection mid-response"),
+            Some((FrameKind::End, _)) => return Ok(()),
+            Some((FrameKind::Error, p)) => {
+                let body: ErrorBody = decode_json(&p)?;
+                return Err(body.into_error().into());
+            }
+            Some((FrameKind::Json, p)) => on_json(decode_json(&p)?)?,
+            Some((FrameKind::Data, p)) => on_data(&p)?,
+        }
+    }
+}
+
+fn one_json(state_dir: &Path, op: &str, path: &str) -> Result<Value> {
+    client_rt()?.block_on(async {
+        let mut s = connect(state_dir, op, path).await?;
+        let mut out = Value::Null;
+        drain(
+            &mut s,
+            |v| {
+                out = v;
+                Ok(())
+            },
+            |_| Ok(()),
+        )
+        .await?;
+        Ok(out)
+    })
+}
+
+fn fmt_entry_line(v: &Value) -> String {
+    let kind = if v["type"] == "dir" { "d" } else { "-" };
+    format!(
+        "{kind} {:>12}  {}",
+        v["size"].as_u64().unwrap_or(0),
+        v["name"].as_str().unwrap_or("")
+    )
+}
+
+pub fn fs_command(state_dir: &Path, op: &str, path: &str) -> Result<ExitCode> {
+    match op {
+        "ls" => {
+            let v = one_json(state_dir, "ls", path)?;
+            for e in v.as_array().into_iter().flatten() {
+                println!("{}", fmt_entry_line(e));
+            }
+        }
+        "stat" => {
+            let v = one_json(state_dir, "stat", path)?;
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        "cat" => {
+            client_rt()?.block_on(async {
+                let mut s = connect(state_dir, "cat", path).await?;
+                let stdout = std::io::stdout();
+                let mut out = stdout.lock();
+                drain(
+                    &mut s,
+                    |_| Ok(()),
+                    |d| out.write_all(d).context("writing to stdout"),
+                )
+                .await?;
+                out.flush()?;
+                Ok::<_, anyhow::Error>(())
+            })?;
+        }
+        other => bail!("unknown fs command {other}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn load(state_dir: &Path, path: &str) -> Result<ExitCode> {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut done = Value::Null;
+    client_rt()?.block_on(async {
+        let mut s = connect(state_dir, "load", path).await?;
+        drain(
+            &mut s,
+            |v| {
+                if let Some(p) = v.get("progress") {
+                    let total = p["bytes_total"].as_u64().unwrap_or(0);
+                    let cached = p["bytes_cached"].as_u64().unwrap_or(0);
+                    bar.set_length(total);
+                    bar.set_position(cached + p["bytes_done"].as_u64().unwrap_or(0));
+                    bar.set_message(format!("{} files", p["files_total"]));
+                } else if let Some(d) = v.get("done") {
+                    done = d.clone();
+                }
+                Ok(())
+            },
+            |_| Ok(()),
+        )
+        .await
+    })?;
+    bar.finish_and_clear();
+    let secs = done["seconds"].as_f64().unwrap_or(0.0);
+    let loaded = done["bytes_loaded"].as_u64().unwrap_or(0);
+    println!(
+        "loaded {} files: {} fetched, {} already cached, in {:.2}s ({}/s)",
+        done["files"],
+        format_size(loaded),
+        format_size(done["bytes_already_cached"].as_u64().unwrap_or(0)),
+        secs,
+        format_size(done["throughput_bytes_per_sec"].as_f64().unwrap_or(0.0) as u64)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
+    let v = one_json(state_dir, "report", "")?;
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let sz = |x: &Value| format_size(x.as_u64().unwrap_or(0));
+    println!(
+        "Silt at {} (state {}), page size {}",
+        v["mountpoint"].as_str().unwrap_or("?"),
+        v["state_dir"].as_str().unwrap_or("?"),
+        sz(&v["page_size"])
+    );
+    println!("Mounts:");
+    for m in v["mounts"].as_array().into_iter().flatten() {
+        println!(
+            "  {} -> {}",
+            m["path"].as_str().unwrap_or(""),
+            m["uri"].as_str().unwrap_or("")
+        );
+    }
+    println!("Tiers:");
+    for t in v["tiers"].as_array().into_iter().flatten() {
+        let cap = t["capacity"].as_u64().unwrap_or(0);
+        let used = t["used"].as_u64().unwrap_or(0);
+        let pct = if cap > 0 {
+            used as f64 * 100.0 / cap as f64
+        } else {
+            0.0
+        };
+        println!(
+            "  {:<8} {:<32} capacity {:>11}  used {:>11} ({pct:.1}%)  pages {}",
+            t["name"].as_str().unwrap_or(""),
+            t["dir"].as_str().unwrap_or("-"),
+            sz(&t["capacity"]),
+            sz(&t["used"]),
+            t["pages"]
+        );
+    }
+    println!(
+        "Hit ratio: {:.3} (page hits {}, misses {})",
+        v["hit_ratio"].as_f64().unwrap_or(0.0),
+        v["page_hits"],
+        v["page_misses"]
+    );
+    let b = &v["bytes_by_source"];
+    println!(
+        "Bytes served: memory {}, disk {}, under-store {}",
+        sz(&b["memory"]),
+        sz(&b["disk"]),
+        sz(&b["under_store"])
+    );
+    let p = &v["passthrough"];
+    println!(
+        "Passthrough: configured {}, kernel supports {}, enabled {}",
+        p["configured"].as_str().unwrap_or("?"),
+        p["kernel_supported"],
+        p["enabled"]
+    );
+    println!(
+        "Opens: passthrough {}, daemon {}",
+        v["opens"]["passthrough"], v["opens"]["daemon"]
+    );
+    for o in v["opens"]["recent"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<12} {}  ({})",
+            o["mode"].as_str().unwrap_or(""),
+            o["path"].as_str().unwrap_or(""),
+            o["reason"].as_str().unwrap_or("")
+        );
+    }
+    if let Some(rss) = v["peak_rss_bytes"].as_u64() {
+        println!("Peak memory (RSS): {}", format_size(rss));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn down(state_dir: &Path) -> Result<ExitCode> {
+    client_rt()?.block_on(async {
+        let mut s = connect(state_dir, "down", "").await?;
+        drain(&mut s, |_| Ok(()), |_| Ok(())).await
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

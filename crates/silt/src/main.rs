@@ -1,0 +1,18 @@
+//! `silt`: one binary, many roles. Thin: argument parsing and wiring; the logic lives in the
+//! library crates.
+
+mod cli;
+mod control;
+mod daemon;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    match cli::run() {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("silt: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! Harness for integration tests: runs the real `silt` binary with real FUSE mounts and
+//! cleans up (unmount, kill, remove temp dirs) also when a test fails.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+
+pub const SILT: &str = env!("CARGO_BIN_EXE_silt");
+
+/// Runs `silt ARGS` to completion.
+pub fn silt(args: &[&str]) -> Output {
+    Command::new(SILT)
+        .args(args)
+        .env("SILT_LOG", "warn")
+        .output()
+        .expect("running silt")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Whether `path` is a mount point now.
+pub fn is_mounted(path: &Path) -> bool {
+    let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(canon.to_string_lossy().as_ref()))
+}
+
+/// A running `silt up` (or `silt mount`) process with its mount.
+pub struct Silt {
+    child: Option<Child>,
+    pub mountpoint: PathBuf,
+    pub state_dir: PathBuf,
+    log: PathBuf,
+}
+
+impl Silt {
+    /// Starts silt with `args` (a role and its options; `--state-dir` and the mountpoint are the
+    /// caller's) and waits until it serves its control socket, which it does only once mounted.
+    pub fn start(args: &[String], mountpoint: &Path, state_dir: &Path) -> Result<Silt, String> {
+        std::fs::create_dir_all(state_dir).unwrap();
+        let log = state_dir.with_extension("log");
+        let mut child = Command::new(SILT)
+            .args(args)
+            .env("SILT_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning silt");
+        // silt prints "silt: serving ..." once mounted and listening; a reader thread copies
+        // stderr to the log and reports that line (or end of output, if silt exits first).
+        let err = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log_path = log.clone();
+        std::thread::spawn(move || {
+            use std::io::{BufRead, Write};
+            let mut logf = std::fs::File::create(&log_path).unwrap();
+            let mut ready_sent = false;
+            for line in std::io::BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                let _ = writeln!(logf, "{line}");
+                if !ready_sent && line.starts_with("silt: serving ") {
+                    let _ = tx.send(true);
+                    ready_sent = true;
+                }
+            }
+            let _ = tx.send(false);
+        });
+        let mut s = Silt {
+            child: Some(child),
+            mountpoint: mountpoint.into(),
+            state_dir: state_dir.into(),
+            log,
+        };
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(true) => {
+                assert!(
+                    is_mounted(mountpoint),
+                    "silt says it serves but nothing is mounted"
+                );
+                Ok(s)
+            }
+            Ok(false) | Err(_) => {
+                let mut c = s.child.take().unwrap();
+                let _ = c.kill();
+                let status = c.wait().unwrap();
+                Err(format!("silt did not come up ({status}): {}", s.log_text()))
+            }
+        }
+    }
+
+    /// `silt up` over the given mounts with extra options.
+    pub fn up(mounts: &[(&str, &str)], extra: &[&str], dir: &Path) -> Result<Silt, String> {
+        let mp = dir.join("mnt");
+        let state = dir.join("state");
+        std::fs::create_dir_all(&mp).unwrap();
+        let mut args: Vec<String> = vec![
+            "up".into(),
+            "--mountpoint".into(),
+            mp.display().to_string(),
+            "--state-dir".into(),
+            state.display().to_string(),
+        ];
+        for (path, uri) in mounts {
+            args.push("--mount".into());
+            args.push(format!("{path}={uri}"));
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Silt::start(&args, &mp, &state)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn report(&self) -> serde_json::Value {
+        let o = silt(&[
+            "report",
+            "--json",
+            "--state-dir",
+            self.state_dir.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "report failed: {}", stderr(&o));
+        serde_json::from_slice(&o.stdout).expect("report JSON")
+    }
+
+    pub fn cli(&self, args: &[&str]) -> Output {
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend(["--state-dir", self.state_dir.to_str().unwrap()]);
+        silt(&a)
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mountpoint.join(rel.trim_start_matches('/'))
+    }
+
+    /// Stops cleanly (`silt down`) and checks the exit status and that nothing stays mounted.
+    pub fn stop(mut self) {
+        let o = self.cli(&["down"]);
+        assert!(o.status.success(), "silt down failed: {}", stderr(&o));
+        let status = self.child.take().unwrap().wait().unwrap();
+        let log = self.log_text();
+        assert!(status.success(), "silt exited with {status}: {log}");
+        assert!(!log.contains("panicked"), "silt panicked: {log}");
+        assert!(!is_mounted(&self.mountpoint), "mount left behind");
+    }
+}
+
+impl Drop for Silt {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if is_mounted(&self.mountpoint) {
+            let _ = Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&self.mountpoint)
+                .status();
+        }
+    }
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v[..]);
+    v
+}
+
+/// The sizes the differential tests use: empty, tiny, page boundaries and multi-page files.
+pub const SIZES: &[usize] = &[
+    0,
+    1,
+    4095,
+    4096,
+    (1 << 20) - 1,
+    1 << 20,
+    (1 << 20) + 1,
+    3 * (1 << 20) + 12345,
+    9 * (1 << 20),
+];
+
+/// A dataset of files (relative path, bytes).
+pub fn dataset() -> Vec<(String, Vec<u8>)> {
+    SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            let dir = ["a", "b/c", "b"][i % 3];
+            (format!("{dir}/f{i}.bin"), bytes(i as u64 + 1, n))
+        })
+        .collect()
+}
+
+pub fn write_local(root: &Path, files: &[(String, Vec<u8>)]) {
+    for (p, b) in files {
+        let path = root.join(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b).unwrap();
+    }
+}

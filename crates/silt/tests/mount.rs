@@ -1,0 +1,398 @@
+//! Integration tests on real FUSE mounts over a local directory and a real S3 server.
+
+mod common;
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use rand::{Rng, SeedableRng};
+use silt_testkit::S3Server;
+
+/// A backend under test: a URI to mount and a way to write objects behind Silt's back.
+enum Backend {
+    Local(tempfile::TempDir),
+    S3 {
+        server: S3Server,
+        bucket: String,
+        rt: tokio::runtime::Runtime,
+        store: silt_ufs::DynStore,
+    },
+}
+
+impl Backend {
+    fn local() -> Self {
+        Backend::Local(tempfile::tempdir().unwrap())
+    }
+
+    fn s3() -> Self {
+        let server = S3Server::start();
+        let bucket = "silt-test".to_string();
+        server.create_bucket(&bucket);
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = rt
+            .block_on(silt_ufs::open_store(
+                &format!("s3://{bucket}/ds"),
+                &server.s3_options(),
+            ))
+            .unwrap();
+        Backend::S3 {
+            server,
+            bucket,
+            rt,
+            store,
+        }
+    }
+
+    fn uri(&self) -> String {
+        match self {
+            Backend::Local(d) => format!("file://{}", d.path().display()),
+            Backend::S3 { bucket, .. } => format!("s3://{bucket}/ds"),
+        }
+    }
+
+    /// Options silt needs to reach the backend.
+    fn args(&self) -> Vec<String> {
+        match self {
+            Backend::Local(_) => vec![],
+            Backend::S3 { server, .. } => vec![
+                "--s3-endpoint".into(),
+                server.endpoint(),
+                "--s3-access-key-id".into(),
+                server.access_key().into(),
+                "--s3-secret-access-key".into(),
+                server.secret_key().into(),
+            ],
+        }
+    }
+
+    fn put(&self, path: &str, data: &[u8]) {
+        match self {
+            Backend::Local(d) => {
+                let p = d.path().join(path);
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                // Write a new file and rename it in, as an out-of-band writer would.
+                let tmp = p.with_extension("tmp-upload");
+                std::fs::write(&tmp, data).unwrap();
+                std::fs::rename(&tmp, &p).unwrap();
+            }
+            Backend::S3 { rt, store, .. } => {
+                rt.block_on(store.write(path, Bytes::copy_from_slice(data)))
+                    .unwrap();
+            }
+        }
+    }
+
+    fn put_many(&self, files: &[(String, Vec<u8>)]) {
+        match self {
+            Backend::Local(d) => write_local(d.path(), files),
+            Backend::S3 { rt, store, .. } => rt.block_on(async {
+                use futures::stream::{self, StreamExt};
+                let results: Vec<_> = stream::iter(files.iter())
+                    .map(|(p, b)| store.write(p, Bytes::copy_from_slice(b)))
+                    .buffer_unordered(16)
+                    .collect()
+                    .await;
+                for r in results {
+                    r.unwrap();
+                }
+            }),
+        }
+    }
+}
+
+fn up(backend: &Backend, extra: &[&str], dir: &Path) -> Silt {
+    let mut args: Vec<String> = backend.args();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Silt::up(&[("/data", &backend.uri())], &args, dir).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn differential(backend: Backend) {
+    let files = Arc::new(dataset());
+    backend.put_many(&files);
+    let dir = tempfile::tempdir().unwrap();
+    // A small memory tier so reads exercise memory, disk and the store.
+    let silt = up(&backend, &["--memory-capacity", "4MiB"], dir.path());
+
+    // Whole files, read with std (and the kernel's read-ahead).
+    for (p, b) in files.iter() {
+        let got = std::fs::read(silt.path(&format!("data/{p}"))).unwrap();
+        assert!(got == *b, "{p}: whole-file read differs");
+    }
+    // Random ranges from many threads at once, each comparing with the source bytes.
+    let root = silt.path("data");
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let files = files.clone();
+            let root = root.clone();
+            std::thread::spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(t);
+                for _ in 0..150 {
+                    let (p, b) = &files[rng.gen_range(0..files.len())];
+                    let f = File::open(root.join(p)).unwrap();
+                    let off = rng.gen_range(0..=b.len() as u64 + 10);
+                    let len = rng.gen_range(0..3 << 20);
+                    let mut buf = vec![0u8; len];
+                    let mut n = 0;
+                    while n < len {
+                        let r = f.read_at(&mut buf[n..], off + n as u64).unwrap();
+                        if r == 0 {
+                            break;
+                        }
+                        n += r;
+                    }
+                    let start = (off as usize).min(b.len());
+                    let end = (off as usize + len).min(b.len());
+                    assert_eq!(n, end - start, "{p} @{off}+{len}: short or long read");
+                    assert!(buf[..n] == b[start..end], "{p} @{off}+{len}: bytes differ");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // Python's open() reads the same bytes.
+    let (p, b) = &files[7];
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys,hashlib; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())",
+        ])
+        .arg(silt.path(&format!("data/{p}")))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let want = {
+        use std::fmt::Write;
+        let digest = sha256(b);
+        digest.iter().fold(String::new(), |mut s, x| {
+            let _ = write!(s, "{x:02x}");
+            s
+        })
+    };
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), want);
+    // Listing matches the source.
+    let mut names: Vec<String> = std::fs::read_dir(silt.path("data/b"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = files
+        .iter()
+        .filter_map(|(p, _)| {
+            p.strip_prefix("b/")
+                .map(|r| r.split('/').next().unwrap().to_string())
+        })
+        .collect();
+    want.sort();
+    want.dedup();
+    assert_eq!(names, want);
+    let report = silt.report();
+    assert!(report["bytes_by_source"]["under_store"].as_u64().unwrap() > 0);
+    silt.stop();
+}
+
+/// Minimal SHA-256 via the system's sha256sum, to compare with Python's digest.
+fn sha256(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let hex = String::from_utf8_lossy(&out.stdout);
+    let hex = hex.split_whitespace().next().unwrap();
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+#[test]
+fn differential_reads_local_dir() {
+    differential(Backend::local());
+}
+
+#[test]
+fn differential_reads_s3() {
+    differential(Backend::s3());
+}
+
+fn readdir_10k(backend: Backend) {
+    let files: Vec<(String, Vec<u8>)> = (0..10_000)
+        .map(|i| (format!("big/e{i:05}"), vec![(i % 251) as u8; i % 7]))
+        .collect();
+    backend.put_many(&files);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = up(&backend, &[], dir.path());
+    let mut names: Vec<String> = std::fs::read_dir(silt.path("data/big"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    let want: Vec<String> = (0..10_000).map(|i| format!("e{i:05}")).collect();
+    assert_eq!(names.len(), 10_000);
+    assert_eq!(names, want);
+    // Sizes from readdirplus/lookup agree with the source.
+    for i in [0usize, 1, 4999, 9999] {
+        let m = std::fs::metadata(silt.path(&format!("data/big/e{i:05}"))).unwrap();
+        assert_eq!(m.len(), (i % 7) as u64);
+    }
+    silt.stop();
+}
+
+#[test]
+fn readdir_of_10000_entries_local_dir() {
+    readdir_10k(Backend::local());
+}
+
+#[test]
+fn readdir_of_10000_entries_s3() {
+    readdir_10k(Backend::s3());
+}
+
+fn change_behind_back(backend: Backend) {
+    let size = 3 * (1 << 20) + 777;
+    let v1 = bytes(11, size);
+    let v2 = bytes(22, size);
+    backend.put("obj.bin", &v1);
+    let dir = tempfile::tempdir().unwrap();
+    let ttl = [
+        "--metadata-ttl",
+        "300ms",
+        "--attr-ttl",
+        "300ms",
+        "--entry-ttl",
+        "300ms",
+    ];
+    let silt = up(&backend, &ttl, dir.path());
+    let path = silt.path("data/obj.bin");
+    assert!(std::fs::read(&path).unwrap() == v1);
+
+    // A reader that opened v1 keeps getting v1 bytes, or an error — never v2 bytes.
+    let mut held = File::open(&path).unwrap();
+    let mut first = vec![0u8; 1 << 20];
+    held.read_exact(&mut first).unwrap();
+    assert!(first[..] == v1[..1 << 20]);
+
+    backend.put("obj.bin", &v2);
+
+    let mut rest = Vec::new();
+    match held.read_to_end(&mut rest) {
+        Ok(_) => assert!(rest[..] == v1[1 << 20..], "an open file mixed versions"),
+        Err(e) => assert!(
+            matches!(e.raw_os_error(), Some(libc::ESTALE) | Some(libc::EIO)),
+            "unexpected error {e}"
+        ),
+    }
+    drop(held);
+
+    // New opens see v1 until the TTL has passed, then v2; every read is wholly one version.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut reads = 0;
+    loop {
+        let got = std::fs::read(&path).unwrap();
+        reads += 1;
+        if got == v2 {
+            break;
+        }
+        assert!(
+            got == v1,
+            "read {reads} is neither v1 nor v2: a mix of versions"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "v2 not visible 30s after the change with a 300ms TTL"
+        );
+    }
+    // And it stays v2, from the cache too.
+    for _ in 0..3 {
+        assert!(std::fs::read(&path).unwrap() == v2);
+    }
+    let mut f = File::open(&path).unwrap();
+    f.seek(SeekFrom::Start(size as u64 - 10)).unwrap();
+    let mut tail = Vec::new();
+    f.read_to_end(&mut tail).unwrap();
+    assert!(tail[..] == v2[size - 10..]);
+    drop(f);
+    silt.stop();
+}
+
+#[test]
+fn changed_object_seen_after_ttl_never_mixed_local_dir() {
+    change_behind_back(Backend::local());
+}
+
+#[test]
+fn changed_object_seen_after_ttl_never_mixed_s3() {
+    change_behind_back(Backend::s3());
+}
+
+#[test]
+fn worker_restart_keeps_disk_tier_warm_and_passthrough() {
+    let backend = Backend::s3();
+    let files = dataset();
+    backend.put_many(&files);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = up(&backend, &[], dir.path());
+    let o = silt.cli(&["load", "/data"]);
+    assert!(o.status.success(), "load failed: {}", stderr(&o));
+    let before = silt.report();
+    let fetched = before["metrics"]["silt_ufs_read_bytes_total"]
+        .as_u64()
+        .unwrap();
+    let total: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
+    assert_eq!(fetched, total, "load fetches every byte once");
+    silt.stop();
+
+    // Same state dir: the disk tier is recovered and serves every byte; nothing is refetched.
+    let silt = up(&backend, &[], dir.path());
+    for (p, b) in &files {
+        assert!(
+            std::fs::read(silt.path(&format!("data/{p}"))).unwrap() == *b,
+            "{p} differs after restart"
+        );
+    }
+    let r = silt.report();
+    assert_eq!(
+        r["metrics"]["silt_ufs_read_bytes_total"].as_u64().unwrap(),
+        0,
+        "restart refetched data: {r}"
+    );
+    assert_eq!(r["bytes_by_source"]["under_store"].as_u64().unwrap(), 0);
+    // Every non-empty file was fully cached on disk, so with kernel support each open is
+    // passthrough; without it, each is served by the daemon from the disk tier.
+    let opens = &r["opens"];
+    let nonempty = files.iter().filter(|(_, b)| !b.is_empty()).count() as u64;
+    if r["passthrough"]["enabled"] == true {
+        assert!(opens["passthrough"].as_u64().unwrap() >= nonempty, "{r}");
+    } else {
+        assert!(r["bytes_by_source"]["disk"].as_u64().unwrap() > 0, "{r}");
+    }
+    silt.stop();
+}
+
+#[test]
+fn down_with_files_open_detaches_and_exits_cleanly() {
+    let backend = Backend::local();
+    backend.put("x.bin", &bytes(5, 10_000));
+    let dir = tempfile::tempdir().unwrap();
+    let silt = up(&backend, &[], dir.path());
+    let held = File::open(silt.path("data/x.bin")).unwrap();
+    // stop() checks exit status 0, no panic and no mount left behind.
+    silt.stop();
+    let mut buf = [0u8; 16];
+    assert!(
+        held.read_at(&mut buf, 0).is_err(),
+        "reads after the daemon exited must fail, not hang"
+    );
+}
