@@ -10,12 +10,17 @@ mkdir -p "$deps/bin"
 need_apt=()
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
-python3 -c 'import PIL' >/dev/null 2>&1 || need_apt+=(python3-pil)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need_apt[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+# Pillow lets the tests read images through the mount the way torchvision's ImageFolder does.
+if ! python3 -c 'import PIL' >/dev/null 2>&1; then
+  echo "install-deps: pip install pillow" >&2
+  python3 -m pip install -q pillow
 fi
 
 VERSITYGW_VERSION=v1.8.0

@@ -34,6 +34,11 @@ impl SeqState {
         page_size: u64,
         max_window: u64,
     ) -> Option<std::ops::Range<u64>> {
+        if self.started && end <= self.next {
+            // A re-read of bytes already passed (or a late read-ahead request): nothing new
+            // to predict.
+            return None;
+        }
         let slack = SLACK_PAGES * page_size;
         let sequential = if self.started {
             offset + slack >= self.next && offset <= self.next + slack
@@ -102,6 +107,17 @@ mod tests {
         // The next read prefetches only what was not issued before.
         let r = s.observe(502 * PS, 503 * PS, size, PS, 64 * PS).unwrap();
         assert_eq!(r, 504 * PS..507 * PS);
+    }
+
+    #[test]
+    fn rereads_do_not_prefetch() {
+        let mut s = SeqState::default();
+        let size = 1 << 40;
+        assert!(s.observe(0, 4 * PS, size, PS, 64 * PS).is_some());
+        assert_eq!(s.observe(PS, 3 * PS, size, PS, 64 * PS), None);
+        assert_eq!(s.observe(0, 4 * PS, size, PS, 64 * PS), None);
+        // Moving on from where it was is still sequential.
+        assert!(s.observe(4 * PS, 5 * PS, size, PS, 64 * PS).is_some());
     }
 
     #[test]

@@ -396,3 +396,75 @@ fn down_with_files_open_detaches_and_exits_cleanly() {
         "reads after the daemon exited must fail, not hang"
     );
 }
+
+/// Reads a class-per-directory image tree the way torchvision's `ImageFolder` does (sorted
+/// class dirs, sorted files, PIL decode to RGB) — with torchvision itself when it is installed —
+/// and checks every decoded image equals the one decoded from the source directory.
+#[test]
+fn python_imagefolder_reads_through_the_mount() {
+    let backend = Backend::local();
+    let Backend::Local(src) = &backend else {
+        unreachable!()
+    };
+    let gen = r#"
+import os, random, sys
+from PIL import Image
+root = sys.argv[1]
+rng = random.Random(3)
+for c in range(4):
+    os.makedirs(f"{root}/imgs/class{c}", exist_ok=True)
+    for i in range(25):
+        w, h = rng.randint(16, 300), rng.randint(16, 300)
+        img = Image.frombytes("RGB", (w, h), rng.randbytes(w * h * 3))
+        img.save(f"{root}/imgs/class{c}/{i:03}.{'png' if i % 2 else 'jpg'}")
+"#;
+    let st = std::process::Command::new("python3")
+        .args(["-c", gen])
+        .arg(src.path())
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "generating images (needs Pillow: scripts/install-deps.sh)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let silt = up(&backend, &[], dir.path());
+    let digest = r#"
+import hashlib, os, sys
+from PIL import Image
+root = sys.argv[1]
+try:
+    from torchvision.datasets import ImageFolder
+    samples = ImageFolder(root).samples
+    how = "torchvision"
+except ImportError:
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    samples = []
+    for i, c in enumerate(classes):
+        for dirpath, _, files in sorted(os.walk(os.path.join(root, c), followlinks=True)):
+            for f in sorted(files):
+                if f.lower().endswith((".jpg", ".jpeg", ".png")):
+                    samples.append((os.path.join(dirpath, f), i))
+    how = "imagefolder-equivalent"
+h = hashlib.sha256()
+for path, label in samples:
+    with open(path, "rb") as f:
+        img = Image.open(f).convert("RGB")
+        h.update(os.path.relpath(path, root).encode() + bytes([label]) + img.tobytes())
+print(len(samples), h.hexdigest(), how)
+"#;
+    let run = |root: &Path| {
+        let o = std::process::Command::new("python3")
+            .args(["-c", digest])
+            .arg(root)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let through_mount = run(&silt.path("data/imgs"));
+    let from_source = run(&src.path().join("imgs"));
+    assert!(through_mount.starts_with("100 "), "{through_mount}");
+    assert_eq!(through_mount, from_source);
+    silt.stop();
+}

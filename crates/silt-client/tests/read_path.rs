@@ -1,0 +1,246 @@
+//! The client's read path against the in-memory store: single-flight, parallel fetches on a
+//! miss, prefetch only for sequential readers, versions never mixed, memory-only cache.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use silt_cache::{PageStore, PageStoreConfig};
+use silt_client::{Client, ClientOptions, MountPoint, Namespace};
+use silt_common::{metrics, ErrorKind, Result};
+use silt_ufs::{Capabilities, DynStore, MemStore, ObjectMeta, UnderStore};
+use silt_worker::{Worker, WorkerOptions};
+
+const PS: u64 = 64 << 10;
+
+/// Wraps a store: counts reads, the most reads in flight at once, and delays each read so that
+/// concurrent callers overlap (the delay is what makes them overlap; nothing asserts on time).
+struct Probe {
+    inner: DynStore,
+    reads: AtomicU64,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+    delay: Duration,
+}
+
+#[async_trait]
+impl UnderStore for Probe {
+    fn uri(&self) -> &str {
+        self.inner.uri()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn stat(&self, path: &str) -> Result<ObjectMeta> {
+        self.inner.stat(path).await
+    }
+    async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
+        self.inner.list(dir, recursive).await
+    }
+    async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(self.delay).await;
+        let r = self.inner.read(path, range, expected).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+    async fn write(&self, path: &str, data: Bytes) -> Result<()> {
+        self.inner.write(path, data).await
+    }
+    async fn delete(&self, path: &str) -> Result<()> {
+        self.inner.delete(path).await
+    }
+}
+
+fn data(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+fn setup(mem: Arc<MemStore>) -> (Client, Arc<Probe>) {
+    let probe = Arc::new(Probe {
+        inner: mem,
+        reads: AtomicU64::new(0),
+        in_flight: AtomicU64::new(0),
+        max_in_flight: AtomicU64::new(0),
+        delay: Duration::from_millis(20),
+    });
+    let pages = Arc::new(
+        PageStore::open(PageStoreConfig {
+            page_size: PS,
+            memory_capacity: 64 << 20,
+            disk_tiers: vec![],
+            high_watermark: 0.95,
+            low_watermark: 0.85,
+            eviction_policy: "lru".into(),
+        })
+        .unwrap(),
+    );
+    let worker = Arc::new(Worker::new(
+        pages,
+        &WorkerOptions {
+            fetch_concurrency: 16,
+            buffer_memory: 8 << 20,
+        },
+    ));
+    let ns = Namespace::new(vec![MountPoint {
+        path: "/d".into(),
+        store: probe.clone(),
+    }])
+    .unwrap();
+    let opts = ClientOptions {
+        metadata_ttl: Duration::from_secs(60),
+        prefetch_max: 8 * PS,
+        fetch_concurrency: 16,
+    };
+    (
+        Client::new(ns, worker, opts, tokio::runtime::Handle::current()),
+        probe,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_of_one_page_fetch_once() {
+    let mem = Arc::new(MemStore::new("mem://t"));
+    let bytes = data(PS as usize * 2);
+    mem.put("f", bytes.clone()).unwrap();
+    let (client, probe) = setup(mem);
+    let file = client.open("/d/f").await.unwrap();
+    let reads: Vec<_> = (0..16)
+        .map(|i| client.read(&file, PS + i * 100, 1000))
+        .collect();
+    for (i, r) in futures::future::join_all(reads)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let start = PS as usize + i * 100;
+        assert_eq!(&r.unwrap()[..], &bytes[start..start + 1000]);
+    }
+    assert_eq!(
+        probe.reads.load(Ordering::SeqCst),
+        1,
+        "16 readers of one cold page: one store read"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_spanning_pages_fetches_them_in_parallel() {
+    let mem = Arc::new(MemStore::new("mem://t"));
+    let bytes = data(PS as usize * 6);
+    mem.put("f", bytes.clone()).unwrap();
+    let (client, probe) = setup(mem);
+    let file = client.open("/d/f").await.unwrap();
+    // A random-access read (not at offset 0, so no prefetch) covering pages 1..=4.
+    let got = client.read(&file, PS + 10, 4 * PS - 20).await.unwrap();
+    assert_eq!(&got[..], &bytes[PS as usize + 10..5 * PS as usize - 10]);
+    assert_eq!(probe.reads.load(Ordering::SeqCst), 4);
+    assert!(
+        probe.max_in_flight.load(Ordering::SeqCst) >= 2,
+        "pages of one miss were fetched one by one"
+    );
+    // Served from the cache now: no new store reads.
+    let again = client.read(&file, PS + 10, 4 * PS - 20).await.unwrap();
+    assert_eq!(again, got);
+    assert_eq!(probe.reads.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_sequential_readers_prefetch() {
+    let mem = Arc::new(MemStore::new("mem://t"));
+    let bytes = data(PS as usize * 64);
+    mem.put("f", bytes.clone()).unwrap();
+    mem.put("g", bytes.clone()).unwrap();
+    let (client, _probe) = setup(mem);
+    // Random reads far apart: no prefetch.
+    let before = metrics::PREFETCH_PAGES.get();
+    let file = client.open("/d/f").await.unwrap();
+    for page in [40u64, 3, 60, 17, 29] {
+        let got = client.read(&file, page * PS + 5, 100).await.unwrap();
+        assert_eq!(
+            &got[..],
+            &bytes[(page * PS + 5) as usize..(page * PS + 105) as usize]
+        );
+    }
+    assert_eq!(
+        metrics::PREFETCH_PAGES.get(),
+        before,
+        "random reads must not prefetch"
+    );
+    // A sequential reader gets pages ahead of it, and every byte is right.
+    let file = client.open("/d/g").await.unwrap();
+    let mut off = 0;
+    let mut out = Vec::new();
+    while off < bytes.len() as u64 {
+        let b = client.read(&file, off, PS / 2).await.unwrap();
+        off += b.len() as u64;
+        out.extend_from_slice(&b);
+    }
+    assert!(out == bytes);
+    assert!(
+        metrics::PREFETCH_PAGES.get() > before,
+        "a sequential reader should prefetch"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_file_never_mixes_versions() {
+    let mem = Arc::new(MemStore::new("mem://t"));
+    let v1 = data(PS as usize * 3);
+    mem.put("f", v1.clone()).unwrap();
+    let (client, _probe) = setup(mem.clone());
+    let file = client.open("/d/f").await.unwrap();
+    // Random access at page 2 first, so nothing else is prefetched.
+    assert_eq!(
+        &client.read(&file, 2 * PS, 10).await.unwrap()[..],
+        &v1[2 * PS as usize..2 * PS as usize + 10]
+    );
+    let v2: Vec<u8> = v1.iter().map(|b| b ^ 0xff).collect();
+    mem.put("f", v2).unwrap();
+    // Page 2 is cached for the version the file opened: still v1. Page 0 is not: the store has
+    // v2 now, so the read fails instead of returning v2 bytes.
+    assert_eq!(
+        &client.read(&file, 2 * PS, 10).await.unwrap()[..],
+        &v1[2 * PS as usize..2 * PS as usize + 10]
+    );
+    let e = client.read(&file, 0, 10).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ContentChanged, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_answer_lookups_until_the_ttl() {
+    let mem = Arc::new(MemStore::new("mem://t"));
+    mem.put("dir/a", data(10)).unwrap();
+    mem.put("dir/b", data(20)).unwrap();
+    let (client, _probe) = setup(mem.clone());
+    let list = client.list("/d/dir").await.unwrap();
+    assert_eq!(
+        list.iter()
+            .map(|e| e.name().to_string())
+            .collect::<Vec<_>>(),
+        vec!["a", "b"]
+    );
+    let n = mem.requests();
+    // Stat of a listed child and of a missing one: answered by the listing, no store call.
+    assert_eq!(client.stat("/d/dir/b").await.unwrap().size, 20);
+    assert_eq!(
+        client.stat("/d/dir/zzz").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(mem.requests(), n);
+    // Synthetic root lists the mount; paths outside every mount are NotFound.
+    let root = client.list("/").await.unwrap();
+    assert_eq!(root[0].name(), "d");
+    assert_eq!(
+        client.stat("/nope").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        client.stat("relative").await.unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+}
