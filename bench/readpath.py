@@ -54,6 +54,8 @@ def timed_read(paths, threads):
 
 
 class Silt:
+    extra = []
+
     def __init__(self, work, state, endpoint):
         self.mnt = os.path.join(work, "mnt"); os.makedirs(self.mnt, exist_ok=True)
         self.state = state
@@ -61,7 +63,7 @@ class Silt:
         env = dict(os.environ, SILT_S3_ACCESS_KEY_ID=KEY, SILT_S3_SECRET_ACCESS_KEY=SECRET, SILT_LOG="warn")
         self.p = subprocess.Popen([SILT, "up", "--mount", "/data=s3://bench", "--s3-endpoint", endpoint,
                                    "--mountpoint", self.mnt, "--state-dir", state, "--disk-tiers", f"{state}/cache:40GiB",
-                                   "--memory-capacity", "1GiB"],
+                                   "--memory-capacity", "1GiB"] + Silt.extra,
                                   stderr=subprocess.PIPE, text=True, env=env)
         for line in self.p.stderr:  # silt prints "silt: serving" once mounted
             self.log.write(line)
@@ -98,10 +100,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="2 x 256 MiB and 2,000 small files")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--silt-arg", action="append", default=[], help="extra argument for silt up (repeatable)")
     a = ap.parse_args()
+    Silt.extra = a.silt_arg
     for b in (SILT, DIRECT, VGW):
         if not os.path.exists(b):
-            sys.exit(f"missing {b}: run scripts/install-deps.sh and cargo build --release -p silt --example direct_read")
+            sys.exit(f"missing {b}: run scripts/install-deps.sh and cargo build --release -p silt --bin silt --example direct_read")
     n_large, large_size = (2, 256 << 20) if a.quick else (4, 1 << 30)
     n_small = 2000 if a.quick else 20000
 
@@ -191,7 +195,7 @@ def main():
         }
         out = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{platform.node()} {os.cpu_count()} cores",
                "kernel": platform.release(), "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
-               "profile": "unshaped loopback versitygw", "large": f"{n_large} x {large_size >> 20} MiB", "small": n_small,
+               "profile": "unshaped loopback versitygw", "silt_args": a.silt_arg, "large": f"{n_large} x {large_size >> 20} MiB", "small": n_small,
                "reps": a.reps, "results": S, "ratios": ratios, "peak_rss_bytes": max(rss), "passthrough": opens}
         unit = lambda k: "files/s" if k.startswith("b2") else "GB/s"
         for k, v in S.items():

@@ -5,6 +5,7 @@
 //! ```text
 //! <dir>/silt-tier                          header: format version and page size (text)
 //! <dir>/journal                            append-only page journal (56-byte records)
+//! <dir>/clean-shutdown                     present only between a clean shutdown and the next open
 //! <dir>/objects/<hex[0..2]>/<hex>.data     one sparse data file per object version
 //! ```
 //!
@@ -40,6 +41,21 @@
 //! or torn page is never served. A record lost in a crash only forgets a page; its bytes are
 //! reclaimed by the hole punching at the next open.
 //!
+//! Passthrough hands whole data files to the kernel, which checks nothing, so the store trusts
+//! a page's bytes without reading them back only when they cannot be torn: pages written by
+//! this process, and pages recovered after a clean shutdown ([`DiskTier::mark_clean`]: every
+//! byte synced and the journal complete, then the `clean-shutdown` marker written; opening
+//! the tier removes the marker durably before anything else, so a crash is never mistaken for
+//! a clean shutdown). A failed journal append leaves the journal incomplete (a lost removal
+//! would revive a punched page), so it withholds the marker until a compaction rewrites the
+//! journal from the index.
+//!
+//! In the running process the index and the files are kept in step: a page's bytes are
+//! written through a handle to the file that was at the object's path when the page was
+//! reserved (under the store's lock), and a data file is only ever replaced by unlinking it
+//! and creating a new one (never truncated), so a write that outlives its reservation lands
+//! in the old, unlinked file and never in a newer one.
+//!
 //! # Eviction
 //!
 //! Each tier has a quota with high/low watermarks (enforced by the store). Evicting a page
@@ -56,6 +72,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use silt_common::{Error, ObjectId, Result};
 use tracing::{debug, info, warn};
@@ -69,9 +86,15 @@ const HEADER_FILE: &str = "silt-tier";
 const HEADER_TMP: &str = "silt-tier.tmp";
 const HEADER_MAGIC: &str = "silt page store tier";
 const JOURNAL_FILE: &str = "journal";
+/// Present only between a clean shutdown (data synced) and the next open.
+const CLEAN_FILE: &str = "clean-shutdown";
 const JOURNAL_TMP: &str = "journal.tmp";
 const OBJECTS_DIR: &str = "objects";
 const DATA_SUFFIX: &str = ".data";
+
+/// Slots of `DiskTier::files`.
+const WRITE: usize = 0;
+const PUNCH: usize = 1;
 
 /// `DiskPage::handle` of a page whose data is still being written: not readable, not
 /// evictable, but its bytes are already counted against the quota.
@@ -175,17 +198,25 @@ pub(crate) struct RecoveredPage {
 struct Journal {
     file: File,
     records: u64,
+    /// An append failed: the journal may have lost a record, so it may not be trusted after a
+    /// clean shutdown (see [`DiskTier::mark_clean`]).
+    failed: bool,
 }
 
 impl Journal {
     fn open_append(path: &Path) -> io::Result<Journal> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         let records = file.metadata()?.len() / RECORD_LEN as u64;
-        Ok(Journal { file, records })
+        Ok(Journal {
+            file,
+            records,
+            failed: false,
+        })
     }
 
     fn append(&mut self, rec: &Record) -> io::Result<()> {
         if let Err(e) = self.file.write_all(&rec.encode()) {
+            self.failed = true;
             // Cut a partial record off so later appends stay aligned and readable.
             let _ = self.file.set_len(self.records * RECORD_LEN as u64);
             return Err(e);
@@ -239,6 +270,23 @@ fn sync_dir(dir: &Path) {
     }
 }
 
+/// Flushes everything of the file system holding `f` (data and metadata) to stable storage.
+fn sync_fs(f: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain syscall on a file descriptor we own for the duration of the call.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes changes to `dir`'s entries durable, or fails: fsync on the directory, or where the
+/// file system refuses that, a `syncfs`.
+fn sync_dir_strict(dir: &Path) -> io::Result<()> {
+    let d = File::open(dir)?;
+    d.sync_all().or_else(|_| sync_fs(&d))
+}
+
 /// Frees the blocks of `[offset, offset + len)` while keeping the file size.
 fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
     #[cfg(target_os = "linux")]
@@ -278,9 +326,8 @@ pub(crate) fn read_page(path: &Path, offset: u64, len: usize) -> io::Result<Vec<
     Ok(buf)
 }
 
-/// Writes one page's bytes into an existing data file.
-pub(crate) fn write_page(path: &Path, offset: u64, data: &[u8]) -> io::Result<()> {
-    let file = OpenOptions::new().write(true).open(path)?;
+/// Writes one page's bytes into a data file opened by [`DiskTier::data_file`].
+pub(crate) fn write_page(file: &File, offset: u64, data: &[u8]) -> io::Result<()> {
     file.write_all_at(data, offset)
 }
 
@@ -303,8 +350,10 @@ pub(crate) struct DiskTier {
     pub policy: Box<dyn EvictionPolicy>,
     page_size: u64,
     journal: Journal,
-    /// The data file punched last: evictions tend to come in runs of one object's pages.
-    punch_file: Option<(ObjectId, File)>,
+    /// Data files open for writing: the one written last ([`WRITE`]) and the one punched last
+    /// ([`PUNCH`]); puts and evictions each tend to come in runs of one object's pages. Always
+    /// the files now at the objects' paths: dropped when such a file is removed.
+    files: [Option<(ObjectId, Arc<File>)>; 2],
     /// Journal length at the last failed compaction, so a failing disk is not retried on
     /// every operation.
     compact_failed_at: u64,
@@ -318,18 +367,26 @@ struct ReplayObject {
 
 impl DiskTier {
     /// Opens (creating if needed) and recovers the tier in `dir`. Returns the live pages in
-    /// eviction order; the caller inserts them into `pages` and the policy.
+    /// eviction order (the caller inserts them into `pages` and the policy) and whether the
+    /// last run ended with a clean shutdown ([`DiskTier::mark_clean`]): only then may the
+    /// recovered pages be trusted without reading them back.
     pub fn open(
         name: String,
         dir: &Path,
         quota: u64,
         page_size: u64,
         policy: Box<dyn EvictionPolicy>,
-    ) -> Result<(DiskTier, Vec<RecoveredPage>)> {
+    ) -> Result<(DiskTier, Vec<RecoveredPage>, bool)> {
         fs::create_dir_all(dir)
             .map_err(|e| Error::from(e).context(format!("creating disk tier {}", dir.display())))?;
         let ctx =
             |e: io::Error| Error::from(e).context(format!("opening disk tier {}", dir.display()));
+        // Remove the marker durably before anything is written, so a crash of this run is
+        // never mistaken for a clean shutdown.
+        let was_clean = fs::remove_file(dir.join(CLEAN_FILE)).is_ok();
+        if was_clean {
+            sync_dir_strict(dir).map_err(ctx)?;
+        }
         check_header(dir, page_size).map_err(ctx)?;
         fs::create_dir_all(dir.join(OBJECTS_DIR)).map_err(ctx)?;
         let mut objects = replay(&dir.join(JOURNAL_FILE), page_size).map_err(ctx)?;
@@ -382,34 +439,78 @@ impl DiskTier {
                 policy,
                 page_size,
                 journal,
-                punch_file: None,
+                files: [None, None],
                 compact_failed_at: 0,
             },
             live,
+            was_clean,
         ))
+    }
+
+    /// Makes every page and the journal durable (one `syncfs` for the tier's file system),
+    /// then records a clean shutdown. Called when the store closes.
+    /// Refused while the journal may have lost a record since it was last rewritten.
+    pub fn mark_clean(&self) -> io::Result<()> {
+        if self.journal.failed {
+            return Err(io::Error::other("the cache journal missed records"));
+        }
+        self.journal.file.sync_data()?;
+        sync_fs(&File::open(&self.dir)?)?;
+        File::create(self.dir.join(CLEAN_FILE))?.sync_all()?;
+        sync_dir_strict(&self.dir)
     }
 
     pub fn data_path(&self, object: ObjectId) -> PathBuf {
         self.dir.join(data_rel_path(object))
     }
 
-    /// Creates an empty (all-hole) data file of the object's size, discarding any leftover.
-    pub fn create_data_file(&mut self, object: ObjectId, size: u64) -> io::Result<()> {
+    /// Creates an empty (all-hole) data file of the object's size and returns it. A leftover
+    /// file at the path is unlinked first, never truncated: a write still in flight into it
+    /// must not land in the new file.
+    pub fn create_data_file(&mut self, object: ObjectId, size: u64) -> io::Result<Arc<File>> {
         let path = self.data_path(object);
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent)?;
         }
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)?;
-        file.set_len(size)
+        let create = || OpenOptions::new().write(true).create_new(true).open(&path);
+        let file = match create() {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                self.remove_data_file(object);
+                create()?
+            }
+            r => r?,
+        };
+        file.set_len(size)?;
+        let file = Arc::new(file);
+        self.files[WRITE] = Some((object, file.clone()));
+        Ok(file)
+    }
+
+    /// The object's current data file, open for writing. Called under the store's lock, so
+    /// the handle is the file the index describes, even if it is unlinked later.
+    pub fn data_file(&mut self, object: ObjectId) -> io::Result<Arc<File>> {
+        self.cached_file(object, WRITE)
+    }
+
+    fn cached_file(&mut self, object: ObjectId, role: usize) -> io::Result<Arc<File>> {
+        let cached = self.files.iter().flatten().find(|(o, _)| *o == object);
+        let f = match cached {
+            Some((_, f)) => f.clone(),
+            None => Arc::new(
+                OpenOptions::new()
+                    .write(true)
+                    .open(self.data_path(object))?,
+            ),
+        };
+        self.files[role] = Some((object, f.clone()));
+        Ok(f)
     }
 
     pub fn remove_data_file(&mut self, object: ObjectId) {
-        if self.punch_file.as_ref().is_some_and(|(o, _)| *o == object) {
-            self.punch_file = None;
+        for f in &mut self.files {
+            if f.as_ref().is_some_and(|(o, _)| *o == object) {
+                *f = None;
+            }
         }
         let path = self.data_path(object);
         match fs::remove_file(&path) {
@@ -422,20 +523,15 @@ impl DiskTier {
     /// Frees one page's bytes. Failure only costs space: the page is already unindexed.
     pub fn punch(&mut self, object: ObjectId, index: u32, len: u64) {
         let offset = u64::from(index) * self.page_size;
-        if self.punch_file.as_ref().is_none_or(|(o, _)| *o != object) {
-            self.punch_file = None;
-            match OpenOptions::new().write(true).open(self.data_path(object)) {
-                Ok(f) => self.punch_file = Some((object, f)),
-                Err(e) => {
-                    debug!(object = %object, error = %e, "cannot open data file to punch a hole");
-                    return;
-                }
+        let f = match self.cached_file(object, PUNCH) {
+            Ok(f) => f,
+            Err(e) => {
+                debug!(object = %object, error = %e, "cannot open data file to punch a hole");
+                return;
             }
-        }
-        if let Some((_, f)) = &self.punch_file {
-            if let Err(e) = punch_hole(f, offset, len) {
-                debug!(object = %object, error = %e, "cannot punch a hole; space is not reclaimed");
-            }
+        };
+        if let Err(e) = punch_hole(&f, offset, len) {
+            debug!(object = %object, error = %e, "cannot punch a hole; space is not reclaimed");
         }
     }
 
@@ -499,6 +595,8 @@ impl DiskTier {
     ) -> io::Result<()> {
         let r = self.try_compact(resolve);
         if r.is_err() {
+            // The rename may have happened, leaving `journal` a handle to the replaced file.
+            self.journal.failed = true;
             self.compact_failed_at = self.journal.records;
             let _ = fs::remove_file(self.dir.join(JOURNAL_TMP));
         }
@@ -530,10 +628,6 @@ impl DiskTier {
         self.journal = w.finish()?;
         debug!(tier = %self.name, before, after = self.journal.records, "compacted cache journal");
         Ok(())
-    }
-
-    pub fn sync_journal(&self) {
-        let _ = self.journal.file.sync_data();
     }
 }
 
@@ -803,6 +897,30 @@ mod tests {
         );
         assert_eq!(parse_header("something else\n"), None);
         assert_eq!(parse_header(&format!("{HEADER_MAGIC}\nformat 1\n")), None);
+    }
+
+    #[test]
+    fn clean_shutdown_is_recorded_once_and_not_after_journal_failures() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let open = || {
+            let policy = crate::policy::new_policy("lru").unwrap();
+            DiskTier::open("t".into(), dir.path(), 1 << 20, 4096, policy).unwrap()
+        };
+        let (t, _, clean) = open();
+        assert!(!clean);
+        t.mark_clean().unwrap();
+        drop(t);
+        let (t, _, clean) = open();
+        assert!(clean);
+        // Dropping a tier without mark_clean is a crash: the marker was consumed by open.
+        drop(t);
+        let (mut t, _, clean) = open();
+        assert!(!clean);
+        t.journal.failed = true;
+        assert!(t.mark_clean().is_err());
+        drop(t);
+        let (_, _, clean) = open();
+        assert!(!clean);
     }
 
     #[test]

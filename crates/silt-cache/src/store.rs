@@ -7,9 +7,13 @@
 //!
 //! Locking: every index change happens under one `parking_lot::Mutex`. Bulk page I/O (the
 //! `pread`/`pwrite` of page bytes and `complete_file`'s verification) runs outside it; small
-//! metadata I/O (journal appends, hole punches, creating and deleting data files) runs
-//! inside, which keeps the index and the files in step. A page being written is indexed as
-//! pending: counted against the quota, invisible to readers, not evictable.
+//! metadata I/O (journal appends, hole punches, creating, opening and deleting data files)
+//! runs inside, which keeps the index and the files in step. A page being written is indexed
+//! as pending: counted against the quota, invisible to readers and to `complete_file`, not
+//! evictable. Its bytes go through a handle opened with the reservation, so a write that
+//! outlives its reservation (`remove_object` meanwhile) lands in the unlinked file, never in a
+//! newer one at the same path. Hence: while the index holds a committed disk page, that
+//! tier's data file holds exactly its bytes at its offset.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -107,9 +111,14 @@ struct ObjectSlot {
     mem_pages: u32,
     /// Disk pages, pending ones included.
     disk_pages: u32,
+    /// Disk pages being written (pending).
+    pending: u32,
     /// The disk tier holding the object's data file, or `NO_TIER`.
     tier: u8,
-    /// Every page was verified by `complete_file` since the last removal.
+    /// Every disk page present is known good: written by this process, recovered after a
+    /// clean shutdown, or read back and checked by `complete_file`. Only pages recovered after
+    /// a crash (possibly torn) start out unverified. Removing a page keeps the others good.
+    /// Says nothing about pending pages: `complete_file` also needs `pending == 0`.
     verified: bool,
 }
 
@@ -245,6 +254,8 @@ struct Reservation {
     gen: u32,
     index: u32,
     path: PathBuf,
+    /// The data file as it was at reservation time (see the module docs).
+    file: Arc<File>,
     offset: u64,
 }
 
@@ -280,8 +291,9 @@ impl State {
             disk_epoch: 0,
             mem_pages: 0,
             disk_pages: 0,
+            pending: 0,
             tier: NO_TIER,
-            verified: false,
+            verified: true,
         };
         let s = match self.free_slots.pop() {
             Some(s) => {
@@ -452,11 +464,15 @@ impl State {
         };
         let (id, size) = (slot.id, slot.size);
         slot.disk_pages = slot.disk_pages.saturating_sub(1);
+        if page.handle == PENDING {
+            slot.pending = slot.pending.saturating_sub(1);
+        }
         slot.disk_epoch = slot.disk_epoch.wrapping_add(1);
-        slot.verified = false;
         let now_empty = slot.disk_pages == 0;
         if now_empty {
             slot.tier = NO_TIER;
+            // No disk page left to doubt.
+            slot.verified = true;
         }
         let len = page_len(u64::from(index), size, page_size).unwrap_or(0);
         let tier = &mut self.disks[t];
@@ -535,22 +551,32 @@ impl State {
         // Eviction may have released the slot or emptied the object's tier.
         let s = self.ensure_slot(id, size)?;
         let tier = self.slot(s)?.tier;
-        if tier == NO_TIER {
-            if let Err(e) = self.disks[t].create_data_file(id, size) {
-                warn!(tier = %self.disks[t].name, object = %id, error = %e, "cannot create a cache data file");
-                self.release_if_empty(s);
-                return None;
-            }
-            self.slot_mut(s)?.tier = t as u8;
-        } else if usize::from(tier) != t {
-            return None;
-        }
         let key = pkey(s, index);
-        if self.disks[t].pages.contains_key(&key) {
+        // The handle is taken here, under the lock: it is the file the index describes.
+        let file = if tier == NO_TIER {
+            match self.disks[t].create_data_file(id, size) {
+                Ok(f) => f,
+                Err(e) => {
+                    warn!(tier = %self.disks[t].name, object = %id, error = %e, "cannot create a cache data file");
+                    self.release_if_empty(s);
+                    return None;
+                }
+            }
+        } else if usize::from(tier) != t || self.disks[t].pages.contains_key(&key) {
             return None;
-        }
+        } else {
+            match self.disks[t].data_file(id) {
+                Ok(f) => f,
+                Err(e) => {
+                    warn!(tier = %self.disks[t].name, object = %id, error = %e, "cannot open a cache data file");
+                    return None;
+                }
+            }
+        };
         let slot = self.slot_mut(s)?;
+        slot.tier = t as u8;
         slot.disk_pages += 1;
+        slot.pending += 1;
         let gen = slot.gen;
         let disk = &mut self.disks[t];
         disk.pages.insert(
@@ -567,6 +593,7 @@ impl State {
             gen,
             index,
             path: disk.data_path(id),
+            file,
             offset: u64::from(index) * self.page_size,
         })
     }
@@ -594,6 +621,9 @@ impl State {
             Some(h) => {
                 if let Some(p) = self.disks[t].pages.get_mut(&key) {
                     p.handle = h;
+                }
+                if let Some(slot) = self.slot_mut(r.slot) {
+                    slot.pending = slot.pending.saturating_sub(1);
                 }
             }
             None => {
@@ -708,8 +738,9 @@ impl State {
             d.remove_data_file(object);
             if let Some(slot) = self.slot_mut(s) {
                 slot.disk_pages = 0;
+                slot.pending = 0;
                 slot.tier = NO_TIER;
-                slot.verified = false;
+                slot.verified = true;
                 slot.disk_epoch = slot.disk_epoch.wrapping_add(1);
             }
             self.maybe_compact(t);
@@ -720,7 +751,9 @@ impl State {
         self.release_if_empty(s);
     }
 
-    fn adopt_recovered(&mut self, t: usize, pages: Vec<RecoveredPage>) {
+    /// `clean`: the tier was shut down cleanly, so its pages need no read-back before
+    /// passthrough (see `ObjectSlot::verified`).
+    fn adopt_recovered(&mut self, t: usize, pages: Vec<RecoveredPage>, clean: bool) {
         let mut conflicts: HashMap<ObjectId, u64> = HashMap::new();
         for p in pages {
             if let Some(slot) = self.lookup(p.object).and_then(|s| self.slot(s)) {
@@ -752,6 +785,7 @@ impl State {
             if let Some(slot) = self.slot_mut(s) {
                 slot.disk_pages += 1;
                 slot.tier = t as u8;
+                slot.verified &= clean;
             }
         }
         for (object, size) in conflicts {
@@ -783,8 +817,20 @@ impl State {
 impl Drop for State {
     fn drop(&mut self) {
         // Cheap once per shutdown, and keeps a clean restart from losing recent records.
-        for d in &self.disks {
-            d.sync_journal();
+        for (t, d) in self.disks.iter().enumerate() {
+            // Pages recovered after a crash and never read back stay suspect: without the
+            // marker, the next run verifies them before passthrough.
+            let suspect = self
+                .slots
+                .iter()
+                .flatten()
+                .any(|s| usize::from(s.tier) == t && !s.verified);
+            if suspect {
+                continue;
+            }
+            if let Err(e) = d.mark_clean() {
+                warn!(tier = %d.name, error = %e, "could not record a clean shutdown; pages will be re-verified");
+            }
         }
     }
 }
@@ -844,7 +890,7 @@ impl PageStore {
             counters: Counters::default(),
         };
         for (t, spec) in cfg.disk_tiers.iter().enumerate() {
-            let (tier, recovered) = DiskTier::open(
+            let (tier, recovered, clean) = DiskTier::open(
                 format!("disk{t}"),
                 &spec.dir,
                 spec.quota,
@@ -852,7 +898,7 @@ impl PageStore {
                 new_policy(&cfg.eviction_policy)?,
             )?;
             st.disks.push(tier);
-            st.adopt_recovered(t, recovered);
+            st.adopt_recovered(t, recovered, clean);
             // A quota lowered since the last run: evict down to the low watermark now.
             st.disk_make_room(t, 0);
         }
@@ -959,7 +1005,7 @@ impl PageStore {
         let Some(r) = reservation else {
             return Ok(());
         };
-        let written = disk::write_page(&r.path, r.offset, &data);
+        let written = disk::write_page(&r.file, r.offset, &data);
         let mut st = self.shared.state.lock();
         match written {
             Ok(()) => st.disk_commit(&r),
@@ -973,8 +1019,9 @@ impl PageStore {
 
     /// `Some(path)` iff every page of the object is in one disk tier's data file and has been
     /// verified: `path` is a regular local file whose bytes `[0, object_size)` are exactly the
-    /// object (for FUSE passthrough). All pages are verified the first time this is asked in
-    /// this process and the result is remembered until a page goes away.
+    /// object (for FUSE passthrough). Pages written by this process, or recovered after a clean
+    /// shutdown, are trusted as written; pages recovered after a crash are read back and
+    /// checked the first time this is asked, and the result is remembered.
     ///
     /// Pin the object ([`PageStore::pin`]) before calling this and keep the guard while the
     /// file is in use, or eviction may punch holes into it.
@@ -985,8 +1032,10 @@ impl PageStore {
             let st = self.shared.state.lock();
             let s = st.lookup(object)?;
             let slot = st.slot(s)?;
+            // A pending page is not on disk yet (its bytes may still be a hole).
             if slot.size != object_size
                 || slot.tier == NO_TIER
+                || slot.pending != 0
                 || u64::from(slot.disk_pages) != pages
             {
                 return None;

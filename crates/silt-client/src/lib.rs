@@ -32,6 +32,9 @@ use prefetch::SeqState;
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
     pub metadata_ttl: Duration,
+    /// Answer a lookup in a directory whose listing is not cached by listing the directory
+    /// (one paginated LIST, shared by concurrent callers) instead of a HEAD per name.
+    pub lookup_lists_parent: bool,
     pub prefetch_max: u64,
     pub fetch_concurrency: usize,
 }
@@ -112,10 +115,14 @@ pub struct LoadProgress {
     pub bytes_cached: u64,
 }
 
+type ListFlight = std::result::Result<Arc<Vec<Entry>>, (ErrorKind, String)>;
+
 pub struct Client {
     ns: Namespace,
     worker: Arc<Worker>,
     meta: MetaCache,
+    /// Concurrent listings of one directory share one store request.
+    listings: silt_cache::SingleFlight<String, ListFlight>,
     opts: ClientOptions,
     rt: Handle,
 }
@@ -143,6 +150,7 @@ impl Client {
         Client {
             ns,
             meta: MetaCache::new(opts.metadata_ttl),
+            listings: silt_cache::SingleFlight::new(),
             worker,
             opts,
             rt,
@@ -186,6 +194,11 @@ impl Client {
         let entry = match self.ns.resolve(&path)? {
             Resolved::Synthetic { .. } => Entry::synthetic_dir(path.clone()),
             Resolved::Store { mount, rel } => {
+                if self.opts.lookup_lists_parent && !rel.is_empty() {
+                    if let Some(found) = self.stat_from_parent_listing(&path).await {
+                        return found;
+                    }
+                }
                 metrics::UFS_REQUESTS.inc();
                 let meta = mount.store.stat(&rel).await.map_err(|e| e.context(&path))?;
                 Entry::from_meta(path.clone(), &mount.store, meta)
@@ -195,11 +208,41 @@ impl Client {
         Ok(entry)
     }
 
+    /// Answers a stat from the parent directory's listing, loading it if needed. `None` when
+    /// the parent cannot be listed (then the caller asks the store about the path itself).
+    async fn stat_from_parent_listing(&self, path: &str) -> Option<Result<Entry>> {
+        let (parent, name) = parent_and_name(path)?;
+        let list = self.list(parent).await.ok()?;
+        Some(match list.binary_search_by(|e| e.name().cmp(name)) {
+            Ok(i) => Ok(list[i].clone()),
+            Err(_) => Err(Error::not_found(format!(
+                "{path}: no such file or directory"
+            ))),
+        })
+    }
+
     /// The direct children of a directory, sorted by name.
     pub async fn list(&self, path: &str) -> Result<Arc<Vec<Entry>>> {
         let path = Self::normalize(path)?;
         if let Some(l) = self.meta.list(&path) {
             metrics::META_CACHE_HITS.inc();
+            return Ok(l);
+        }
+        let (result, _) = self
+            .listings
+            .run(path.clone(), || async {
+                self.load_listing(&path)
+                    .await
+                    .map_err(|e| (e.kind(), e.to_string()))
+            })
+            .await;
+        result.map_err(|(kind, msg)| Error::new(kind, msg))
+    }
+
+    async fn load_listing(&self, path: &str) -> Result<Arc<Vec<Entry>>> {
+        let path = path.to_string();
+        // A caller that joined late may find the listing already cached.
+        if let Some(l) = self.meta.list(&path) {
             return Ok(l);
         }
         metrics::META_CACHE_MISSES.inc();

@@ -94,6 +94,7 @@ fn setup(mem: Arc<MemStore>) -> (Client, Arc<Probe>) {
     .unwrap();
     let opts = ClientOptions {
         metadata_ttl: Duration::from_secs(60),
+        lookup_lists_parent: true,
         prefetch_max: 8 * PS,
         fetch_concurrency: 16,
     };
@@ -243,4 +244,35 @@ async fn listings_answer_lookups_until_the_ttl() {
         client.stat("relative").await.unwrap_err().kind(),
         ErrorKind::InvalidInput
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_in_an_unlisted_directory_share_one_listing() {
+    let mem = Arc::new(MemStore::new("mem://t"));
+    for i in 0..50 {
+        mem.put(&format!("imgs/{i:03}.jpg"), data(100 + i)).unwrap();
+    }
+    let (client, _probe) = setup(mem.clone());
+    let n = mem.requests();
+    // 50 concurrent lookups of different files in one directory: one LIST, no HEAD per file.
+    let stats: Vec<_> = (0..50)
+        .map(|i| {
+            let p = format!("/d/imgs/{i:03}.jpg");
+            let c = &client;
+            async move { c.stat(&p).await }
+        })
+        .collect();
+    for (i, r) in futures::future::join_all(stats)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        assert_eq!(r.unwrap().size, 100 + i as u64);
+    }
+    assert_eq!(mem.requests() - n, 1, "one listing for all lookups");
+    assert_eq!(
+        client.stat("/d/imgs/999.jpg").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(mem.requests() - n, 1);
 }

@@ -119,6 +119,7 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
         worker,
         ClientOptions {
             metadata_ttl: cfg.metadata_ttl,
+            lookup_lists_parent: cfg.lookup_lists_parent,
             prefetch_max: cfg.prefetch_max,
             fetch_concurrency: cfg.fetch_concurrency,
         },
