@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use futures::stream::{self, StreamExt, TryStreamExt};
+use futures::stream::{self, StreamExt};
 use parking_lot::Mutex;
 use silt_common::metrics;
 use silt_common::{Error, ErrorKind, Result};
@@ -297,30 +297,18 @@ impl Client {
 
     fn prefetch(&self, file: &OpenFile, offset: u64, end: u64) {
         let ps = self.worker.page_size();
-        let range = file
-            .seq
-            .lock()
-            .observe(offset, end, file.size(), ps, self.opts.prefetch_max);
+        let range = file.seq.lock().observe(
+            offset,
+            end,
+            file.size(),
+            ps,
+            self.opts.prefetch_max,
+            self.worker.request_pages() * ps,
+        );
         let Some(range) = range else { return };
         let first = range.start / ps;
         let last = (range.end - 1) / ps;
-        for index in first..=last {
-            if self
-                .worker
-                .page_store()
-                .contains(&silt_common::PageKey::new(file.obj.id, index))
-            {
-                continue;
-            }
-            let worker = self.worker.clone();
-            let obj = file.obj.clone();
-            metrics::PREFETCH_PAGES.inc();
-            self.rt.spawn(async move {
-                if let Err(e) = worker.read_page(&obj, index).await {
-                    tracing::debug!(path = %obj.meta.path, index, error = %e, "prefetch failed");
-                }
-            });
-        }
+        self.worker.prefetch(&file.obj, first..=last);
     }
 
     /// Reads up to `len` bytes at `offset` (fewer only at end of file).
@@ -337,10 +325,9 @@ impl Client {
         let ps = self.worker.page_size();
         let first = offset / ps;
         let last = (end - 1) / ps;
-        let pages: Vec<(Bytes, ReadSource)> = stream::iter(first..=last)
-            .map(|i| self.worker.read_page(&file.obj, i))
-            .buffered(self.opts.fetch_concurrency.max(1))
-            .try_collect()
+        let pages = self
+            .worker
+            .read_pages(&file.obj, first..=last)
             .await
             .map_err(|e| e.context(&file.entry.path))?;
         Ok(Self::assemble(ps, first, offset, end, pages))
@@ -436,7 +423,9 @@ impl Client {
             bytes_total: files.iter().map(|f| f.size).sum(),
             ..Default::default()
         };
-        let mut work = Vec::new();
+        // Runs of consecutive missing pages, each one request long.
+        let per_request = self.worker.request_pages();
+        let mut work: Vec<(Arc<ObjectRef>, u64, u64, u64)> = Vec::new();
         for f in &files {
             let Some(obj) = f.object.clone() else {
                 continue;
@@ -449,28 +438,37 @@ impl Client {
                     .contains(&silt_common::PageKey::new(obj.id, i))
                 {
                     p.bytes_cached += len;
-                } else {
-                    work.push((obj.clone(), i, len));
+                    continue;
+                }
+                p.pages_total += 1;
+                match work.last_mut() {
+                    Some((o, first, last, bytes))
+                        if o.id == obj.id && *last + 1 == i && i - *first < per_request =>
+                    {
+                        *last = i;
+                        *bytes += len;
+                    }
+                    _ => work.push((obj.clone(), i, i, len)),
                 }
             }
         }
-        p.pages_total = work.len() as u64;
         progress(&p);
         let mut results = stream::iter(work)
-            .map(|(obj, i, len)| {
+            .map(|(obj, first, last, bytes)| {
                 let worker = self.worker.clone();
                 async move {
                     worker
-                        .read_page(&obj, i)
+                        .read_pages(&obj, first..=last)
                         .await
-                        .map(|_| len)
+                        .map(|_| (last - first + 1, bytes))
                         .map_err(|e| e.context(&obj.meta.path))
                 }
             })
             .buffer_unordered(self.opts.fetch_concurrency.max(1));
         while let Some(r) = results.next().await {
-            p.bytes_done += r?;
-            p.pages_done += 1;
+            let (pages, bytes) = r?;
+            p.bytes_done += bytes;
+            p.pages_done += pages;
             progress(&p);
         }
         Ok(p)

@@ -85,7 +85,9 @@ fn setup(mem: Arc<MemStore>) -> (Client, Arc<Probe>) {
         &WorkerOptions {
             fetch_concurrency: 16,
             buffer_memory: 8 << 20,
+            request_size: 4 * PS,
         },
+        tokio::runtime::Handle::current(),
     ));
     let ns = Namespace::new(vec![MountPoint {
         path: "/d".into(),
@@ -132,22 +134,23 @@ async fn concurrent_misses_of_one_page_fetch_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_miss_spanning_pages_fetches_them_in_parallel() {
     let mem = Arc::new(MemStore::new("mem://t"));
-    let bytes = data(PS as usize * 6);
+    let bytes = data(PS as usize * 12);
     mem.put("f", bytes.clone()).unwrap();
     let (client, probe) = setup(mem);
     let file = client.open("/d/f").await.unwrap();
-    // A random-access read (not at offset 0, so no prefetch) covering pages 1..=4.
-    let got = client.read(&file, PS + 10, 4 * PS - 20).await.unwrap();
-    assert_eq!(&got[..], &bytes[PS as usize + 10..5 * PS as usize - 10]);
-    assert_eq!(probe.reads.load(Ordering::SeqCst), 4);
+    // A random-access read (not at offset 0, so no prefetch) covering pages 1..=10: with a
+    // request size of 4 pages that is three ranged requests (4 + 4 + 2 pages), in parallel.
+    let got = client.read(&file, PS + 10, 10 * PS - 20).await.unwrap();
+    assert_eq!(&got[..], &bytes[PS as usize + 10..11 * PS as usize - 10]);
+    assert_eq!(probe.reads.load(Ordering::SeqCst), 3);
     assert!(
         probe.max_in_flight.load(Ordering::SeqCst) >= 2,
-        "pages of one miss were fetched one by one"
+        "the requests of one miss ran one by one"
     );
     // Served from the cache now: no new store reads.
-    let again = client.read(&file, PS + 10, 4 * PS - 20).await.unwrap();
+    let again = client.read(&file, PS + 10, 10 * PS - 20).await.unwrap();
     assert_eq!(again, got);
-    assert_eq!(probe.reads.load(Ordering::SeqCst), 4);
+    assert_eq!(probe.reads.load(Ordering::SeqCst), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

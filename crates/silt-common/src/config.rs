@@ -35,6 +35,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "attr_ttl", default: "1h", help: "Kernel attribute cache TTL given to FUSE." },
     OptionSpec { name: "entry_ttl", default: "1h", help: "Kernel directory-entry cache TTL given to FUSE." },
     OptionSpec { name: "prefetch_max", default: "64MiB", help: "Largest read-ahead window of the sequential prefetcher; the window starts at two pages and doubles while reads stay sequential." },
+    OptionSpec { name: "request_size", default: "8MiB", help: "Largest ranged request to an under-store: runs of consecutive missing pages are fetched with one request of up to this size (object stores pay a large fixed cost per request)." },
     OptionSpec { name: "fetch_concurrency", default: "32", help: "Most concurrent ranged requests to under-stores." },
     OptionSpec { name: "buffer_memory", default: "256MiB", help: "Bound on bytes in flight from under-stores (fetch buffers); readers wait when it is reached." },
     OptionSpec { name: "fuse_threads", default: "8", help: "FUSE worker threads." },
@@ -90,6 +91,7 @@ pub struct Config {
     pub attr_ttl: Duration,
     pub entry_ttl: Duration,
     pub prefetch_max: u64,
+    pub request_size: u64,
     pub fetch_concurrency: usize,
     pub buffer_memory: u64,
     pub fuse_threads: usize,
@@ -123,6 +125,7 @@ impl Default for Config {
             attr_ttl: Duration::ZERO,
             entry_ttl: Duration::ZERO,
             prefetch_max: 0,
+            request_size: 0,
             fetch_concurrency: 0,
             buffer_memory: 0,
             fuse_threads: 0,
@@ -272,6 +275,15 @@ impl Config {
             "attr_ttl" => self.attr_ttl = parse_duration(key, v)?,
             "entry_ttl" => self.entry_ttl = parse_duration(key, v)?,
             "prefetch_max" => self.prefetch_max = parse_size_opt(key, v)?,
+            "request_size" => {
+                let n = parse_size_opt(key, v)?;
+                if !(4096..=(1 << 30)).contains(&n) {
+                    return Err(Error::invalid(format!(
+                        "request_size: expected 4KiB..1GiB, got {v:?}"
+                    )));
+                }
+                self.request_size = n;
+            }
             "fetch_concurrency" => self.fetch_concurrency = parse_count(key, v, 1)?,
             "buffer_memory" => {
                 let n = parse_size_opt(key, v)?;

@@ -3,19 +3,28 @@
 //! On one machine (`silt up`, `silt mount`) the client calls the worker in-process; the cluster
 //! issue puts a wire protocol between them without changing this API.
 //!
-//! A page miss goes through a single-flight table, so concurrent readers (and the
-//! prefetcher) of one page issue one under-store request; fetches are bounded by a request
-//! semaphore (`fetch_concurrency`) and a byte budget (`buffer_memory`) so memory stays bounded
-//! however many readers miss at once.
+//! Fetching. Request size and page size are separate: a run of consecutive missing pages is
+//! fetched with one ranged GET of up to `request_size` bytes (8 MiB by default) and split into
+//! pages, because object stores pay a large fixed cost per request — on the loopback S3 server
+//! measured here, 1 MiB ranges moved half the bytes per second that 8 MiB ranges did at the
+//! same concurrency. Every missing page is claimed in an in-flight table before its GET is
+//! issued, so concurrent readers and the prefetcher of any page in a run wait for that one
+//! request instead of issuing their own (single-flight at page granularity). Fetches run as
+//! spawned tasks: a reader that gives up does not cancel a request others wait on. Bytes in
+//! flight are bounded by `buffer_memory` and requests by `fetch_concurrency`, so memory stays
+//! bounded however many readers miss at once.
 
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use silt_cache::{PageStore, PageStoreStats, SingleFlight, Source};
+use parking_lot::Mutex;
+use silt_cache::{PageStore, PageStoreStats, Source};
 use silt_common::metrics;
 use silt_common::{Error, ErrorKind, ObjectId, PageKey, Result};
 use silt_ufs::{DynStore, ObjectMeta};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
 /// Where the bytes of a read came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +48,9 @@ impl From<Source> for ReadSource {
 pub struct WorkerOptions {
     pub fetch_concurrency: usize,
     pub buffer_memory: u64,
+    /// Largest single ranged request to an under-store (rounded down to whole pages, at least
+    /// one page).
+    pub request_size: u64,
 }
 
 /// One version of one object, as the worker needs it to fetch pages.
@@ -71,14 +83,23 @@ impl ObjectRef {
 }
 
 type FlightResult = std::result::Result<Bytes, (ErrorKind, String)>;
+type Waiter = watch::Receiver<Option<FlightResult>>;
+
+/// What a fetch task needs, shared with the worker.
+struct Shared {
+    pages: Arc<PageStore>,
+    inflight: Mutex<HashMap<PageKey, Waiter>>,
+    requests: Semaphore,
+    /// Budget of fetch buffers, in KiB (semaphore permits are u32).
+    buffer_kib: Semaphore,
+    buffer_kib_total: u32,
+    request_pages: u64,
+}
 
 pub struct Worker {
-    pages: Arc<PageStore>,
-    flights: SingleFlight<PageKey, FlightResult>,
-    requests: Arc<Semaphore>,
-    /// Budget of fetch buffers, in KiB (semaphore permits are u32).
-    buffer_kib: Arc<Semaphore>,
-    buffer_kib_total: u32,
+    shared: Arc<Shared>,
+    /// Fetch tasks are spawned here, also when a FUSE thread (outside the runtime) asks.
+    rt: tokio::runtime::Handle,
 }
 
 /// Permits are KiB so that large budgets fit a u32.
@@ -86,24 +107,37 @@ fn kib(bytes: u64) -> u32 {
     bytes.div_ceil(1024).min(u32::MAX as u64) as u32
 }
 
+/// Pages a caller must wait for: (index, receiver).
+type Claims = Vec<(u64, Waiter)>;
+
 impl Worker {
-    pub fn new(pages: Arc<PageStore>, opts: &WorkerOptions) -> Self {
-        let total = kib(opts.buffer_memory).max(kib(pages.page_size()));
+    pub fn new(pages: Arc<PageStore>, opts: &WorkerOptions, rt: tokio::runtime::Handle) -> Self {
+        let ps = pages.page_size();
+        let total = kib(opts.buffer_memory).max(kib(opts.request_size.max(ps)));
         Worker {
-            pages,
-            flights: SingleFlight::new(),
-            requests: Arc::new(Semaphore::new(opts.fetch_concurrency.max(1))),
-            buffer_kib: Arc::new(Semaphore::new(total as usize)),
-            buffer_kib_total: total,
+            shared: Arc::new(Shared {
+                request_pages: (opts.request_size / ps).max(1),
+                pages,
+                inflight: Mutex::new(HashMap::new()),
+                requests: Semaphore::new(opts.fetch_concurrency.max(1)),
+                buffer_kib: Semaphore::new(total as usize),
+                buffer_kib_total: total,
+            }),
+            rt,
         }
     }
 
     pub fn page_store(&self) -> &Arc<PageStore> {
-        &self.pages
+        &self.shared.pages
     }
 
     pub fn page_size(&self) -> u64 {
-        self.pages.page_size()
+        self.shared.pages.page_size()
+    }
+
+    /// Pages fetched by one under-store request at most.
+    pub fn request_pages(&self) -> u64 {
+        self.shared.request_pages
     }
 
     /// Number of pages of an object of `size` bytes.
@@ -113,89 +147,207 @@ impl Worker {
 
     /// The cached page, if any (no I/O beyond a local disk read; never blocks on the network).
     pub fn cached_page(&self, object: ObjectId, index: u64) -> Option<(Bytes, ReadSource)> {
-        let got = self.pages.get(&PageKey::new(object, index));
+        let got = self.shared.pages.get(&PageKey::new(object, index));
         if got.is_some() {
             metrics::PAGE_HITS.inc();
         }
         got.map(|(b, s)| (b, s.into()))
     }
 
-    /// Page `index` of `obj`, from the cache or fetched from the under-store (single-flight).
+    /// Page `index` of `obj`, from the cache or fetched from the under-store.
     pub async fn read_page(&self, obj: &ObjectRef, index: u64) -> Result<(Bytes, ReadSource)> {
-        if let Some(hit) = self.cached_page(obj.id, index) {
-            return Ok(hit);
-        }
-        metrics::PAGE_MISSES.inc();
-        let key = PageKey::new(obj.id, index);
-        let (result, joined) = self
-            .flights
-            .run(key, || self.fetch_page(obj.clone(), index))
-            .await;
-        if joined {
-            metrics::SINGLEFLIGHT_JOINS.inc();
-        }
-        match result {
-            Ok(bytes) => Ok((bytes, ReadSource::UnderStore)),
-            Err((kind, msg)) => Err(Error::new(kind, msg)),
-        }
+        let mut pages = self.read_pages(obj, index..=index).await?;
+        pages
+            .pop()
+            .ok_or_else(|| Error::internal("read_pages returned nothing"))
     }
 
-    fn page_range(&self, size: u64, index: u64) -> std::ops::Range<u64> {
-        let ps = self.page_size();
-        let start = index * ps;
-        start..(start + ps).min(size)
-    }
-
-    /// Fetches one page from the under-store and stores it. Runs once per page at a time.
-    fn fetch_page(
+    /// Pages `range` of `obj`, in order: cached ones from the page store, missing ones fetched
+    /// with as few requests as the request size allows.
+    pub async fn read_pages(
         &self,
-        obj: ObjectRef,
-        index: u64,
-    ) -> impl std::future::Future<Output = FlightResult> + Send + 'static {
-        let range = self.page_range(obj.size(), index);
-        let pages = self.pages.clone();
-        let requests = self.requests.clone();
-        let budget = self.buffer_kib.clone();
-        let want = kib(range.end - range.start).clamp(1, self.buffer_kib_total);
-        async move {
-            if range.start >= range.end {
-                return Err((
-                    ErrorKind::InvalidInput,
-                    format!("page {index} is past the end of {}", obj.meta.path),
-                ));
-            }
-            let closed = |_| (ErrorKind::Internal, "worker is shutting down".to_string());
-            let _buffer = budget.acquire_many_owned(want).await.map_err(closed)?;
-            let _request = requests.acquire_owned().await.map_err(closed)?;
-            // The page may have arrived while we waited for permits.
-            if let Some((bytes, _)) = pages.get(&PageKey::new(obj.id, index)) {
-                return Ok(bytes);
-            }
-            let len = range.end - range.start;
-            let bytes = obj
-                .store
-                .read(&obj.meta.path, range, &obj.meta)
-                .await
-                .map_err(|e| (e.kind(), e.to_string()))?;
-            if bytes.len() as u64 != len {
-                // The store returned fewer bytes than the object's size promises: it changed.
-                return Err((
-                    ErrorKind::ContentChanged,
-                    format!(
-                        "{} returned {} bytes for page {index}, expected {len}: object changed",
-                        obj.meta.path,
-                        bytes.len()
-                    ),
-                ));
-            }
-            if let Err(e) = pages.put(PageKey::new(obj.id, index), bytes.clone(), obj.size()) {
-                tracing::warn!(path = %obj.meta.path, index, error = %e, "could not cache page");
-            }
-            Ok(bytes)
+        obj: &ObjectRef,
+        range: RangeInclusive<u64>,
+    ) -> Result<Vec<(Bytes, ReadSource)>> {
+        let (first, last) = (*range.start(), *range.end());
+        if last >= self.page_count(obj.size()) || first > last {
+            return Err(Error::invalid(format!(
+                "pages {first}..={last} are past the end of {} ({} bytes)",
+                obj.meta.path,
+                obj.size()
+            )));
         }
+        let mut out: Vec<Option<(Bytes, ReadSource)>> =
+            Vec::with_capacity((last - first + 1) as usize);
+        let mut missing = Vec::new();
+        for i in first..=last {
+            let hit = self.cached_page(obj.id, i);
+            if hit.is_none() {
+                missing.push(i);
+            }
+            out.push(hit);
+        }
+        for (i, mut rx) in self.claim_and_fetch(obj, &missing) {
+            let result = rx
+                .wait_for(Option::is_some)
+                .await
+                .map_err(|_| Error::internal("page fetch task ended without a result"))?
+                .clone();
+            match result {
+                Some(Ok(bytes)) => {
+                    out[(i - first) as usize] = Some((bytes, ReadSource::UnderStore))
+                }
+                Some(Err((kind, msg))) => return Err(Error::new(kind, msg)),
+                None => return Err(Error::internal("page fetch without a result")),
+            }
+        }
+        out.into_iter()
+            .map(|p| p.ok_or_else(|| Error::internal("a page was neither cached nor fetched")))
+            .collect()
+    }
+
+    /// Starts fetching the pages of `range` that are neither cached nor in flight, without
+    /// waiting (read-ahead). Returns how many pages it started.
+    pub fn prefetch(&self, obj: &ObjectRef, range: RangeInclusive<u64>) -> u64 {
+        let last = (*range.end()).min(self.page_count(obj.size()).saturating_sub(1));
+        let wanted: Vec<u64> = (*range.start()..=last)
+            .filter(|&i| !self.shared.pages.contains(&PageKey::new(obj.id, i)))
+            .collect();
+        let before = metrics::PAGE_MISSES.get();
+        drop(self.claim_and_fetch(obj, &wanted));
+        let started = metrics::PAGE_MISSES.get().saturating_sub(before);
+        metrics::PREFETCH_PAGES.add(started);
+        started
+    }
+
+    /// Claims every page of `missing` not already in flight (joining the others), spawns one
+    /// fetch per run of consecutive claimed pages (split at the request size), and returns a
+    /// receiver for every page of `missing`.
+    fn claim_and_fetch(&self, obj: &ObjectRef, missing: &[u64]) -> Claims {
+        let sh = &self.shared;
+        let mut waits = Vec::with_capacity(missing.len());
+        let mut claimed: Vec<(u64, watch::Sender<Option<FlightResult>>)> = Vec::new();
+        {
+            let mut inflight = sh.inflight.lock();
+            for &i in missing {
+                let key = PageKey::new(obj.id, i);
+                if let Some(rx) = inflight.get(&key) {
+                    metrics::SINGLEFLIGHT_JOINS.inc();
+                    waits.push((i, rx.clone()));
+                    continue;
+                }
+                let (tx, rx) = watch::channel(None);
+                // Arrived since the caller looked: serve it from the cache.
+                if let Some((bytes, _)) = sh.pages.get(&key) {
+                    let _ = tx.send(Some(Ok(bytes)));
+                    waits.push((i, rx));
+                    continue;
+                }
+                metrics::PAGE_MISSES.inc();
+                inflight.insert(key, rx.clone());
+                waits.push((i, rx));
+                claimed.push((i, tx));
+            }
+        }
+        // Runs of consecutive indices, each at most `request_pages` long.
+        let mut runs: Vec<Vec<(u64, watch::Sender<Option<FlightResult>>)>> = Vec::new();
+        for (i, tx) in claimed {
+            match runs.last_mut() {
+                Some(run)
+                    if run.last().is_some_and(|(j, _)| *j + 1 == i)
+                        && (run.len() as u64) < sh.request_pages =>
+                {
+                    run.push((i, tx))
+                }
+                _ => runs.push(vec![(i, tx)]),
+            }
+        }
+        for run in runs {
+            self.rt.spawn(fetch_run(sh.clone(), obj.clone(), run));
+        }
+        waits
     }
 
     pub fn stats(&self) -> PageStoreStats {
-        self.pages.stats()
+        self.shared.pages.stats()
     }
+
+    /// Pages currently being fetched.
+    pub fn in_flight(&self) -> usize {
+        self.shared.inflight.lock().len()
+    }
+}
+
+/// Fetches one run of consecutive pages with a single ranged request, caches them and
+/// answers their waiters.
+async fn fetch_run(
+    sh: Arc<Shared>,
+    obj: ObjectRef,
+    run: Vec<(u64, watch::Sender<Option<FlightResult>>)>,
+) {
+    let ps = sh.pages.page_size();
+    let size = obj.size();
+    let (first, last) = match (run.first(), run.last()) {
+        (Some((f, _)), Some((l, _))) => (*f, *l),
+        _ => return,
+    };
+    let range = first * ps..((last + 1) * ps).min(size);
+    let result = fetch_range(&sh, &obj, range.clone()).await;
+    let single = run.len() == 1;
+    // Cache every page before waking anyone (and outside the in-flight lock: puts write to disk).
+    let pages: Vec<FlightResult> = run
+        .iter()
+        .map(|(i, _)| match &result {
+            Ok(bytes) => {
+                let from = ((i - first) * ps) as usize;
+                let to = (from + ps as usize).min(bytes.len());
+                // One page per request needs no copy; otherwise copy each page out, so the
+                // memory tier never pins a whole request buffer for one surviving page.
+                let page = if single { bytes.clone() } else { Bytes::copy_from_slice(&bytes[from..to]) };
+                if let Err(e) = sh.pages.put(PageKey::new(obj.id, *i), page.clone(), size) {
+                    tracing::warn!(path = %obj.meta.path, index = i, error = %e, "could not cache page");
+                }
+                Ok(page)
+            }
+            Err(e) => Err(e.clone()),
+        })
+        .collect();
+    let mut inflight = sh.inflight.lock();
+    for ((i, tx), page) in run.into_iter().zip(pages) {
+        inflight.remove(&PageKey::new(obj.id, i));
+        let _ = tx.send(Some(page));
+    }
+}
+
+async fn fetch_range(
+    sh: &Shared,
+    obj: &ObjectRef,
+    range: std::ops::Range<u64>,
+) -> std::result::Result<Bytes, (ErrorKind, String)> {
+    let len = range.end - range.start;
+    let closed = |_| (ErrorKind::Internal, "worker is shutting down".to_string());
+    let _buffer = sh
+        .buffer_kib
+        .acquire_many(kib(len).clamp(1, sh.buffer_kib_total))
+        .await
+        .map_err(closed)?;
+    let _request = sh.requests.acquire().await.map_err(closed)?;
+    metrics::UFS_REQUESTS.inc();
+    let bytes = obj
+        .store
+        .read(&obj.meta.path, range.clone(), &obj.meta)
+        .await
+        .map_err(|e| (e.kind(), e.to_string()))?;
+    if bytes.len() as u64 != len {
+        // Fewer bytes than the object's size promises: it changed under us.
+        return Err((
+            ErrorKind::ContentChanged,
+            format!(
+                "{} returned {} bytes for {range:?}, expected {len}: object changed",
+                obj.meta.path,
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(bytes)
 }

@@ -112,7 +112,9 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
         &WorkerOptions {
             fetch_concurrency: cfg.fetch_concurrency,
             buffer_memory: cfg.buffer_memory,
+            request_size: cfg.request_size,
         },
+        rt.handle().clone(),
     ));
     let client = Arc::new(Client::new(
         ns,
