@@ -334,6 +334,8 @@ impl fuser::Filesystem for SiltFs {
         match self.try_passthrough(ino.0, &file, &reply) {
             Ok((backing, pin)) => {
                 metrics::FUSE_OPENS_PASSTHROUGH.inc();
+                // The kernel reads it without asking us: every page of the file is a hit.
+                metrics::PAGE_HITS.add(self.client.worker().page_count(file.size()));
                 self.state
                     .record(&path, "passthrough", "whole file in local disk tier");
                 self.handles.lock().insert(

@@ -447,7 +447,11 @@ pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
         "Opens: passthrough {}, daemon {}",
         v["opens"]["passthrough"], v["opens"]["daemon"]
     );
-    for o in v["opens"]["recent"].as_array().into_iter().flatten() {
+    let recent = v["opens"]["recent"].as_array().cloned().unwrap_or_default();
+    if !recent.is_empty() {
+        println!("Recent opens (last {} of {}; --json shows more):", recent.len().min(5), recent.len());
+    }
+    for o in recent.iter().rev().take(5).rev() {
         println!(
             "  {:<12} {}  ({})",
             o["mode"].as_str().unwrap_or(""),
