@@ -62,6 +62,14 @@ fn data(n: usize) -> Vec<u8> {
 }
 
 fn setup(mem: Arc<MemStore>) -> (Client, Arc<Probe>) {
+    setup_with(mem, 64 << 20, vec![])
+}
+
+fn setup_with(
+    mem: Arc<MemStore>,
+    memory_capacity: u64,
+    disk_tiers: Vec<silt_common::config::DiskTierSpec>,
+) -> (Client, Arc<Probe>) {
     let probe = Arc::new(Probe {
         inner: mem,
         reads: AtomicU64::new(0),
@@ -72,8 +80,8 @@ fn setup(mem: Arc<MemStore>) -> (Client, Arc<Probe>) {
     let pages = Arc::new(
         PageStore::open(PageStoreConfig {
             page_size: PS,
-            memory_capacity: 64 << 20,
-            disk_tiers: vec![],
+            memory_capacity,
+            disk_tiers,
             high_watermark: 0.95,
             low_watermark: 0.85,
             eviction_policy: "lru".into(),
@@ -278,4 +286,49 @@ async fn lookups_in_an_unlisted_directory_share_one_listing() {
         ErrorKind::NotFound
     );
     assert_eq!(mem.requests() - n, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_disk_page_is_refetched_not_served() {
+    let mem = Arc::new(MemStore::new("mem://t"));
+    let bytes = data(PS as usize * 3);
+    mem.put("f", bytes.clone()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tier = silt_common::config::DiskTierSpec {
+        dir: dir.path().to_path_buf(),
+        quota: 64 << 20,
+    };
+    // No memory tier: every hit is read back from disk and checksummed.
+    let (client, probe) = setup_with(mem, 0, vec![tier]);
+    let file = client.open("/d/f").await.unwrap();
+    assert_eq!(
+        &client.read(&file, PS, PS).await.unwrap()[..],
+        &bytes[PS as usize..2 * PS as usize]
+    );
+    let reads = probe.reads.load(Ordering::SeqCst);
+    // Flip a byte of page 1 in its data file behind the store's back.
+    let hex = file.object().id.to_hex();
+    let path = dir
+        .path()
+        .join("objects")
+        .join(&hex[..2])
+        .join(format!("{hex}.data"));
+    let mut raw = std::fs::read(&path).unwrap();
+    raw[PS as usize + 7] ^= 0xff;
+    std::fs::write(&path, raw).unwrap();
+    let failures = metrics::CHECKSUM_FAILURES.get();
+    assert_eq!(
+        &client.read(&file, PS, PS).await.unwrap()[..],
+        &bytes[PS as usize..2 * PS as usize]
+    );
+    assert_eq!(
+        metrics::CHECKSUM_FAILURES.get(),
+        failures + 1,
+        "the bad page was detected"
+    );
+    assert_eq!(
+        probe.reads.load(Ordering::SeqCst),
+        reads + 1,
+        "and fetched again from the store"
+    );
 }

@@ -449,7 +449,11 @@ pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
     );
     let recent = v["opens"]["recent"].as_array().cloned().unwrap_or_default();
     if !recent.is_empty() {
-        println!("Recent opens (last {} of {}; --json shows more):", recent.len().min(5), recent.len());
+        println!(
+            "Recent opens (last {} of {}; --json shows more):",
+            recent.len().min(5),
+            recent.len()
+        );
     }
     for o in recent.iter().rev().take(5).rev() {
         println!(
