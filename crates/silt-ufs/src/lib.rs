@@ -128,6 +128,26 @@ pub(crate) fn normalize_path(path: &str) -> Result<&str> {
 
 /// Clamps `range` to an object of `size` bytes. A reversed range is an input error; a range
 /// that starts at or past the end is empty.
+/// Validates a read the same way for every store: the normalised path and the range clamped
+/// to the expected size, or `None` when there is nothing to read. `full` names the object in
+/// messages.
+pub(crate) fn plan_read<'a>(
+    path: &'a str,
+    range: &Range<u64>,
+    expected: &ObjectMeta,
+    full: impl FnOnce(&str) -> String,
+) -> Result<Option<(&'a str, Range<u64>)>> {
+    let path = normalize_path(path)?;
+    if expected.kind == EntryKind::Dir {
+        return Err(silt_common::Error::new(
+            silt_common::ErrorKind::IsADirectory,
+            format!("read {}: is a directory", full(path)),
+        ));
+    }
+    let range = clamp_range(range, expected.size)?;
+    Ok((!range.is_empty()).then_some((path, range)))
+}
+
 pub(crate) fn clamp_range(range: &Range<u64>, size: u64) -> Result<Range<u64>> {
     if range.start > range.end {
         return Err(Error::invalid(format!(

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use silt_common::{Error, ErrorKind, Result};
 
-use crate::{clamp_range, normalize_path, Capabilities, EntryKind, ObjectMeta, UnderStore};
+use crate::{normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, UnderStore};
 
 /// An in-memory fake of an object store, keeping every [`UnderStore`] invariant.
 ///
@@ -230,17 +230,9 @@ impl UnderStore for MemStore {
     }
 
     async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
-        let path = normalize_path(path)?;
-        if expected.kind == EntryKind::Dir {
-            return Err(Error::new(
-                ErrorKind::IsADirectory,
-                format!("read {}: is a directory", self.full(path)),
-            ));
-        }
-        let range = clamp_range(&range, expected.size)?;
-        if range.is_empty() {
+        let Some((path, range)) = plan_read(path, &range, expected, |p| self.full(p))? else {
             return Ok(Bytes::new());
-        }
+        };
         self.count();
         let state = self.state.lock();
         let obj = state

@@ -26,7 +26,7 @@ use silt_common::{Error, ErrorKind, Result};
 use tracing::debug;
 
 use crate::uri::StoreUri;
-use crate::{clamp_range, normalize_path, Capabilities, EntryKind, ObjectMeta, UnderStore};
+use crate::{normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, UnderStore};
 
 /// S3 connection options (see the `s3_*` and `ufs_*` options in `silt_common::config`).
 /// `timeout` and `retries` apply to every OpenDAL-backed store.
@@ -901,17 +901,9 @@ impl UnderStore for OpendalStore {
     }
 
     async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
-        let path = normalize_path(path)?;
-        if expected.kind == EntryKind::Dir {
-            return Err(Error::new(
-                ErrorKind::IsADirectory,
-                format!("read {}: is a directory", self.full(path)),
-            ));
-        }
-        let range = clamp_range(&range, expected.size)?;
-        if range.is_empty() {
+        let Some((path, range)) = plan_read(path, &range, expected, |p| self.full(p))? else {
             return Ok(Bytes::new());
-        }
+        };
         let bytes = self
             .count_errors(async {
                 match (&self.backend, &expected.etag) {
