@@ -168,35 +168,41 @@ async fn only_sequential_readers_prefetch() {
     mem.put("f", bytes.clone()).unwrap();
     mem.put("g", bytes.clone()).unwrap();
     let (client, _probe) = setup(mem);
-    // Random reads far apart: no prefetch.
-    let before = metrics::PREFETCH_PAGES.get();
+    // Random reads far apart: no prefetch. A prefetch claims its pages synchronously, so any
+    // page other than the ones read would now be cached or in flight.
     let file = client.open("/d/f").await.unwrap();
-    for page in [40u64, 3, 60, 17, 29] {
+    let read_pages = [40u64, 3, 60, 17, 29];
+    for page in read_pages {
         let got = client.read(&file, page * PS + 5, 100).await.unwrap();
         assert_eq!(
             &got[..],
             &bytes[(page * PS + 5) as usize..(page * PS + 105) as usize]
         );
     }
-    assert_eq!(
-        metrics::PREFETCH_PAGES.get(),
-        before,
-        "random reads must not prefetch"
-    );
+    let store = client.worker().page_store();
+    for i in (0..64).filter(|i| !read_pages.contains(i)) {
+        assert!(
+            !store.contains(&silt_common::PageKey::new(file.object().id, i)),
+            "page {i} was prefetched"
+        );
+    }
+    assert_eq!(client.worker().in_flight(), 0);
     // A sequential reader gets pages ahead of it, and every byte is right.
     let file = client.open("/d/g").await.unwrap();
-    let mut off = 0;
-    let mut out = Vec::new();
+    let first = client.read(&file, 0, PS / 2).await.unwrap();
+    let page1 = silt_common::PageKey::new(file.object().id, 1);
+    assert!(
+        store.contains(&page1) || client.worker().in_flight() > 0,
+        "a sequential reader should have the next page fetched ahead"
+    );
+    let mut off = first.len() as u64;
+    let mut out = first.to_vec();
     while off < bytes.len() as u64 {
         let b = client.read(&file, off, PS / 2).await.unwrap();
         off += b.len() as u64;
         out.extend_from_slice(&b);
     }
     assert!(out == bytes);
-    assert!(
-        metrics::PREFETCH_PAGES.get() > before,
-        "a sequential reader should prefetch"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
