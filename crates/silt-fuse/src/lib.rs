@@ -739,6 +739,9 @@ pub fn mount(
         MountOption::NoAtime,
         MountOption::NoDev,
         MountOption::NoSuid,
+        // The kernel checks the mode bits we report (a 0600 file of a local under-store stays
+        // private to its owner even though the daemon runs as root and allow_other is on).
+        MountOption::DefaultPermissions,
     ];
     if opts.allow_other {
         cfg.acl = SessionACL::All;

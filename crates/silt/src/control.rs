@@ -30,7 +30,13 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
 pub async fn bind(path: &Path) -> Result<UnixListener> {
     // We hold the state dir's lock, so a socket file left here is from a dead process.
     let _ = std::fs::remove_file(path);
-    UnixListener::bind(path).with_context(|| format!("binding control socket {}", path.display()))
+    let listener = UnixListener::bind(path)
+        .with_context(|| format!("binding control socket {}", path.display()))?;
+    // The socket can stop the mount and read any file in it: only the owner may connect.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("restricting control socket {}", path.display()))?;
+    Ok(listener)
 }
 
 #[derive(Debug, Serialize, Deserialize)]

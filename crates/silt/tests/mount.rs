@@ -468,3 +468,53 @@ print(len(samples), h.hexdigest(), how)
     assert_eq!(through_mount, from_source);
     silt.stop();
 }
+
+/// The daemon runs as root and the mount allows other users, so the kernel must enforce the
+/// mode bits: a private file of a local under-store stays private, a public one is readable.
+#[test]
+fn other_users_get_what_the_mode_bits_allow() {
+    use std::os::unix::fs::PermissionsExt;
+    let backend = Backend::local();
+    backend.put("private.txt", b"secret");
+    backend.put("public.txt", b"hello");
+    let Backend::Local(src) = &backend else {
+        unreachable!()
+    };
+    std::fs::set_permissions(
+        src.path().join("private.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        src.path().join("public.txt"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    // nobody must be able to reach the mountpoint itself.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let silt = up(&backend, &[], dir.path());
+    let as_nobody = |path: &Path| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+            .arg(path)
+            .output()
+            .unwrap()
+    };
+    let o = as_nobody(&silt.path("data/public.txt"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, b"hello");
+    let o = as_nobody(&silt.path("data/private.txt"));
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("Permission denied"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Root (the owner) still reads it.
+    assert_eq!(
+        std::fs::read(silt.path("data/private.txt")).unwrap(),
+        b"secret"
+    );
+    silt.stop();
+}
