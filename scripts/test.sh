@@ -10,3 +10,4 @@ export SILT_VERSITYGW="$root/.deps/bin/versitygw"
 # Two cores: parallel test binaries would fight over them; tests inside a binary still run
 # in parallel.
 cargo test --workspace --locked -- --test-threads=4
+python3 -m pytest -q bench/tests

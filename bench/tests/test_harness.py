@@ -1,0 +1,186 @@
+"""Checks of the benchmark harness itself (generators, statistics, reporting). No timing is
+asserted: benchmarks report, tests check correctness. Small parameters: runs in seconds."""
+import hashlib
+import json
+import math
+import os
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from silt_bench import generators as gen
+from silt_bench import report, stats
+
+
+def files_on_disk(root):
+    out = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            p = os.path.join(d, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = f.read()
+    return out
+
+
+SMALL = {
+    "large": dict(count=2, size=3 * gen.MiB + 123, chunk=1 * gen.MiB),
+    "imagenet_like": dict(files=300, dirs=7),
+    "tree": dict(depth=3, fanout=4),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_same_seed_same_manifest_and_bytes(tmp_path, name):
+    f = getattr(gen, name)
+    m1 = f(str(tmp_path / "a"), seed=42, **SMALL[name])
+    m2 = f(str(tmp_path / "b"), seed=42, **SMALL[name])
+    assert m1 == m2 and m1
+    b1, b2 = files_on_disk(tmp_path / "a"), files_on_disk(tmp_path / "b")
+    assert b1 == b2
+    # The manifest describes exactly what is on disk.
+    assert sorted(b1) == [p for p, _, _ in m1]
+    for p, size, digest in m1:
+        assert len(b1[p]) == size
+        assert hashlib.blake2b(b1[p], digest_size=16).hexdigest() == digest
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_different_seed_different_bytes(tmp_path, name):
+    f = getattr(gen, name)
+    m1 = f(str(tmp_path / "a"), seed=1, **SMALL[name])
+    m2 = f(str(tmp_path / "b"), seed=2, **SMALL[name])
+    assert [d for _, _, d in m1] != [d for _, _, d in m2]
+    # Every file differs, not just one.
+    assert all(a[2] != b[2] for a, b in zip(m1, m2) if a[1] == b[1])
+
+
+def test_files_within_a_run_differ(tmp_path):
+    m = gen.large(str(tmp_path), count=3, size=2 * gen.MiB, seed=5, chunk=1 * gen.MiB)
+    assert len({d for _, _, d in m}) == 3
+    data = (tmp_path / "large/obj00.bin").read_bytes()
+    assert data[:gen.MiB] != data[gen.MiB:]  # chunks of one file differ too
+    m = gen.imagenet_like(str(tmp_path / "s"), files=200, dirs=4, seed=5)
+    assert len({d for _, _, d in m}) == 200
+
+
+def test_large_sizes_and_names(tmp_path):
+    m = gen.large(str(tmp_path), count=3, size=5 * gen.MiB + 7, seed=0, chunk=2 * gen.MiB)
+    assert [p for p, _, _ in m] == ["large/obj00.bin", "large/obj01.bin", "large/obj02.bin"]
+    assert all(s == 5 * gen.MiB + 7 for _, s, _ in m)
+    assert gen.total_bytes(m) == 3 * (5 * gen.MiB + 7)
+
+
+def test_imagenet_like_sizes_counts_and_spread(tmp_path):
+    m = gen.imagenet_like(str(tmp_path), files=2000, dirs=100, seed=3)
+    assert len(m) == 2000
+    sizes = sorted(s for _, s, _ in m)
+    assert sizes[0] >= 4 * gen.KiB and sizes[-1] <= gen.MiB
+    median = sizes[len(sizes) // 2]
+    mean = sum(sizes) / len(sizes)
+    assert 90_000 <= median <= 110_000
+    assert 100_000 <= mean <= 120_000
+    dirs = {os.path.dirname(p) for p, _, _ in m}
+    assert len(dirs) == 100 and all(d.startswith("small/d") for d in dirs)
+    assert len(set(sizes)) > 1000  # a spread, not a constant
+
+
+def test_lognormal_clipping():
+    import random
+    rng = random.Random(0)
+    s = [gen.lognormal_size(rng, median=100_000, sigma=3.0) for _ in range(2000)]
+    assert min(s) == 4 * gen.KiB and max(s) == gen.MiB
+
+
+def test_tree_shape_small(tmp_path):
+    m = gen.tree(str(tmp_path), depth=3, fanout=4, seed=0, file_size=100)
+    assert len(m) == 4 ** 3
+    leaves = {os.path.dirname(p) for p, _, _ in m}
+    assert len(leaves) == 4 ** 2
+    assert all(p.count("/") == 3 for p, _, _ in m)  # tree/l0_xx/l1_xx/fxx
+    all_dirs = [d for d, _, _ in os.walk(tmp_path)]
+    assert len(all_dirs) == 1 + 1 + 4 + 16  # tmp root, tree/, level 0, level 1
+
+
+def test_tree_default_is_ten_thousand_files_in_a_thousand_dirs(tmp_path):
+    m = gen.tree(str(tmp_path), seed=0, file_size=16)
+    assert len(m) == 10_000
+    assert len({os.path.dirname(p) for p, _, _ in m}) == 1_000
+    assert sum(len(n) for _, _, n in os.walk(tmp_path)) == 10_000
+
+
+def test_median_min_max_and_ratio():
+    assert stats.median([3, 1, 2]) == 2
+    assert stats.median([4, 1, 3, 2]) == 2.5
+    assert stats.min_max([3, 1, 2]) == (1, 3)
+    s = stats.summary([1.0, 5.0, 2.0])
+    assert s == {"median": 2.0, "min": 1.0, "max": 5.0, "runs": [1.0, 5.0, 2.0]}
+    assert stats.ratio_of_medians([1, 2, 9], [4, 4, 100]) == pytest.approx(0.5)
+    assert stats.ratio_of_medians(3.0, [1, 2, 3]) == pytest.approx(1.5)
+    with pytest.raises(ValueError):
+        stats.median([])
+    with pytest.raises(ZeroDivisionError):
+        stats.ratio_of_medians([1], [0])
+
+
+def test_goal_table_matches_brief():
+    g = stats.GOALS_BY_ID
+    assert (g["B1 warm"].goal, g["B1 warm"].direction) == (0.90, ">=")
+    assert (g["B1 cold"].goal, g["B1 cold single"].goal) == (1.0, 4.0)
+    assert (g["B2 warm"].goal, g["B2 cold"].goal) == (0.5, 1.0)
+    assert (g["B3 second"].goal, g["B3 second"].direction) == (1.5, "<=")
+    assert g["B3 first"].goal == 1.2
+    assert (g["B4 cached"].goal, g["B4 hit ratio"].goal) == (0.97, 0.45)
+    assert g["B5"].goal == 0.6 and g["B5 memory"].goal == pytest.approx(1.10)
+    assert g["B6 per file"].goal == 300 and g["B6 rebalance"].goal == pytest.approx(0.25)
+    assert len({x.id for x in stats.GOALS}) == len(stats.GOALS)
+
+
+def test_gap_wording():
+    assert stats.describe("B1 cold", 0.42) == "0.42 of best direct parallel reader, goal ≥ 1.0: gap 0.58"
+    assert stats.describe("B1 warm", 0.97) == "0.97 of local page cache, goal ≥ 0.90: met (+0.07)"
+    assert stats.describe("B3 second", 1.8) == "1.80 × local walk, goal ≤ 1.5: gap 0.30"
+    assert stats.describe("B6 per file", 250) == "250 bytes of worker memory per cached file, goal ≤ 300: met (+50)"
+    g = stats.GOALS_BY_ID["B1 cold"]
+    assert g.gap(0.42) == pytest.approx(0.58) and g.gap(1.2) == 0 and g.met(1.0)
+    lines = stats.gaps({"B2 cold": 1.38, "B1 warm": 0.46, "not a goal": 1})
+    assert lines == [stats.describe("B1 warm", 0.46), stats.describe("B2 cold", 1.38)]
+
+
+def sample_doc():
+    return report.build({"b1_warm_1": [1.0, 1.2, 1.1], "b1_local_1": [2.0, 2.1, 2.2]},
+                        {"B1 warm": 0.5, "B2 cold": 1.38, "B3 second": 1.8, "free ratio": 3.0},
+                        "remote", {"quick": True}, units={"b1_warm_1": "GB/s"})
+
+
+def test_json_round_trip(tmp_path):
+    doc = sample_doc()
+    p = report.write_json(doc, str(tmp_path / "r.json"))
+    back = report.read_json(p)
+    assert back == json.loads(json.dumps(doc))
+    assert back["results"]["b1_warm_1"] == {"median": 1.1, "min": 1.0, "max": 1.2, "runs": [1.0, 1.2, 1.1], "unit": "GB/s"}
+    m = back["machine"]
+    assert m["cpus"] == os.cpu_count() and m["node"] and m["kernel"]
+    assert back["profile"] == "remote" and "commit" in back
+    assert back["goals"][0] == "0.50 of local page cache, goal ≥ 0.90: gap 0.40"
+
+
+def test_table_mentions_every_figure():
+    t = report.table(sample_doc())
+    for k in ("b1_warm_1", "b1_local_1", "B1 warm", "free ratio", "gap 0.40", "met"):
+        assert k in t
+
+
+def test_svg_written_and_well_formed(tmp_path):
+    doc = sample_doc()
+    paths = report.write_all(doc, str(tmp_path), prefer_png=False)
+    assert doc["picture"]["kind"] == "svg" and paths["picture"].endswith(".svg")
+    root = ET.parse(paths["picture"]).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert len(root.findall("{http://www.w3.org/2000/svg}rect")) == 3  # one bar per goal ratio
+    assert report.read_json(paths["json"])["picture"] == doc["picture"]
+
+
+def test_picture_always_produced(tmp_path):
+    doc = sample_doc()
+    pic = report.picture(doc, str(tmp_path / "p"))
+    assert pic["kind"] in ("png", "svg") and os.path.getsize(pic["path"]) > 0
