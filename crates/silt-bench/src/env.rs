@@ -313,7 +313,7 @@ impl Env {
                     );
                 }
             }
-            if probe(addr) {
+            if versitygw_answers(addr) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -649,8 +649,9 @@ fn tbf_args(dev: &str, rate: u64) -> Vec<String> {
 }
 
 /// Whether versitygw answers an HTTP request at `addr` (any status: unsigned requests are
-/// refused, which is fine; the `Server` header tells it is versitygw).
-fn probe(addr: SocketAddr) -> bool {
+/// refused, which is fine; the `Server` header tells it is versitygw and not a port thief).
+/// Shared with `silt-testkit`.
+pub fn versitygw_answers(addr: SocketAddr) -> bool {
     let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
         return false;
     };

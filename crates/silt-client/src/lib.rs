@@ -199,7 +199,6 @@ impl Client {
                         return found;
                     }
                 }
-                metrics::UFS_REQUESTS.inc();
                 let meta = mount.store.stat(&rel).await.map_err(|e| e.context(&path))?;
                 Entry::from_meta(path.clone(), &mount.store, meta)
             }
@@ -252,7 +251,6 @@ impl Client {
                 .map(|c| Entry::synthetic_dir(join(&path, &c)))
                 .collect(),
             Resolved::Store { mount, rel } => {
-                metrics::UFS_REQUESTS.inc();
                 let metas = mount
                     .store
                     .list(&rel, false)
@@ -319,9 +317,6 @@ impl Client {
         }
         let end = (offset + len).min(size);
         self.prefetch(file, offset, end);
-        if let Some(b) = self.read_cached(file, offset, end) {
-            return Ok(b);
-        }
         let ps = self.worker.page_size();
         let first = offset / ps;
         let last = (end - 1) / ps;

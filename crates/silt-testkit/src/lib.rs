@@ -8,9 +8,8 @@
 //! ```
 
 use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -196,56 +195,15 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("finding a free loopback port: {e}"))
 }
 
-/// Whether versitygw answers an HTTP request on the port (any status: unsigned requests are
-/// refused, which is fine; the `Server` header tells it is versitygw and not a port thief).
+/// Whether versitygw answers on the loopback port.
 fn probe(port: u16) -> bool {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut response = Vec::new();
-    let _ = stream.take(64 * 1024).read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response).to_ascii_lowercase();
-    text.starts_with("http/1.") && text.contains("server: versitygw")
+    silt_bench::env::versitygw_answers(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
 }
 
 /// The versitygw binary: `$SILT_VERSITYGW`, then `<workspace>/.deps/bin/versitygw`, then
-/// `versitygw` on `PATH`.
+/// `versitygw` on PATH (the lookup lives in `silt-bench`, which starts it too).
 pub fn versitygw_path() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("SILT_VERSITYGW").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!(
-                "SILT_VERSITYGW={} does not exist; run scripts/install-deps.sh or fix the variable",
-                p.display()
-            ))
-        };
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let local = workspace.join(".deps/bin/versitygw");
-    if local.is_file() {
-        return Ok(local);
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    if let Some(p) = std::env::split_paths(&path)
-        .map(|dir| dir.join("versitygw"))
-        .find(|p| p.is_file())
-    {
-        return Ok(p);
-    }
-    Err(format!(
-        "versitygw (the S3 server the tests run against) was not found: not in $SILT_VERSITYGW, \
-         {}, nor on PATH. Run scripts/install-deps.sh to build it into .deps/bin.",
-        local.display()
-    ))
+    silt_bench::env::versitygw_path().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

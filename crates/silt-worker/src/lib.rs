@@ -187,7 +187,7 @@ impl Worker {
             }
             out.push(hit);
         }
-        for (i, mut rx) in self.claim_and_fetch(obj, &missing) {
+        for (i, mut rx) in self.claim_and_fetch(obj, &missing).0 {
             let result = rx
                 .wait_for(Option::is_some)
                 .await
@@ -213,17 +213,15 @@ impl Worker {
         let wanted: Vec<u64> = (*range.start()..=last)
             .filter(|&i| !self.shared.pages.contains(&PageKey::new(obj.id, i)))
             .collect();
-        let before = metrics::PAGE_MISSES.get();
-        drop(self.claim_and_fetch(obj, &wanted));
-        let started = metrics::PAGE_MISSES.get().saturating_sub(before);
+        let (_, started) = self.claim_and_fetch(obj, &wanted);
         metrics::PREFETCH_PAGES.add(started);
         started
     }
 
     /// Claims every page of `missing` not already in flight (joining the others), spawns one
     /// fetch per run of consecutive claimed pages (split at the request size), and returns a
-    /// receiver for every page of `missing`.
-    fn claim_and_fetch(&self, obj: &ObjectRef, missing: &[u64]) -> Claims {
+    /// receiver for every page of `missing` and how many pages this call claimed.
+    fn claim_and_fetch(&self, obj: &ObjectRef, missing: &[u64]) -> (Claims, u64) {
         let sh = &self.shared;
         let mut waits = Vec::with_capacity(missing.len());
         let mut claimed: Vec<(u64, watch::Sender<Option<FlightResult>>)> = Vec::new();
@@ -262,10 +260,11 @@ impl Worker {
                 _ => runs.push(vec![(i, tx)]),
             }
         }
+        let claimed_pages = runs.iter().map(|r| r.len() as u64).sum();
         for run in runs {
             self.rt.spawn(fetch_run(sh.clone(), obj.clone(), run));
         }
-        waits
+        (waits, claimed_pages)
     }
 
     pub fn stats(&self) -> PageStoreStats {
@@ -332,7 +331,6 @@ async fn fetch_range(
         .await
         .map_err(closed)?;
     let _request = sh.requests.acquire().await.map_err(closed)?;
-    metrics::UFS_REQUESTS.inc();
     let bytes = obj
         .store
         .read(&obj.meta.path, range.clone(), &obj.meta)
