@@ -127,5 +127,20 @@ def tree(root, depth=4, fanout=10, seed=0, file_size=1 * KiB):
     return sorted(out)
 
 
+def many_small(root, files=10_000, per_dir=1000, size=512, prefix="many", seed=0):
+    """B6: `files` objects of `size` bytes, `per_dir` to a directory: PREFIX/dNNNN/fNNNNNNN."""
+    rng = _rng(seed, f"many:{prefix}")
+    pool = _pool(rng, max(size, STAMP) * 4)
+    plen = len(pool)
+    doubled = pool + pool
+    out = []
+    for i in range(files):
+        off = rng.randrange(plen)
+        s = _stamp(seed, i)[:size]
+        body = doubled[off:off + size]
+        out.append(_write(root, f"{prefix}/d{i // per_dir:04}/f{i:07}", [s + body[len(s):]]))
+    return sorted(out)
+
+
 def total_bytes(manifest):
     return sum(size for _, size, _ in manifest)

@@ -4,6 +4,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -26,6 +27,7 @@ SMALL = {
     "large": dict(count=2, size=3 * gen.MiB + 123, chunk=1 * gen.MiB),
     "imagenet_like": dict(files=300, dirs=7),
     "tree": dict(depth=3, fanout=4),
+    "many_small": dict(files=250, per_dir=100, size=300),
 }
 
 
@@ -184,3 +186,136 @@ def test_picture_always_produced(tmp_path):
     doc = sample_doc()
     pic = report.picture(doc, str(tmp_path / "p"))
     assert pic["kind"] in ("png", "svg") and os.path.getsize(pic["path"]) > 0
+
+
+def goal_doc():
+    # "B1 warm" 0.97 meets ≥ 0.90 (green); "B3 second" 1.8 misses ≤ 1.5 (red); "free" has no goal.
+    return report.build({"b1_warm_1": [1.0, 1.1]}, {"B1 warm": 0.97, "B3 second": 1.8, "free": 2.0}, "local")
+
+
+def test_png_drawn_with_pillow_when_no_matplotlib(tmp_path, monkeypatch):
+    Image = pytest.importorskip("PIL.Image")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # "import matplotlib" now raises ImportError
+    doc = goal_doc()
+    pic = report.picture(doc, str(tmp_path / "p"))
+    assert pic == {"kind": "png", "path": str(tmp_path / "p.png"), "drawn_with": "pillow"}
+    assert doc["picture"] is pic
+    with Image.open(pic["path"]) as im:
+        assert im.format == "PNG"
+        assert 800 <= im.width <= 1000 and 60 <= im.height <= 400
+        colours = {c for _, c in im.convert("RGB").getcolors(im.width * im.height)}
+    assert (0x2e, 0x7d, 0x32) in colours and (0xc6, 0x28, 0x28) in colours  # met and missed bars
+    assert (255, 255, 255) in colours and (0, 0, 0) in colours  # background, goal ticks
+
+
+def test_png_pillow_without_goal_rows(tmp_path):
+    Image = pytest.importorskip("PIL.Image")
+    doc = report.build({}, {"free": 2.0}, "local")
+    p = report.png_pillow(doc, str(tmp_path / "empty.png"))
+    with Image.open(p) as im:
+        assert im.format == "PNG"
+        colours = {c for _, c in im.convert("RGB").getcolors(im.width * im.height)}
+    assert (0x2e, 0x7d, 0x32) not in colours and (0xc6, 0x28, 0x28) not in colours
+
+
+def test_svg_fallback_when_png_not_preferred(tmp_path):
+    doc = goal_doc()
+    pic = report.picture(doc, str(tmp_path / "s"), prefer_png=False)
+    assert pic == {"kind": "svg", "path": str(tmp_path / "s.svg")} and doc["picture"] is pic
+    root = ET.parse(pic["path"]).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    fills = [r.get("fill") for r in root.findall("{http://www.w3.org/2000/svg}rect")]
+    assert fills == ["#2e7d32", "#c62828"]
+
+
+# ---------------------------------------------------------------- scenarios' own machinery
+
+from silt_bench import mech, scenarios, train  # noqa: E402
+
+
+class _Store:
+    def __init__(self, local_dir):
+        self.local_dir = local_dir
+
+    def local(self, rel):
+        return os.path.join(self.local_dir, rel)
+
+
+def _ctx_with_data(tmp_path):
+    src = str(tmp_path / "src")
+    ctx = scenarios.Ctx(_Store(src), str(tmp_path / "work"), reps=1, quick=True)
+    ctx.manifests["small"] = gen.imagenet_like(src, files=40, dirs=4, seed=1)
+    ctx.manifests["tree"] = gen.tree(src, depth=2, fanout=3, seed=1, file_size=10)
+    return src, ctx
+
+
+def test_compare_mount_accepts_the_same_bytes_and_rejects_others(tmp_path):
+    import shutil
+    src, ctx = _ctx_with_data(tmp_path)
+    peer = str(tmp_path / "peer")
+    shutil.copytree(src, peer)
+    ctx.compare = peer
+    scenarios.check_compare_mount(ctx)  # identical copy: accepted
+    rel, size, _ = ctx.manifests["small"][5]
+    with open(os.path.join(peer, rel), "r+b") as f:  # same size, one byte differs
+        f.seek(size // 2)
+        b = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([b[0] ^ 0xFF]))
+    with pytest.raises(ValueError, match="differs"):
+        scenarios.check_compare_mount(ctx, sample=len(ctx.manifests["small"]))
+    with open(os.path.join(peer, rel), "ab") as f:
+        f.write(b"x")
+    with pytest.raises(ValueError, match="bytes, expected"):
+        scenarios.check_compare_mount(ctx)
+    os.remove(os.path.join(peer, rel))
+    with pytest.raises(ValueError, match="missing"):
+        scenarios.check_compare_mount(ctx)
+
+
+def test_walk_counts_every_entry(tmp_path):
+    gen.tree(str(tmp_path), depth=3, fanout=3, seed=0, file_size=8)
+    n, secs = mech.walk(str(tmp_path / "tree"))
+    assert n == 3 + 9 + 27 and secs >= 0
+
+
+def test_shuffle_writes_and_checks_every_partition(tmp_path):
+    n, w, r = scenarios.shuffle(str(tmp_path / "s"), writers=3, partitions=5, part_size=1000, readers=2)
+    assert n == 3 * 5 * 1000 and w >= 0 and r >= 0
+    assert len(os.listdir(tmp_path / "s")) == 3
+
+
+def test_training_loop_reads_every_sample_each_epoch(tmp_path):
+    m = gen.imagenet_like(str(tmp_path), files=30, dirs=3, seed=2)
+    items = [(str(tmp_path / p), s) for p, s, _ in m]
+    seen = []
+    epochs = train.run(items, epochs=2, batch_size=4, workers=2, prefetch=2, compute_s=0,
+                       before_epoch=seen.append, after_epoch=seen.append)
+    assert seen == [0, 0, 1, 1]
+    assert [e["samples"] for e in epochs] == [30, 30]
+    assert all(e["bytes"] == gen.total_bytes(m) for e in epochs)
+    syn = train.run([(None, s) for _, s, _ in m], epochs=1, batch_size=4, workers=2, compute_s=0, synthetic=True)
+    assert syn[0]["bytes"] == gen.total_bytes(m)
+    # Shuffled differently per epoch, deterministically per seed.
+    assert train.epoch_order(30, 0, 0) != train.epoch_order(30, 0, 1)
+    assert train.epoch_order(30, 0, 1) == train.epoch_order(30, 0, 1)
+
+
+def test_scenario_ratios_from_medians():
+    ctx = scenarios.Ctx(None, "/nonexistent", reps=3)
+    for name, runs in {"b1_warm_1": [9, 10, 11], "b1_local_1": [20, 20, 20], "b3_first": [3, 4, 5],
+                       "b3_direct_list": [2, 2, 2], "b4_synthetic": [100, 100, 100],
+                       "b4_full_e1": [10, 10, 10], "b4_full_e2": [96, 98, 90], "b4_full_e3": [98, 96, 92],
+                       "b4_half_e2": [50, 50, 50], "b4_half_e3": [50, 50, 50],
+                       "b4_half_hit_e2": [0.5, 0.4, 0.6], "b4_half_hit_e3": [0.3, 0.45, 0.4],
+                       "b6_bytes_per_file_1000": [-50], "b6_bytes_per_file_100000": [250]}.items():
+        for v in runs:
+            ctx.add(name, v, "x")
+    r = scenarios.ratios(ctx)
+    assert r["B1 warm"] == pytest.approx(0.5)
+    assert r["B3 first"] == pytest.approx(2.0)
+    assert r["B4 cached"] == pytest.approx(0.97)  # medians of per-rep means of epochs 2-3: 97, 97, 91
+    assert r["B4 cold epoch"] == pytest.approx(0.1)
+    assert r["B4 hit ratio"] == pytest.approx(0.4)  # the worse of the two epochs' medians
+    assert r["B6 per file"] == 250  # the largest file set
+    assert "B2 warm" not in r and "B2 warm peer" not in r  # nothing measured, nothing claimed

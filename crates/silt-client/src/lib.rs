@@ -10,6 +10,7 @@
 mod meta;
 pub mod namespace;
 mod prefetch;
+mod snapshot;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -157,6 +158,23 @@ impl Client {
         }
     }
 
+    /// Saves the metadata cache to `path` (after a clean unmount) so the next start can reuse
+    /// what is still fresh; see `snapshot` for the rules. Returns the records written.
+    pub fn save_metadata(&self, path: &std::path::Path) -> std::io::Result<usize> {
+        snapshot::save(path, &self.ns, self.meta.contents())
+    }
+
+    /// Loads (and removes) a snapshot written by `save_metadata`. Returns records restored.
+    pub fn restore_metadata(&self, path: &std::path::Path) -> std::io::Result<usize> {
+        snapshot::restore(
+            path,
+            &self.ns,
+            self.opts.metadata_ttl,
+            |at, e| self.meta.put_stat_at(at, e),
+            |at, dir, l| self.meta.put_list_at(at, dir, l),
+        )
+    }
+
     pub fn namespace(&self) -> &Namespace {
         &self.ns
     }
@@ -189,7 +207,8 @@ impl Client {
                     "{path}: no such file or directory"
                 )));
             }
-            Cached::Unknown => metrics::META_CACHE_MISSES.inc(),
+            // Counted below, only where the store is asked (synthetic dirs never are).
+            Cached::Unknown => {}
         }
         let entry = match self.ns.resolve(&path)? {
             Resolved::Synthetic { .. } => Entry::synthetic_dir(path.clone()),
@@ -199,6 +218,7 @@ impl Client {
                         return found;
                     }
                 }
+                metrics::META_CACHE_MISSES.inc();
                 let meta = mount.store.stat(&rel).await.map_err(|e| e.context(&path))?;
                 Entry::from_meta(path.clone(), &mount.store, meta)
             }
@@ -244,13 +264,14 @@ impl Client {
         if let Some(l) = self.meta.list(&path) {
             return Ok(l);
         }
-        metrics::META_CACHE_MISSES.inc();
         let mut entries: Vec<Entry> = match self.ns.resolve(&path)? {
+            // Built from the mount table, not the store: not a cache miss.
             Resolved::Synthetic { children } => children
                 .into_iter()
                 .map(|c| Entry::synthetic_dir(join(&path, &c)))
                 .collect(),
             Resolved::Store { mount, rel } => {
+                metrics::META_CACHE_MISSES.inc();
                 let metas = mount
                     .store
                     .list(&rel, false)

@@ -72,6 +72,36 @@ impl MetaCache {
         }
     }
 
+    /// Everything cached, fresh or not, with the instant each was fetched (for the snapshot).
+    pub fn contents(&self) -> crate::snapshot::Contents {
+        let stats = self
+            .stats
+            .lock()
+            .values()
+            .filter(|(at, _)| self.fresh(*at))
+            .map(|(at, e)| (*at, e.clone()))
+            .collect();
+        let lists = self
+            .lists
+            .lock()
+            .iter()
+            .filter(|(_, (at, _))| self.fresh(*at))
+            .map(|(d, (at, l))| (*at, d.clone(), l.clone()))
+            .collect();
+        (stats, lists)
+    }
+
+    /// Caches a stat fetched at `at` (restored from a snapshot).
+    pub fn put_stat_at(&self, at: Instant, entry: Entry) {
+        self.stats.lock().insert(entry.path.clone(), (at, entry));
+    }
+
+    /// Caches a listing fetched at `at` (restored from a snapshot); sorts it by name.
+    pub fn put_list_at(&self, at: Instant, dir: String, mut entries: Vec<Entry>) {
+        entries.sort_by(|a, b| a.name().cmp(b.name()));
+        self.lists.lock().insert(dir, (at, Arc::new(entries)));
+    }
+
     /// Caches a listing; `entries` must be sorted by name.
     pub fn put_list(&self, dir: &str, entries: Arc<Vec<Entry>>) {
         let now = Instant::now();

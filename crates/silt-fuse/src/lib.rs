@@ -22,9 +22,9 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     BackingId, Config as FuseConfig, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, MountOption, OpenAccMode, OpenFlags, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, Request,
-    SessionACL,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, MountOption, OpenAccMode, OpenFlags, ReplyAttr,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
+    ReplyStatfs, Request, SessionACL,
 };
 use parking_lot::Mutex;
 use silt_cache::PinGuard;
@@ -301,6 +301,24 @@ impl fuser::Filesystem for SiltFs {
             }
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    /// No ioctls: files here are not terminals or devices. Python's `open()` asks every file
+    /// whether it is a terminal (TCGETS); answering ENOTTY ("not a terminal") is the truthful
+    /// reply. The library default logs a warning per call: one per file opened from Python.
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {

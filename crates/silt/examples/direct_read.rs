@@ -1,8 +1,9 @@
 //! Benchmark baseline: read objects straight from an under-store, with no cache, using the
-//! best simple strategy at a given concurrency. Used by `bench/readpath.py`.
+//! best simple strategy at a given concurrency. Used by `bench/run`.
 //!
 //!     direct_read URI large CONCURRENCY RANGE_SIZE KEY...   # each key by parallel ranged GETs
 //!     direct_read URI small CONCURRENCY KEY...              # whole objects, CONCURRENCY at once
+//!     direct_read URI list PREFIX                          # one recursive (paginated) listing
 //!
 //! Credentials and endpoint come from SILT_S3_* / AWS_* like the product. Prints JSON.
 
@@ -13,8 +14,10 @@ use silt_common::config::Config;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() < 5 {
-        anyhow::bail!("usage: direct_read URI large|small CONCURRENCY [RANGE_SIZE] KEY...");
+    if args.len() < 4 || (args[2] != "list" && args.len() < 5) {
+        anyhow::bail!(
+            "usage: direct_read URI large|small CONCURRENCY [RANGE_SIZE] KEY... | direct_read URI list PREFIX"
+        );
     }
     let mut cfg = Config::default();
     cfg.apply_env()?;
@@ -27,6 +30,20 @@ fn main() -> anyhow::Result<()> {
         &silt_ufs::S3Options::from_config(&cfg),
     ))?;
     let mode = args[2].as_str();
+    if mode == "list" {
+        let started = Instant::now();
+        let entries = rt.block_on(store.list(&args[3], true))?;
+        let secs = started.elapsed().as_secs_f64();
+        let files = entries
+            .iter()
+            .filter(|m| m.kind == silt_ufs::EntryKind::File)
+            .count();
+        println!(
+            "{{\"entries\": {}, \"files\": {files}, \"seconds\": {secs}}}",
+            entries.len()
+        );
+        return Ok(());
+    }
     let conc: usize = args[3].parse()?;
     let (range, keys) = match mode {
         "large" => (silt_common::size::parse_size(&args[4])?, &args[5..]),

@@ -17,8 +17,12 @@ use silt_fuse::{FuseOptions, FuseState};
 use silt_ufs::S3Options;
 use silt_worker::{Worker, WorkerOptions};
 use tokio::sync::Notify;
+use tracing::{info, warn};
 
 use crate::control;
+
+/// The metadata cache saved at a clean shutdown, read (and removed) at the next start.
+const METADATA_SNAPSHOT: &str = "metadata-snapshot";
 
 /// What the control server needs of the running daemon.
 pub struct Daemon {
@@ -128,6 +132,19 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
         rt.handle().clone(),
     ));
 
+    // Listings and stats still fresh from before a clean restart (see silt_client::snapshot).
+    let snapshot = cfg.state_dir.join(METADATA_SNAPSHOT);
+    match client.restore_metadata(&snapshot) {
+        Ok(0) => {}
+        Ok(n) => info!(
+            records = n,
+            "metadata cache restored from the last clean shutdown"
+        ),
+        Err(e) => {
+            warn!(error = %e, "metadata snapshot ignored; starting with an empty metadata cache")
+        }
+    }
+
     let fuse_state = Arc::new(FuseState::default());
     let daemon = Arc::new(Daemon {
         client: client.clone(),
@@ -185,6 +202,11 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
     eprintln!("silt: {why}; unmounting {}", cfg.mountpoint.display());
     let result = mounted.unmount();
     let _ = std::fs::remove_file(&socket);
+    if result.is_ok() {
+        if let Err(e) = daemon.client.save_metadata(&snapshot) {
+            warn!(error = %e, "could not save the metadata cache; the next start begins empty");
+        }
+    }
     rt.shutdown_timeout(Duration::from_secs(2));
     result?;
     Ok(ExitCode::SUCCESS)

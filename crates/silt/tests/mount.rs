@@ -158,13 +158,16 @@ fn differential(backend: Backend) {
     for t in threads {
         t.join().unwrap();
     }
-    // Python's open() reads the same bytes.
+    // Python's open() reads the same bytes. It also asks whether the file is a terminal
+    // (ioctl TCGETS): the answer must be ENOTTY, not "ioctl not implemented" (ENOSYS).
     let (p, b) = &files[7];
+    let script = "import sys, hashlib, fcntl, termios\n\
+        f = open(sys.argv[1], 'rb')\n\
+        print(hashlib.sha256(f.read()).hexdigest())\n\
+        try:\n    fcntl.ioctl(f.fileno(), termios.TCGETS, bytes(64))\n    print('no error')\n\
+        except OSError as e:\n    print(e.errno)\n";
     let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sys,hashlib; print(hashlib.sha256(open(sys.argv[1],'rb').read()).hexdigest())",
-        ])
+        .args(["-c", script])
         .arg(silt.path(&format!("data/{p}")))
         .output()
         .unwrap();
@@ -177,7 +180,10 @@ fn differential(backend: Backend) {
             s
         })
     };
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), want);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some(want.as_str()));
+    assert_eq!(lines.next(), Some("25"), "TCGETS must fail with ENOTTY");
     // Listing matches the source.
     let mut names: Vec<String> = std::fs::read_dir(silt.path("data/b"))
         .unwrap()
@@ -369,6 +375,15 @@ fn worker_restart_keeps_disk_tier_warm_and_passthrough() {
         "restart refetched data: {r}"
     );
     assert_eq!(r["bytes_by_source"]["under_store"].as_u64().unwrap(), 0);
+    // The listings `load` made were saved at the clean shutdown and restored: every lookup of
+    // the warm pass was answered without the store.
+    assert_eq!(
+        r["metrics"]["silt_meta_cache_misses_total"]
+            .as_u64()
+            .unwrap(),
+        0,
+        "metadata not restored after a clean restart: {r}"
+    );
     // Every non-empty file was fully cached on disk, so with kernel support each open is
     // passthrough; without it, each is served by the daemon from the disk tier.
     let opens = &r["opens"];

@@ -1,0 +1,443 @@
+"""Scenarios B1-B6 of shared/brief/benchmarks.md. Each runs Silt and its baselines interleaved,
+repetition by repetition, and records runs into a `Ctx`:
+
+- `ctx.add(figure, value, unit)` one run of a figure (medians and min-max come later),
+- `ctx.counter(name, value)` a measured count that is not a speed (requests per walk, RSS),
+- `ctx.note(scenario, text)` what ran, with what, and what did not (e.g. "not yet supported").
+
+Ratios are computed from the medians at the end (`ratios(ctx)`).
+
+B5 and B6's rebalance need features that later issues bring. They are detected, not assumed:
+- B5 runs when `silt up --help` offers `--write-type` (issue 6): the shuffle is written through
+  the mount with `--write-type cache-only` and compared with the same on a tmpfs.
+- B6 rebalance runs when `silt ring simulate --help` exists (issue 4). The contract:
+  `silt ring simulate --workers 4 --join 1 --pages N --json` prints `{"moved_fraction": F}`.
+"""
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from . import generators, mech, stats, train
+
+SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6")
+UFS_REQUESTS = "silt_ufs_requests_total"
+UFS_READ_BYTES = "silt_ufs_read_bytes_total"
+
+
+class Ctx:
+    def __init__(self, store, work, reps=3, quick=False, seed=7, compare=None, silt_extra=(), b6_files=None):
+        self.store, self.work, self.reps, self.quick, self.seed = store, work, reps, quick, seed
+        self.compare = compare  # root of another mount over the same bucket layout, or None
+        self.silt_extra = list(silt_extra)
+        self.b6_files = b6_files or ([1000] if quick else [10_000, 100_000])
+        self.manifests = {}
+        self.results, self.units, self.counters, self.notes = {}, {}, {}, {}
+
+    def add(self, figure, value, unit):
+        self.results.setdefault(figure, []).append(value)
+        self.units[figure] = unit
+
+    def counter(self, name, value):
+        self.counters.setdefault(name, []).append(value)
+
+    def note(self, scenario, text):
+        self.notes.setdefault(scenario, []).append(text)
+
+    def silt(self, state, **kw):
+        kw.setdefault("extra", self.silt_extra)
+        return mech.Silt(self.work, os.path.join(self.work, state), self.store, **kw)
+
+    def fresh_state(self, name):
+        path = os.path.join(self.work, name)
+        shutil.rmtree(path, ignore_errors=True)
+        return name
+
+    def peer(self, rel):
+        return os.path.join(self.compare, rel)
+
+
+# ---------------------------------------------------------------- data
+
+def sizes(quick):
+    """(large count, large size, small files, tree depth) for a full or quick run."""
+    return (2, 64 << 20, 500, 3) if quick else (4, 1 << 30, 20_000, 4)
+
+
+def generate(ctx, wanted):
+    n_large, large_size, n_small, depth = sizes(ctx.quick)
+    root = ctx.store.local_dir
+    if {"B1", "B6"} & wanted:
+        ctx.manifests["large"] = generators.large(root, count=n_large, size=large_size, seed=ctx.seed)
+    if {"B2", "B4"} & wanted:
+        ctx.manifests["small"] = generators.imagenet_like(root, files=n_small, dirs=100, seed=ctx.seed)
+    if "B3" in wanted:
+        ctx.manifests["tree"] = generators.tree(root, depth=depth, fanout=10, seed=ctx.seed)
+    if "B6" in wanted:
+        for n in ctx.b6_files:
+            ctx.manifests[f"b6-{n}"] = generators.many_small(root, files=n, prefix=f"b6/n{n}", seed=ctx.seed)
+
+
+def check_compare_mount(ctx, sample=50):
+    """The compare mount must hold the same bytes: every generated path with its size, and the
+    digest of a sample of files. Raises ValueError naming the first difference."""
+    import hashlib
+    for name, manifest in ctx.manifests.items():
+        if name.startswith("b6-"):
+            continue
+        for rel, size, _ in manifest:
+            p = ctx.peer(rel)
+            if not os.path.exists(p):
+                raise ValueError(f"--compare-mount: {p} is missing (the mount must show the bench bucket's layout)")
+            if os.path.getsize(p) != size:
+                raise ValueError(f"--compare-mount: {p} has {os.path.getsize(p)} bytes, expected {size}")
+        for rel, _, digest in random.Random(0).sample(manifest, min(sample, len(manifest))):
+            with open(ctx.peer(rel), "rb") as f:
+                h = hashlib.blake2b(digest_size=16)
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            if h.hexdigest() != digest:
+                raise ValueError(f"--compare-mount: {ctx.peer(rel)} differs from the generated data")
+
+
+# ---------------------------------------------------------------- B1 and B2
+
+def _gb(nbytes_secs):
+    b, t = nbytes_secs
+    return b / t / 1e9
+
+
+def _cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def b1_b2(ctx, want):
+    """B1 (large files: cold, warm, hot; 1 and 4 readers) and B2 (small files, 8 threads, cold and
+    warm) share Silt instances, so they run together; `want` says which are reported."""
+    b1, b2 = "B1" in want, "B2" in want
+    large = [p for p, _, _ in ctx.manifests.get("large", [])] if b1 else []
+    small = [p for p, _, _ in ctx.manifests.get("small", [])] if b2 else []
+    local = ctx.store.local
+    for rep in range(ctx.reps):
+        order = small[:]
+        random.Random(rep).shuffle(order)
+        # Local: the same files from the store's directory, page cache warm (read once first),
+        # and for B1 also from the disk with the file's pages dropped.
+        if b1:
+            mech.timed_read([local(k) for k in large], 4)
+            ctx.add("b1_local_1", _gb(mech.timed_read([local(k) for k in large], 1)), "GB/s")
+            ctx.add("b1_local_4", _gb(mech.timed_read([local(k) for k in large], 4)), "GB/s")
+            for k in large:
+                mech.evict_file(local(k))
+            ctx.add("b1_local_disk_1", _gb(mech.timed_read([local(k) for k in large], 1)), "GB/s")
+        if b2:
+            mech.timed_read([local(k) for k in small], 8)
+            ctx.add("b2_local", len(order) / mech.timed_read([local(k) for k in order], 8)[1], "files/s")
+        # Direct: the same objects from the store, no cache, same concurrency.
+        if b1:
+            size = os.path.getsize(local(large[0]))
+            ctx.add("b1_direct_single", _gb(mech.direct(ctx.store, ["large", "1", str(size), large[0]])), "GB/s")
+            ctx.add("b1_direct_parallel", _gb(mech.direct(ctx.store, ["large", "8", "8MiB"] + large)), "GB/s")
+        if b2:
+            ctx.add("b2_direct", len(order) / mech.direct(ctx.store, ["small", "8"] + order)[1], "files/s")
+        if ctx.compare:
+            _peer_reads(ctx, rep, large, order)
+
+        # Silt cold: a fresh state dir. One reader, then (fresh again) four readers and B2.
+        if b1:
+            with ctx.silt(ctx.fresh_state("b1-cold-1")) as s:
+                ctx.add("b1_cold_1", _gb(mech.timed_read([s.path(k) for k in large], 1)), "GB/s")
+        state = ctx.fresh_state("b12-cold")
+        with ctx.silt(state) as s:
+            if b1:
+                cpu = _cpu_seconds(s.p.pid)
+                nbytes, secs = mech.timed_read([s.path(k) for k in large], 4)
+                ctx.add("b1_cold_4", nbytes / secs / 1e9, "GB/s")
+                ctx.counter("b1_cold_4 daemon CPU s per GB", (_cpu_seconds(s.p.pid) - cpu) / (nbytes / 1e9))
+            if b2:
+                ctx.add("b2_cold", len(order) / mech.timed_read([s.path(k) for k in order], 8)[1], "files/s")
+            ctx.counter("peak RSS of the mount after cold B1+B2 (MiB)", s.report()["peak_rss_bytes"] / 2**20)
+        # Silt warm: restart on that state (disk tier warm; new mount, so the kernel's cache of
+        # the mount is cold). Then hot: the same files again in the same mount.
+        if b1:
+            with ctx.silt(state) as s:
+                # Counter for the warm-read investigation: how much of the disk tier's files the
+                # kernel still holds in its page cache when the warm read starts.
+                res = mech.resident_fraction(s.data_files())
+                if res is not None:
+                    ctx.counter("b1_warm_1 disk-tier bytes resident in page cache", res)
+                req = s.metric(UFS_REQUESTS)
+                ctx.add("b1_warm_1", _gb(mech.timed_read([s.path(k) for k in large], 1)), "GB/s")
+                ctx.counter("b1_warm_1 store requests", s.metric(UFS_REQUESTS) - req)
+                ctx.add("b1_hot_1", _gb(mech.timed_read([s.path(k) for k in large], 1)), "GB/s")
+        with ctx.silt(state) as s:
+            if b1:
+                ctx.add("b1_warm_4", _gb(mech.timed_read([s.path(k) for k in large], 4)), "GB/s")
+            if b2:
+                req = s.metric(UFS_REQUESTS)
+                ctx.add("b2_warm", len(order) / mech.timed_read([s.path(k) for k in order], 8)[1], "files/s")
+                r = s.report()
+                ctx.counter("b2_warm store requests", r["metrics"][UFS_REQUESTS] - req)
+                ctx.counter("b2_warm passthrough opens / all opens",
+                            r["opens"]["passthrough"] / max(1, r["opens"]["passthrough"] + r["opens"]["daemon"]))
+        if b2:
+            with ctx.silt(state) as s:
+                _latency_and_open_files(ctx, s, order)
+        shutil.rmtree(os.path.join(ctx.work, state), ignore_errors=True)
+        print(f"B1/B2 rep {rep + 1}/{ctx.reps} done", flush=True)
+
+
+def _latency_and_open_files(ctx, s, order, n=1000):
+    """p50/p99 of a cached ~110 KB read (open, read whole, keep open) one at a time, and the
+    mount's RSS while 1,000 files are open."""
+    fds, lat = [], []
+    try:
+        for k in order[:n]:
+            t = time.perf_counter()
+            fd = os.open(s.path(k), os.O_RDONLY)
+            while os.read(fd, mech.CHUNK):
+                pass
+            lat.append(time.perf_counter() - t)
+            fds.append(fd)
+        ctx.add("b2_cached_read_p50_ms", statistics.median(lat) * 1e3, "ms")
+        ctx.add("b2_cached_read_p99_ms", sorted(lat)[int(len(lat) * 0.99) - 1] * 1e3, "ms")
+        ctx.counter(f"RSS of the mount with {len(fds)} files open (MiB)", s.rss() / 2**20)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _peer_reads(ctx, rep, large, order):
+    """The same reads on the compare mount, 4 readers for B1 and 8 for B2. Its own cache cannot
+    be emptied from outside, so its 'cold' figures come from the first repetition only (the first
+    read through it in this run); 'warm' drops the kernel's pages of its files first (its own
+    cache stays), 'hot' reads again."""
+    peer_large = [ctx.peer(k) for k in large]
+    peer_small = [ctx.peer(k) for k in order]
+    for phase in (["cold"] if rep == 0 else []) + ["warm", "hot"]:
+        if phase == "warm":
+            for p in peer_large + peer_small:
+                mech.evict_file(p)
+        if large:
+            ctx.add(f"peer_b1_{phase}_4", _gb(mech.timed_read(peer_large, 4)), "GB/s")
+        if order:
+            ctx.add(f"peer_b2_{phase}", len(order) / mech.timed_read(peer_small, 8)[1], "files/s")
+
+
+# ---------------------------------------------------------------- B3
+
+def b3(ctx):
+    """find-style walk with lstat of the 10^4-file tree: first pass on a fresh Silt, second pass
+    in the same mount; baselines: one recursive listing by the direct client, and the same walk
+    on the store's directory (page cache warm)."""
+    for rep in range(ctx.reps):
+        mech.walk(ctx.store.local("tree"))
+        ctx.add("b3_local_walk", mech.walk(ctx.store.local("tree"))[1], "s")
+        ctx.add("b3_direct_list", mech.direct(ctx.store, ["list", "tree/"])[1], "s")
+        if ctx.compare:
+            if rep == 0:
+                ctx.add("peer_b3_first", mech.walk(ctx.peer("tree"))[1], "s")
+            ctx.add("peer_b3_second", mech.walk(ctx.peer("tree"))[1], "s")
+        with ctx.silt(ctx.fresh_state("b3")) as s:
+            name = UFS_REQUESTS
+            r0 = s.metric(name)
+            n, secs = mech.walk(s.path("tree"))
+            ctx.add("b3_first", secs, "s")
+            r1 = s.metric(name)
+            ctx.add("b3_second", mech.walk(s.path("tree"))[1], "s")
+            r2 = s.metric(name)
+            ctx.counter("b3 entries walked", n)
+            ctx.counter("b3 store requests, first walk", r1 - r0)
+            ctx.counter("b3 store requests, second walk", r2 - r1)
+        print(f"B3 rep {rep + 1}/{ctx.reps} done", flush=True)
+
+
+# ---------------------------------------------------------------- B4
+
+def b4_params(quick):
+    return dict(epochs=3, batch_size=64, workers=4, prefetch=2, compute_s=0.02 if quick else 0.05)
+
+
+def b4(ctx):
+    """Training loop over B2's files, 3 epochs: synthetic (no I/O), Silt with a cache larger than
+    the dataset, Silt with a cache of half the dataset. The kernel's caches are dropped before
+    every epoch, as on a node whose memory cannot hold the dataset, so every epoch reads through
+    Silt and the hit ratio is Silt's own: 1 - (bytes fetched from the store / bytes read)."""
+    small = ctx.manifests["small"]
+    data_bytes = generators.total_bytes(small)
+    p = b4_params(ctx.quick)
+    ctx.note("B4", f"loader: {train.LOADER}; batch {p['batch_size']}, {p['workers']} workers, "
+                   f"{p['compute_s'] * 1e3:.0f} ms simulated compute per batch, {p['epochs']} epochs; "
+                   f"dataset {len(small)} files, {data_bytes / 1e9:.2f} GB")
+    for rep in range(ctx.reps):
+        syn = train.run([(None, s) for _, s, _ in small], seed=rep, synthetic=True, **p)
+        ctx.add("b4_synthetic", statistics.median(e["samples_per_s"] for e in syn), "samples/s")
+        # The memory tier (a copy of hot disk-tier pages) is kept well under either cache size.
+        memory = str(min(64 << 20, data_bytes // 8))
+        for label, disk in (("full", str(2 * data_bytes)), ("half", str(data_bytes // 2))):
+            with ctx.silt(ctx.fresh_state(f"b4-{label}"), memory=memory, disk=disk) as s:
+                items = [(s.path(k), size) for k, size, _ in small]
+                before = {}
+
+                def drop(e):
+                    mech.drop_caches()
+                    before[e] = s.metric(UFS_READ_BYTES)
+
+                def hits(e):
+                    fetched = s.metric(UFS_READ_BYTES) - before[e]
+                    ctx.add(f"b4_{label}_hit_e{e + 1}", max(0.0, 1 - fetched / data_bytes), "ratio")
+
+                epochs = train.run(items, seed=rep, before_epoch=drop, after_epoch=hits, **p)
+                for e, r in enumerate(epochs):
+                    ctx.add(f"b4_{label}_e{e + 1}", r["samples_per_s"], "samples/s")
+        print(f"B4 rep {rep + 1}/{ctx.reps} done", flush=True)
+
+
+# ---------------------------------------------------------------- B5
+
+def silt_supports_writes():
+    out = subprocess.run([mech.SILT, "up", "--help"], capture_output=True, text=True).stdout
+    return "--write-type" in out
+
+
+def shuffle(root, writers, partitions, part_size, readers):
+    """Writers each write `partitions` files root/wW/pP of part_size bytes; then `readers`
+    readers read partition columns (reader r: partitions r, r+readers, ... of every writer).
+    Returns (bytes, write seconds, read seconds); raises if a byte read back differs."""
+    def block(w, p):
+        return bytes([(w * 31 + p) % 251]) * part_size
+
+    def write(w):
+        os.makedirs(os.path.join(root, f"w{w:03}"), exist_ok=True)
+        for p in range(partitions):
+            with open(os.path.join(root, f"w{w:03}", f"p{p:03}"), "wb") as f:
+                f.write(block(w, p))
+
+    def read(r):
+        n = 0
+        for p in range(r, partitions, readers):
+            for w in range(writers):
+                with open(os.path.join(root, f"w{w:03}", f"p{p:03}"), "rb") as f:
+                    data = f.read()
+                if data != block(w, p):
+                    raise RuntimeError(f"shuffle: {root}/w{w:03}/p{p:03} read back wrong bytes")
+                n += len(data)
+        return n
+
+    t = time.perf_counter()
+    with ThreadPoolExecutor(writers) as ex:
+        list(ex.map(write, range(writers)))
+    os.sync()
+    t_write = time.perf_counter() - t
+    t = time.perf_counter()
+    with ThreadPoolExecutor(readers) as ex:
+        nbytes = sum(ex.map(read, range(readers)))
+    return nbytes, t_write, time.perf_counter() - t
+
+
+def b5(ctx):
+    if not silt_supports_writes():
+        ctx.note("B5", "not yet supported: `silt up` has no --write-type (writes arrive with issue 6)")
+        return
+    writers, partitions, readers = 32, 64, 32
+    part = (64 << 10) if ctx.quick else (1 << 20)  # 32 x 64 x 1 MiB = 2 GiB
+    budget = 1 << 30
+    ctx.note("B5", f"{writers} writers x {partitions} partitions x {part >> 10} KiB, {readers} readers; "
+                   f"Silt --write-type cache-only, memory tier {budget >> 20} MiB")
+    tmpfs = os.path.join(ctx.work, "tmpfs")
+    os.makedirs(tmpfs, exist_ok=True)
+    for rep in range(ctx.reps):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={writers * partitions * part * 2}", "tmpfs", tmpfs], check=True)
+        try:
+            n, w, r = shuffle(os.path.join(tmpfs, "s"), writers, partitions, part, readers)
+            ctx.add("b5_tmpfs", 2 * n / (w + r) / 1e9, "GB/s")
+        finally:
+            subprocess.run(["umount", tmpfs], check=False)
+        with ctx.silt(ctx.fresh_state("b5"), memory=f"{budget}", extra=ctx.silt_extra + ["--write-type", "cache-only"]) as s:
+            n, w, r = shuffle(s.path(f"b5-shuffle-{rep}"), writers, partitions, part, readers)
+            ctx.add("b5_silt", 2 * n / (w + r) / 1e9, "GB/s")
+            ctx.add("b5_peak_rss_over_budget", s.report()["peak_rss_bytes"] / budget, "ratio")
+
+
+# ---------------------------------------------------------------- B6
+
+def silt_has_ring():
+    return subprocess.run([mech.SILT, "ring", "simulate", "--help"], capture_output=True).returncode == 0
+
+
+def b6(ctx):
+    """Worker memory per cached file and per cached GiB, on one worker with the memory tier off
+    so that only bookkeeping counts. One instance: a warm-up load first (so fetch buffers and
+    allocator arenas have reached their working size), then each file set in increasing size,
+    then a second large object; each figure is the RSS growth across one load divided by what
+    that load added. Measured once (not per repetition)."""
+    ctx.note("B6", "RSS growth of `silt up` (memory tier off) across `silt load` of N files, / N; "
+                   "after a warm-up load of one large object")
+    large = ctx.manifests["large"]
+    with ctx.silt(ctx.fresh_state("b6"), memory="0") as s:
+        s.load(large[0][0])
+        for n in sorted(ctx.b6_files):
+            before = s.rss()
+            s.load(f"b6/n{n}")
+            ctx.add(f"b6_bytes_per_file_{n}", (s.rss() - before) / n, "bytes")
+        before = s.rss()
+        s.load(large[1][0])
+        ctx.add("b6_bytes_per_cached_gib", (s.rss() - before) / (large[1][1] / 2**30), "bytes")
+    if silt_has_ring():
+        out = subprocess.check_output([mech.SILT, "ring", "simulate", "--workers", "4", "--join", "1",
+                                       "--pages", "1000000", "--json"], text=True)
+        ctx.add("b6_moved_fraction", json.loads(out)["moved_fraction"], "ratio")
+    else:
+        ctx.note("B6", "rebalance: not yet supported: no `silt ring` (the worker ring arrives with issue 4)")
+
+
+# ---------------------------------------------------------------- ratios
+
+def ratios(ctx):
+    """{ratio id: value} from the medians; ids with a goal match stats.GOALS."""
+    R = ctx.results
+    out = {}
+
+    def r(name, a, b):
+        if a in R and b in R:
+            out[name] = stats.ratio_of_medians(R[a], R[b])
+
+    r("B1 warm", "b1_warm_1", "b1_local_1")
+    r("B1 warm 4 readers", "b1_warm_4", "b1_local_4")
+    r("B1 warm ÷ local disk", "b1_warm_1", "b1_local_disk_1")
+    r("B1 hot", "b1_hot_1", "b1_local_1")
+    r("B1 cold", "b1_cold_4", "b1_direct_parallel")
+    r("B1 cold single", "b1_cold_1", "b1_direct_single")
+    r("B2 cold", "b2_cold", "b2_direct")
+    r("B2 warm", "b2_warm", "b2_local")
+    r("B3 first", "b3_first", "b3_direct_list")
+    r("B3 second", "b3_second", "b3_local_walk")
+    if "b4_full_e2" in R and "b4_synthetic" in R:
+        cached = [statistics.mean(x) for x in zip(R["b4_full_e2"], R["b4_full_e3"])]
+        out["B4 cached"] = stats.ratio_of_medians(cached, R["b4_synthetic"])
+        out["B4 cold epoch"] = stats.ratio_of_medians(R["b4_full_e1"], R["b4_synthetic"])
+        out["B4 half-cache epochs 2-3"] = stats.ratio_of_medians(
+            [statistics.mean(x) for x in zip(R["b4_half_e2"], R["b4_half_e3"])], R["b4_synthetic"])
+        out["B4 hit ratio"] = min(stats.median(R["b4_half_hit_e2"]), stats.median(R["b4_half_hit_e3"]))
+    r("B5", "b5_silt", "b5_tmpfs")
+    if "b5_peak_rss_over_budget" in R:
+        out["B5 memory"] = max(R["b5_peak_rss_over_budget"])
+    per_file = [k for k in R if k.startswith("b6_bytes_per_file_")]
+    if per_file:
+        # The largest set: RSS moves by a few MiB on its own, which only many files average out.
+        out["B6 per file"] = stats.median(R[max(per_file, key=lambda k: int(k.rsplit("_", 1)[1]))])
+    if "b6_moved_fraction" in R:
+        out["B6 rebalance"] = stats.median(R["b6_moved_fraction"])
+    if ctx.compare:
+        r("B2 warm peer", "b2_warm", "peer_b2_warm")
+        r("B1 warm ÷ peer warm", "b1_warm_4", "peer_b1_warm_4")
+        r("B1 cold ÷ peer cold", "b1_cold_4", "peer_b1_cold_4")
+        r("B2 cold ÷ peer cold", "b2_cold", "peer_b2_cold")
+        r("B3 second ÷ peer second", "b3_second", "peer_b3_second")
+    return out

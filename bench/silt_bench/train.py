@@ -1,0 +1,116 @@
+"""B4's training loop: a data loader reading files in shuffled batches while the main process
+"trains" on each batch for a fixed simulated compute time (a sleep: the GPU step).
+
+With `torch` importable the loader is PyTorch's `DataLoader` (CPU, `num_workers` processes);
+otherwise a pool of worker processes with the same access pattern: the same shuffled order,
+whole batches per worker, at most `workers * prefetch` batches in flight, results consumed in
+order. `LOADER` says which one runs.
+
+Synthetic (`synthetic=True`): the same loop, the same sample sizes, no I/O (each sample is a
+buffer of the file's size made in memory): the upper bound of the loop.
+"""
+import multiprocessing as mp
+import random
+import time
+
+try:  # the real DataLoader when PyTorch is installed
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+    LOADER = "torch.utils.data.DataLoader"
+except ImportError:  # pragma: no cover - depends on the machine
+    torch = None
+    LOADER = "multiprocessing pool (torch not importable)"
+
+
+def load_sample(path, size, synthetic):
+    if synthetic:
+        return len(bytearray(size))
+    with open(path, "rb") as f:
+        return len(f.read())
+
+
+def _load_batch(args):
+    items, synthetic = args
+    return sum(load_sample(p, s, synthetic) for p, s in items)
+
+
+def epoch_order(n, seed, epoch):
+    order = list(range(n))
+    random.Random(f"b4:{seed}:{epoch}").shuffle(order)
+    return order
+
+
+def batches(items, order, batch_size):
+    return [[items[i] for i in order[k:k + batch_size]] for k in range(0, len(order), batch_size)]
+
+
+if torch is not None:  # pragma: no cover - depends on the machine
+    class _Files(Dataset):
+        def __init__(self, items, synthetic):
+            self.items, self.synthetic = items, synthetic
+
+        def __len__(self):
+            return len(self.items)
+
+        def __getitem__(self, i):
+            p, s = self.items[i]
+            return load_sample(p, s, self.synthetic)
+
+    class _Order(torch.utils.data.Sampler):
+        def __init__(self, order):
+            self.order = order
+
+        def __iter__(self):
+            return iter(self.order)
+
+        def __len__(self):
+            return len(self.order)
+
+
+def _epoch_torch(items, order, batch_size, workers, prefetch, compute_s, synthetic):
+    dl = DataLoader(_Files(items, synthetic), batch_size=batch_size, sampler=_Order(order),
+                    num_workers=workers, prefetch_factor=prefetch, collate_fn=sum)
+    total = 0
+    for nbytes in dl:
+        total += nbytes
+        time.sleep(compute_s)
+    return total
+
+
+def _epoch_pool(pool, items, order, batch_size, workers, prefetch, compute_s, synthetic):
+    todo = batches(items, order, batch_size)
+    in_flight, total, nxt = [], 0, 0
+    while nxt < len(todo) or in_flight:
+        while nxt < len(todo) and len(in_flight) < workers * prefetch:
+            in_flight.append(pool.apply_async(_load_batch, ((todo[nxt], synthetic),)))
+            nxt += 1
+        total += in_flight.pop(0).get()
+        time.sleep(compute_s)
+    return total
+
+
+def run(items, epochs=3, batch_size=64, workers=4, prefetch=2, compute_s=0.05, seed=0,
+        synthetic=False, before_epoch=None, after_epoch=None):
+    """items: [(path, size)]. Returns one dict per epoch: samples, bytes, seconds, samples_per_s.
+    before_epoch(e) / after_epoch(e) run outside the timed part (cache drops, counters)."""
+    out = []
+    pool = None if torch is not None else mp.get_context("fork").Pool(workers)
+    try:
+        for e in range(epochs):
+            if before_epoch:
+                before_epoch(e)
+            order = epoch_order(len(items), seed, e)
+            t = time.perf_counter()
+            if pool is None:
+                nbytes = _epoch_torch(items, order, batch_size, workers, prefetch, compute_s, synthetic)
+            else:
+                nbytes = _epoch_pool(pool, items, order, batch_size, workers, prefetch, compute_s, synthetic)
+            secs = time.perf_counter() - t
+            if after_epoch:
+                after_epoch(e)
+            out.append({"samples": len(items), "bytes": nbytes, "seconds": secs, "samples_per_s": len(items) / secs})
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    return out

@@ -1,0 +1,256 @@
+//! The metadata cache carried across a clean restart.
+//!
+//! Without it, a restarted worker has its pages but not the listings and stats that lead to
+//! them: the first pass over a warm data set pays one store round trip per directory, which on
+//! a remote store is most of the time of a warm read (measured in docs/benchmarks.md).
+//!
+//! Invariants:
+//! - The snapshot is written only after a clean unmount and removed when it is read, so it is
+//!   used by at most one start; after a crash the cache starts empty.
+//! - An entry keeps its age: it is trusted only for what is left of `metadata_ttl` since the
+//!   store answered, exactly as if the process had not restarted (wall clock; if the clock went
+//!   backwards the whole snapshot is dropped).
+//! - An entry is restored only under a mount that still maps its path to the same store URI
+//!   and relative path; anything that does not parse or match is skipped, never half-applied.
+
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use silt_ufs::{EntryKind, ObjectMeta};
+
+use crate::namespace::{Namespace, Resolved};
+use crate::Entry;
+
+const FORMAT: u32 = 1;
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    format: u32,
+    /// Wall-clock time of the save, in milliseconds since the epoch.
+    saved_at_ms: u128,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedEntry {
+    path: String,
+    dir: bool,
+    size: u64,
+    mtime_ns: Option<u128>,
+    mode: Option<u32>,
+    store: String,
+    rel: String,
+    etag: Option<String>,
+    version: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+enum Record {
+    Stat {
+        age_ms: u64,
+        entry: SavedEntry,
+    },
+    List {
+        age_ms: u64,
+        dir: String,
+        /// The directory's store and path in it: an empty listing has no entry to check.
+        store: String,
+        rel: String,
+        entries: Vec<SavedEntry>,
+    },
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn save_entry(e: &Entry) -> Option<SavedEntry> {
+    let obj = e.object.as_ref()?;
+    Some(SavedEntry {
+        path: e.path.clone(),
+        dir: e.kind == EntryKind::Dir,
+        size: obj.meta.size,
+        mtime_ns: obj
+            .meta
+            .mtime
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos()),
+        mode: obj.meta.mode,
+        store: obj.store.uri().to_string(),
+        rel: obj.meta.path.clone(),
+        etag: obj.meta.etag.clone(),
+        version: obj.meta.version.clone(),
+    })
+}
+
+fn restore_entry(ns: &Namespace, s: SavedEntry) -> Option<Entry> {
+    let Ok(Resolved::Store { mount, rel }) = ns.resolve(&s.path) else {
+        return None;
+    };
+    if mount.store.uri() != s.store || rel != s.rel {
+        return None;
+    }
+    let mtime = match s.mtime_ns {
+        Some(ns) => {
+            let secs = u64::try_from(ns / 1_000_000_000).ok()?;
+            Some(UNIX_EPOCH + Duration::new(secs, (ns % 1_000_000_000) as u32))
+        }
+        None => None,
+    };
+    let meta = ObjectMeta {
+        path: s.rel,
+        kind: if s.dir {
+            EntryKind::Dir
+        } else {
+            EntryKind::File
+        },
+        size: s.size,
+        mtime,
+        etag: s.etag,
+        version: s.version,
+        mode: s.mode,
+    };
+    Some(Entry::from_meta(s.path, &mount.store, meta))
+}
+
+/// What the cache holds, for saving: (stats, listings), each with the instant it was fetched.
+pub(crate) type Contents = (
+    Vec<(Instant, Entry)>,
+    Vec<(Instant, String, Arc<Vec<Entry>>)>,
+);
+
+/// Writes the snapshot atomically (temporary file, then rename). Returns records written.
+pub(crate) fn save(path: &Path, ns: &Namespace, contents: Contents) -> std::io::Result<usize> {
+    let now = Instant::now();
+    let header = Header {
+        format: FORMAT,
+        saved_at_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0),
+    };
+    let tmp = path.with_extension("tmp");
+    let mut out = BufWriter::new(std::fs::File::create(&tmp)?);
+    serde_json::to_writer(&mut out, &header)?;
+    out.write_all(b"\n")?;
+    let mut n = 0;
+    let (stats, lists) = contents;
+    for (at, e) in stats {
+        if let Some(entry) = save_entry(&e) {
+            let rec = Record::Stat {
+                age_ms: ms(now.duration_since(at)),
+                entry,
+            };
+            serde_json::to_writer(&mut out, &rec)?;
+            out.write_all(b"\n")?;
+            n += 1;
+        }
+    }
+    for (at, dir, entries) in lists {
+        // A listing with a synthetic child (a mount point below a store directory) is cheap to
+        // rebuild and cannot be restored faithfully from store metadata: skip it.
+        let saved: Option<Vec<SavedEntry>> = entries.iter().map(save_entry).collect();
+        let Ok(Resolved::Store { mount, rel }) = ns.resolve(&dir) else {
+            continue;
+        };
+        let store = mount.store.uri().to_string();
+        if let Some(entries) = saved {
+            let age_ms = ms(now.duration_since(at));
+            let rec = Record::List {
+                age_ms,
+                dir,
+                store,
+                rel,
+                entries,
+            };
+            serde_json::to_writer(&mut out, &rec)?;
+            out.write_all(b"\n")?;
+            n += 1;
+        }
+    }
+    out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(n)
+}
+
+/// Reads and removes the snapshot; `put` receives every entry still fresh under `ttl`, with
+/// the instant it was fetched. Returns records restored; a missing file restores nothing.
+pub(crate) fn restore(
+    path: &Path,
+    ns: &Namespace,
+    ttl: Duration,
+    mut put_stat: impl FnMut(Instant, Entry),
+    mut put_list: impl FnMut(Instant, String, Vec<Entry>),
+) -> std::io::Result<usize> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    // Used once: a crash after this start must not bring these entries back.
+    std::fs::remove_file(path)?;
+    let mut lines = BufReader::new(file).lines();
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let header: Header = match lines.next() {
+        Some(line) => serde_json::from_str(&line?).map_err(|_| bad("bad snapshot header"))?,
+        None => return Ok(0),
+    };
+    if header.format != FORMAT {
+        return Err(bad("unknown snapshot format"));
+    }
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    let Some(since_save) = now_ms.checked_sub(header.saved_at_ms) else {
+        return Err(bad("the clock went backwards since the snapshot was saved"));
+    };
+    let since_save = Duration::from_millis(u64::try_from(since_save).unwrap_or(u64::MAX));
+    let now = Instant::now();
+    let fetched = |age_ms: u64| {
+        let age = since_save.saturating_add(Duration::from_millis(age_ms));
+        if age >= ttl {
+            return None;
+        }
+        now.checked_sub(age)
+    };
+    let mut n = 0;
+    for line in lines {
+        let Ok(rec) = serde_json::from_str::<Record>(&line?) else {
+            continue;
+        };
+        match rec {
+            Record::Stat { age_ms, entry } => {
+                if let (Some(at), Some(e)) = (fetched(age_ms), restore_entry(ns, entry)) {
+                    put_stat(at, e);
+                    n += 1;
+                }
+            }
+            Record::List {
+                age_ms,
+                dir,
+                store,
+                rel,
+                entries,
+            } => {
+                let Some(at) = fetched(age_ms) else { continue };
+                match ns.resolve(&dir) {
+                    Ok(Resolved::Store {
+                        mount,
+                        rel: now_rel,
+                    }) if mount.store.uri() == store && now_rel == rel => {}
+                    _ => continue,
+                }
+                let restored: Option<Vec<Entry>> =
+                    entries.into_iter().map(|s| restore_entry(ns, s)).collect();
+                if let Some(list) = restored {
+                    put_list(at, dir, list);
+                    n += 1;
+                }
+            }
+        }
+    }
+    Ok(n)
+}

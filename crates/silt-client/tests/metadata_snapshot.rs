@@ -1,0 +1,154 @@
+//! The metadata cache carried across a clean restart: what is restored answers without the
+//! store, keeps its age, and only under the same mount; a bad snapshot is ignored, not trusted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use silt_cache::{PageStore, PageStoreConfig};
+use silt_client::{Client, ClientOptions, MountPoint, Namespace};
+use silt_common::ErrorKind;
+use silt_ufs::MemStore;
+use silt_worker::{Worker, WorkerOptions};
+
+fn client(store: Arc<MemStore>, ttl: Duration) -> Client {
+    let pages = Arc::new(
+        PageStore::open(PageStoreConfig {
+            page_size: 4096,
+            memory_capacity: 1 << 20,
+            disk_tiers: vec![],
+            high_watermark: 0.95,
+            low_watermark: 0.85,
+            eviction_policy: "lru".into(),
+        })
+        .unwrap(),
+    );
+    let rt = tokio::runtime::Handle::current();
+    let worker = Arc::new(Worker::new(
+        pages,
+        &WorkerOptions {
+            fetch_concurrency: 4,
+            buffer_memory: 1 << 20,
+            request_size: 8192,
+        },
+        rt.clone(),
+    ));
+    let ns = Namespace::new(vec![MountPoint {
+        path: "/d".into(),
+        store,
+    }])
+    .unwrap();
+    let opts = ClientOptions {
+        metadata_ttl: ttl,
+        lookup_lists_parent: true,
+        prefetch_max: 8192,
+        fetch_concurrency: 4,
+    };
+    Client::new(ns, worker, opts, rt)
+}
+
+fn store(uri: &str) -> Arc<MemStore> {
+    let mem = Arc::new(MemStore::new(uri));
+    for i in 0..20 {
+        mem.put(&format!("dir/f{i:02}"), vec![i as u8; 100 + i])
+            .unwrap();
+    }
+    mem.put("top", vec![1u8; 7]).unwrap();
+    mem
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_cache_answers_without_the_store_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snap");
+    let mem = store("mem://a");
+    let first = client(mem.clone(), HOUR);
+    first.list("/d/dir").await.unwrap();
+    first.stat("/d").await.unwrap();
+    let top = first.stat("/d/top").await.unwrap();
+    assert!(first.save_metadata(&snap).unwrap() >= 2);
+
+    let second = client(mem.clone(), HOUR);
+    assert!(second.restore_metadata(&snap).unwrap() >= 2);
+    assert!(!snap.exists(), "a snapshot is used by one start only");
+    let n = mem.requests();
+    let list = second.list("/d/dir").await.unwrap();
+    assert_eq!(list.len(), 20);
+    assert_eq!(second.stat("/d/dir/f07").await.unwrap().size, 107);
+    assert_eq!(
+        second.stat("/d/dir/missing").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    let top2 = second.stat("/d/top").await.unwrap();
+    assert!(second.stat("/d").await.unwrap().is_dir());
+    assert_eq!(mem.requests(), n, "no store request for restored metadata");
+    // Same object identity, so cached pages (keyed by it) are found again.
+    assert_eq!(
+        top.object.as_ref().unwrap().id,
+        top2.object.as_ref().unwrap().id
+    );
+    assert_eq!(top.mtime, top2.mtime);
+    // The bytes still read right through restored metadata.
+    let f = second.open("/d/dir/f03").await.unwrap();
+    assert_eq!(second.read(&f, 0, 1000).await.unwrap(), vec![3u8; 103]);
+
+    // Nothing is left for a third start.
+    let third = client(mem.clone(), HOUR);
+    assert_eq!(third.restore_metadata(&snap).unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_keep_their_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snap");
+    let mem = store("mem://a");
+    let first = client(mem.clone(), HOUR);
+    first.list("/d/dir").await.unwrap();
+    first.save_metadata(&snap).unwrap();
+    // A TTL shorter than the entries' age (any age is >= 0): nothing may be restored.
+    let second = client(mem.clone(), Duration::ZERO);
+    assert_eq!(second.restore_metadata(&snap).unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_mount_table_restores_nothing_of_the_old_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snap");
+    let first = client(store("mem://a"), HOUR);
+    first.list("/d/dir").await.unwrap();
+    first.stat("/d/top").await.unwrap();
+    first.save_metadata(&snap).unwrap();
+    // /d now points at another store holding different data.
+    let other = Arc::new(MemStore::new("mem://b"));
+    other.put("dir/only-here", vec![0u8; 3]).unwrap();
+    let second = client(other.clone(), HOUR);
+    assert_eq!(second.restore_metadata(&snap).unwrap(), 0);
+    let list = second.list("/d/dir").await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].name(), "only-here");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_snapshot_is_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snap");
+    std::fs::write(&snap, b"{not json\n").unwrap();
+    let mem = store("mem://a");
+    let c = client(mem.clone(), HOUR);
+    assert!(c.restore_metadata(&snap).is_err());
+    assert!(!snap.exists());
+    let n = mem.requests();
+    assert_eq!(c.list("/d/dir").await.unwrap().len(), 20);
+    assert_eq!(mem.requests(), n + 1, "the cache started empty");
+
+    // A good header followed by a damaged record: the good records are kept, the bad skipped.
+    let good = client(mem.clone(), HOUR);
+    good.list("/d/dir").await.unwrap();
+    good.save_metadata(&snap).unwrap();
+    let mut text = std::fs::read_to_string(&snap).unwrap();
+    text.push_str("{\"List\": 42}\n");
+    std::fs::write(&snap, text).unwrap();
+    let c = client(mem.clone(), HOUR);
+    assert_eq!(c.restore_metadata(&snap).unwrap(), 1);
+}
