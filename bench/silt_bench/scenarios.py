@@ -13,6 +13,7 @@ B5 and B6's rebalance need features that later issues bring. They are detected, 
 - B6 rebalance runs when `silt ring simulate --help` exists (issue 4). The contract:
   `silt ring simulate --workers 4 --join 1 --pages N --json` prints `{"moved_fraction": F}`.
 """
+import hashlib
 import json
 import os
 import random
@@ -85,7 +86,6 @@ def generate(ctx, wanted):
 def check_compare_mount(ctx, sample=50):
     """The compare mount must hold the same bytes: every generated path with its size, and the
     digest of a sample of files. Raises ValueError naming the first difference."""
-    import hashlib
     for name, manifest in ctx.manifests.items():
         if name.startswith("b6-"):
             continue

@@ -72,7 +72,7 @@ impl MetaCache {
         }
     }
 
-    /// Everything cached, fresh or not, with the instant each was fetched (for the snapshot).
+    /// Every entry still fresh, with the instant it was fetched (for the snapshot).
     pub fn contents(&self) -> crate::snapshot::Contents {
         let stats = self
             .stats

@@ -11,7 +11,9 @@
 //!   store answered, exactly as if the process had not restarted (wall clock; if the clock went
 //!   backwards the whole snapshot is dropped).
 //! - An entry is restored only under a mount that still maps its path to the same store URI
-//!   and relative path; anything that does not parse or match is skipped, never half-applied.
+//!   and relative path (by the `UnderStore` invariant, an object's `meta.path` is that relative
+//!   path). Each record (one stat, or one whole listing) is applied whole or skipped: a record
+//!   that does not parse or match is skipped, and a read error stops the restore between records.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
@@ -149,13 +151,14 @@ pub(crate) fn save(path: &Path, ns: &Namespace, contents: Contents) -> std::io::
         }
     }
     for (at, dir, entries) in lists {
-        // A listing with a synthetic child (a mount point below a store directory) is cheap to
-        // rebuild and cannot be restored faithfully from store metadata: skip it.
-        let saved: Option<Vec<SavedEntry>> = entries.iter().map(save_entry).collect();
+        // Listings of synthetic directories come from the mount table, not the store.
         let Ok(Resolved::Store { mount, rel }) = ns.resolve(&dir) else {
             continue;
         };
         let store = mount.store.uri().to_string();
+        // A listing with a synthetic child (a mount point below a store directory) is cheap to
+        // rebuild and cannot be restored faithfully from store metadata: skip it.
+        let saved: Option<Vec<SavedEntry>> = entries.iter().map(save_entry).collect();
         if let Some(entries) = saved {
             let age_ms = ms(now.duration_since(at));
             let rec = Record::List {
@@ -175,8 +178,8 @@ pub(crate) fn save(path: &Path, ns: &Namespace, contents: Contents) -> std::io::
     Ok(n)
 }
 
-/// Reads and removes the snapshot; `put` receives every entry still fresh under `ttl`, with
-/// the instant it was fetched. Returns records restored; a missing file restores nothing.
+/// Reads and removes the snapshot; `put_stat` / `put_list` receive every record still fresh
+/// under `ttl`, with the instant it was fetched. Returns records restored; a missing file restores nothing.
 pub(crate) fn restore(
     path: &Path,
     ns: &Namespace,

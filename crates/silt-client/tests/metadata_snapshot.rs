@@ -1,6 +1,7 @@
 //! The metadata cache carried across a clean restart: what is restored answers without the
 //! store, keeps its age, and only under the same mount; a bad snapshot is ignored, not trusted.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,16 +59,24 @@ fn store(uri: &str) -> Arc<MemStore> {
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restored_cache_answers_without_the_store_once() {
+/// A first client over `mem` that lists /d/dir and stats /d/top, then saves its cache to a
+/// snapshot in a fresh directory. Returns the directory (kept alive), the snapshot path and the
+/// stat of /d/top.
+async fn saved_snapshot(mem: Arc<MemStore>) -> (tempfile::TempDir, PathBuf, silt_client::Entry) {
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("snap");
-    let mem = store("mem://a");
-    let first = client(mem.clone(), HOUR);
+    let first = client(mem, HOUR);
     first.list("/d/dir").await.unwrap();
     first.stat("/d").await.unwrap();
     let top = first.stat("/d/top").await.unwrap();
     assert!(first.save_metadata(&snap).unwrap() >= 2);
+    (dir, snap, top)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_cache_answers_without_the_store_once() {
+    let mem = store("mem://a");
+    let (_dir, snap, top) = saved_snapshot(mem.clone()).await;
 
     let second = client(mem.clone(), HOUR);
     assert!(second.restore_metadata(&snap).unwrap() >= 2);
@@ -100,12 +109,8 @@ async fn a_restored_cache_answers_without_the_store_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_keep_their_age() {
-    let dir = tempfile::tempdir().unwrap();
-    let snap = dir.path().join("snap");
     let mem = store("mem://a");
-    let first = client(mem.clone(), HOUR);
-    first.list("/d/dir").await.unwrap();
-    first.save_metadata(&snap).unwrap();
+    let (_dir, snap, _) = saved_snapshot(mem.clone()).await;
     // A TTL shorter than the entries' age (any age is >= 0): nothing may be restored.
     let second = client(mem.clone(), Duration::ZERO);
     assert_eq!(second.restore_metadata(&snap).unwrap(), 0);
@@ -113,12 +118,7 @@ async fn entries_keep_their_age() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_mount_table_restores_nothing_of_the_old_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let snap = dir.path().join("snap");
-    let first = client(store("mem://a"), HOUR);
-    first.list("/d/dir").await.unwrap();
-    first.stat("/d/top").await.unwrap();
-    first.save_metadata(&snap).unwrap();
+    let (_dir, snap, _) = saved_snapshot(store("mem://a")).await;
     // /d now points at another store holding different data.
     let other = Arc::new(MemStore::new("mem://b"));
     other.put("dir/only-here", vec![0u8; 3]).unwrap();
@@ -142,13 +142,13 @@ async fn a_damaged_snapshot_is_ignored() {
     assert_eq!(c.list("/d/dir").await.unwrap().len(), 20);
     assert_eq!(mem.requests(), n + 1, "the cache started empty");
 
-    // A good header followed by a damaged record: the good records are kept, the bad skipped.
-    let good = client(mem.clone(), HOUR);
-    good.list("/d/dir").await.unwrap();
-    good.save_metadata(&snap).unwrap();
-    let mut text = std::fs::read_to_string(&snap).unwrap();
+    // A good snapshot with one damaged record appended: every good record is kept, the bad
+    // one skipped.
+    let (_dir2, snap2, _) = saved_snapshot(mem.clone()).await;
+    let mut text = std::fs::read_to_string(&snap2).unwrap();
+    let good_records = text.lines().count() - 1; // minus the header
     text.push_str("{\"List\": 42}\n");
-    std::fs::write(&snap, text).unwrap();
+    std::fs::write(&snap2, text).unwrap();
     let c = client(mem.clone(), HOUR);
-    assert_eq!(c.restore_metadata(&snap).unwrap(), 1);
+    assert_eq!(c.restore_metadata(&snap2).unwrap(), good_records);
 }
