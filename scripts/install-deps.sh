@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Silt's main job and tests need on a fresh Debian machine: FUSE 3 (fusermount3),
-# and a real S3-compatible server (versitygw, built from the Go module proxy into .deps/bin).
+# etcd (Debian's etcd-server, for the membership tests), and a real S3-compatible server
+# (versitygw, built from the Go module proxy into .deps/bin).
 # Idempotent: skips what is already there.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,12 +11,42 @@ mkdir -p "$deps/bin"
 need_apt=()
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+# Tests start their own etcd on free ports (silt_testkit::Etcd); only the binary is needed.
+new_etcd=0
+if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
+  need_apt+=(etcd-server)
+  new_etcd=1
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need_apt[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  # etcd-server's postinst starts an etcd daemon on 127.0.0.1:2379 (init script or systemd
+  # unit). Forbid service starts during the install with a temporary policy-rc.d, unless the
+  # machine already has one (containers usually do, denying everything).
+  policy=/usr/sbin/policy-rc.d
+  own_policy=0
+  if [ "$new_etcd" = 1 ] && [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    own_policy=1
+  fi
+  status=0
+  { apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null; } || status=$?
+  [ "$own_policy" = 1 ] && rm -f "$policy"
+  [ "$status" = 0 ] || exit "$status"
+  if [ "$new_etcd" = 1 ]; then
+    # Keep the packaged service from starting now or at boot, wherever it got started anyway.
+    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+      systemctl disable --now etcd.service >/dev/null 2>&1 || true
+    fi
+    if [ -x /etc/init.d/etcd ]; then
+      /etc/init.d/etcd stop >/dev/null 2>&1 || true
+      command -v update-rc.d >/dev/null 2>&1 && update-rc.d etcd disable >/dev/null 2>&1 || true
+    fi
+  fi
 fi
+command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] ||
+  { echo "install-deps: etcd is missing after the install" >&2; exit 1; }
 
 # Pillow lets the tests read images through the mount the way torchvision's ImageFolder does.
 if ! python3 -c 'import PIL' >/dev/null 2>&1; then
@@ -30,4 +61,5 @@ if [ ! -x "$deps/bin/versitygw" ]; then
   GOBIN="$deps/bin" GOFLAGS=-mod=mod go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
 fi
 [ -e /dev/fuse ] || { echo "install-deps: /dev/fuse is missing; FUSE mounts cannot work here" >&2; exit 1; }
-echo "install-deps: ok (fusermount3: $(command -v fusermount3), versitygw: $deps/bin/versitygw)" >&2
+etcd_bin=$(command -v etcd || echo /usr/bin/etcd)
+echo "install-deps: ok (fusermount3: $(command -v fusermount3), etcd: $etcd_bin, versitygw: $deps/bin/versitygw)" >&2

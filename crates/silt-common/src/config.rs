@@ -49,6 +49,17 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "s3_secret_access_key", default: "", help: "S3 secret key; empty: AWS_SECRET_ACCESS_KEY or the AWS config/credentials files. Never logged." },
     OptionSpec { name: "ufs_timeout", default: "30s", help: "Deadline of one under-store request." },
     OptionSpec { name: "ufs_retries", default: "3", help: "Retries of a retryable under-store failure (with backoff)." },
+    OptionSpec { name: "etcd", default: "", help: "etcd endpoints (http://HOST:PORT, comma-separated) for cluster membership and the shared mount table. Empty: no etcd." },
+    OptionSpec { name: "cluster_name", default: "silt", help: "Key prefix of this cluster in etcd (/NAME/members/, /NAME/mounts): several clusters can share one etcd." },
+    OptionSpec { name: "workers", default: "", help: "Static cluster: workers as ID=HOST:PORT, comma-separated (instead of etcd). Empty with no etcd: a single node." },
+    OptionSpec { name: "listen", default: "0.0.0.0:29998", help: "Address `silt worker` serves its RPC on." },
+    OptionSpec { name: "advertise", default: "", help: "Address other processes reach this worker at (empty: `listen`, which must then not be 0.0.0.0)." },
+    OptionSpec { name: "worker_id", default: "", help: "Stable identity of a worker in the cluster (empty: generated once and kept in STATE_DIR/worker-id), so a restarted worker keeps its share and its warm cache." },
+    OptionSpec { name: "member_ttl", default: "10s", help: "etcd lease of a worker: a worker that stops renewing it (killed, cut off) leaves the membership after this long." },
+    OptionSpec { name: "worker_timeout", default: "3s", help: "Deadline of one read from a worker; past it (or on a refused or broken connection) the client tries the next candidate, then the under-store." },
+    OptionSpec { name: "worker_retry_after", default: "10s", help: "How long a worker that failed a read is tried last, so one dead worker costs one timeout, not one per read." },
+    OptionSpec { name: "placement_group", default: "8MiB", help: "Bytes of a file placed together on one worker: smaller files live whole on one worker, larger ones spread group by group. Must be equal on every process of a cluster." },
+    OptionSpec { name: "failover_candidates", default: "2", help: "Workers tried for a page group (the owner, then the next by rendezvous rank) before reading from the under-store." },
     OptionSpec { name: "log", default: "info", help: "Log filter (tracing `EnvFilter` syntax, e.g. `info,silt_client=debug`)." },
 ];
 
@@ -105,6 +116,18 @@ pub struct Config {
     pub s3_secret_access_key: String,
     pub ufs_timeout: Duration,
     pub ufs_retries: usize,
+    pub etcd: Vec<String>,
+    pub cluster_name: String,
+    /// Static workers: (id, address).
+    pub workers: Vec<(String, String)>,
+    pub listen: String,
+    pub advertise: String,
+    pub worker_id: String,
+    pub member_ttl: Duration,
+    pub worker_timeout: Duration,
+    pub worker_retry_after: Duration,
+    pub placement_group: u64,
+    pub failover_candidates: usize,
     pub log: String,
 }
 
@@ -139,6 +162,17 @@ impl Default for Config {
             s3_secret_access_key: String::new(),
             ufs_timeout: Duration::ZERO,
             ufs_retries: 0,
+            etcd: Vec::new(),
+            cluster_name: String::new(),
+            workers: Vec::new(),
+            listen: String::new(),
+            advertise: String::new(),
+            worker_id: String::new(),
+            member_ttl: Duration::ZERO,
+            worker_timeout: Duration::ZERO,
+            worker_retry_after: Duration::ZERO,
+            placement_group: 0,
+            failover_candidates: 0,
             log: String::new(),
         };
         for opt in OPTIONS {
@@ -188,6 +222,38 @@ fn parse_count(key: &str, v: &str, min: usize) -> Result<usize> {
 
 fn parse_size_opt(key: &str, v: &str) -> Result<u64> {
     parse_size(v).map_err(|e| e.context(key))
+}
+
+fn split_list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// `HOST:PORT` (IPv4/IPv6 literal or a name) with a numeric port.
+fn check_addr(key: &str, v: &str) -> Result<()> {
+    match v.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(Error::invalid(format!(
+            "{key}: expected HOST:PORT, e.g. 10.0.0.1:29998, got {v:?}"
+        ))),
+    }
+}
+
+/// Worker ids name etcd keys and files: keep them to a safe alphabet.
+pub fn check_worker_id(id: &str) -> Result<()> {
+    if id.is_empty()
+        || id.len() > 128
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(Error::invalid(format!(
+            "worker id {id:?}: expected 1-128 letters, digits, '-', '_' or '.'"
+        )));
+    }
+    Ok(())
 }
 
 /// Parses `PATH=URI`.
@@ -331,6 +397,78 @@ impl Config {
             "s3_secret_access_key" => self.s3_secret_access_key = v.to_string(),
             "ufs_timeout" => self.ufs_timeout = parse_duration(key, v)?,
             "ufs_retries" => self.ufs_retries = parse_count(key, v, 0)?,
+            "etcd" => {
+                self.etcd = split_list(v);
+                if let Some(bad) = self.etcd.iter().find(|e| !e.starts_with("http://")) {
+                    return Err(Error::invalid(format!(
+                        "etcd: endpoint {bad:?} must be an http:// URL, e.g. http://127.0.0.1:2379"
+                    )));
+                }
+            }
+            "cluster_name" => {
+                if v.is_empty()
+                    || !v
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+                {
+                    return Err(Error::invalid(format!(
+                        "cluster_name: expected letters, digits, '-', '_' or '.', got {v:?}"
+                    )));
+                }
+                self.cluster_name = v.to_string()
+            }
+            "workers" => {
+                self.workers = split_list(v)
+                    .iter()
+                    .map(|w| {
+                        let (id, addr) = w.split_once('=').ok_or_else(|| {
+                            Error::invalid(format!(
+                                "workers: entry {w:?} must be ID=HOST:PORT, e.g. w1=10.0.0.1:29998"
+                            ))
+                        })?;
+                        check_worker_id(id)?;
+                        check_addr(key, addr)?;
+                        Ok((id.to_string(), addr.to_string()))
+                    })
+                    .collect::<Result<_>>()?;
+            }
+            "listen" => {
+                check_addr(key, v)?;
+                self.listen = v.to_string()
+            }
+            "advertise" => {
+                if !v.is_empty() {
+                    check_addr(key, v)?;
+                }
+                self.advertise = v.to_string()
+            }
+            "worker_id" => {
+                if !v.is_empty() {
+                    check_worker_id(v)?;
+                }
+                self.worker_id = v.to_string()
+            }
+            "member_ttl" => {
+                let d = parse_duration(key, v)?;
+                if d < Duration::from_secs(1) {
+                    return Err(Error::invalid(format!(
+                        "member_ttl: must be at least 1s (etcd leases count whole seconds), got {v:?}"
+                    )));
+                }
+                self.member_ttl = d
+            }
+            "worker_timeout" => self.worker_timeout = parse_duration(key, v)?,
+            "worker_retry_after" => self.worker_retry_after = parse_duration(key, v)?,
+            "placement_group" => {
+                let n = parse_size_opt(key, v)?;
+                if !(4096..=(1 << 30)).contains(&n) {
+                    return Err(Error::invalid(format!(
+                        "placement_group: expected 4KiB..1GiB, got {v:?}"
+                    )));
+                }
+                self.placement_group = n
+            }
+            "failover_candidates" => self.failover_candidates = parse_count(key, v, 1)?,
             "log" => self.log = v.to_string(),
             _ => return Err(Error::invalid(format!("unknown option {key:?}"))),
         }
@@ -384,7 +522,32 @@ impl Config {
             ));
         }
         self.disk_tiers()?;
+        if !self.etcd.is_empty() && !self.workers.is_empty() {
+            return Err(Error::invalid(
+                "etcd and workers are two ways to name the cluster: give one of them",
+            ));
+        }
         Ok(())
+    }
+
+    /// Whether this process belongs to a cluster (etcd or a static worker list).
+    pub fn is_cluster(&self) -> bool {
+        !self.etcd.is_empty() || !self.workers.is_empty()
+    }
+
+    /// The address other processes reach this worker at.
+    pub fn advertised_addr(&self) -> Result<String> {
+        if !self.advertise.is_empty() {
+            return Ok(self.advertise.clone());
+        }
+        let host = self.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("");
+        if matches!(host, "0.0.0.0" | "[::]" | "::") {
+            return Err(Error::invalid(format!(
+                "listen is {} (every address): give --advertise HOST:PORT, the address other machines reach this worker at",
+                self.listen
+            )));
+        }
+        Ok(self.listen.clone())
     }
 
     /// Applies a TOML config file of flat `key = value` pairs (arrays for lists).

@@ -70,6 +70,13 @@ define_metrics! {
     FUSE_OPENS_PASSTHROUGH = "silt_fuse_opens_passthrough_total", "Opens served in FUSE passthrough mode (reads bypass the daemon).";
     FUSE_OPENS_DAEMON = "silt_fuse_opens_daemon_total", "Opens served through the daemon's read path.";
     FUSE_READ_BYTES = "silt_fuse_read_bytes_total", "Bytes returned by the daemon to FUSE read requests.";
+    REMOTE_READS = "silt_remote_reads_total", "Page-group reads a client sent to the owning worker (or a failover candidate).";
+    REMOTE_READ_BYTES = "silt_remote_read_bytes_total", "Bytes a client received from workers.";
+    REMOTE_FD_READS = "silt_remote_fd_reads_total", "Same-host reads served by reading a worker's cache file through a passed file descriptor.";
+    FAILOVERS = "silt_failovers_total", "Reads from a worker that failed or timed out and moved on to the next candidate.";
+    FAILOVER_UFS_READS = "silt_failover_ufs_reads_total", "Reads a client served from the under-store because no candidate worker answered.";
+    RPC_READS_SERVED = "silt_rpc_reads_served_total", "Read requests a worker served to clients.";
+    RPC_BYTES_SERVED = "silt_rpc_bytes_served_total", "Bytes a worker sent to clients (not counting passed file descriptors).";
 }
 
 #[cfg(test)]

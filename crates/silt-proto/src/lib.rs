@@ -144,6 +144,27 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<(Frame
     Ok(Some((kind, Bytes::from(payload))))
 }
 
+/// Decodes a request frame: a JSON message whose protocol version (`version_of`) this side
+/// speaks. The error is what to answer the peer with.
+pub fn decode_request<T: DeserializeOwned>(
+    kind: FrameKind,
+    payload: &[u8],
+    version_of: impl Fn(&T) -> u32,
+) -> Result<T> {
+    if kind != FrameKind::Json {
+        return Err(Error::invalid("expected a JSON request"));
+    }
+    let req: T = decode_json(payload)?;
+    let v = version_of(&req);
+    if v != PROTOCOL_VERSION {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            format!("protocol version {v} not supported (this silt speaks {PROTOCOL_VERSION})"),
+        ));
+    }
+    Ok(req)
+}
+
 pub fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T> {
     serde_json::from_slice(payload).map_err(|e| Error::invalid(format!("malformed message: {e}")))
 }

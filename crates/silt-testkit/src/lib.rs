@@ -7,6 +7,8 @@
 //! let store = silt_ufs::open_store(&server.uri("data", ""), &server.s3_options()).await?;
 //! ```
 
+pub mod netlab;
+
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -31,6 +33,7 @@ const START_ATTEMPTS: usize = 5;
 /// directory, also when a test panics.
 pub struct S3Server {
     child: Child,
+    ip: Ipv4Addr,
     port: u16,
     // Declared last: dropped after `Drop::drop` has killed the process that writes into it.
     dir: TempDir,
@@ -39,11 +42,21 @@ pub struct S3Server {
 impl S3Server {
     /// Starts a server, panicking with the reason (and the server's log) if it cannot.
     pub fn start() -> S3Server {
-        S3Server::try_start().unwrap_or_else(|e| panic!("cannot start the test S3 server: {e}"))
+        S3Server::start_on(Ipv4Addr::LOCALHOST)
+    }
+
+    /// Starts a server listening on `ip` (a lab bridge address, for workers in namespaces).
+    pub fn start_on(ip: Ipv4Addr) -> S3Server {
+        S3Server::try_start_on(ip)
+            .unwrap_or_else(|e| panic!("cannot start the test S3 server: {e}"))
     }
 
     /// Starts a server and waits until it answers HTTP requests.
     pub fn try_start() -> Result<S3Server, String> {
+        S3Server::try_start_on(Ipv4Addr::LOCALHOST)
+    }
+
+    pub fn try_start_on(ip: Ipv4Addr) -> Result<S3Server, String> {
         let binary = versitygw_path()?;
         let dir = tempfile::Builder::new()
             .prefix("silt-s3-")
@@ -53,7 +66,7 @@ impl S3Server {
         std::fs::create_dir(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
-            let port = free_port()?;
+            let port = free_port(ip)?;
             let log_path = dir.path().join("versitygw.log");
             let log = File::create(&log_path)
                 .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
@@ -66,7 +79,7 @@ impl S3Server {
                 .arg("--secret")
                 .arg(SECRET_KEY)
                 .arg("--port")
-                .arg(format!("127.0.0.1:{port}"))
+                .arg(format!("{ip}:{port}"))
                 .arg("posix")
                 .arg(&root)
                 .stdin(Stdio::null())
@@ -82,8 +95,15 @@ impl S3Server {
             let mut child = cmd
                 .spawn()
                 .map_err(|e| format!("running {}: {e}", binary.display()))?;
-            match wait_ready(&mut child, port) {
-                Ok(()) => return Ok(S3Server { child, port, dir }),
+            match wait_ready(&mut child, ip, port) {
+                Ok(()) => {
+                    return Ok(S3Server {
+                        child,
+                        ip,
+                        port,
+                        dir,
+                    })
+                }
                 Err(e) => {
                     kill(&mut child);
                     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -99,9 +119,9 @@ impl S3Server {
         ))
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://IP:PORT`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.ip, self.port)
     }
 
     pub fn port(&self) -> u16 {
@@ -169,18 +189,18 @@ fn kill(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
+fn wait_ready(child: &mut Child, ip: Ipv4Addr, port: u16) -> Result<(), String> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("versitygw exited during start-up ({status})"));
         }
-        if probe(port) {
+        if probe(ip, port) {
             return Ok(());
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "versitygw did not answer on 127.0.0.1:{port} within {READY_TIMEOUT:?}"
+                "versitygw did not answer on {ip}:{port} within {READY_TIMEOUT:?}"
             ));
         }
         std::thread::sleep(POLL_INTERVAL);
@@ -188,16 +208,16 @@ fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
 }
 
 /// A port that was free a moment ago (the kernel's choice for port 0).
-fn free_port() -> Result<u16, String> {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+fn free_port(ip: Ipv4Addr) -> Result<u16, String> {
+    TcpListener::bind((ip, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| format!("finding a free loopback port: {e}"))
 }
 
-/// Whether versitygw answers on the loopback port.
-fn probe(port: u16) -> bool {
-    silt_bench::env::versitygw_answers(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+/// Whether versitygw answers on the port.
+fn probe(ip: Ipv4Addr, port: u16) -> bool {
+    silt_bench::env::versitygw_answers(SocketAddr::from((ip, port)))
 }
 
 /// The versitygw binary: `$SILT_VERSITYGW`, then `<workspace>/.deps/bin/versitygw`, then
@@ -213,7 +233,11 @@ mod tests {
     #[test]
     fn starts_answers_and_cleans_up() {
         let server = S3Server::start();
-        assert!(probe(server.port()), "{}", server.log());
+        assert!(
+            probe(Ipv4Addr::LOCALHOST, server.port()),
+            "{}",
+            server.log()
+        );
         server.create_bucket("b1");
         assert!(server.root().join("b1").is_dir());
         assert_eq!(server.uri("b1", "/x/"), "s3://b1/x");
@@ -222,6 +246,294 @@ mod tests {
         let port = server.port();
         drop(server);
         assert!(!dir.exists(), "temporary directory removed");
-        assert!(!probe(port), "process killed");
+        assert!(!probe(Ipv4Addr::LOCALHOST, port), "process killed");
+    }
+}
+
+/// A running single-member etcd (the Debian `etcd-server` binary, 3.4) on free ports of one
+/// IPv4 address, with its data in a fresh temporary directory, for membership tests.
+///
+/// Dropping it kills the process and deletes the directory, also when a test panics.
+///
+/// ```ignore
+/// let etcd = silt_testkit::Etcd::start();
+/// let m = EtcdMembership::connect(&[etcd.endpoint()], "silt", ttl).await?;
+/// ```
+pub struct Etcd {
+    child: Child,
+    binary: PathBuf,
+    ip: Ipv4Addr,
+    client_port: u16,
+    peer_port: u16,
+    // Declared last: dropped after `Drop::drop` has killed the process that writes into it.
+    dir: TempDir,
+}
+
+impl Etcd {
+    /// Starts etcd on `127.0.0.1`, panicking with the reason (and etcd's log) if it cannot.
+    pub fn start() -> Etcd {
+        Etcd::start_on(Ipv4Addr::LOCALHOST)
+    }
+
+    /// Starts etcd listening on `ip` only (for instance the host end of a veth pair, so that
+    /// processes in a network namespace reach it), panicking if it cannot.
+    pub fn start_on(ip: Ipv4Addr) -> Etcd {
+        Etcd::try_start_on(ip).unwrap_or_else(|e| panic!("cannot start the test etcd: {e}"))
+    }
+
+    /// Starts etcd on `ip` and waits until it reports itself healthy (it has a leader).
+    pub fn try_start_on(ip: Ipv4Addr) -> Result<Etcd, String> {
+        let binary = etcd_path()?;
+        let dir = tempfile::Builder::new()
+            .prefix("silt-etcd-")
+            .tempdir()
+            .map_err(|e| format!("creating a temporary directory: {e}"))?;
+        let mut last_error = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let client_port = free_port_on(ip)?;
+            let peer_port = free_port_on(ip)?;
+            if client_port == peer_port {
+                continue;
+            }
+            let mut child = spawn_etcd(&binary, dir.path(), ip, client_port, peer_port)?;
+            match wait_etcd_ready(&mut child, ip, client_port) {
+                Ok(()) => {
+                    return Ok(Etcd {
+                        child,
+                        binary,
+                        ip,
+                        client_port,
+                        peer_port,
+                        dir,
+                    })
+                }
+                Err(e) => {
+                    kill(&mut child);
+                    let log = read_etcd_log(dir.path());
+                    if !log.contains("address already in use") {
+                        return Err(format!("{e}\netcd log:\n{log}"));
+                    }
+                    last_error = e;
+                    // The next attempt uses other URLs: start from an empty data directory.
+                    let _ = std::fs::remove_dir_all(dir.path().join("data"));
+                }
+            }
+        }
+        Err(format!(
+            "gave up after {START_ATTEMPTS} port collisions: {last_error}"
+        ))
+    }
+
+    /// `http://IP:PORT`, the client URL.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// The client address.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((self.ip, self.client_port))
+    }
+
+    /// Whether etcd answers `/health` with a leader right now.
+    pub fn is_healthy(&self) -> bool {
+        etcd_healthy(self.ip, self.client_port)
+    }
+
+    /// Kills etcd (like a crash) and starts it again on the same ports with the same data, so
+    /// clients see their connections break and must reconnect. Panics if it cannot.
+    pub fn restart(&mut self) {
+        kill(&mut self.child);
+        let restarted = spawn_etcd(
+            &self.binary,
+            self.dir.path(),
+            self.ip,
+            self.client_port,
+            self.peer_port,
+        )
+        .and_then(|mut child| {
+            let ready = wait_etcd_ready(&mut child, self.ip, self.client_port);
+            if ready.is_err() {
+                kill(&mut child);
+            }
+            ready.map(|()| child)
+        });
+        match restarted {
+            Ok(child) => self.child = child,
+            Err(e) => panic!(
+                "cannot restart the test etcd: {e}\netcd log:\n{}",
+                self.log()
+            ),
+        }
+    }
+
+    /// What etcd has logged so far (all runs), for assertion messages.
+    pub fn log(&self) -> String {
+        read_etcd_log(self.dir.path())
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        kill(&mut self.child);
+    }
+}
+
+fn spawn_etcd(
+    binary: &PathBuf,
+    dir: &std::path::Path,
+    ip: Ipv4Addr,
+    client_port: u16,
+    peer_port: u16,
+) -> Result<Child, String> {
+    let log_path = dir.join("etcd.log");
+    // Appended to, so that a restart keeps the log of the previous run.
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+    let log_err = log
+        .try_clone()
+        .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+    let client_url = format!("http://{ip}:{client_port}");
+    let peer_url = format!("http://{ip}:{peer_port}");
+    let mut cmd = Command::new(binary);
+    cmd.arg("--name")
+        .arg("silt-test")
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("--listen-client-urls")
+        .arg(&client_url)
+        .arg("--advertise-client-urls")
+        .arg(&client_url)
+        .arg("--listen-peer-urls")
+        .arg(&peer_url)
+        .arg("--initial-advertise-peer-urls")
+        .arg(&peer_url)
+        .arg("--initial-cluster")
+        .arg(format!("silt-test={peer_url}"))
+        .arg("--initial-cluster-state")
+        .arg("new")
+        .arg("--initial-cluster-token")
+        .arg(format!("silt-test-{client_port}"))
+        .arg("--logger")
+        .arg("zap")
+        .arg("--log-outputs")
+        .arg("stderr")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err);
+    // Flags and ETCD_* variables may not both set an option (etcd refuses to start), and
+    // other ETCD_* settings would change the server: start it from a clean slate.
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("ETCD_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.spawn()
+        .map_err(|e| format!("running {}: {e}", binary.display()))
+}
+
+fn read_etcd_log(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("etcd.log")).unwrap_or_default()
+}
+
+fn wait_etcd_ready(child: &mut Child, ip: Ipv4Addr, port: u16) -> Result<(), String> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("etcd exited during start-up ({status})"));
+        }
+        if etcd_healthy(ip, port) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "etcd did not report itself healthy on {ip}:{port} within {READY_TIMEOUT:?}"
+            ));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// `GET /health` answers `{"health":"true"}` once the member has a leader and serves requests.
+fn etcd_healthy(ip: Ipv4Addr, port: u16) -> bool {
+    use std::io::{Read, Write};
+    let addr = SocketAddr::from((ip, port));
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET /health HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = Vec::new();
+    let _ = stream.take(64 * 1024).read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response);
+    let status_ok = response
+        .lines()
+        .next()
+        .is_some_and(|status| status.starts_with("HTTP/1.") && status.contains(" 200 "));
+    status_ok && response.contains(r#""health":"true""#)
+}
+
+/// A port on `ip` that was free a moment ago.
+fn free_port_on(ip: Ipv4Addr) -> Result<u16, String> {
+    TcpListener::bind((ip, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("finding a free port on {ip}: {e}"))
+}
+
+/// The etcd binary: `$SILT_ETCD`, then `/usr/bin/etcd` (Debian's `etcd-server`), then `etcd`
+/// on PATH.
+pub fn etcd_path() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("SILT_ETCD") {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!("SILT_ETCD={} is not a file", path.display()))
+        };
+    }
+    let debian = PathBuf::from("/usr/bin/etcd");
+    if debian.is_file() {
+        return Ok(debian);
+    }
+    if let Some(paths) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&paths) {
+            let candidate = dir.join("etcd");
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(
+        "etcd not found (looked at $SILT_ETCD, /usr/bin/etcd and PATH); run \
+         ./scripts/install-deps.sh to install it (Debian package etcd-server)"
+            .to_string(),
+    )
+}
+
+#[cfg(test)]
+mod etcd_tests {
+    use super::*;
+
+    #[test]
+    fn etcd_starts_restarts_and_cleans_up() {
+        let mut etcd = Etcd::start();
+        assert!(etcd.is_healthy(), "{}", etcd.log());
+        assert!(etcd.endpoint().starts_with("http://127.0.0.1:"));
+        let endpoint = etcd.endpoint();
+        etcd.restart();
+        assert_eq!(etcd.endpoint(), endpoint);
+        assert!(etcd.is_healthy(), "{}", etcd.log());
+        let dir = etcd.dir.path().to_path_buf();
+        let (ip, port) = (etcd.ip, etcd.client_port);
+        drop(etcd);
+        assert!(!dir.exists(), "temporary directory removed");
+        assert!(!etcd_healthy(ip, port), "process killed");
     }
 }

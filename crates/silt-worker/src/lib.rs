@@ -15,7 +15,7 @@
 //! bounded however many readers miss at once.
 
 use std::collections::HashMap;
-use std::ops::RangeInclusive;
+use std::ops::{Range, RangeInclusive};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -85,9 +85,30 @@ impl ObjectRef {
 type FlightResult = std::result::Result<Bytes, (ErrorKind, String)>;
 type Waiter = watch::Receiver<Option<FlightResult>>;
 
+/// Where a worker gets the bytes of pages it does not hold.
+///
+/// Invariant: `fetch` returns exactly the bytes `range` of the version `obj` names (so
+/// `range.end - range.start` bytes), or an error; never bytes of another version. The worker
+/// caches what it returns.
+#[async_trait::async_trait]
+pub trait Fetcher: Send + Sync {
+    async fn fetch(&self, obj: &ObjectRef, range: Range<u64>) -> Result<Bytes>;
+}
+
+/// Reads straight from the object's under-store (a worker of the cluster, or a single node).
+pub struct StoreFetcher;
+
+#[async_trait::async_trait]
+impl Fetcher for StoreFetcher {
+    async fn fetch(&self, obj: &ObjectRef, range: Range<u64>) -> Result<Bytes> {
+        obj.store.read(&obj.meta.path, range, &obj.meta).await
+    }
+}
+
 /// What a fetch task needs, shared with the worker.
 struct Shared {
     pages: Arc<PageStore>,
+    fetcher: Arc<dyn Fetcher>,
     inflight: Mutex<HashMap<PageKey, Waiter>>,
     requests: Semaphore,
     /// Budget of fetch buffers, in KiB (semaphore permits are u32).
@@ -112,12 +133,24 @@ type Claims = Vec<(u64, Waiter)>;
 
 impl Worker {
     pub fn new(pages: Arc<PageStore>, opts: &WorkerOptions, rt: tokio::runtime::Handle) -> Self {
+        Self::with_fetcher(pages, opts, rt, Arc::new(StoreFetcher))
+    }
+
+    /// A worker whose misses go to `fetcher` instead of the under-store (a cluster client's
+    /// near cache fetches from the owning workers).
+    pub fn with_fetcher(
+        pages: Arc<PageStore>,
+        opts: &WorkerOptions,
+        rt: tokio::runtime::Handle,
+        fetcher: Arc<dyn Fetcher>,
+    ) -> Self {
         let ps = pages.page_size();
         let total = kib(opts.buffer_memory).max(kib(opts.request_size.max(ps)));
         Worker {
             shared: Arc::new(Shared {
                 request_pages: (opts.request_size / ps).max(1),
                 pages,
+                fetcher,
                 inflight: Mutex::new(HashMap::new()),
                 requests: Semaphore::new(opts.fetch_concurrency.max(1)),
                 buffer_kib: Semaphore::new(total as usize),
@@ -331,9 +364,9 @@ async fn fetch_range(
         .await
         .map_err(closed)?;
     let _request = sh.requests.acquire().await.map_err(closed)?;
-    let bytes = obj
-        .store
-        .read(&obj.meta.path, range.clone(), &obj.meta)
+    let bytes = sh
+        .fetcher
+        .fetch(obj, range.clone())
         .await
         .map_err(|e| (e.kind(), e.to_string()))?;
     if bytes.len() as u64 != len {

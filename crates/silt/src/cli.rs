@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use silt_common::config::{env_name, flag_name, Config, OPTIONS};
 
-use crate::{control, daemon};
+use crate::{control, daemon, ring};
 
 fn option_args() -> Vec<Arg> {
     OPTIONS
@@ -73,15 +73,24 @@ fn command() -> Command {
                 .args(option_args()),
         )
         .subcommand(
+            Command::new("worker")
+                .about("Run a cluster worker: cache + RPC, registered in --etcd or listed in --workers (no mount)")
+                .arg(config_arg())
+                .args(
+                    option_args()
+                        .into_iter()
+                        .filter(|a| a.get_id() != "mountpoint"),
+                ),
+        )
+        .subcommand(
             Command::new("mount")
-                .about("Mount one under-store at MOUNTPOINT (single process)")
+                .about("Mount one under-store at MOUNTPOINT (single process), or with --etcd/--workers and no URI the cluster's namespace (client only)")
                 .arg(
                     Arg::new("uri")
-                        .required(true)
                         .value_name("URI")
                         .help("file:///dir or s3://bucket/prefix"),
                 )
-                .arg(Arg::new("target").required(true).value_name("MOUNTPOINT"))
+                .arg(Arg::new("target").value_name("MOUNTPOINT"))
                 .arg(config_arg())
                 .args(
                     option_args()
@@ -134,6 +143,7 @@ fn command() -> Command {
                 .about("Unmount and stop a running Silt")
                 .args(state_args()),
         )
+        .subcommand(ring::command())
 }
 
 /// Builds the configuration: defaults < config file < environment < flags.
@@ -188,17 +198,27 @@ pub fn run() -> Result<ExitCode> {
     let matches = command().get_matches();
     match matches.subcommand() {
         Some(("up", m)) => daemon::run(build_config(m, None)?),
+        Some(("worker", m)) => daemon::run_worker(build_config(m, None)?),
         Some(("mount", m)) => {
-            let uri = m
-                .get_one::<String>("uri")
-                .map(String::as_str)
-                .unwrap_or_default();
-            let target = PathBuf::from(
-                m.get_one::<String>("target")
-                    .map(String::as_str)
-                    .unwrap_or_default(),
-            );
-            daemon::run(build_config(m, Some((uri, &target)))?)
+            let first = m.get_one::<String>("uri").cloned();
+            let second = m.get_one::<String>("target").cloned();
+            match (first, second) {
+                (Some(uri), Some(target)) => {
+                    daemon::run(build_config(m, Some((&uri, Path::new(&target))))?)
+                }
+                // One argument: the mountpoint of a cluster client (namespace from the cluster).
+                (Some(target), None) => {
+                    let mut cfg = build_config(m, None)?;
+                    if !cfg.is_cluster() {
+                        bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers");
+                    }
+                    cfg.mountpoint = PathBuf::from(target);
+                    daemon::run(cfg)
+                }
+                _ => {
+                    bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers")
+                }
+            }
         }
         Some(("fs", sub)) => {
             let (op, m) = sub.subcommand().context("missing fs subcommand")?;
@@ -211,6 +231,7 @@ pub fn run() -> Result<ExitCode> {
         }
         Some(("report", m)) => control::report(&state_dir(m)?, m.get_flag("json")),
         Some(("down", m)) => control::down(&state_dir(m)?),
+        Some(("ring", m)) => ring::run(m),
         _ => bail!("unknown command"),
     }
 }

@@ -14,10 +14,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use silt_common::size::format_size;
-use silt_common::{metrics, Error, ErrorKind};
+use silt_common::{metrics, Error};
 use silt_proto::{
-    decode_json, read_frame, write_error, write_frame, write_json, ErrorBody, FrameKind,
-    PROTOCOL_VERSION,
+    decode_json, decode_request, read_frame, write_error, write_frame, write_json, ErrorBody,
+    FrameKind, PROTOCOL_VERSION,
 };
 use tokio::net::{UnixListener, UnixStream};
 
@@ -65,25 +65,18 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
     let Some((kind, payload)) = read_frame(&mut s).await? else {
         return Ok(());
     };
-    let req: Request = match kind {
-        FrameKind::Json => match decode_json(&payload) {
-            Ok(r) => r,
-            Err(e) => return write_error(&mut s, &e).await,
-        },
-        _ => return write_error(&mut s, &Error::invalid("expected a JSON request")).await,
+    let req: Request = match decode_request(kind, &payload, |r: &Request| r.v) {
+        Ok(r) => r,
+        Err(e) => return write_error(&mut s, &e).await,
     };
-    if req.v != PROTOCOL_VERSION {
-        let e = Error::new(
-            ErrorKind::Unsupported,
-            format!(
-                "protocol version {} not supported (this silt speaks {PROTOCOL_VERSION})",
-                req.v
-            ),
-        );
-        return write_error(&mut s, &e).await;
-    }
     let result = match req.op.as_str() {
-        "report" => write_json(&mut s, &report_json(d)).await,
+        "report" => {
+            let mut v = report_json(d);
+            if let Some(router) = &d.cluster {
+                v["cluster"] = cluster_json(router).await;
+            }
+            write_json(&mut s, &v).await
+        }
         "stat" => match d.client.stat(&req.path).await {
             Ok(e) => write_json(&mut s, &entry_json(&e)).await,
             Err(e) => return write_error(&mut s, &e).await,
@@ -134,21 +127,27 @@ async fn load_stream(s: &mut UnixStream, d: &Daemon, path: &str) -> silt_common:
     let started = Instant::now();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
     let client = d.client.clone();
+    let cluster = d.cluster.clone();
+    let concurrency = d.config.fetch_concurrency;
     let path = path.to_string();
     let job = tokio::spawn(async move {
         let mut last = Instant::now() - Duration::from_secs(1);
-        client
-            .load(&path, |p| {
-                // At most ten progress frames a second.
-                if last.elapsed() >= Duration::from_millis(100) || p.pages_done == p.pages_total {
-                    last = Instant::now();
-                    let _ = tx.send(json!({"progress": {
+        let progress = |p: &silt_client::LoadProgress| {
+            // At most ten progress frames a second.
+            if last.elapsed() >= Duration::from_millis(100) || p.pages_done == p.pages_total {
+                last = Instant::now();
+                let _ = tx.send(json!({"progress": {
                         "files_total": p.files_total, "bytes_total": p.bytes_total,
                         "pages_done": p.pages_done, "pages_total": p.pages_total,
                         "bytes_done": p.bytes_done, "bytes_cached": p.bytes_cached}}));
-                }
-            })
-            .await
+            }
+        };
+        match cluster {
+            Some(router) => {
+                crate::cluster::load(&client, &router, &path, concurrency, progress).await
+            }
+            None => client.load(&path, progress).await,
+        }
     });
     while let Some(v) = rx.recv().await {
         write_json(s, &v).await?;
@@ -194,6 +193,25 @@ fn peak_rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// Every worker of the view: identity, liveness, capacity, usage, hit ratio.
+async fn cluster_json(router: &silt_cluster::Router) -> Value {
+    let workers: Vec<Value> = router
+        .worker_stats()
+        .await
+        .into_iter()
+        .map(|(m, r)| match r {
+            Ok(st) => json!({"id": m.id, "addr": m.addr, "live": true,
+                "capacity": st["capacity"], "used": st["used"], "hit_ratio": st["hit_ratio"],
+                "page_hits": st["page_hits"], "page_misses": st["page_misses"],
+                "reads_served": st["reads_served"], "bytes_served": st["bytes_served"],
+                "ufs_read_bytes": st["ufs_read_bytes"]}),
+            Err(e) => json!({"id": m.id, "addr": m.addr, "live": false, "error": e.to_string(),
+                "capacity": m.capacity}),
+        })
+        .collect();
+    json!({"membership": router.membership().describe(), "workers": workers})
+}
+
 fn report_json(d: &Daemon) -> Value {
     let stats = d.client.worker().stats();
     let hits = metrics::PAGE_HITS.get();
@@ -215,6 +233,7 @@ fn report_json(d: &Daemon) -> Value {
         .map(|m| (m.name.to_string(), json!(m.counter.get())))
         .collect();
     json!({
+        "role": d.role,
         "mountpoint": d.config.mountpoint.display().to_string(),
         "state_dir": d.config.state_dir.display().to_string(),
         "mounts": d.config.mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri})).collect::<Vec<_>>(),
@@ -398,7 +417,8 @@ pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
     }
     let sz = |x: &Value| format_size(x.as_u64().unwrap_or(0));
     println!(
-        "Silt at {} (state {}), page size {}",
+        "Silt {} at {} (state {}), page size {}",
+        v["role"].as_str().unwrap_or("?"),
         v["mountpoint"].as_str().unwrap_or("?"),
         v["state_dir"].as_str().unwrap_or("?"),
         sz(&v["page_size"])
@@ -471,6 +491,29 @@ pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
     }
     if let Some(rss) = v["peak_rss_bytes"].as_u64() {
         println!("Peak memory (RSS): {}", format_size(rss));
+    }
+    if let Some(c) = v.get("cluster") {
+        println!("Cluster: {}", c["membership"].as_str().unwrap_or("?"));
+        for w in c["workers"].as_array().into_iter().flatten() {
+            if w["live"] == true {
+                println!(
+                    "  {:<20} {:<22} live  capacity {:>11}  used {:>11}  hit ratio {:.3}  served {}",
+                    w["id"].as_str().unwrap_or(""),
+                    w["addr"].as_str().unwrap_or(""),
+                    sz(&w["capacity"]),
+                    sz(&w["used"]),
+                    w["hit_ratio"].as_f64().unwrap_or(0.0),
+                    sz(&w["bytes_served"])
+                );
+            } else {
+                println!(
+                    "  {:<20} {:<22} DOWN  {}",
+                    w["id"].as_str().unwrap_or(""),
+                    w["addr"].as_str().unwrap_or(""),
+                    w["error"].as_str().unwrap_or("")
+                );
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,4 +1,10 @@
-//! `silt up` / `silt mount`: worker + client + FUSE mount + control socket in one process.
+//! The daemon roles.
+//! - `silt up` / `silt mount URI DIR`: a single node: worker + client + FUSE mount + control
+//!   socket in one process (the embedded membership: this process is the only worker).
+//! - `silt up` / `silt mount DIR` with `--etcd` or `--workers`: a cluster client: FUSE mount,
+//!   a memory-only near cache, and page fetches routed to the owning workers.
+//! - `silt worker`: a cluster worker: page store + RPC (TCP, and a Unix socket for clients on
+//!   the same host) + registration in the membership; no mount.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -11,11 +17,15 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{Client, ClientOptions, MountPoint, Namespace};
-use silt_common::config::Config;
+use silt_cluster::rpc::{FixedStores, Service};
+use silt_cluster::{
+    local_host_id, EtcdMembership, Member, Membership, Router, RouterOptions, StaticMembership,
+};
+use silt_common::config::{Config, MountSpec};
 use silt_common::{Error, ErrorKind};
 use silt_fuse::{FuseOptions, FuseState};
 use silt_ufs::S3Options;
-use silt_worker::{Worker, WorkerOptions};
+use silt_worker::{Fetcher, Worker, WorkerOptions};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
@@ -26,11 +36,20 @@ const METADATA_SNAPSHOT: &str = "metadata-snapshot";
 
 /// What the control server needs of the running daemon.
 pub struct Daemon {
+    /// `single node`, `cluster client` or `worker`.
+    pub role: &'static str,
     pub client: Arc<Client>,
     pub fuse: Arc<FuseState>,
     pub config: Config,
+    /// The cluster this process belongs to (reads, preloads and reports go through it).
+    pub cluster: Option<Arc<Router>>,
     pub shutdown: Notify,
 }
+
+/// The state file holding a worker's generated identity.
+const WORKER_ID_FILE: &str = "worker-id";
+/// A worker's Unix socket for clients on the same host.
+const WORKER_SOCKET: &str = "worker.sock";
 
 /// Holds the state dir's lock for the life of the process (released when the fd closes).
 struct StateLock {
@@ -77,58 +96,165 @@ fn init_logging(filter: &str) {
         .try_init();
 }
 
-pub fn run(cfg: Config) -> Result<ExitCode> {
-    init_logging(&cfg.log);
-    let rt = tokio::runtime::Builder::new_multi_thread()
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .thread_name("silt-rt")
         .enable_all()
         .build()
-        .context("starting the async runtime")?;
+        .context("starting the async runtime")
+}
+
+/// The membership named by the configuration: etcd, or the static worker list.
+async fn membership(cfg: &Config) -> Result<Arc<dyn Membership>> {
+    if !cfg.etcd.is_empty() {
+        let m = EtcdMembership::connect(&cfg.etcd, &cfg.cluster_name, cfg.member_ttl).await?;
+        return Ok(m);
+    }
+    let members = cfg
+        .workers
+        .iter()
+        .map(|(id, addr)| Member {
+            id: id.clone(),
+            addr: addr.clone(),
+            host: String::new(),
+            uds: None,
+            capacity: 0,
+        })
+        .collect();
+    Ok(Arc::new(StaticMembership::new(members)))
+}
+
+fn mount_table_text(mounts: &[MountSpec]) -> String {
+    mounts
+        .iter()
+        .map(|m| format!("{}={}", m.path, m.uri))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The cluster's mount table: the one stored in the membership, published from this
+/// process's `mounts` if none is stored yet. A process given other mounts than the stored
+/// table is refused, so every process serves one namespace.
+async fn cluster_mounts(cfg: &Config, m: &dyn Membership) -> Result<Vec<MountSpec>> {
+    let table = if cfg.mounts.is_empty() {
+        m.mounts().await?.ok_or_else(|| {
+            Error::invalid(format!(
+                "{} holds no mount table yet: give the first process --mount PATH=URI",
+                m.describe()
+            ))
+        })?
+    } else {
+        let mine = mount_table_text(&cfg.mounts);
+        let stored = m.publish_mounts(&mine).await?;
+        if stored != mine {
+            return Err(Error::invalid(format!(
+                "this process was given mounts {mine:?} but the cluster's mount table ({}) is {stored:?}; drop --mount to use the cluster's",
+                m.describe()
+            ))
+            .into());
+        }
+        stored
+    };
+    let mut probe = Config::default();
+    probe
+        .set("mounts", &table)
+        .context("the cluster's stored mount table")?;
+    Ok(probe.mounts)
+}
+
+async fn open_namespace(cfg: &Config, mounts: &[MountSpec]) -> Result<Namespace> {
+    let s3 = S3Options::from_config(cfg);
+    let mut points = Vec::new();
+    for m in mounts {
+        let store = silt_ufs::open_store(&m.uri, &s3)
+            .await
+            .with_context(|| format!("mount {} -> {}", m.path, m.uri))?;
+        points.push(MountPoint {
+            path: m.path.clone(),
+            store,
+        });
+    }
+    Ok(Namespace::new(points)?)
+}
+
+fn worker_options(cfg: &Config) -> WorkerOptions {
+    WorkerOptions {
+        fetch_concurrency: cfg.fetch_concurrency,
+        buffer_memory: cfg.buffer_memory,
+        request_size: cfg.request_size,
+    }
+}
+
+fn client_options(cfg: &Config) -> ClientOptions {
+    ClientOptions {
+        metadata_ttl: cfg.metadata_ttl,
+        lookup_lists_parent: cfg.lookup_lists_parent,
+        prefetch_max: cfg.prefetch_max,
+        fetch_concurrency: cfg.fetch_concurrency,
+    }
+}
+
+fn router_options(cfg: &Config) -> RouterOptions {
+    RouterOptions {
+        timeout: cfg.worker_timeout,
+        retry_after: cfg.worker_retry_after,
+        group_size: cfg.placement_group,
+        candidates: cfg.failover_candidates,
+        host_id: local_host_id(),
+    }
+}
+
+fn page_store(cfg: &Config, disk: bool) -> Result<Arc<PageStore>> {
+    Ok(Arc::new(PageStore::open(PageStoreConfig {
+        page_size: cfg.page_size,
+        memory_capacity: cfg.memory_capacity,
+        disk_tiers: if disk { cfg.disk_tiers()? } else { Vec::new() },
+        high_watermark: cfg.high_watermark,
+        low_watermark: cfg.low_watermark,
+        eviction_policy: cfg.eviction_policy.clone(),
+    })?))
+}
+
+/// `silt up` / `silt mount`: a single node, or a cluster client when the configuration names
+/// a cluster.
+pub fn run(cfg: Config) -> Result<ExitCode> {
+    init_logging(&cfg.log);
+    let rt = runtime()?;
 
     // Check what can be checked before touching anything.
     silt_fuse::check_mountpoint(&cfg.mountpoint)?;
     let _lock = lock_state_dir(&cfg.state_dir)?;
 
-    let s3 = S3Options::from_config(&cfg);
-    let mut mounts = Vec::new();
-    for m in &cfg.mounts {
-        let store = rt
-            .block_on(silt_ufs::open_store(&m.uri, &s3))
-            .with_context(|| format!("mount {} -> {}", m.path, m.uri))?;
-        mounts.push(MountPoint {
-            path: m.path.clone(),
-            store,
-        });
-    }
-    let ns = Namespace::new(mounts)?;
-
-    let pages = Arc::new(PageStore::open(PageStoreConfig {
-        page_size: cfg.page_size,
-        memory_capacity: cfg.memory_capacity,
-        disk_tiers: cfg.disk_tiers()?,
-        high_watermark: cfg.high_watermark,
-        low_watermark: cfg.low_watermark,
-        eviction_policy: cfg.eviction_policy.clone(),
-    })?);
-    let worker = Arc::new(Worker::new(
+    let (ns, pages, fetcher, cluster, role) = if cfg.is_cluster() {
+        let m = rt.block_on(membership(&cfg))?;
+        let mounts = rt.block_on(cluster_mounts(&cfg, m.as_ref()))?;
+        let ns = rt.block_on(open_namespace(&cfg, &mounts))?;
+        let router = Arc::new(Router::new(m, router_options(&cfg)));
+        // The near cache is memory only: the workers' disk tiers hold the data.
+        let fetcher: Arc<dyn Fetcher> = router.clone();
+        (
+            ns,
+            page_store(&cfg, false)?,
+            fetcher,
+            Some(router),
+            "cluster client",
+        )
+    } else {
+        let ns = rt.block_on(open_namespace(&cfg, &cfg.mounts))?;
+        let fetcher: Arc<dyn Fetcher> = Arc::new(silt_worker::StoreFetcher);
+        (ns, page_store(&cfg, true)?, fetcher, None, "single node")
+    };
+    let worker = Arc::new(Worker::with_fetcher(
         pages,
-        &WorkerOptions {
-            fetch_concurrency: cfg.fetch_concurrency,
-            buffer_memory: cfg.buffer_memory,
-            request_size: cfg.request_size,
-        },
+        &worker_options(&cfg),
         rt.handle().clone(),
+        fetcher,
     ));
     let client = Arc::new(Client::new(
         ns,
         worker,
-        ClientOptions {
-            metadata_ttl: cfg.metadata_ttl,
-            lookup_lists_parent: cfg.lookup_lists_parent,
-            prefetch_max: cfg.prefetch_max,
-            fetch_concurrency: cfg.fetch_concurrency,
-        },
+        client_options(&cfg),
         rt.handle().clone(),
     ));
 
@@ -147,9 +273,11 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
 
     let fuse_state = Arc::new(FuseState::default());
     let daemon = Arc::new(Daemon {
+        role,
         client: client.clone(),
         fuse: fuse_state.clone(),
         config: cfg.clone(),
+        cluster,
         shutdown: Notify::new(),
     });
     let socket = control::socket_path(&cfg.state_dir);
@@ -169,10 +297,13 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
         fuse_state,
     )?;
     rt.spawn(control::serve(listener, daemon.clone()));
-    let mounts: Vec<String> = cfg
-        .mounts
+    // The namespace served (a cluster client's comes from the cluster, not its flags).
+    let mounts: Vec<String> = daemon
+        .client
+        .namespace()
+        .mounts()
         .iter()
-        .map(|m| format!("{}={}", m.path, m.uri))
+        .map(|m| format!("{}={}", m.path, m.store.uri()))
         .collect();
     eprintln!(
         "silt: serving {} at {} (state {}, control {})",
@@ -182,23 +313,7 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
         socket.display()
     );
 
-    let why = rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let mut poll = tokio::time::interval(Duration::from_millis(250));
-        loop {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => return Ok::<_, std::io::Error>("interrupted"),
-                _ = term.recv() => return Ok("terminated"),
-                _ = daemon.shutdown.notified() => return Ok("asked to stop"),
-                _ = poll.tick() => {
-                    // Unmounted from outside (fusermount3 -u): nothing left to serve.
-                    if mounted.is_finished() {
-                        return Ok("unmounted");
-                    }
-                }
-            }
-        }
-    })?;
+    let why = rt.block_on(wait_for_stop(&daemon, || mounted.is_finished()))?;
     eprintln!("silt: {why}; unmounting {}", cfg.mountpoint.display());
     let result = mounted.unmount();
     let _ = std::fs::remove_file(&socket);
@@ -209,5 +324,148 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
     }
     rt.shutdown_timeout(Duration::from_secs(2));
     result?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Waits for a signal, `silt down`, or `gone()` (polled: the mount went away from outside).
+async fn wait_for_stop(daemon: &Daemon, gone: impl Fn() -> bool) -> std::io::Result<&'static str> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut poll = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok("interrupted"),
+            _ = term.recv() => return Ok("terminated"),
+            _ = daemon.shutdown.notified() => return Ok("asked to stop"),
+            _ = poll.tick() => {
+                // Unmounted from outside (fusermount3 -u): nothing left to serve.
+                if gone() {
+                    return Ok("unmounted");
+                }
+            }
+        }
+    }
+}
+
+/// This worker's stable identity: `worker_id`, else the one generated at its first start.
+fn worker_id(cfg: &Config) -> Result<String> {
+    if !cfg.worker_id.is_empty() {
+        return Ok(cfg.worker_id.clone());
+    }
+    let path = cfg.state_dir.join(WORKER_ID_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let id = text.trim().to_string();
+        silt_common::config::check_worker_id(&id).with_context(|| {
+            format!(
+                "{} is damaged; delete it or pass --worker-id",
+                path.display()
+            )
+        })?;
+        return Ok(id);
+    }
+    let mut seed = [0u8; 8];
+    File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut seed))
+        .context("reading /dev/urandom for a worker id")?;
+    let id = format!("w-{:016x}", u64::from_le_bytes(seed));
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, &id)
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .with_context(|| format!("saving the worker id in {}", path.display()))?;
+    Ok(id)
+}
+
+/// `silt worker`: page store + RPC + membership registration.
+pub fn run_worker(cfg: Config) -> Result<ExitCode> {
+    init_logging(&cfg.log);
+    if !cfg.is_cluster() {
+        return Err(Error::invalid(
+            "a worker needs a cluster: give --etcd http://HOST:2379 or --workers ID=HOST:PORT,...",
+        )
+        .into());
+    }
+    let rt = runtime()?;
+    let _lock = lock_state_dir(&cfg.state_dir)?;
+    let id = worker_id(&cfg)?;
+    if !cfg.workers.is_empty() && !cfg.workers.iter().any(|(w, _)| *w == id) {
+        return Err(Error::invalid(format!(
+            "this worker's id {id:?} is not in --workers; give --worker-id with one of the listed ids"
+        ))
+        .into());
+    }
+    let m = rt.block_on(membership(&cfg))?;
+    let mounts = rt.block_on(cluster_mounts(&cfg, m.as_ref()))?;
+    let ns = rt.block_on(open_namespace(&cfg, &mounts))?;
+    let stores = FixedStores(ns.mounts().iter().map(|p| p.store.clone()).collect());
+    let pages = page_store(&cfg, true)?;
+    let capacity: u64 = pages.stats().tiers.iter().map(|t| t.capacity).sum();
+    let worker = Arc::new(Worker::new(
+        pages,
+        &worker_options(&cfg),
+        rt.handle().clone(),
+    ));
+
+    let tcp = rt
+        .block_on(tokio::net::TcpListener::bind(&cfg.listen))
+        .with_context(|| format!("listening on {}", cfg.listen))?;
+    let bound = tcp.local_addr()?;
+    let addr = if cfg.advertise.is_empty() && !bound.ip().is_unspecified() {
+        bound.to_string()
+    } else {
+        cfg.advertised_addr()?
+    };
+    let uds_path = cfg.state_dir.join(WORKER_SOCKET);
+    let _ = std::fs::remove_file(&uds_path);
+    let uds = {
+        let _guard = rt.enter();
+        tokio::net::UnixListener::bind(&uds_path)
+            .with_context(|| format!("binding {}", uds_path.display()))?
+    };
+    let me = Member {
+        id: id.clone(),
+        addr: addr.clone(),
+        host: local_host_id(),
+        uds: Some(uds_path.display().to_string()),
+        capacity,
+    };
+    let svc = Arc::new(Service {
+        worker: worker.clone(),
+        stores: Arc::new(stores),
+        identity: serde_json::json!({"id": id, "addr": addr}),
+    });
+    rt.spawn(silt_cluster::rpc::serve_tcp(tcp, svc.clone()));
+    rt.spawn(silt_cluster::rpc::serve_unix(uds, svc));
+    let registration = rt.block_on(m.register(me))?;
+
+    let router = Arc::new(Router::new(m.clone(), router_options(&cfg)));
+    let client = Arc::new(Client::new(
+        ns,
+        worker,
+        client_options(&cfg),
+        rt.handle().clone(),
+    ));
+    let daemon = Arc::new(Daemon {
+        role: "worker",
+        client,
+        fuse: Arc::new(FuseState::default()),
+        config: cfg.clone(),
+        cluster: Some(router),
+        shutdown: Notify::new(),
+    });
+    let socket = control::socket_path(&cfg.state_dir);
+    let listener = rt.block_on(control::bind(&socket))?;
+    rt.spawn(control::serve(listener, daemon.clone()));
+    eprintln!(
+        "silt: serving as worker {id}: {} at {addr} ({}), state {}",
+        mount_table_text(&mounts),
+        m.describe(),
+        cfg.state_dir.display()
+    );
+    let why = rt.block_on(wait_for_stop(&daemon, || false))?;
+    eprintln!("silt: worker {id}: {why}; leaving the cluster");
+    // Leave at once (revokes the etcd lease) so clients stop routing here.
+    rt.block_on(registration.leave());
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(&uds_path);
+    rt.shutdown_timeout(Duration::from_secs(2));
     Ok(ExitCode::SUCCESS)
 }

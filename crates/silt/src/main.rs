@@ -2,8 +2,10 @@
 //! library crates.
 
 mod cli;
+mod cluster;
 mod control;
 mod daemon;
+mod ring;
 
 use std::process::ExitCode;
 

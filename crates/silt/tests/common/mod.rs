@@ -32,9 +32,10 @@ pub fn is_mounted(path: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(canon.to_string_lossy().as_ref()))
 }
 
-/// A running `silt up` (or `silt mount`) process with its mount.
+/// A running `silt up` (or `silt mount`, or `silt worker`) process with its mount.
 pub struct Silt {
     child: Option<Child>,
+    /// Empty for a worker (no mount).
     pub mountpoint: PathBuf,
     pub state_dir: PathBuf,
     log: PathBuf,
@@ -44,10 +45,21 @@ impl Silt {
     /// Starts silt with `args` (a role and its options; `--state-dir` and the mountpoint are the
     /// caller's) and waits until it serves its control socket, which it does only once mounted.
     pub fn start(args: &[String], mountpoint: &Path, state_dir: &Path) -> Result<Silt, String> {
+        let mut cmd = Command::new(SILT);
+        cmd.args(args);
+        Silt::spawn(cmd, Some(mountpoint), state_dir)
+    }
+
+    /// Starts `cmd` (silt, or a wrapper that execs it, such as `ip netns exec`) and waits
+    /// until it serves; a role without a mount passes `None`.
+    pub fn spawn(
+        mut cmd: Command,
+        mountpoint: Option<&Path>,
+        state_dir: &Path,
+    ) -> Result<Silt, String> {
         std::fs::create_dir_all(state_dir).unwrap();
         let log = state_dir.with_extension("log");
-        let mut child = Command::new(SILT)
-            .args(args)
+        let mut child = cmd
             .env("SILT_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -74,14 +86,14 @@ impl Silt {
         });
         let mut s = Silt {
             child: Some(child),
-            mountpoint: mountpoint.into(),
+            mountpoint: mountpoint.map(Path::to_path_buf).unwrap_or_default(),
             state_dir: state_dir.into(),
             log,
         };
         match rx.recv_timeout(Duration::from_secs(120)) {
             Ok(true) => {
                 assert!(
-                    is_mounted(mountpoint),
+                    mountpoint.is_none_or(is_mounted),
                     "silt says it serves but nothing is mounted"
                 );
                 Ok(s)
@@ -148,7 +160,18 @@ impl Silt {
         let log = self.log_text();
         assert!(status.success(), "silt exited with {status}: {log}");
         assert!(!log.contains("panicked"), "silt panicked: {log}");
-        assert!(!is_mounted(&self.mountpoint), "mount left behind");
+        assert!(
+            self.mountpoint.as_os_str().is_empty() || !is_mounted(&self.mountpoint),
+            "mount left behind"
+        );
+    }
+
+    /// SIGKILL: no clean-up by silt itself (a crash).
+    pub fn kill(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
@@ -158,7 +181,7 @@ impl Drop for Silt {
             let _ = c.kill();
             let _ = c.wait();
         }
-        if is_mounted(&self.mountpoint) {
+        if !self.mountpoint.as_os_str().is_empty() && is_mounted(&self.mountpoint) {
             let _ = Command::new("fusermount3")
                 .arg("-uz")
                 .arg(&self.mountpoint)

@@ -1,0 +1,16 @@
+//! The cluster layer: which worker owns which bytes (`placement`), who the workers are
+//! (`membership`, with static and etcd implementations), how clients talk to workers (`rpc`)
+//! and how a client routes page fetches to owners with failover (`router`).
+//!
+//! There is no master in the read path: a client computes the owner of every page group from
+//! the membership view it holds and talks to that worker directly.
+
+pub mod etcd;
+pub mod membership;
+pub mod placement;
+pub mod router;
+pub mod rpc;
+
+pub use etcd::EtcdMembership;
+pub use membership::{Member, Membership, Registration, StaticMembership, View};
+pub use router::{local_host_id, Router, RouterOptions};

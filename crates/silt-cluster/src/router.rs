@@ -1,0 +1,279 @@
+//! Client routing: page groups go straight to their owner; a dead or slow owner costs one
+//! timeout, then the next candidate is tried, then the under-store.
+//!
+//! The router is the `Fetcher` of a cluster client's near cache (`silt_worker::Worker`), so
+//! everything above it (single-flight per page, coalescing, read-ahead, bounded buffers) is
+//! the same code as on a single node.
+//!
+//! Failure handling:
+//! - Every call to a worker is bounded by `timeout` (connect included). A refused or broken
+//!   connection fails at once; a cut link fails at the deadline.
+//! - A worker that failed is *suspect* for `retry_after`: it is tried after every other
+//!   candidate, so a dead worker costs one timeout per client, not one per read, until the
+//!   membership drops it (etcd lease expiry) and placement moves its share.
+//! - Answers that are about the object, not the worker (not found, changed, permission), are
+//!   returned as they are; asking another worker would get the same answer.
+//! - After `candidates` workers, the client reads the range from the under-store itself, so a
+//!   reader sees latency, never an error, while any path to the data works.
+//!
+//! Wrong bytes are impossible by construction: requests carry the object's content
+//! fingerprint (workers fetch with `If-Match`, and page ids include it), and a response must
+//! have exactly the length asked for.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use serde_json::Value;
+use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
+use silt_worker::{Fetcher, ObjectRef};
+
+use crate::membership::{Member, Membership};
+use crate::placement;
+use crate::rpc::{Endpoint, WorkerClient};
+
+#[derive(Debug, Clone)]
+pub struct RouterOptions {
+    /// Deadline of one call to one worker.
+    pub timeout: Duration,
+    /// How long a failed worker is tried last.
+    pub retry_after: Duration,
+    /// Bytes of a file placed together (`placement_group`).
+    pub group_size: u64,
+    /// Workers tried before the under-store (at least 1).
+    pub candidates: usize,
+    /// This process's host id (`local_host_id()`): same-host workers are reached over their
+    /// Unix socket.
+    pub host_id: String,
+}
+
+/// Identifies this host *and network namespace*: processes that share both can use each
+/// other's Unix sockets and see the same local files.
+pub fn local_host_id() -> String {
+    let machine = std::fs::read_to_string("/etc/machine-id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    format!("{machine}/{netns}")
+}
+
+/// Which error kinds are answers about the object rather than failures of a worker.
+fn is_final(kind: ErrorKind) -> bool {
+    matches!(
+        kind,
+        ErrorKind::NotFound
+            | ErrorKind::ContentChanged
+            | ErrorKind::PermissionDenied
+            | ErrorKind::InvalidInput
+            | ErrorKind::IsADirectory
+            | ErrorKind::NotADirectory
+    )
+}
+
+pub struct Router {
+    membership: Arc<dyn Membership>,
+    opts: RouterOptions,
+    /// Clients by worker id, with the member record they were made for (a worker that comes
+    /// back at another address gets a new client).
+    clients: Mutex<HashMap<String, (Member, Arc<WorkerClient>)>>,
+    suspect: Mutex<HashMap<String, Instant>>,
+}
+
+impl Router {
+    pub fn new(membership: Arc<dyn Membership>, mut opts: RouterOptions) -> Router {
+        opts.candidates = opts.candidates.max(1);
+        opts.group_size = opts.group_size.max(1);
+        Router {
+            membership,
+            opts,
+            clients: Mutex::new(HashMap::new()),
+            suspect: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn membership(&self) -> &Arc<dyn Membership> {
+        &self.membership
+    }
+
+    pub fn group_size(&self) -> u64 {
+        self.opts.group_size
+    }
+
+    /// The workers to try for group `group` of `object`, in order: placement rank, with
+    /// workers that failed recently moved to the end.
+    pub fn candidates(&self, object: ObjectId, group: u64) -> Vec<Member> {
+        let view = self.membership.view();
+        let key = placement::key(object, group);
+        let mut c: Vec<Member> = placement::candidates(&view, key, self.opts.candidates)
+            .into_iter()
+            .cloned()
+            .collect();
+        let now = Instant::now();
+        let suspect = {
+            let mut s = self.suspect.lock();
+            s.retain(|_, until| *until > now);
+            s.keys().cloned().collect::<Vec<_>>()
+        };
+        if !suspect.is_empty() {
+            // Stable: keeps placement order among the healthy and among the suspects.
+            c.sort_by_key(|m| suspect.contains(&m.id));
+        }
+        c
+    }
+
+    fn client(&self, m: &Member) -> Arc<WorkerClient> {
+        let mut clients = self.clients.lock();
+        if let Some((known, c)) = clients.get(&m.id) {
+            if known == m {
+                return c.clone();
+            }
+        }
+        let endpoint = match &m.uds {
+            Some(path) if m.host == self.opts.host_id && std::path::Path::new(path).exists() => {
+                Endpoint::Unix(PathBuf::from(path))
+            }
+            _ => Endpoint::Tcp(m.addr.clone()),
+        };
+        let c = Arc::new(WorkerClient::new(endpoint));
+        clients.insert(m.id.clone(), (m.clone(), c.clone()));
+        c
+    }
+
+    fn mark_failed(&self, m: &Member, e: &Error) {
+        tracing::warn!(worker = %m.id, addr = %m.addr, error = %e, "worker failed; trying the next candidate");
+        metrics::FAILOVERS.inc();
+        self.suspect
+            .lock()
+            .insert(m.id.clone(), Instant::now() + self.opts.retry_after);
+        if let Some((_, c)) = self.clients.lock().get(&m.id) {
+            c.reset();
+        }
+    }
+
+    /// One call to one worker, bounded by the timeout.
+    async fn attempt<T>(
+        &self,
+        m: &Member,
+        call: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.opts.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "worker {} ({}) did not answer within {:?}",
+                    m.id, m.addr, self.opts.timeout
+                ),
+            )),
+        }
+    }
+
+    /// Bytes `range` of one placement group of `obj`.
+    async fn fetch_group(&self, obj: &ObjectRef, range: Range<u64>) -> Result<Bytes> {
+        let group = range.start / self.opts.group_size;
+        for m in self.candidates(obj.id, group) {
+            let client = self.client(&m);
+            metrics::REMOTE_READS.inc();
+            match self.attempt(&m, client.read(obj, range.clone())).await {
+                Ok(b) => return Ok(b),
+                Err(e) if is_final(e.kind()) => return Err(e),
+                Err(e) => self.mark_failed(&m, &e),
+            }
+        }
+        metrics::FAILOVER_UFS_READS.inc();
+        obj.store.read(&obj.meta.path, range, &obj.meta).await
+    }
+
+    /// Asks the owners of `range` of `obj` to cache it (preload), falling back like reads.
+    /// Returns the bytes the owners now hold for it.
+    pub async fn load(&self, obj: &ObjectRef, range: Range<u64>) -> Result<u64> {
+        let mut done = 0;
+        for part in split(range, self.opts.group_size) {
+            let group = part.start / self.opts.group_size;
+            let mut ok = false;
+            for m in self.candidates(obj.id, group) {
+                let client = self.client(&m);
+                match self
+                    .attempt(&m, client.call("load", Some(obj), part.clone()))
+                    .await
+                {
+                    Ok(v) => {
+                        done += v.get("bytes").and_then(Value::as_u64).unwrap_or(0);
+                        ok = true;
+                        break;
+                    }
+                    Err(e) if is_final(e.kind()) => return Err(e),
+                    Err(e) => self.mark_failed(&m, &e),
+                }
+            }
+            if !ok {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("{}: no worker could load bytes {part:?}", obj.meta.path),
+                ));
+            }
+        }
+        Ok(done)
+    }
+
+    /// `stats` of every member of the current view (an error for those that do not answer).
+    pub async fn worker_stats(&self) -> Vec<(Member, Result<Value>)> {
+        let view = self.membership.view();
+        let calls = view.members.iter().map(|m| async move {
+            let client = self.client(m);
+            let r = self.attempt(m, client.call("stats", None, 0..0)).await;
+            (m.clone(), r)
+        });
+        futures::future::join_all(calls).await
+    }
+}
+
+/// `range` cut at multiples of `group`.
+pub fn split(range: Range<u64>, group: u64) -> Vec<Range<u64>> {
+    let mut out = Vec::new();
+    let mut start = range.start;
+    while start < range.end {
+        let end = ((start / group + 1) * group).min(range.end);
+        out.push(start..end);
+        start = end;
+    }
+    out
+}
+
+#[async_trait]
+impl Fetcher for Router {
+    async fn fetch(&self, obj: &ObjectRef, range: Range<u64>) -> Result<Bytes> {
+        let parts = split(range, self.opts.group_size);
+        if parts.len() == 1 {
+            return self.fetch_group(obj, parts[0].clone()).await;
+        }
+        let got =
+            futures::future::try_join_all(parts.into_iter().map(|r| self.fetch_group(obj, r)))
+                .await?;
+        let mut out = BytesMut::with_capacity(got.iter().map(Bytes::len).sum());
+        for b in got {
+            out.extend_from_slice(&b);
+        }
+        Ok(out.freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn split_cuts_at_group_boundaries() {
+        assert_eq!(split(0..10, 4), vec![0..4, 4..8, 8..10]);
+        assert_eq!(split(5..7, 4), vec![5..7]);
+        assert_eq!(split(3..3, 4), Vec::<std::ops::Range<u64>>::new());
+        assert_eq!(split(4..12, 4), vec![4..8, 8..12]);
+    }
+}

@@ -1,0 +1,705 @@
+//! Worker RPC: how clients read from (and preload into) a worker.
+//!
+//! Framing is `silt-proto`'s: one JSON request frame; a response of JSON and raw `Data` frames
+//! closed by `End` or `Error`. A connection carries any number of requests, one at a time.
+//!
+//! Requests name the object by its store URI, path and content fingerprint parts, never by
+//! a worker-local handle, so any worker can serve any object of the cluster's mount table and
+//! computes the same `ObjectId` (and finds the same cached pages) as every other process.
+//! Ranges are bytes, not pages, so processes with different page sizes interoperate.
+//!
+//! Same host: over the worker's Unix socket a client may ask for a file descriptor instead of
+//! bytes (`fd: true`). When the object is complete in the worker's disk tier, the worker pins
+//! it, answers `{"fd": true}` and passes the open data file (SCM_RIGHTS); the client reads its
+//! range with `pread` and then sends `done`, and only then is the pin released, so eviction
+//! can never punch a hole under a read in progress. Otherwise the worker sends bytes.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use silt_common::{metrics, Error, ErrorKind, Result};
+use silt_proto::{
+    decode_json, decode_request, read_frame, write_error, write_frame, write_json, ErrorBody,
+    FrameKind, PROTOCOL_VERSION,
+};
+use silt_ufs::{DynStore, EntryKind, ObjectMeta};
+use silt_worker::{ObjectRef, Worker};
+use tokio::io::{AsyncRead, AsyncWrite, Interest};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+/// One version of one object, as it travels between processes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WireObject {
+    /// Under-store URI (a mount of the cluster's mount table).
+    pub store: String,
+    pub path: String,
+    pub size: u64,
+    #[serde(default)]
+    pub etag: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Modification time in nanoseconds since the epoch.
+    #[serde(default)]
+    pub mtime_ns: Option<u64>,
+}
+
+impl WireObject {
+    pub fn from_ref(obj: &ObjectRef) -> WireObject {
+        let m = &obj.meta;
+        WireObject {
+            store: obj.store.uri().to_string(),
+            path: m.path.clone(),
+            size: m.size,
+            etag: m.etag.clone(),
+            version: m.version.clone(),
+            mtime_ns: m
+                .mtime
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .and_then(|d| u64::try_from(d.as_nanos()).ok()),
+        }
+    }
+
+    /// The object as the worker holding `store` sees it; same `ObjectId` as the sender's.
+    pub fn into_ref(self, store: DynStore) -> ObjectRef {
+        let meta = ObjectMeta {
+            path: self.path,
+            kind: EntryKind::File,
+            size: self.size,
+            mtime: self
+                .mtime_ns
+                .map(|n| SystemTime::UNIX_EPOCH + Duration::from_nanos(n)),
+            etag: self.etag,
+            version: self.version,
+            mode: None,
+        };
+        ObjectRef::new(store, meta)
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Request {
+    v: u32,
+    op: String,
+    #[serde(default)]
+    object: Option<WireObject>,
+    #[serde(default)]
+    offset: u64,
+    #[serde(default)]
+    len: u64,
+    /// Ask for a file descriptor instead of bytes (Unix socket only).
+    #[serde(default)]
+    fd: bool,
+}
+
+/// Finds the under-store a request names. Workers answer only for stores of the cluster's
+/// mount table (they hold its credentials); anything else is `Unavailable`, and the client
+/// reads from the store itself.
+#[async_trait]
+pub trait StoreResolver: Send + Sync {
+    async fn store(&self, uri: &str) -> Result<DynStore>;
+}
+
+/// A fixed set of stores.
+pub struct FixedStores(pub Vec<DynStore>);
+
+#[async_trait]
+impl StoreResolver for FixedStores {
+    async fn store(&self, uri: &str) -> Result<DynStore> {
+        self.0
+            .iter()
+            .find(|s| s.uri() == uri)
+            .cloned()
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    format!("{uri} is not in this worker's mount table"),
+                )
+            })
+    }
+}
+
+/// What a worker serves.
+pub struct Service {
+    pub worker: Arc<Worker>,
+    pub stores: Arc<dyn StoreResolver>,
+    /// Extra fields for `stats` (id, address, ...).
+    pub identity: Value,
+}
+
+impl Service {
+    async fn object(&self, req: &Request) -> Result<ObjectRef> {
+        let wire = req
+            .object
+            .clone()
+            .ok_or_else(|| Error::invalid(format!("{}: request without an object", req.op)))?;
+        let store = self.stores.store(&wire.store).await?;
+        Ok(wire.into_ref(store))
+    }
+
+    /// The pages covering `[offset, offset+len)` (cached or fetched), and the byte range of
+    /// the request inside their concatenation.
+    async fn pages(&self, obj: &ObjectRef, offset: u64, len: u64) -> Result<Vec<Bytes>> {
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= obj.size() && len > 0)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "range {offset}+{len} is outside {} ({} bytes)",
+                    obj.meta.path,
+                    obj.size()
+                ))
+            })?;
+        let ps = self.worker.page_size();
+        let pages = self
+            .worker
+            .read_pages(obj, offset / ps..=(end - 1) / ps)
+            .await?;
+        let first = offset / ps;
+        Ok(pages
+            .into_iter()
+            .enumerate()
+            .map(|(i, (page, _))| {
+                let base = (first + i as u64) * ps;
+                let from = offset.saturating_sub(base) as usize;
+                let to = ((end - base) as usize).min(page.len());
+                page.slice(from.min(to)..to)
+            })
+            .collect())
+    }
+
+    fn stats(&self) -> Value {
+        let s = self.worker.stats();
+        let tiers: Vec<Value> = s
+            .tiers
+            .iter()
+            .map(|t| json!({"name": t.name, "capacity": t.capacity, "used": t.used, "pages": t.pages}))
+            .collect();
+        let lookups = s.hits + s.misses;
+        json!({
+            "identity": self.identity,
+            "page_size": self.worker.page_size(),
+            "capacity": s.tiers.iter().map(|t| t.capacity).sum::<u64>(),
+            "used": s.tiers.iter().map(|t| t.used).sum::<u64>(),
+            "tiers": tiers,
+            "page_hits": s.hits,
+            "page_misses": s.misses,
+            "hit_ratio": if lookups > 0 { s.hits as f64 / lookups as f64 } else { 0.0 },
+            "reads_served": metrics::RPC_READS_SERVED.get(),
+            "bytes_served": metrics::RPC_BYTES_SERVED.get(),
+            "ufs_read_bytes": metrics::UFS_READ_BYTES.get(),
+        })
+    }
+}
+
+pub async fn serve_tcp(listener: TcpListener, svc: Arc<Service>) {
+    let accept = || async {
+        let (s, _) = listener.accept().await?;
+        let _ = s.set_nodelay(true);
+        Ok(Conn::Tcp(s))
+    };
+    accept_loop(accept, svc, "worker port").await
+}
+
+pub async fn serve_unix(listener: UnixListener, svc: Arc<Service>) {
+    let accept = || async { Ok(Conn::Unix(listener.accept().await?.0)) };
+    accept_loop(accept, svc, "worker socket").await
+}
+
+async fn accept_loop<F, Fut>(mut accept: F, svc: Arc<Service>, what: &'static str)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<Conn>>,
+{
+    loop {
+        match accept().await {
+            Ok(conn) => {
+                let svc = svc.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = handle(conn, &svc).await {
+                        tracing::debug!("{what} connection ended: {e}");
+                    }
+                });
+            }
+            Err(e) => {
+                // Out of fds and the like: back off instead of spinning.
+                tracing::warn!("accept on the {what} failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn handle(mut s: Conn, svc: &Service) -> Result<()> {
+    while let Some((kind, payload)) = read_frame(&mut s).await? {
+        let req: Request = match decode_request(kind, &payload, |r: &Request| r.v) {
+            Ok(r) => r,
+            Err(e) => return write_error(&mut s, &e).await,
+        };
+        match serve_one(&mut s, svc, &req).await {
+            Ok(()) => write_frame(&mut s, FrameKind::End, &[]).await?,
+            // The request failed, the connection did not: answer and keep serving.
+            Err(e) if !e.broken => write_error(&mut s, &e.error).await?,
+            Err(e) => return Err(e.error),
+        }
+    }
+    Ok(())
+}
+
+/// An error while serving, and whether it broke the connection.
+struct ServeError {
+    error: Error,
+    broken: bool,
+}
+
+impl From<Error> for ServeError {
+    fn from(error: Error) -> Self {
+        ServeError {
+            error,
+            broken: false,
+        }
+    }
+}
+
+fn broken(error: Error) -> ServeError {
+    ServeError {
+        error,
+        broken: true,
+    }
+}
+
+async fn serve_one(
+    s: &mut Conn,
+    svc: &Service,
+    req: &Request,
+) -> std::result::Result<(), ServeError> {
+    match req.op.as_str() {
+        "ping" => write_json(s, &json!({"ok": true})).await.map_err(broken),
+        "stats" => write_json(s, &svc.stats()).await.map_err(broken),
+        "read" => {
+            let obj = svc.object(req).await?;
+            metrics::RPC_READS_SERVED.inc();
+            if req.fd {
+                if let Conn::Unix(u) = s {
+                    if let Some(done) = try_send_fd(u, svc, &obj).await? {
+                        return done;
+                    }
+                }
+            }
+            let pages = svc.pages(&obj, req.offset, req.len).await?;
+            write_json(s, &json!({"fd": false, "len": req.len}))
+                .await
+                .map_err(broken)?;
+            for p in pages {
+                metrics::RPC_BYTES_SERVED.add(p.len() as u64);
+                write_frame(s, FrameKind::Data, &p).await.map_err(broken)?;
+            }
+            Ok(())
+        }
+        "load" => {
+            let obj = svc.object(req).await?;
+            let pages = svc.pages(&obj, req.offset, req.len).await?;
+            let bytes: u64 = pages.iter().map(|p| p.len() as u64).sum();
+            write_json(s, &json!({"bytes": bytes}))
+                .await
+                .map_err(broken)
+        }
+        other => Err(Error::invalid(format!("unknown operation {other:?}")).into()),
+    }
+}
+
+/// Passes the object's disk-tier file if it is complete there. `None`: not possible, send
+/// bytes instead. The pin is held until the client says it has read.
+async fn try_send_fd(
+    u: &mut UnixStream,
+    svc: &Service,
+    obj: &ObjectRef,
+) -> std::result::Result<Option<std::result::Result<(), ServeError>>, ServeError> {
+    let store = svc.worker.page_store();
+    let _pin = store.pin(obj.id);
+    let Some(path) = store.complete_file(obj.id, obj.size()) else {
+        return Ok(None);
+    };
+    let Ok(file) = std::fs::File::open(&path) else {
+        return Ok(None);
+    };
+    write_json(u, &json!({"fd": true})).await.map_err(broken)?;
+    send_fd(u, file.as_raw_fd()).await.map_err(broken)?;
+    // Wait for `done` (or the client going away) before the pin drops.
+    match read_frame(u).await {
+        Ok(Some((FrameKind::Json, _))) => Ok(Some(Ok(()))),
+        Ok(_) => Ok(Some(Err(broken(Error::invalid(
+            "expected `done` after a passed file descriptor",
+        ))))),
+        Err(e) => Ok(Some(Err(broken(e)))),
+    }
+}
+
+async fn send_fd(u: &UnixStream, fd: RawFd) -> Result<()> {
+    loop {
+        u.writable().await?;
+        match u.try_io(Interest::WRITABLE, || sendmsg_fd(u.as_raw_fd(), fd)) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+async fn recv_fd(u: &UnixStream) -> Result<OwnedFd> {
+    loop {
+        u.readable().await?;
+        match u.try_io(Interest::READABLE, || recvmsg_fd(u.as_raw_fd())) {
+            Ok(fd) => return Ok(fd),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Space for one `cmsghdr` carrying one fd, aligned for `cmsghdr`.
+#[repr(C)]
+union CmsgBuf {
+    _align: libc::cmsghdr,
+    buf: [u8; 64],
+}
+
+/// Sends one byte with `fd` attached (SCM_RIGHTS).
+fn sendmsg_fd(sock: RawFd, fd: RawFd) -> std::io::Result<()> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: plain C structs, zero-initialised, filled as cmsg(3) describes; every pointer
+    // refers to a local that outlives the call.
+    unsafe {
+        let mut cbuf: CmsgBuf = std::mem::zeroed();
+        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.buf.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() {
+            return Err(std::io::Error::other("no room for the control message"));
+        }
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        let n = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "socket closed",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Receives the byte `sendmsg_fd` sent and the fd attached to it.
+fn recvmsg_fd(sock: RawFd) -> std::io::Result<OwnedFd> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: as in `sendmsg_fd`; the kernel writes at most `msg_controllen` bytes into cbuf,
+    // and we read the fd only from a SCM_RIGHTS message of the right length.
+    unsafe {
+        let mut cbuf: CmsgBuf = std::mem::zeroed();
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.buf.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of::<CmsgBuf>() as _;
+        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "socket closed before the file descriptor arrived",
+            ));
+        }
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+            || (*cmsg).cmsg_len as usize
+                != libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize
+        {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "expected one file descriptor (SCM_RIGHTS)",
+            ));
+        }
+        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+// ---- connections ------------------------------------------------------------------------
+
+/// A connection to a worker (or from a client): TCP, or the worker's Unix socket.
+pub enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Conn::Unix(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Conn::Unix(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Conn::Unix(s) => std::pin::Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Conn::Unix(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Where a client reaches one worker.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    Tcp(String),
+    /// Same host: the worker's Unix socket (file descriptors are passed over it).
+    Unix(PathBuf),
+}
+
+/// A client of one worker, with a pool of idle connections. Every call is bounded by the
+/// caller's timeout; a connection that saw an error is dropped, never reused.
+pub struct WorkerClient {
+    endpoint: Endpoint,
+    idle: parking_lot::Mutex<Vec<Conn>>,
+}
+
+/// Idle connections kept per worker; more concurrent calls open more and close the extra.
+const MAX_IDLE: usize = 64;
+
+impl WorkerClient {
+    pub fn new(endpoint: Endpoint) -> WorkerClient {
+        WorkerClient {
+            endpoint,
+            idle: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    async fn conn(&self) -> Result<Conn> {
+        if let Some(c) = self.idle.lock().pop() {
+            return Ok(c);
+        }
+        let unavailable = |what: &str, e: std::io::Error| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!("connecting to worker {what}: {e}"),
+            )
+        };
+        Ok(match &self.endpoint {
+            Endpoint::Tcp(addr) => {
+                let s = TcpStream::connect(addr)
+                    .await
+                    .map_err(|e| unavailable(addr, e))?;
+                let _ = s.set_nodelay(true);
+                Conn::Tcp(s)
+            }
+            Endpoint::Unix(path) => Conn::Unix(
+                UnixStream::connect(path)
+                    .await
+                    .map_err(|e| unavailable(&path.display().to_string(), e))?,
+            ),
+        })
+    }
+
+    fn put_back(&self, c: Conn) {
+        let mut idle = self.idle.lock();
+        if idle.len() < MAX_IDLE {
+            idle.push(c);
+        }
+    }
+
+    /// Drops every idle connection (after the worker failed: they may be half-dead).
+    pub fn reset(&self) {
+        self.idle.lock().clear();
+    }
+
+    /// Bytes `range` of `obj`, exactly `range.end - range.start` of them.
+    pub async fn read(&self, obj: &ObjectRef, range: std::ops::Range<u64>) -> Result<Bytes> {
+        let len = range.end.saturating_sub(range.start);
+        let mut c = self.conn().await?;
+        let want_fd = matches!(c, Conn::Unix(_));
+        let req = Request {
+            v: PROTOCOL_VERSION,
+            op: "read".into(),
+            object: Some(WireObject::from_ref(obj)),
+            offset: range.start,
+            len,
+            fd: want_fd,
+        };
+        write_json(&mut c, &req).await?;
+        let head: Value = expect_json(&mut c).await?;
+        let bytes = if head.get("fd").and_then(Value::as_bool) == Some(true) {
+            let Conn::Unix(u) = &c else {
+                return Err(Error::new(
+                    ErrorKind::Corrupted,
+                    "worker offered a file descriptor over TCP",
+                ));
+            };
+            let fd = recv_fd(u).await?;
+            let bytes = pread_range(fd, range.start, len).await;
+            write_json(&mut c, &json!({"op": "done"})).await?;
+            bytes?
+        } else {
+            let mut out = BytesMut::with_capacity(len as usize);
+            loop {
+                match read_frame(&mut c).await? {
+                    Some((FrameKind::Data, p)) => {
+                        if out.len() + p.len() > len as usize {
+                            return Err(Error::new(
+                                ErrorKind::Corrupted,
+                                "worker sent more bytes than asked for",
+                            ));
+                        }
+                        out.extend_from_slice(&p);
+                    }
+                    Some((FrameKind::End, _)) => {
+                        self.put_back(c);
+                        return finish(out.freeze(), len);
+                    }
+                    Some((FrameKind::Error, p)) => {
+                        self.put_back(c);
+                        return Err(decode_json::<ErrorBody>(&p)?.into_error());
+                    }
+                    Some((FrameKind::Json, _)) | None => {
+                        return Err(Error::new(
+                            ErrorKind::Corrupted,
+                            "worker response ended early",
+                        ))
+                    }
+                }
+            }
+        };
+        expect_end(&mut c).await?;
+        self.put_back(c);
+        metrics::REMOTE_FD_READS.inc();
+        finish(bytes, len)
+    }
+
+    /// A JSON call (`stats`, `ping`, `load`): the one JSON answer.
+    pub async fn call(
+        &self,
+        op: &str,
+        obj: Option<&ObjectRef>,
+        range: std::ops::Range<u64>,
+    ) -> Result<Value> {
+        let mut c = self.conn().await?;
+        let req = Request {
+            v: PROTOCOL_VERSION,
+            op: op.into(),
+            object: obj.map(WireObject::from_ref),
+            offset: range.start,
+            len: range.end.saturating_sub(range.start),
+            fd: false,
+        };
+        write_json(&mut c, &req).await?;
+        let v = expect_json(&mut c).await?;
+        expect_end(&mut c).await?;
+        self.put_back(c);
+        Ok(v)
+    }
+}
+
+fn finish(bytes: Bytes, len: u64) -> Result<Bytes> {
+    if bytes.len() as u64 != len {
+        return Err(Error::new(
+            ErrorKind::Corrupted,
+            format!("worker sent {} bytes, expected {len}", bytes.len()),
+        ));
+    }
+    metrics::REMOTE_READ_BYTES.add(len);
+    Ok(bytes)
+}
+
+async fn expect_json(c: &mut Conn) -> Result<Value> {
+    match read_frame(c).await? {
+        Some((FrameKind::Json, p)) => decode_json(&p),
+        Some((FrameKind::Error, p)) => Err(decode_json::<ErrorBody>(&p)?.into_error()),
+        _ => Err(Error::new(
+            ErrorKind::Unavailable,
+            "worker closed the connection or answered out of order",
+        )),
+    }
+}
+
+async fn expect_end(c: &mut Conn) -> Result<()> {
+    match read_frame(c).await? {
+        Some((FrameKind::End, _)) => Ok(()),
+        Some((FrameKind::Error, p)) => Err(decode_json::<ErrorBody>(&p)?.into_error()),
+        _ => Err(Error::new(
+            ErrorKind::Corrupted,
+            "worker response did not end where expected",
+        )),
+    }
+}
+
+async fn pread_range(fd: OwnedFd, offset: u64, len: u64) -> Result<Bytes> {
+    let file = std::fs::File::from(fd);
+    let read = tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; len as usize];
+        file.read_exact_at(&mut buf, offset).map(|_| buf)
+    })
+    .await
+    .map_err(|e| Error::internal(format!("reading a passed file: {e}")))?;
+    Ok(Bytes::from(read?))
+}

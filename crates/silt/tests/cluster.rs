@@ -1,0 +1,505 @@
+//! Multi-host tests: workers in their own network namespaces (each its own address), a real
+//! etcd and a real S3 server on the lab's bridge, and a FUSE client in the test's namespace.
+//! Every test tears down processes, mounts, namespaces and links when it ends, also on failure
+//! (the `Silt`, `NetLab`, `Etcd` and `S3Server` guards).
+
+mod common;
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+use silt_testkit::netlab::NetLab;
+use silt_testkit::{Etcd, S3Server};
+
+const BUCKET: &str = "cluster";
+/// Small groups so that modest files spread over every worker.
+const GROUP: &str = "1MiB";
+
+struct Lab {
+    net: NetLab,
+    etcd: Etcd,
+    s3: S3Server,
+    dir: tempfile::TempDir,
+}
+
+impl Lab {
+    fn new(hosts: usize) -> Lab {
+        let net = NetLab::new(hosts).unwrap_or_else(|e| panic!("building the lab network: {e}"));
+        let etcd = Etcd::start_on(net.gateway());
+        let s3 = S3Server::start_on(net.gateway());
+        s3.create_bucket(BUCKET);
+        Lab {
+            net,
+            etcd,
+            s3,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn common_args(&self) -> Vec<String> {
+        let mut a = s3_args(&self.s3);
+        a.extend(
+            [
+                "--etcd",
+                &self.etcd.endpoint(),
+                "--member-ttl",
+                "2s",
+                "--placement-group",
+                GROUP,
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        a
+    }
+
+    fn state(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Worker `wN` on lab host `host`, with its state in `state/wN`.
+    fn worker(&self, host: usize, extra: &[&str]) -> Silt {
+        let state = self.state(&format!("w{host}"));
+        let mut cmd = self.net.command(host, SILT);
+        cmd.arg("worker")
+            .args(self.common_args())
+            .args(["--mount", &format!("/data=s3://{BUCKET}/ds")])
+            .args(["--worker-id", &format!("w{host}")])
+            .args(["--listen", &format!("{}:29998", self.net.addr(host))])
+            .args(["--state-dir", state.to_str().unwrap()])
+            .args(["--memory-capacity", "8MiB"])
+            .args(extra);
+        Silt::spawn(cmd, None, &state).unwrap_or_else(|e| panic!("worker w{host}: {e}"))
+    }
+
+    /// A client-only FUSE mount in the test's own namespace; its namespace is the mount table
+    /// the workers published in etcd.
+    fn client(&self, extra: &[&str]) -> Silt {
+        let state = self.state("client");
+        let mp = self.state("mnt");
+        std::fs::create_dir_all(&mp).unwrap();
+        let mut cmd = Command::new(SILT);
+        cmd.arg("mount")
+            .arg(&mp)
+            .args(self.common_args())
+            .args(["--state-dir", state.to_str().unwrap()])
+            .args(["--memory-capacity", "64MiB", "--passthrough", "off"])
+            .args(extra);
+        Silt::spawn(cmd, Some(&mp), &state).unwrap_or_else(|e| panic!("client: {e}"))
+    }
+
+    fn put(&self, files: &[(String, Vec<u8>)]) {
+        let root = self.s3.root().join(BUCKET).join("ds");
+        write_local(&root, files);
+    }
+}
+
+/// The options that let silt reach `s3`.
+fn s3_args(s3: &S3Server) -> Vec<String> {
+    [
+        "--s3-endpoint",
+        &s3.endpoint(),
+        "--s3-access-key-id",
+        s3.access_key(),
+        "--s3-secret-access-key",
+        s3.secret_key(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Per-worker view from the client's report: id -> (live, stats).
+fn workers(client: &Silt) -> Vec<Value> {
+    client.report()["cluster"]["workers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn worker_stat(client: &Silt, id: &str, key: &str) -> u64 {
+    workers(client)
+        .iter()
+        .find(|w| w["id"] == id)
+        .and_then(|w| w[key].as_u64())
+        .unwrap_or_else(|| panic!("no {key} for worker {id} in the report"))
+}
+
+fn client_metric(client: &Silt, name: &str) -> u64 {
+    client.report()["metrics"][name].as_u64().unwrap_or(0)
+}
+
+/// Polls the client's report until `pred` holds on its worker list (membership changes
+/// arrive through etcd's watch; there is no event to wait on from outside the process).
+fn wait_for_workers(client: &Silt, what: &str, pred: impl Fn(&[Value]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let w = workers(client);
+        if pred(&w) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {w:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn dataset(n_small: usize, large: &[usize]) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = (0..n_small)
+        .map(|i| {
+            (
+                format!("small/s{i:03}.bin"),
+                bytes(1000 + i as u64, 20_000 + i * 997),
+            )
+        })
+        .collect();
+    for (i, &len) in large.iter().enumerate() {
+        files.push((format!("large/l{i}.bin"), bytes(7 + i as u64, len)));
+    }
+    files
+}
+
+/// Reads every file through the mount with `threads` readers in 256 KiB pieces, checking
+/// each piece against the source; calls `on_progress(bytes read so far)` as it goes. Returns
+/// the slowest single piece.
+fn read_all_parallel(
+    root: &Path,
+    files: &Arc<Vec<(String, Vec<u8>)>>,
+    threads: usize,
+    progress: &Arc<AtomicU64>,
+) -> Duration {
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let files = files.clone();
+            let root = root.to_path_buf();
+            let progress = progress.clone();
+            std::thread::spawn(move || {
+                let mut slowest = Duration::ZERO;
+                for (p, b) in files.iter().skip(t).step_by(threads) {
+                    let f = File::open(root.join(p)).unwrap_or_else(|e| panic!("open {p}: {e}"));
+                    let mut off = 0usize;
+                    while off < b.len() {
+                        let len = (256 << 10).min(b.len() - off);
+                        let mut buf = vec![0u8; len];
+                        let started = Instant::now();
+                        f.read_exact_at(&mut buf, off as u64)
+                            .unwrap_or_else(|e| panic!("read {p} at {off}: {e}"));
+                        slowest = slowest.max(started.elapsed());
+                        assert!(buf == b[off..off + len], "{p}: bytes at {off} differ");
+                        off += len;
+                        progress.fetch_add(len as u64, Ordering::Relaxed);
+                    }
+                }
+                slowest
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("reader thread failed"))
+        .max()
+        .unwrap_or_default()
+}
+
+fn lab_or_skip() -> bool {
+    if !NetLab::available() {
+        eprintln!("skipped: needs root and iproute2 to build network namespaces");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn reads_spread_over_owners_and_survive_a_worker_killed_mid_read() {
+    if !lab_or_skip() {
+        return;
+    }
+    let lab = Lab::new(3);
+    let files = Arc::new(dataset(40, &[24 << 20, 33 << 20]));
+    lab.put(&files);
+    let w: Vec<Silt> = (0..3).map(|h| lab.worker(h, &[])).collect();
+    // A short read-ahead, so the kill lands while the large file is still being fetched.
+    let client = lab.client(&["--worker-timeout", "2s", "--prefetch-max", "2MiB"]);
+    wait_for_workers(&client, "3 live workers", |w| {
+        w.len() == 3 && w.iter().all(|x| x["live"] == true)
+    });
+
+    // First half of the files: every worker serves a share.
+    let (first, second): (Vec<_>, Vec<_>) = files
+        .iter()
+        .cloned()
+        .enumerate()
+        .partition(|(i, _)| i % 2 == 0);
+    let first: Arc<Vec<_>> = Arc::new(first.into_iter().map(|(_, f)| f).collect());
+    let second: Arc<Vec<_>> = Arc::new(second.into_iter().map(|(_, f)| f).collect());
+    let progress = Arc::new(AtomicU64::new(0));
+    read_all_parallel(&client.path("data"), &first, 4, &progress);
+    for id in ["w0", "w1", "w2"] {
+        let served = worker_stat(&client, id, "bytes_served");
+        eprintln!("worker {id} served {served} bytes");
+        assert!(
+            served > 0,
+            "worker {id} served nothing: reads did not spread"
+        );
+    }
+    assert_eq!(client_metric(&client, "silt_failovers_total"), 0);
+
+    // Second half, 6 readers; SIGKILL w1 once a quarter of it has been read.
+    let total: u64 = second.iter().map(|(_, b)| b.len() as u64).sum();
+    let progress = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let root = client.path("data");
+        let second = second.clone();
+        let progress = progress.clone();
+        std::thread::spawn(move || read_all_parallel(&root, &second, 6, &progress))
+    };
+    let mut w = w;
+    let victim = w.remove(1);
+    while progress.load(Ordering::Relaxed) < total / 4 && !reader.is_finished() {
+        std::thread::yield_now();
+    }
+    let at = progress.load(Ordering::Relaxed);
+    victim.kill();
+    let slowest = reader
+        .join()
+        .expect("a read failed after the worker was killed");
+    eprintln!(
+        "killed w1 after {at} of {total} bytes; every byte matched; slowest 256 KiB read {slowest:?}; failovers {}",
+        client_metric(&client, "silt_failovers_total")
+    );
+    // The dead worker leaves the membership when its lease expires.
+    wait_for_workers(&client, "w1 to leave", |w| {
+        w.iter().all(|x| x["id"] != "w1")
+    });
+    client.stop();
+    for x in w {
+        x.stop();
+    }
+}
+
+#[test]
+fn a_cut_link_fails_over_after_the_timeout() {
+    if !lab_or_skip() {
+        return;
+    }
+    let lab = Lab::new(3);
+    let files = Arc::new(dataset(30, &[]));
+    lab.put(&files);
+    let w: Vec<Silt> = (0..3).map(|h| lab.worker(h, &[])).collect();
+    let client = lab.client(&["--worker-timeout", "1s", "--worker-retry-after", "1h"]);
+    wait_for_workers(&client, "3 live workers", |w| {
+        w.len() == 3 && w.iter().all(|x| x["live"] == true)
+    });
+    lab.net.cut(2).unwrap();
+    let progress = Arc::new(AtomicU64::new(0));
+    let slowest = read_all_parallel(&client.path("data"), &files, 1, &progress);
+    // 30 files over 3 workers: w2 owns some (fixed ids, fixed data: deterministic).
+    let failovers = client_metric(&client, "silt_failovers_total");
+    eprintln!(
+        "link to w2 cut: every byte matched; failovers {failovers}; slowest read {slowest:?}"
+    );
+    assert!(failovers >= 1, "no read went to the cut-off worker");
+    // w2 is tried last from now on: one timeout, not one per file.
+    assert!(
+        failovers <= 2,
+        "the cut-off worker was tried {failovers} times"
+    );
+    lab.net.heal(2).unwrap();
+    client.stop();
+    for x in w {
+        x.stop();
+    }
+}
+
+#[test]
+fn a_joining_worker_takes_only_its_share_and_a_restarted_one_keeps_its_cache() {
+    if !lab_or_skip() {
+        return;
+    }
+    let lab = Lab::new(4);
+    let files = Arc::new(dataset(60, &[16 << 20]));
+    let total: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
+    lab.put(&files);
+    let mut w: Vec<Silt> = (0..3).map(|h| lab.worker(h, &[])).collect();
+    let client = lab.client(&[]);
+    wait_for_workers(&client, "3 live workers", |w| w.len() == 3);
+    let o = client.cli(&["load", "/data"]);
+    assert!(o.status.success(), "load failed: {}", stderr(&o));
+    let fetched = |id: &str| worker_stat(&client, id, "ufs_read_bytes");
+    let before: Vec<u64> = ["w0", "w1", "w2"].iter().map(|id| fetched(id)).collect();
+    assert_eq!(
+        before.iter().sum::<u64>(),
+        total,
+        "the load fetched each byte once"
+    );
+
+    // A fourth worker joins; a second load fetches only what it now owns.
+    w.push(lab.worker(3, &[]));
+    wait_for_workers(&client, "4 workers", |w| w.len() == 4);
+    let o = client.cli(&["load", "/data"]);
+    assert!(o.status.success(), "load failed: {}", stderr(&o));
+    for (i, id) in ["w0", "w1", "w2"].iter().enumerate() {
+        assert_eq!(
+            fetched(id),
+            before[i],
+            "{id} fetched again: a key moved between old workers"
+        );
+    }
+    let moved = fetched("w3");
+    let share = moved as f64 / total as f64;
+    eprintln!("join: the new worker took {share:.3} of the bytes (expected about 0.25)");
+    assert!(moved > 0 && share < 0.5, "moved share {share}");
+
+    // Restart w0 on the same state dir: same id, same share, pages still on its disk.
+    w.remove(0).stop();
+    wait_for_workers(&client, "w0 to leave", |w| {
+        w.iter().all(|x| x["id"] != "w0")
+    });
+    w.push(lab.worker(0, &[]));
+    wait_for_workers(&client, "w0 back", |w| {
+        w.iter().any(|x| x["id"] == "w0" && x["live"] == true)
+    });
+    assert!(
+        worker_stat(&client, "w0", "used") > 0,
+        "the restarted worker came back with an empty cache"
+    );
+    let progress = Arc::new(AtomicU64::new(0));
+    read_all_parallel(&client.path("data"), &files, 4, &progress);
+    assert!(
+        worker_stat(&client, "w0", "bytes_served") > 0,
+        "w0 served nothing after restart"
+    );
+    assert_eq!(
+        worker_stat(&client, "w0", "ufs_read_bytes"),
+        0,
+        "the restarted worker fetched again instead of using its disk tier"
+    );
+    client.stop();
+    for x in w {
+        x.stop();
+    }
+}
+
+/// A worker and a client in one network namespace (same host): reads of data complete in the
+/// worker's disk tier arrive as a passed file descriptor over the worker's Unix socket.
+#[test]
+fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
+    let etcd = Etcd::start();
+    let s3 = S3Server::start();
+    s3.create_bucket(BUCKET);
+    let files = Arc::new(dataset(10, &[5 << 20]));
+    write_local(&s3.root().join(BUCKET).join("ds"), &files);
+    let dir = tempfile::tempdir().unwrap();
+    let mut s3_args = s3_args(&s3);
+    s3_args.extend(["--etcd".into(), etcd.endpoint()]);
+    let wstate = dir.path().join("w");
+    let mut cmd = Command::new(SILT);
+    cmd.arg("worker")
+        .args(&s3_args)
+        .args(["--mount", &format!("/data=s3://{BUCKET}/ds")])
+        .args(["--listen", "127.0.0.1:0", "--worker-id", "local"])
+        .args(["--state-dir", wstate.to_str().unwrap()]);
+    let worker = Silt::spawn(cmd, None, &wstate).unwrap_or_else(|e| panic!("worker: {e}"));
+    let cstate = dir.path().join("c");
+    let mp = dir.path().join("mnt");
+    std::fs::create_dir_all(&mp).unwrap();
+    let mut cmd = Command::new(SILT);
+    cmd.arg("mount")
+        .arg(&mp)
+        .args(&s3_args)
+        .args(["--state-dir", cstate.to_str().unwrap()]);
+    let client = Silt::spawn(cmd, Some(&mp), &cstate).unwrap_or_else(|e| panic!("client: {e}"));
+    let o = client.cli(&["load", "/data"]);
+    assert!(o.status.success(), "load failed: {}", stderr(&o));
+    let progress = Arc::new(AtomicU64::new(0));
+    read_all_parallel(&client.path("data"), &files, 2, &progress);
+    let fd_reads = client_metric(&client, "silt_remote_fd_reads_total");
+    let served = worker_stat(&client, "local", "bytes_served");
+    eprintln!(
+        "same host: {fd_reads} reads by passed descriptor, {served} bytes copied over the socket"
+    );
+    assert!(fd_reads > 0, "no read used a passed file descriptor");
+    assert_eq!(
+        served, 0,
+        "bytes were copied although the worker held every file on disk"
+    );
+    client.stop();
+    worker.stop();
+}
+
+/// A static cluster (`--workers`, no etcd) on loopback: a `silt up` client reads through it.
+#[test]
+fn a_static_worker_list_serves_without_etcd() {
+    let s3 = S3Server::start();
+    s3.create_bucket(BUCKET);
+    let files = Arc::new(dataset(20, &[3 << 20]));
+    write_local(&s3.root().join(BUCKET).join("ds"), &files);
+    let dir = tempfile::tempdir().unwrap();
+    let ports: Vec<u16> = (0..2)
+        .map(|_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .unwrap()
+        })
+        .collect();
+    let list = format!("a=127.0.0.1:{},b=127.0.0.1:{}", ports[0], ports[1]);
+    let mut args = s3_args(&s3);
+    args.extend([
+        "--workers".into(),
+        list.clone(),
+        "--mount".into(),
+        format!("/data=s3://{BUCKET}/ds"),
+    ]);
+    let workers: Vec<Silt> = ["a", "b"]
+        .iter()
+        .zip(&ports)
+        .map(|(id, port)| {
+            let state = dir.path().join(id);
+            let mut cmd = Command::new(SILT);
+            cmd.arg("worker")
+                .args(&args)
+                .args(["--worker-id", id, "--listen", &format!("127.0.0.1:{port}")])
+                .args(["--state-dir", state.to_str().unwrap()]);
+            Silt::spawn(cmd, None, &state).unwrap_or_else(|e| panic!("worker {id}: {e}"))
+        })
+        .collect();
+    args.extend(["--placement-group".into(), GROUP.into()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let client = Silt::up(&[], &args, dir.path()).unwrap_or_else(|e| panic!("client: {e}"));
+    let progress = Arc::new(AtomicU64::new(0));
+    read_all_parallel(&client.path("data"), &files, 2, &progress);
+    for id in ["a", "b"] {
+        assert!(
+            worker_stat(&client, id, "bytes_served") > 0,
+            "worker {id} served nothing"
+        );
+    }
+    // A worker id that is not in the list is refused with a clear message.
+    let o = silt(&[
+        "worker",
+        "--workers",
+        &list,
+        "--worker-id",
+        "c",
+        "--mount",
+        "/data=file:///tmp",
+        "--state-dir",
+        dir.path().join("c").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not in --workers"), "{}", stderr(&o));
+    client.stop();
+    for w in workers {
+        w.stop();
+    }
+}
