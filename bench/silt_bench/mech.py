@@ -6,9 +6,13 @@ target/release/{silt, silt-bench, examples/direct_read}.
 """
 import json
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -16,6 +20,13 @@ SILT = os.path.join(ROOT, "target/release/silt")
 DIRECT = os.path.join(ROOT, "target/release/examples/direct_read")
 SILT_BENCH = os.path.join(ROOT, "target/release/silt-bench")
 CHUNK = 1 << 20
+# The etcd of --cluster runs: $SILT_ETCD, else Debian's etcd-server, else etcd on PATH (as
+# crates/silt-testkit's Etcd looks it up).
+ETCD = os.environ.get("SILT_ETCD") or ("/usr/bin/etcd" if os.path.isfile("/usr/bin/etcd") else shutil.which("etcd"))
+
+# Every etcd, worker and client process a Cluster started and has not stopped yet, so that the
+# run's clean-up (bench/run's `finally`) can stop what an exception left behind.
+_LIVE = set()
 
 
 def missing_binaries():
@@ -184,6 +195,214 @@ class Silt:
             self.p.wait()
         if os.path.ismount(self.mnt):
             subprocess.run(["fusermount3", "-uz", self.mnt], check=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ---------------------------------------------------------------- cluster (bench/run --cluster N)
+
+def _terminate(p, timeout=60):
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    _LIVE.discard(p)
+
+
+def stop_all():
+    """Stops every process a Cluster started and still runs (the run's last clean-up)."""
+    for p in list(_LIVE):
+        _terminate(p, timeout=20)
+
+
+def free_port(ip="127.0.0.1"):
+    """A TCP port on `ip` that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def etcd_healthy(endpoint):
+    """Whether etcd answers GET /health with {"health":"true"} (it has a leader)."""
+    try:
+        with urllib.request.urlopen(endpoint + "/health", timeout=2) as r:
+            return r.status == 200 and json.loads(r.read()).get("health") == "true"
+    except (OSError, ValueError):
+        return False
+
+
+def _wait_for_line(p, prefix, log, what, timeout=60):
+    """Copies p's stderr into `log` until a line starts with `prefix`, then keeps copying in the
+    background. Raises if p exits first or `timeout` seconds pass."""
+    seen, done = [], threading.Event()
+
+    def pump():
+        for line in p.stderr:
+            log.write(line)
+            if not seen and line.startswith(prefix):
+                seen.append(line)
+                log.flush()
+                done.set()
+        done.set()  # stderr closed: p exited
+
+    threading.Thread(target=pump, daemon=True).start()
+    done.wait(timeout)
+    if not seen:
+        log.flush()
+        raise RuntimeError(f"{what} did not come up (exit {p.poll()}); see {log.name}")
+
+
+class Etcd:
+    """A one-member etcd on loopback (free ports, its own data dir), for the cluster's
+    membership and mount table; ready once /health reports a leader. Started like
+    crates/silt-testkit's Etcd; a port taken between picking and binding means a retry."""
+
+    def __init__(self, data_dir, attempts=5, timeout=30):
+        if not ETCD:
+            raise RuntimeError("etcd not found ($SILT_ETCD, /usr/bin/etcd, PATH): apt-get install etcd-server")
+        self.dir = data_dir
+        os.makedirs(data_dir, exist_ok=True)
+        self.log_path = os.path.join(data_dir, "etcd.log")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
+        for _ in range(attempts):
+            client, peer = free_port(), free_port()
+            if client == peer:
+                continue
+            self.endpoint = f"http://127.0.0.1:{client}"
+            peer_url = f"http://127.0.0.1:{peer}"
+            shutil.rmtree(os.path.join(data_dir, "data"), ignore_errors=True)
+            with open(self.log_path, "a") as log:
+                self.p = subprocess.Popen(
+                    [ETCD, "--name", "silt-bench", "--data-dir", os.path.join(data_dir, "data"),
+                     "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
+                     "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                     "--initial-cluster", f"silt-bench={peer_url}", "--initial-cluster-state", "new",
+                     "--initial-cluster-token", f"silt-bench-{client}", "--logger", "zap",
+                     "--log-outputs", "stderr"],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+            _LIVE.add(self.p)
+            deadline = time.monotonic() + timeout
+            while self.p.poll() is None and time.monotonic() < deadline:
+                if etcd_healthy(self.endpoint):
+                    return
+                time.sleep(0.05)  # polling for readiness
+            _terminate(self.p, timeout=5)
+            with open(self.log_path) as f:
+                if "address already in use" not in f.read():
+                    break
+        raise RuntimeError(f"etcd did not become healthy; see {self.log_path}")
+
+    def stop(self):
+        _terminate(self.p, timeout=10)
+
+
+class Cluster:
+    """N `silt worker`s on this host (loopback, each its own state dir, RPC port and Unix
+    socket), registered in one fresh etcd, and a client-only `silt mount` at WORK/cmnt whose
+    namespace is the workers' mount table; `path(rel)` is rel through the mount, as for Silt.
+
+    `state` holds STATE/w1..wN (workers: disk tier STATE/wI/cache, memory tier `memory`) and
+    STATE/client (the client: memory-only near cache of `client_memory`, and its metadata
+    snapshot). A fresh `state` is cold everywhere; the `state` a stopped Cluster left is warm in
+    the workers' disk tiers and the client's metadata, while every memory tier (workers' and the
+    client's near cache) and the kernel's cache of the mount start empty, as for a restarted
+    `silt up`. etcd is fresh each time (membership and the mount table are re-published)."""
+
+    def __init__(self, work, state, store, workers, memory="1GiB", disk="40GiB", client_memory="1GiB", extra=()):
+        self.mnt = os.path.join(work, "cmnt")
+        os.makedirs(self.mnt, exist_ok=True)
+        self.state = state
+        self.client_state = os.path.join(state, "client")
+        self.worker_states = [os.path.join(state, f"w{i + 1}") for i in range(workers)]
+        self.log = open(os.path.join(work, "cluster.log"), "a")
+        self.etcd = self.client = None
+        self.workers = []
+        env = dict(store.env(), SILT_LOG="warn")
+        try:
+            self.etcd = Etcd(os.path.join(work, "etcd"))
+            common = ["--etcd", self.etcd.endpoint, "--memory-capacity", memory, *extra]
+            for i, ws in enumerate(self.worker_states):
+                os.makedirs(ws, exist_ok=True)
+                cmd = [SILT, "worker", "--mount", f"/data=s3://{store.bucket}", "--listen", "127.0.0.1:0",
+                       "--worker-id", f"w{i + 1}", "--state-dir", ws,
+                       "--disk-tiers", f"{os.path.join(ws, 'cache')}:{disk}", *common]
+                p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+                _LIVE.add(p)
+                self.workers.append(p)
+            for i, p in enumerate(self.workers):  # they start side by side
+                _wait_for_line(p, "silt: serving as worker", self.log, f"silt worker w{i + 1}")
+            os.makedirs(self.client_state, exist_ok=True)
+            cmd = [SILT, "mount", self.mnt, "--etcd", self.etcd.endpoint, "--state-dir", self.client_state,
+                   "--memory-capacity", client_memory, *extra]
+            self.client = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+            _LIVE.add(self.client)
+            _wait_for_line(self.client, "silt: serving", self.log, "the cluster client (silt mount)")
+            self._wait_for_workers(workers)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_for_workers(self, n, timeout=30):
+        deadline = time.monotonic() + timeout
+        while True:
+            live = [w for w in self.report().get("cluster", {}).get("workers", []) if w.get("live")]
+            if len(live) >= n:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster client sees {len(live)} live workers of {n}; see {self.log.name}")
+            time.sleep(0.1)  # polling the client's view of the membership
+
+    def path(self, rel):
+        return os.path.join(self.mnt, "data", rel)
+
+    def report(self):
+        """The client's report: its own metrics and tiers, and cluster.workers[] (per worker:
+        id, live, bytes_served, ufs_read_bytes, hit_ratio, ...)."""
+        return json.loads(subprocess.check_output([SILT, "report", "--json", "--state-dir", self.client_state]))
+
+    def metric(self, name):
+        return self.report()["metrics"][name]
+
+    def worker_stats(self):
+        """{worker id: its entry in the client's cluster report}."""
+        return {w["id"]: w for w in self.report()["cluster"]["workers"]}
+
+    def pids(self):
+        return [p.pid for p in self.workers + [self.client] if p is not None and p.poll() is None]
+
+    def load(self, rel):
+        subprocess.run([SILT, "load", "--state-dir", self.client_state, "/data/" + rel], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self):
+        """Client first (unmounted, metadata saved), then the workers, then etcd."""
+        if self.client is not None:
+            if self.client.poll() is None:
+                subprocess.run([SILT, "down", "--state-dir", self.client_state], check=False,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                try:
+                    self.client.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    pass
+            _terminate(self.client)
+        if os.path.ismount(self.mnt):
+            subprocess.run(["fusermount3", "-uz", self.mnt], check=False)
+        for p in self.workers:  # all asked at once, then waited for
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.workers:
+            _terminate(p)
+        if self.etcd is not None:
+            self.etcd.stop()
+            shutil.rmtree(self.etcd.dir, ignore_errors=True)
 
     def __enter__(self):
         return self

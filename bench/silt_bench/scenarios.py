@@ -31,9 +31,11 @@ UFS_READ_BYTES = "silt_ufs_read_bytes_total"
 
 
 class Ctx:
-    def __init__(self, store, work, reps=3, quick=False, seed=7, compare=None, silt_extra=(), b6_files=None):
+    def __init__(self, store, work, reps=3, quick=False, seed=7, compare=None, silt_extra=(), b6_files=None,
+                 cluster=0):
         self.store, self.work, self.reps, self.quick, self.seed = store, work, reps, quick, seed
         self.compare = compare  # root of another mount over the same bucket layout, or None
+        self.cluster = cluster  # --cluster N: B1 and B2 also through N workers and a client mount
         self.silt_extra = list(silt_extra)
         self.b6_files = b6_files or ([1000] if quick else [10_000, 100_000])
         self.manifests = {}
@@ -52,6 +54,10 @@ class Ctx:
     def silt(self, state, **kw):
         kw.setdefault("extra", self.silt_extra)
         return mech.Silt(self.work, os.path.join(self.work, state), self.store, **kw)
+
+    def silt_cluster(self, state):
+        return mech.Cluster(self.work, os.path.join(self.work, state), self.store, self.cluster,
+                            extra=self.silt_extra)
 
     def fresh_state(self, name):
         path = os.path.join(self.work, name)
@@ -148,6 +154,8 @@ def b1_b2(ctx, want):
             ctx.add("b2_direct", len(order) / mech.direct(ctx.store, ["small", "8"] + order)[1], "files/s")
         if ctx.compare:
             _peer_reads(ctx, rep, large, order)
+        if ctx.cluster:
+            _cluster_reads(ctx, large, order)
 
         # Silt cold: a fresh state dir. One reader, then (fresh again) four readers and B2.
         if b1:
@@ -194,6 +202,68 @@ def b1_b2(ctx, want):
                 _latency_and_open_files(ctx, s, order)
         shutil.rmtree(os.path.join(ctx.work, state), ignore_errors=True)
         print(f"B1/B2 rep {rep + 1}/{ctx.reps} done", flush=True)
+
+
+def _cluster_reads(ctx, large, order):
+    """B1 and B2 through a client mount backed by ctx.cluster workers (mech.Cluster), the same
+    phases as the single node: cold 1 reader on a fresh cluster; fresh again, cold 4 readers and
+    cold B2; then warm: every process restarted on that state (workers' disk tiers warm; the
+    client's near cache, every memory tier and the kernel's cache of the mount cold), 1 reader
+    and hot; restarted again, 4 readers and warm B2. Figures are named cluster_<single node's>."""
+    b1, b2 = bool(large), bool(order)
+    f = cluster_figure
+    if b1:
+        with ctx.silt_cluster(ctx.fresh_state("c-b1-cold-1")) as c:
+            ctx.add(f("b1_cold_1"), _gb(mech.timed_read([c.path(k) for k in large], 1)), "GB/s")
+        shutil.rmtree(os.path.join(ctx.work, "c-b1-cold-1"), ignore_errors=True)
+    state = ctx.fresh_state("c-b12-cold")
+    with ctx.silt_cluster(state) as c:
+        if b1:
+            cpu = sum(_cpu_seconds(pid) for pid in c.pids())
+            nbytes, secs = mech.timed_read([c.path(k) for k in large], 4)
+            ctx.add(f("b1_cold_4"), nbytes / secs / 1e9, "GB/s")
+            ctx.counter("cluster b1_cold_4 CPU s per GB (client + workers)",
+                        (sum(_cpu_seconds(pid) for pid in c.pids()) - cpu) / (nbytes / 1e9))
+        if b2:
+            ctx.add(f("b2_cold"), len(order) / mech.timed_read([c.path(k) for k in order], 8)[1], "files/s")
+        _cluster_counters(ctx, c, "cold B1+B2", {}, {})
+    if b1:
+        with ctx.silt_cluster(state) as c:
+            before, w0 = c.report()["metrics"], c.worker_stats()
+            ctx.add(f("b1_warm_1"), _gb(mech.timed_read([c.path(k) for k in large], 1)), "GB/s")
+            _cluster_counters(ctx, c, "warm B1 1 reader", before, w0)
+            ctx.add(f("b1_hot_1"), _gb(mech.timed_read([c.path(k) for k in large], 1)), "GB/s")
+    with ctx.silt_cluster(state) as c:
+        before, w0 = c.report()["metrics"], c.worker_stats()
+        if b1:
+            ctx.add(f("b1_warm_4"), _gb(mech.timed_read([c.path(k) for k in large], 4)), "GB/s")
+        if b2:
+            ctx.add(f("b2_warm"), len(order) / mech.timed_read([c.path(k) for k in order], 8)[1], "files/s")
+        _cluster_counters(ctx, c, "warm B1 4 readers + B2" if b1 and b2 else "warm", before, w0)
+    shutil.rmtree(os.path.join(ctx.work, state), ignore_errors=True)
+
+
+CLUSTER_CLIENT_METRICS = ("silt_remote_reads_total", "silt_remote_fd_reads_total", "silt_failovers_total",
+                          UFS_READ_BYTES)
+
+
+def _cluster_counters(ctx, c, phase, before, workers_before):
+    """What the client and each worker did during `phase` (deltas from `before`, the client's
+    metrics, and `workers_before`, the workers' entries of an earlier report; empty: since start).
+    Per worker, in worker order: MiB served over RPC (fd-passed reads not counted) and MiB read
+    from the store; from the client: reads sent to workers, of which fd-passed, failovers, and MiB
+    the client itself read from the store (falling back to it)."""
+    r = c.report()
+    ctx.counter(f"cluster {phase}: live workers", sum(1 for w in r["cluster"]["workers"] if w.get("live")))
+    workers = sorted(r["cluster"]["workers"], key=lambda w: w["id"])
+    for key in ("bytes_served", "ufs_read_bytes"):
+        for w in workers:
+            base = workers_before.get(w["id"], {}).get(key) or 0
+            ctx.counter(f"cluster {phase}: per-worker {key} (MiB)", ((w.get(key) or 0) - base) / 2**20)
+    for name in CLUSTER_CLIENT_METRICS:
+        v = r["metrics"].get(name, 0) - before.get(name, 0)
+        ctx.counter(f"cluster {phase}: client {name}" + (" (MiB)" if name == UFS_READ_BYTES else ""),
+                    v / 2**20 if name == UFS_READ_BYTES else v)
 
 
 def _latency_and_open_files(ctx, s, order, n=1000):
@@ -406,6 +476,39 @@ def b6(ctx):
 
 # ---------------------------------------------------------------- ratios
 
+# The --cluster figures: (single node's figure, what it is, its baseline figure, the baseline).
+CLUSTER_PAIRS = (
+    ("b1_cold_4", "B1 cold", "b1_direct_parallel", "direct parallel"),
+    ("b1_cold_1", "B1 cold 1 reader", "b1_direct_single", "single GET stream"),
+    ("b1_warm_1", "B1 warm", "b1_local_1", "local page cache"),
+    ("b1_warm_4", "B1 warm 4 readers", "b1_local_4", "local page cache"),
+    ("b1_hot_1", "B1 hot", "b1_local_1", "local page cache"),
+    ("b2_cold", "B2 cold", "b2_direct", "direct"),
+    ("b2_warm", "B2 warm", "b2_local", "local"),
+)
+
+
+def cluster_figure(single):
+    """The cluster's figure for one of the single node's, e.g. b1_cold_4 -> cluster_b1_cold_4."""
+    return "cluster_" + single
+
+
+def cluster_ratios(results, n):
+    """{name: value} for the --cluster N figures present in `results` ({figure: runs}): each
+    against the single node's baseline, e.g. "B1 cold ÷ direct parallel (cluster 3)", and against
+    the single node, e.g. "B1 cold: cluster 3 ÷ single node". Ratios of medians."""
+    out = {}
+    for single, label, base, base_label in CLUSTER_PAIRS:
+        c = cluster_figure(single)
+        if c not in results:
+            continue
+        if base in results:
+            out[f"{label} ÷ {base_label} (cluster {n})"] = stats.ratio_of_medians(results[c], results[base])
+        if single in results:
+            out[f"{label}: cluster {n} ÷ single node"] = stats.ratio_of_medians(results[c], results[single])
+    return out
+
+
 def ratios(ctx):
     """{ratio id: value} from the medians; ids with a goal match stats.GOALS."""
     R = ctx.results
@@ -447,4 +550,6 @@ def ratios(ctx):
         r("B1 cold ÷ peer cold", "b1_cold_4", "peer_b1_cold_4")
         r("B2 cold ÷ peer cold", "b2_cold", "peer_b2_cold")
         r("B3 second ÷ peer second", "b3_second", "peer_b3_second")
+    if ctx.cluster:
+        out.update(cluster_ratios(R, ctx.cluster))
     return out

@@ -386,11 +386,21 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     let rt = runtime()?;
     let _lock = lock_state_dir(&cfg.state_dir)?;
     let id = worker_id(&cfg)?;
-    if !cfg.workers.is_empty() && !cfg.workers.iter().any(|(w, _)| *w == id) {
+    // In a static cluster the list says where this worker is reached.
+    let listed = cfg
+        .workers
+        .iter()
+        .find(|(w, _)| *w == id)
+        .map(|(_, a)| a.clone());
+    if !cfg.workers.is_empty() && listed.is_none() {
         return Err(Error::invalid(format!(
             "this worker's id {id:?} is not in --workers; give --worker-id with one of the listed ids"
         ))
         .into());
+    }
+    if listed.is_none() && cfg.advertise.is_empty() {
+        // Fails now, before joining anything, when listening on every address.
+        cfg.advertised_addr()?;
     }
     let m = rt.block_on(membership(&cfg))?;
     let mounts = rt.block_on(cluster_mounts(&cfg, m.as_ref()))?;
@@ -408,10 +418,11 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
         .block_on(tokio::net::TcpListener::bind(&cfg.listen))
         .with_context(|| format!("listening on {}", cfg.listen))?;
     let bound = tcp.local_addr()?;
-    let addr = if cfg.advertise.is_empty() && !bound.ip().is_unspecified() {
-        bound.to_string()
-    } else {
-        cfg.advertised_addr()?
+    // Listed address, else --advertise, else the bound one (port 0 resolved).
+    let addr = match listed {
+        Some(a) => a,
+        None if !cfg.advertise.is_empty() => cfg.advertise.clone(),
+        None => bound.to_string(),
     };
     let uds_path = cfg.state_dir.join(WORKER_SOCKET);
     let _ = std::fs::remove_file(&uds_path);

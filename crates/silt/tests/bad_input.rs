@@ -368,3 +368,71 @@ fn path_outside_any_mount_and_no_daemon() {
         None,
     );
 }
+
+#[test]
+fn cluster_options_and_unreachable_cluster() {
+    let d = dirs();
+    let uri = format!("/data=file://{}", d.data);
+    let mp = Path::new(&d.mp);
+    let worker = |extra: &[&str]| {
+        let mut a = vec!["worker", "--state-dir", &d.state, "--mount", &uri];
+        a.extend_from_slice(extra);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let run = |args: Vec<String>, needle: &str, mp: Option<&Path>| {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails_with(&a, needle, mp)
+    };
+    run(worker(&[]), "needs a cluster", None);
+    run(
+        worker(&["--etcd", "https://127.0.0.1:2379"]),
+        "http://",
+        None,
+    );
+    run(worker(&["--workers", "w1"]), "ID=HOST:PORT", None);
+    run(worker(&["--workers", "w/1=127.0.0.1:1"]), "worker id", None);
+    run(worker(&["--listen", "nowhere"]), "HOST:PORT", None);
+    run(worker(&["--member-ttl", "100ms"]), "at least 1s", None);
+    run(
+        worker(&["--etcd", "http://127.0.0.1:1", "--workers", "a=127.0.0.1:2"]),
+        "give one of them",
+        None,
+    );
+    // Listening on every address without saying where others reach this worker.
+    run(
+        worker(&["--etcd", "http://127.0.0.1:1", "--worker-id", "a"]),
+        "--advertise",
+        None,
+    );
+    // etcd that does not answer: a clear error naming it, at once, for workers and clients.
+    run(
+        worker(&[
+            "--etcd",
+            "http://127.0.0.1:1",
+            "--worker-id",
+            "a",
+            "--listen",
+            "127.0.0.1:0",
+        ]),
+        "127.0.0.1:1",
+        None,
+    );
+    fails_with(
+        &[
+            "mount",
+            &d.mp,
+            "--state-dir",
+            &d.state,
+            "--etcd",
+            "http://127.0.0.1:1",
+        ],
+        "127.0.0.1:1",
+        Some(mp),
+    );
+    // A client-only mount needs a cluster.
+    fails_with(
+        &["mount", &d.mp, "--state-dir", &d.state],
+        "--etcd",
+        Some(mp),
+    );
+}
