@@ -264,6 +264,10 @@ def _cluster_counters(ctx, c, phase, before, workers_before):
         v = r["metrics"].get(name, 0) - before.get(name, 0)
         ctx.counter(f"cluster {phase}: client {name}" + (" (MiB)" if name == UFS_READ_BYTES else ""),
                     v / 2**20 if name == UFS_READ_BYTES else v)
+    opens = r.get("opens", {})
+    if "passthrough" in opens:  # since the client started (it is restarted for each warm phase)
+        ctx.counter(f"cluster {phase}: client passthrough opens / all opens",
+                    opens["passthrough"] / max(1, opens["passthrough"] + opens.get("daemon", 0)))
 
 
 def _latency_and_open_files(ctx, s, order, n=1000):

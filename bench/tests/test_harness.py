@@ -319,3 +319,72 @@ def test_scenario_ratios_from_medians():
     assert r["B4 hit ratio"] == pytest.approx(0.4)  # the worse of the two epochs' medians
     assert r["B6 per file"] == 250  # the largest file set
     assert "B2 warm" not in r and "B2 warm peer" not in r  # nothing measured, nothing claimed
+
+
+def test_cluster_ratios_names_and_arithmetic():
+    results = {"b1_cold_4": [0.2, 0.2, 0.2], "cluster_b1_cold_4": [0.1, 0.15, 0.2], "b1_direct_parallel": [0.3, 0.3, 0.3],
+               "b1_warm_1": [2, 2, 2], "cluster_b1_warm_1": [0.4, 0.5, 0.6], "b1_local_1": [10, 10, 10],
+               "b2_cold": [200, 250, 300], "cluster_b2_cold": [100, 100, 100], "b2_direct": [80, 80, 80],
+               # a figure the cluster did not measure: no ratio claims it
+               "b2_warm": [1000]}
+    r = scenarios.cluster_ratios(results, 3)
+    assert r["B1 cold ÷ direct parallel (cluster 3)"] == pytest.approx(0.5)
+    assert r["B1 cold: cluster 3 ÷ single node"] == pytest.approx(0.75)
+    assert r["B1 warm ÷ local page cache (cluster 3)"] == pytest.approx(0.05)
+    assert r["B1 warm: cluster 3 ÷ single node"] == pytest.approx(0.25)
+    assert r["B2 cold ÷ direct (cluster 3)"] == pytest.approx(1.25)
+    assert r["B2 cold: cluster 3 ÷ single node"] == pytest.approx(0.4)
+    assert len(r) == 6
+    # Without the single node's figure or the baseline, only the ratio that can be computed.
+    r = scenarios.cluster_ratios({"cluster_b2_warm": [50], "b2_local": [100]}, 2)
+    assert r == {"B2 warm ÷ local (cluster 2)": pytest.approx(0.5)}
+    # With every figure present: two ratios per pair, no two with the same name.
+    every = {}
+    for single, _, base, _ in scenarios.CLUSTER_PAIRS:
+        every.update({single: [1.0], base: [2.0], scenarios.cluster_figure(single): [0.5]})
+    r = scenarios.cluster_ratios(every, 3)
+    assert len(r) == 2 * len(scenarios.CLUSTER_PAIRS)
+    assert all(k.endswith("(cluster 3)") or "cluster 3 ÷ single node" in k for k in r)
+
+
+def test_cluster_ratios_only_with_cluster_and_no_goal_row():
+    ctx = scenarios.Ctx(None, "/nonexistent", reps=1)
+    for name, v in {"b1_cold_4": 0.2, "b1_direct_parallel": 0.2, "cluster_b1_cold_4": 0.1}.items():
+        ctx.add(name, v, "GB/s")
+    assert not any("cluster" in k for k in scenarios.ratios(ctx))
+    ctx.cluster = 4
+    r = scenarios.ratios(ctx)
+    assert r["B1 cold"] == pytest.approx(1.0)
+    assert r["B1 cold ÷ direct parallel (cluster 4)"] == pytest.approx(0.5)
+    # Cluster ratios are reported, not held against the single node's goals.
+    assert not any(k in stats.GOALS_BY_ID for k in r if "cluster" in k)
+    assert len(stats.gaps(r)) == 1
+
+
+def test_wait_for_line_sees_the_ready_line_or_the_exit(tmp_path):
+    import subprocess
+    log = open(tmp_path / "log", "a")
+    p = subprocess.Popen([sys.executable, "-c", "import sys; print('starting', file=sys.stderr); "
+                          "print('silt: serving as worker w1', file=sys.stderr)"], stderr=subprocess.PIPE, text=True)
+    mech._wait_for_line(p, "silt: serving as worker", log, "w1")
+    p.wait()
+    p = subprocess.Popen([sys.executable, "-c", "import sys; print('error: no', file=sys.stderr); sys.exit(3)"],
+                         stderr=subprocess.PIPE, text=True)
+    with pytest.raises(RuntimeError, match="did not come up"):
+        mech._wait_for_line(p, "silt: serving", log, "client")
+    p.wait()
+    log.close()
+    text = (tmp_path / "log").read_text()
+    assert "starting" in text and "error: no" in text
+
+
+@pytest.mark.skipif(not mech.ETCD, reason="no etcd binary")
+def test_etcd_starts_healthy_and_stops(tmp_path):
+    e = mech.Etcd(str(tmp_path / "etcd"))
+    try:
+        assert mech.etcd_healthy(e.endpoint)
+        assert e.p in mech._LIVE
+    finally:
+        mech.stop_all()  # the run's last-resort clean-up stops it too
+    assert e.p.poll() is not None and e.p not in mech._LIVE
+    assert not mech.etcd_healthy(e.endpoint)
