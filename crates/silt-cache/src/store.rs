@@ -1094,6 +1094,34 @@ impl PageStore {
         Some(path)
     }
 
+    /// `Some(path)` iff pages `first..=last` of the object are all in one disk tier's data
+    /// file and known good (written by this process or recovered after a clean shutdown): the
+    /// object's bytes of those pages are at their own offsets in `path`, so a reader may
+    /// `pread` them there (a same-host client, through a passed descriptor). Pages recovered
+    /// after a crash are not offered (`get` verifies them instead). Pin the object first.
+    pub fn disk_range(
+        &self,
+        object: ObjectId,
+        object_size: u64,
+        first: u64,
+        last: u64,
+    ) -> Option<PathBuf> {
+        let st = self.shared.state.lock();
+        let s = st.lookup(object)?;
+        let slot = st.slot(s)?;
+        if slot.size != object_size || slot.tier == NO_TIER || !slot.verified {
+            return None;
+        }
+        let tier = &st.disks[usize::from(slot.tier)];
+        for i in first..=last {
+            let p = tier.pages.get(&pkey(s, u32::try_from(i).ok()?))?;
+            if p.handle == PENDING {
+                return None;
+            }
+        }
+        Some(tier.data_path(object))
+    }
+
     /// While the returned guard (or any other for the object) lives, no disk page of the
     /// object is evicted. Explicit removal (`remove_object`, a failed checksum) still works.
     pub fn pin(&self, object: ObjectId) -> PinGuard {

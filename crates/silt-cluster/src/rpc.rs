@@ -9,8 +9,8 @@
 //! Ranges are bytes, not pages, so processes with different page sizes interoperate.
 //!
 //! Same host: over the worker's Unix socket a client may ask for a file descriptor instead of
-//! bytes (`fd: true`). When the object is complete in the worker's disk tier, the worker pins
-//! it, answers `{"fd": true}` and passes the open data file (SCM_RIGHTS); the client reads its
+//! bytes (`fd: true`). When every page of the range is in the worker's disk tier (the data
+//! file holds each page at its own offset), the worker pins the object, answers `{"fd": true}` and passes the open data file (SCM_RIGHTS); the client reads its
 //! range with `pread` and then sends `done`, and only then is the pin released, so eviction
 //! can never punch a hole under a read in progress. Otherwise the worker sends bytes.
 
@@ -287,7 +287,7 @@ async fn serve_one(
             metrics::RPC_READS_SERVED.inc();
             if req.fd {
                 if let Conn::Unix(u) = s {
-                    if let Some(done) = try_send_fd(u, svc, &obj).await? {
+                    if let Some(done) = try_send_fd(u, svc, &obj, req.offset, req.len).await? {
                         return done;
                     }
                 }
@@ -314,16 +314,24 @@ async fn serve_one(
     }
 }
 
-/// Passes the object's disk-tier file if it is complete there. `None`: not possible, send
-/// bytes instead. The pin is held until the client says it has read.
+/// Passes the object's disk-tier file if every page of `[offset, offset + len)` is there.
+/// `None`: not possible, send bytes instead. The pin is held until the client says it has
+/// read.
 async fn try_send_fd(
     u: &mut UnixStream,
     svc: &Service,
     obj: &ObjectRef,
+    offset: u64,
+    len: u64,
 ) -> std::result::Result<Option<std::result::Result<(), ServeError>>, ServeError> {
+    let end = match offset.checked_add(len) {
+        Some(end) if len > 0 && end <= obj.size() => end,
+        _ => return Ok(None), // the bytes path answers with the error
+    };
+    let ps = svc.worker.page_size();
     let store = svc.worker.page_store();
     let _pin = store.pin(obj.id);
-    let Some(path) = store.complete_file(obj.id, obj.size()) else {
+    let Some(path) = store.disk_range(obj.id, obj.size(), offset / ps, (end - 1) / ps) else {
         return Ok(None);
     };
     let Ok(file) = std::fs::File::open(&path) else {

@@ -830,3 +830,34 @@ mod model {
         }
     }
 }
+
+#[test]
+fn disk_range_offers_present_pages_at_their_offsets() {
+    let dir = TempDir::new().unwrap();
+    let store = PageStore::open(cfg(4, &[(dir.path(), 20)], 1.0, 1.0)).unwrap();
+    let size = 6 * PS + 10;
+    for i in [1, 2, 3, 5] {
+        put(&store, 3, i, size);
+    }
+    let o = ObjectId(3);
+    assert_eq!(
+        store.disk_range(o, size, 1, 3),
+        Some(data_file(dir.path(), 3))
+    );
+    assert_eq!(
+        store.disk_range(o, size, 5, 5),
+        Some(data_file(dir.path(), 3))
+    );
+    // A missing page anywhere in the range, a wrong size, an unknown object: nothing.
+    assert_eq!(store.disk_range(o, size, 0, 1), None);
+    assert_eq!(store.disk_range(o, size, 3, 5), None);
+    assert_eq!(store.disk_range(o, size + 1, 1, 1), None);
+    assert_eq!(store.disk_range(ObjectId(4), size, 0, 0), None);
+    // The bytes of the offered range are the object's, at the object's offsets.
+    let whole = object_bytes(o, size);
+    let file = fs::read(data_file(dir.path(), 3)).unwrap();
+    assert_eq!(
+        file[PS as usize..4 * PS as usize],
+        whole[PS as usize..4 * PS as usize]
+    );
+}
