@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use silt_common::metrics;
 use silt_common::{Error, ErrorKind, Result};
 use silt_ufs::{EntryKind, ObjectMeta};
-use silt_worker::{ObjectRef, ReadSource, Worker};
+use silt_worker::{BackingSource, HeldFile, ObjectRef, ReadSource, Worker};
 use tokio::runtime::Handle;
 
 use meta::{Cached, MetaCache};
@@ -126,6 +126,8 @@ pub struct Client {
     listings: silt_cache::SingleFlight<String, ListFlight>,
     opts: ClientOptions,
     rt: Handle,
+    /// Same-host workers that can lend their cache files (cluster clients).
+    backing: Option<Arc<dyn BackingSource>>,
 }
 
 fn parent_and_name(path: &str) -> Option<(&str, &str)> {
@@ -155,7 +157,21 @@ impl Client {
             worker,
             opts,
             rt,
+            backing: None,
         }
+    }
+
+    /// Lets opens use files lent by `source` (a same-host worker's cache) for passthrough.
+    pub fn with_backing_source(mut self, source: Arc<dyn BackingSource>) -> Self {
+        self.backing = Some(source);
+        self
+    }
+
+    /// A local file for `obj` held for the caller, if a backing source can lend one. Blocks
+    /// (for FUSE threads outside the runtime).
+    pub fn hold_backing_blocking(&self, obj: &ObjectRef) -> Option<HeldFile> {
+        let source = self.backing.as_ref()?;
+        self.rt.block_on(source.hold(obj))
     }
 
     /// Saves the metadata cache to `path` (after a clean unmount) so the next start can reuse

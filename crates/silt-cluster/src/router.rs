@@ -31,7 +31,7 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use serde_json::Value;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
-use silt_worker::{Fetcher, ObjectRef};
+use silt_worker::{BackingSource, Fetcher, HeldFile, ObjectRef};
 
 use crate::membership::{Member, Membership};
 use crate::placement;
@@ -245,6 +245,30 @@ pub fn split(range: Range<u64>, group: u64) -> Vec<Range<u64>> {
         start = end;
     }
     out
+}
+
+#[async_trait]
+impl BackingSource for Router {
+    /// A file whole on one worker of this host is lent by it for passthrough. Only files of
+    /// one placement group: larger ones are spread over workers and have no single file.
+    async fn hold(&self, obj: &ObjectRef) -> Option<HeldFile> {
+        if obj.size() == 0 || obj.size() > self.opts.group_size {
+            return None;
+        }
+        let owner = self.candidates(obj.id, 0).into_iter().next()?;
+        let client = self.client(&owner);
+        if !matches!(client.endpoint(), Endpoint::Unix(_)) {
+            return None;
+        }
+        match self.attempt(&owner, client.hold(obj)).await {
+            Ok(held) => held,
+            Err(e) => {
+                // Reads will find out whether the worker is really gone; here just go without.
+                tracing::debug!(worker = %owner.id, error = %e, "no file loan");
+                None
+            }
+        }
+    }
 }
 
 #[async_trait]

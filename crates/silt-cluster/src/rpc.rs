@@ -13,6 +13,8 @@
 //! file holds each page at its own offset), the worker pins the object, answers `{"fd": true}` and passes the open data file (SCM_RIGHTS); the client reads its
 //! range with `pread` and then sends `done`, and only then is the pin released, so eviction
 //! can never punch a hole under a read in progress. Otherwise the worker sends bytes.
+//! For FUSE passthrough (`hold`) a client needs a file for the whole life of an open, so the
+//! worker lends a private copy instead (see `hold`).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
@@ -193,6 +195,7 @@ impl Service {
             "hit_ratio": if lookups > 0 { s.hits as f64 / lookups as f64 } else { 0.0 },
             "reads_served": metrics::RPC_READS_SERVED.get(),
             "bytes_served": metrics::RPC_BYTES_SERVED.get(),
+            "files_lent": metrics::RPC_FILES_LENT.get(),
             "ufs_read_bytes": metrics::UFS_READ_BYTES.get(),
         })
     }
@@ -302,6 +305,15 @@ async fn serve_one(
             }
             Ok(())
         }
+        "hold" => {
+            let obj = svc.object(req).await?;
+            match s {
+                Conn::Unix(u) => hold(u, svc, &obj).await,
+                Conn::Tcp(_) => {
+                    Err(Error::invalid("hold is only offered over the worker's Unix socket").into())
+                }
+            }
+        }
         "load" => {
             let obj = svc.object(req).await?;
             let pages = svc.pages(&obj, req.offset, req.len).await?;
@@ -312,6 +324,56 @@ async fn serve_one(
         }
         other => Err(Error::invalid(format!("unknown operation {other:?}")).into()),
     }
+}
+
+/// Lends a same-host client a **private copy** of the object's disk-tier file for FUSE
+/// passthrough, if the whole object is there: an unnamed file (`O_TMPFILE`) in the tier's
+/// directory, filled while the object is pinned (`copy_file_range`, or a reflink where the file
+/// system shares blocks). The copy belongs to the client alone, so nothing the worker does later
+/// — evicting, punching holes, restarting — can change bytes under the client's readers; it is
+/// freed when the client's last handle closes. Otherwise answers `{"fd": false}`.
+async fn hold(
+    u: &mut UnixStream,
+    svc: &Service,
+    obj: &ObjectRef,
+) -> std::result::Result<(), ServeError> {
+    let store = svc.worker.page_store().clone();
+    let (id, size) = (obj.id, obj.size());
+    let copy = tokio::task::spawn_blocking(move || {
+        let _pin = store.pin(id);
+        let path = store.complete_file(id, size)?;
+        private_copy(&path, size).ok()
+    })
+    .await
+    .map_err(|e| Error::internal(format!("copying a cache file: {e}")))?;
+    let Some(copy) = copy else {
+        return write_json(u, &json!({"fd": false})).await.map_err(broken);
+    };
+    write_json(u, &json!({"fd": true})).await.map_err(broken)?;
+    send_fd(u, copy.as_raw_fd()).await.map_err(broken)?;
+    metrics::RPC_FILES_LENT.inc();
+    Ok(())
+}
+
+/// An unnamed copy of the first `size` bytes of `path`, in the same directory.
+fn private_copy(path: &std::path::Path, size: u64) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let mut src = std::fs::File::open(path)?;
+    let mut dst = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .mode(0o400)
+        .open(dir)?;
+    let copied = std::io::copy(&mut std::io::Read::take(&mut src, size), &mut dst)?;
+    if copied != size {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "cache file shorter than its object",
+        ));
+    }
+    Ok(dst)
 }
 
 /// Passes the object's disk-tier file if every page of `[offset, offset + len)` is there.
@@ -642,6 +704,40 @@ impl WorkerClient {
         self.put_back(c);
         metrics::REMOTE_FD_READS.inc();
         finish(bytes, len)
+    }
+
+    /// A private copy of the object's cache file from a same-host worker (see `hold` on the
+    /// server), for passthrough: `None` if the worker does not hold the whole object on disk.
+    pub async fn hold(&self, obj: &ObjectRef) -> Result<Option<silt_worker::HeldFile>> {
+        if !matches!(self.endpoint, Endpoint::Unix(_)) {
+            return Ok(None);
+        }
+        let mut c = self.conn().await?;
+        let req = Request {
+            v: PROTOCOL_VERSION,
+            op: "hold".into(),
+            object: Some(WireObject::from_ref(obj)),
+            offset: 0,
+            len: 0,
+            fd: true,
+        };
+        write_json(&mut c, &req).await?;
+        let head = expect_json(&mut c).await?;
+        let file = if head.get("fd").and_then(Value::as_bool) == Some(true) {
+            let Conn::Unix(u) = &c else {
+                return Err(Error::internal("hold over a non-Unix connection"));
+            };
+            Some(std::fs::File::from(recv_fd(u).await?))
+        } else {
+            None
+        };
+        expect_end(&mut c).await?;
+        self.put_back(c);
+        // The copy is the client's own: nothing to keep alive beside the file.
+        Ok(file.map(|file| silt_worker::HeldFile {
+            file,
+            guard: Box::new(()),
+        }))
     }
 
     /// A JSON call (`stats`, `ping`, `load`): the one JSON answer.

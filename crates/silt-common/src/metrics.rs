@@ -77,6 +77,7 @@ define_metrics! {
     FAILOVER_UFS_READS = "silt_failover_ufs_reads_total", "Reads a client served from the under-store because no candidate worker answered.";
     RPC_READS_SERVED = "silt_rpc_reads_served_total", "Read requests a worker served to clients.";
     RPC_BYTES_SERVED = "silt_rpc_bytes_served_total", "Bytes a worker sent to clients (not counting passed file descriptors).";
+    RPC_FILES_LENT = "silt_rpc_files_lent_total", "Cache files a worker lent to same-host clients for FUSE passthrough (pinned until the client lets go).";
 }
 
 #[cfg(test)]

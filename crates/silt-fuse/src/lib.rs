@@ -27,7 +27,6 @@ use fuser::{
     ReplyStatfs, Request, SessionACL,
 };
 use parking_lot::Mutex;
-use silt_cache::PinGuard;
 use silt_client::{Client, Entry, OpenFile};
 use silt_common::config::PassthroughMode;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
@@ -83,10 +82,14 @@ impl FuseState {
 struct Handle {
     file: Arc<OpenFile>,
     ino: u64,
-    /// Keeps the object's disk pages from eviction while the kernel reads the backing file.
-    _pin: Option<PinGuard>,
+    /// Keeps the object's disk pages from eviction while the kernel reads the backing file
+    /// (a local pin, or a same-host worker's pin held over its socket).
+    _pin: Option<Box<dyn Send + Sync>>,
     passthrough: bool,
 }
+
+/// A passthrough open: the backing, the guard keeping its bytes in place, where it came from.
+type Passthrough = (Arc<BackingId>, Box<dyn Send + Sync>, &'static str);
 
 /// One backing file registered with the kernel, shared by every passthrough handle of an inode.
 struct Backing {
@@ -191,13 +194,15 @@ impl SiltFs {
         self.block(self.client.list(&path)).map_err(|e| errno(&e))
     }
 
-    /// Opens the backing file for passthrough if the whole object is on local disk.
+    /// Opens the backing file for passthrough if the whole object is on local disk, or lent
+    /// by a worker on this host. Returns the backing, the guard that keeps the file's bytes
+    /// in place while the handle lives, and where the file came from.
     fn try_passthrough(
         &self,
         ino: u64,
         file: &OpenFile,
         reply: &ReplyOpen,
-    ) -> std::result::Result<(Arc<BackingId>, PinGuard), &'static str> {
+    ) -> std::result::Result<Passthrough, &'static str> {
         if !self.state.passthrough_enabled.load(Ordering::Relaxed) {
             return Err(if self.opts.passthrough == PassthroughMode::Off {
                 "passthrough disabled by configuration"
@@ -210,19 +215,36 @@ impl SiltFs {
         // Pin first so no page can be evicted between the completeness check and the kernel
         // opening the file.
         let pin = store.pin(obj.id);
-        let Some(local) = store.complete_file(obj.id, obj.size()) else {
-            return Err("not fully cached on local disk");
-        };
+        let (opened, guard, origin): (Option<File>, Box<dyn Send + Sync>, _) =
+            match store.complete_file(obj.id, obj.size()) {
+                Some(local) => (
+                    File::open(&local).ok(),
+                    Box::new(pin),
+                    "whole file in local disk tier",
+                ),
+                None => {
+                    drop(pin);
+                    let held = self
+                        .client
+                        .hold_backing_blocking(obj)
+                        .ok_or("not fully cached on local disk")?;
+                    (
+                        Some(held.file),
+                        held.guard,
+                        "whole file in a same-host worker's disk tier",
+                    )
+                }
+            };
         let mut backings = self.backings.lock();
         if let Some(b) = backings.get_mut(&ino) {
             if b.object == obj.id {
                 b.handles += 1;
-                return Ok((b.id.clone(), pin));
+                return Ok((b.id.clone(), guard, origin));
             }
             // Another version is still open through passthrough; serve this one via the daemon.
             return Err("older version of the file still open");
         }
-        let f = File::open(&local).map_err(|_| "could not open the cached file")?;
+        let f = opened.ok_or("could not open the cached file")?;
         let id = reply.open_backing(&f).map_err(|e| {
             tracing::warn!(path = %file.entry.path, error = %e, "passthrough backing open failed");
             "kernel refused the backing file"
@@ -236,7 +258,7 @@ impl SiltFs {
                 handles: 1,
             },
         );
-        Ok((id, pin))
+        Ok((id, guard, origin))
     }
 
     fn release_backing(&self, ino: u64) {
@@ -350,12 +372,11 @@ impl fuser::Filesystem for SiltFs {
         };
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         match self.try_passthrough(ino.0, &file, &reply) {
-            Ok((backing, pin)) => {
+            Ok((backing, pin, origin)) => {
                 metrics::FUSE_OPENS_PASSTHROUGH.inc();
                 // The kernel reads it without asking us: every page of the file is a hit.
                 metrics::PAGE_HITS.add(self.client.worker().page_count(file.size()));
-                self.state
-                    .record(&path, "passthrough", "whole file in local disk tier");
+                self.state.record(&path, "passthrough", origin);
                 self.handles.lock().insert(
                     fh,
                     Handle {

@@ -95,6 +95,21 @@ pub trait Fetcher: Send + Sync {
     async fn fetch(&self, obj: &ObjectRef, range: Range<u64>) -> Result<Bytes>;
 }
 
+/// A local file holding an object's bytes at their own offsets, guaranteed to stay so while
+/// `guard` lives (a same-host worker lends a private copy of its cache file, so its guard
+/// holds nothing).
+pub struct HeldFile {
+    pub file: std::fs::File,
+    pub guard: Box<dyn Send + Sync>,
+}
+
+/// Where a client without the object on its own disk can still get a local file for it (for
+/// FUSE passthrough). `None`: not possible now (not on this host, not complete, no answer).
+#[async_trait::async_trait]
+pub trait BackingSource: Send + Sync {
+    async fn hold(&self, obj: &ObjectRef) -> Option<HeldFile>;
+}
+
 /// Reads straight from the object's under-store (a worker of the cluster, or a single node).
 pub struct StoreFetcher;
 

@@ -251,12 +251,12 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
         rt.handle().clone(),
         fetcher,
     ));
-    let client = Arc::new(Client::new(
-        ns,
-        worker,
-        client_options(&cfg),
-        rt.handle().clone(),
-    ));
+    let mut client = Client::new(ns, worker, client_options(&cfg), rt.handle().clone());
+    if let Some(router) = &cluster {
+        // Files whole on a same-host worker open in passthrough from that worker's cache.
+        client = client.with_backing_source(router.clone());
+    }
+    let client = Arc::new(client);
 
     // Listings and stats still fresh from before a clean restart (see silt_client::snapshot).
     let snapshot = cfg.state_dir.join(METADATA_SNAPSHOT);

@@ -389,22 +389,29 @@ fn a_joining_worker_takes_only_its_share_and_a_restarted_one_keeps_its_cache() {
     }
 }
 
-/// A worker and a client in one network namespace (same host): reads of data complete in the
-/// worker's disk tier arrive as a passed file descriptor over the worker's Unix socket.
+/// A worker and a client in one network namespace (same host): files whole on the worker's
+/// disk open in FUSE passthrough from the worker's own cache file (lent over its Unix socket),
+/// and reads of larger files arrive as passed file descriptors; no byte is copied.
 #[test]
 fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
     let etcd = Etcd::start();
     let s3 = S3Server::start();
     s3.create_bucket(BUCKET);
+    // Small files are one placement group each; the 5 MiB file spans five.
     let files = Arc::new(dataset(10, &[5 << 20]));
     write_local(&s3.root().join(BUCKET).join("ds"), &files);
     let dir = tempfile::tempdir().unwrap();
-    let mut s3_args = s3_args(&s3);
-    s3_args.extend(["--etcd".into(), etcd.endpoint()]);
+    let mut args = s3_args(&s3);
+    args.extend([
+        "--etcd".into(),
+        etcd.endpoint(),
+        "--placement-group".into(),
+        GROUP.into(),
+    ]);
     let wstate = dir.path().join("w");
     let mut cmd = Command::new(SILT);
     cmd.arg("worker")
-        .args(&s3_args)
+        .args(&args)
         .args(["--mount", &format!("/data=s3://{BUCKET}/ds")])
         .args(["--listen", "127.0.0.1:0", "--worker-id", "local"])
         .args(["--state-dir", wstate.to_str().unwrap()]);
@@ -415,19 +422,29 @@ fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
     let mut cmd = Command::new(SILT);
     cmd.arg("mount")
         .arg(&mp)
-        .args(&s3_args)
+        .args(&args)
         .args(["--state-dir", cstate.to_str().unwrap()]);
     let client = Silt::spawn(cmd, Some(&mp), &cstate).unwrap_or_else(|e| panic!("client: {e}"));
     let o = client.cli(&["load", "/data"]);
     assert!(o.status.success(), "load failed: {}", stderr(&o));
     let progress = Arc::new(AtomicU64::new(0));
     read_all_parallel(&client.path("data"), &files, 2, &progress);
+    let report = client.report();
+    let passthrough = report["metrics"]["silt_fuse_opens_passthrough_total"]
+        .as_u64()
+        .unwrap_or(0);
     let fd_reads = client_metric(&client, "silt_remote_fd_reads_total");
     let served = worker_stat(&client, "local", "bytes_served");
+    let lent = worker_stat(&client, "local", "files_lent");
     eprintln!(
-        "same host: {fd_reads} reads by passed descriptor, {served} bytes copied over the socket"
+        "same host: {passthrough} passthrough opens on {lent} lent files, {fd_reads} reads by passed descriptor, {served} bytes copied over the socket"
     );
-    assert!(fd_reads > 0, "no read used a passed file descriptor");
+    assert!(passthrough >= 10, "small files did not open in passthrough");
+    assert!(lent >= 10, "the worker lent {lent} files");
+    assert!(
+        fd_reads > 0,
+        "no read of the large file used a passed file descriptor"
+    );
     assert_eq!(
         served, 0,
         "bytes were copied although the worker held every file on disk"
