@@ -412,12 +412,16 @@ async fn keepalive_loop(
     let lease = AtomicI64::new(lease);
     let ttl_dur = Duration::from_secs(ttl.unsigned_abs());
     let interval = ttl_dur / 3;
-    // A keepalive must not outlive the lease it renews.
-    let timeout = (ttl_dur / 2).clamp(Duration::from_secs(1), REQUEST_TIMEOUT);
+    // A keepalive must not outlive the lease it renews, and a failed one is retried soon
+    // (not a whole interval later), so one slow answer from etcd does not lose the lease.
+    let timeout = (ttl_dur / 4).clamp(Duration::from_millis(500), REQUEST_TIMEOUT);
+    let retry = (interval / 4).max(Duration::from_millis(200));
     let work = async {
         let mut lost = false;
+        let mut wait = interval;
         loop {
-            tokio::time::sleep(interval).await;
+            tokio::time::sleep(wait).await;
+            wait = interval;
             if lost {
                 match grant_and_put(&inner.client, &key, &value, ttl).await {
                     Ok(id) => {
@@ -429,7 +433,10 @@ async fn keepalive_loop(
                             "re-registered in etcd after losing the lease"
                         );
                     }
-                    Err(e) => tracing::warn!(key, "re-registering in etcd: {e}"),
+                    Err(e) => {
+                        tracing::warn!(key, "re-registering in etcd: {e}");
+                        wait = retry;
+                    }
                 }
                 continue;
             }
@@ -444,7 +451,10 @@ async fn keepalive_loop(
                     tracing::warn!(key, lease = id, "etcd lease gone ({e}); registering again");
                     lost = true;
                 }
-                Err(e) => tracing::warn!(key, lease = id, "etcd keepalive: {e}"),
+                Err(e) => {
+                    tracing::warn!(key, lease = id, "etcd keepalive: {e}");
+                    wait = retry;
+                }
             }
         }
     };

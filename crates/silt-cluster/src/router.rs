@@ -35,7 +35,7 @@ use silt_worker::{BackingSource, Fetcher, HeldFile, ObjectRef};
 
 use crate::membership::{Member, Membership};
 use crate::placement;
-use crate::rpc::{Endpoint, WorkerClient};
+use crate::rpc::{CallError, Endpoint, WorkerClient};
 
 #[derive(Debug, Clone)]
 pub struct RouterOptions {
@@ -157,21 +157,22 @@ impl Router {
         }
     }
 
-    /// One call to one worker, bounded by the timeout.
+    /// One call to one worker, bounded by `deadline`; running out of time is a link failure.
     async fn attempt<T>(
         &self,
         m: &Member,
-        call: impl std::future::Future<Output = Result<T>>,
-    ) -> Result<T> {
-        match tokio::time::timeout(self.opts.timeout, call).await {
+        deadline: Duration,
+        call: impl std::future::Future<Output = std::result::Result<T, CallError>>,
+    ) -> std::result::Result<T, CallError> {
+        match tokio::time::timeout(deadline, call).await {
             Ok(r) => r,
-            Err(_) => Err(Error::new(
+            Err(_) => Err(CallError::Link(Error::new(
                 ErrorKind::Timeout,
                 format!(
-                    "worker {} ({}) did not answer within {:?}",
-                    m.id, m.addr, self.opts.timeout
+                    "worker {} ({}) did not answer within {deadline:?}",
+                    m.id, m.addr
                 ),
-            )),
+            ))),
         }
     }
 
@@ -181,10 +182,19 @@ impl Router {
         for m in self.candidates(obj.id, group) {
             let client = self.client(&m);
             metrics::REMOTE_READS.inc();
-            match self.attempt(&m, client.read(obj, range.clone())).await {
+            match self
+                .attempt(&m, self.opts.timeout, client.read(obj, range.clone()))
+                .await
+            {
                 Ok(b) => return Ok(b),
-                Err(e) if is_final(e.kind()) => return Err(e),
-                Err(e) => self.mark_failed(&m, &e),
+                Err(CallError::Worker(e)) if is_final(e.kind()) => return Err(e),
+                // The worker is alive but its store failed it: another worker would ask the
+                // same store, so read it once ourselves; the worker stays trusted.
+                Err(CallError::Worker(e)) => {
+                    tracing::debug!(worker = %m.id, error = %e, "worker's store failed; reading it directly");
+                    break;
+                }
+                Err(CallError::Link(e)) => self.mark_failed(&m, &e),
             }
         }
         metrics::FAILOVER_UFS_READS.inc();
@@ -192,31 +202,38 @@ impl Router {
     }
 
     /// Asks the owners of `range` of `obj` to cache it (preload), falling back like reads.
-    /// Returns the bytes the owners now hold for it.
+    /// Returns the bytes the owners now hold for it. A load waits for the owner's store
+    /// fetch, so its deadline is ten times a read's.
     pub async fn load(&self, obj: &ObjectRef, range: Range<u64>) -> Result<u64> {
         let mut done = 0;
         for part in split(range, self.opts.group_size) {
             let group = part.start / self.opts.group_size;
+            let mut last = None;
             let mut ok = false;
             for m in self.candidates(obj.id, group) {
                 let client = self.client(&m);
-                match self
-                    .attempt(&m, client.call("load", Some(obj), part.clone()))
-                    .await
-                {
+                let call = client.call("load", Some(obj), part.clone());
+                match self.attempt(&m, self.opts.timeout * 10, call).await {
                     Ok(v) => {
                         done += v.get("bytes").and_then(Value::as_u64).unwrap_or(0);
                         ok = true;
                         break;
                     }
-                    Err(e) if is_final(e.kind()) => return Err(e),
-                    Err(e) => self.mark_failed(&m, &e),
+                    Err(CallError::Worker(e)) => return Err(e),
+                    Err(CallError::Link(e)) => {
+                        self.mark_failed(&m, &e);
+                        last = Some(e);
+                    }
                 }
             }
             if !ok {
                 return Err(Error::new(
                     ErrorKind::Unavailable,
-                    format!("{}: no worker could load bytes {part:?}", obj.meta.path),
+                    format!(
+                        "{}: no worker could load bytes {part:?}{}",
+                        obj.meta.path,
+                        last.map(|e| format!(" (last: {e})")).unwrap_or_default()
+                    ),
                 ));
             }
         }
@@ -228,7 +245,10 @@ impl Router {
         let view = self.membership.view();
         let calls = view.members.iter().map(|m| async move {
             let client = self.client(m);
-            let r = self.attempt(m, client.call("stats", None, 0..0)).await;
+            let r = self
+                .attempt(m, self.opts.timeout, client.call("stats", None, 0..0))
+                .await
+                .map_err(CallError::into_error);
             (m.clone(), r)
         });
         futures::future::join_all(calls).await
@@ -260,10 +280,17 @@ impl BackingSource for Router {
         if !matches!(client.endpoint(), Endpoint::Unix(_)) {
             return None;
         }
-        match self.attempt(&owner, client.hold(obj)).await {
+        match self
+            .attempt(&owner, self.opts.timeout, client.hold(obj))
+            .await
+        {
             Ok(held) => held,
-            Err(e) => {
-                // Reads will find out whether the worker is really gone; here just go without.
+            Err(CallError::Link(e)) => {
+                // Tried last from now on, so the next open does not wait for it again.
+                self.mark_failed(&owner, &e);
+                None
+            }
+            Err(CallError::Worker(e)) => {
                 tracing::debug!(worker = %owner.id, error = %e, "no file loan");
                 None
             }

@@ -36,6 +36,13 @@ use silt_worker::{ObjectRef, Worker};
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
+/// Largest range one request may ask for (placement groups are at most this large).
+pub const MAX_RANGE: u64 = 64 << 20;
+
+/// How long a worker keeps an object pinned for a client reading through a passed
+/// descriptor before giving up on its `done`.
+const DONE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// One version of one object, as it travels between processes.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct WireObject {
@@ -148,6 +155,12 @@ impl Service {
     /// The pages covering `[offset, offset+len)` (cached or fetched), and the byte range of
     /// the request inside their concatenation.
     async fn pages(&self, obj: &ObjectRef, offset: u64, len: u64) -> Result<Vec<Bytes>> {
+        // The object's size comes from the client: bound the work one request can ask for.
+        if len > MAX_RANGE {
+            return Err(Error::invalid(format!(
+                "range of {len} bytes is larger than a worker serves at once ({MAX_RANGE})"
+            )));
+        }
         let end = offset
             .checked_add(len)
             .filter(|&e| e <= obj.size() && len > 0)
@@ -402,7 +415,10 @@ async fn try_send_fd(
     write_json(u, &json!({"fd": true})).await.map_err(broken)?;
     send_fd(u, file.as_raw_fd()).await.map_err(broken)?;
     // Wait for `done` (or the client going away) before the pin drops.
-    match read_frame(u).await {
+    let done = tokio::time::timeout(DONE_TIMEOUT, read_frame(u))
+        .await
+        .unwrap_or_else(|_| Err(Error::new(ErrorKind::Timeout, "client never said done")));
+    match done {
         Ok(Some((FrameKind::Json, _))) => Ok(Some(Ok(()))),
         Ok(_) => Ok(Some(Err(broken(Error::invalid(
             "expected `done` after a passed file descriptor",
@@ -606,10 +622,15 @@ impl WorkerClient {
         &self.endpoint
     }
 
-    async fn conn(&self) -> Result<Conn> {
+    /// An idle connection (`true`: it was pooled, so it may be stale) or a new one.
+    async fn conn(&self) -> Result<(Conn, bool)> {
         if let Some(c) = self.idle.lock().pop() {
-            return Ok(c);
+            return Ok((c, true));
         }
+        Ok((self.connect().await?, false))
+    }
+
+    async fn connect(&self) -> Result<Conn> {
         let unavailable = |what: &str, e: std::io::Error| {
             Error::new(
                 ErrorKind::Unavailable,
@@ -644,10 +665,40 @@ impl WorkerClient {
         self.idle.lock().clear();
     }
 
+    /// Runs `call` on a connection; if a *pooled* connection fails on the link (the worker
+    /// restarted since, say), tries once more on a new one before reporting the worker.
+    async fn with_conn<T, F, Fut>(&self, call: F) -> std::result::Result<T, CallError>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, CallError>>,
+    {
+        let (c, pooled) = self.conn().await?;
+        match call(c).await {
+            Err(CallError::Link(_)) if pooled => {
+                self.reset();
+                call(self.connect().await?).await
+            }
+            r => r,
+        }
+    }
+
     /// Bytes `range` of `obj`, exactly `range.end - range.start` of them.
-    pub async fn read(&self, obj: &ObjectRef, range: std::ops::Range<u64>) -> Result<Bytes> {
+    pub async fn read(
+        &self,
+        obj: &ObjectRef,
+        range: std::ops::Range<u64>,
+    ) -> std::result::Result<Bytes, CallError> {
+        self.with_conn(|c| self.read_on(c, obj, range.clone()))
+            .await
+    }
+
+    async fn read_on(
+        &self,
+        mut c: Conn,
+        obj: &ObjectRef,
+        range: std::ops::Range<u64>,
+    ) -> std::result::Result<Bytes, CallError> {
         let len = range.end.saturating_sub(range.start);
-        let mut c = self.conn().await?;
         let want_fd = matches!(c, Conn::Unix(_));
         let req = Request {
             v: PROTOCOL_VERSION,
@@ -664,12 +715,16 @@ impl WorkerClient {
                 return Err(Error::new(
                     ErrorKind::Corrupted,
                     "worker offered a file descriptor over TCP",
-                ));
+                )
+                .into());
             };
             let fd = recv_fd(u).await?;
             let bytes = pread_range(fd, range.start, len).await;
             write_json(&mut c, &json!({"op": "done"})).await?;
-            bytes?
+            let bytes = bytes?;
+            expect_end(&mut c).await?;
+            metrics::REMOTE_FD_READS.inc();
+            bytes
         } else {
             let mut out = BytesMut::with_capacity(len as usize);
             loop {
@@ -679,65 +734,67 @@ impl WorkerClient {
                             return Err(Error::new(
                                 ErrorKind::Corrupted,
                                 "worker sent more bytes than asked for",
-                            ));
+                            )
+                            .into());
                         }
                         out.extend_from_slice(&p);
                     }
-                    Some((FrameKind::End, _)) => {
-                        self.put_back(c);
-                        return finish(out.freeze(), len);
-                    }
+                    Some((FrameKind::End, _)) => break out.freeze(),
                     Some((FrameKind::Error, p)) => {
                         self.put_back(c);
-                        return Err(decode_json::<ErrorBody>(&p)?.into_error());
+                        return Err(worker_error(&p));
                     }
                     Some((FrameKind::Json, _)) | None => {
                         return Err(Error::new(
-                            ErrorKind::Corrupted,
+                            ErrorKind::Unavailable,
                             "worker response ended early",
-                        ))
+                        )
+                        .into())
                     }
                 }
             }
         };
-        expect_end(&mut c).await?;
         self.put_back(c);
-        metrics::REMOTE_FD_READS.inc();
-        finish(bytes, len)
+        Ok(finish(bytes, len)?)
     }
 
     /// A private copy of the object's cache file from a same-host worker (see `hold` on the
     /// server), for passthrough: `None` if the worker does not hold the whole object on disk.
-    pub async fn hold(&self, obj: &ObjectRef) -> Result<Option<silt_worker::HeldFile>> {
+    pub async fn hold(
+        &self,
+        obj: &ObjectRef,
+    ) -> std::result::Result<Option<silt_worker::HeldFile>, CallError> {
         if !matches!(self.endpoint, Endpoint::Unix(_)) {
             return Ok(None);
         }
-        let mut c = self.conn().await?;
-        let req = Request {
-            v: PROTOCOL_VERSION,
-            op: "hold".into(),
-            object: Some(WireObject::from_ref(obj)),
-            offset: 0,
-            len: 0,
-            fd: true,
-        };
-        write_json(&mut c, &req).await?;
-        let head = expect_json(&mut c).await?;
-        let file = if head.get("fd").and_then(Value::as_bool) == Some(true) {
-            let Conn::Unix(u) = &c else {
-                return Err(Error::internal("hold over a non-Unix connection"));
+        self.with_conn(|mut c| async move {
+            let req = Request {
+                v: PROTOCOL_VERSION,
+                op: "hold".into(),
+                object: Some(WireObject::from_ref(obj)),
+                offset: 0,
+                len: 0,
+                fd: true,
             };
-            Some(std::fs::File::from(recv_fd(u).await?))
-        } else {
-            None
-        };
-        expect_end(&mut c).await?;
-        self.put_back(c);
-        // The copy is the client's own: nothing to keep alive beside the file.
-        Ok(file.map(|file| silt_worker::HeldFile {
-            file,
-            guard: Box::new(()),
-        }))
+            write_json(&mut c, &req).await?;
+            let head = expect_json(&mut c).await?;
+            let file = if head.get("fd").and_then(Value::as_bool) == Some(true) {
+                let Conn::Unix(u) = &c else {
+                    return Err(Error::internal("hold over a non-Unix connection").into());
+                };
+                Some(std::fs::File::from(recv_fd(u).await?))
+            } else {
+                None
+            };
+            expect_end(&mut c).await?;
+            self.put_back(c);
+            // The copy is the client's own: nothing to keep alive beside the file.
+            Ok(file.map(|file| silt_worker::HeldFile {
+                file,
+                guard: Box::new(()),
+            }))
+        })
+        .await
     }
 
     /// A JSON call (`stats`, `ping`, `load`): the one JSON answer.
@@ -746,21 +803,69 @@ impl WorkerClient {
         op: &str,
         obj: Option<&ObjectRef>,
         range: std::ops::Range<u64>,
-    ) -> Result<Value> {
-        let mut c = self.conn().await?;
-        let req = Request {
-            v: PROTOCOL_VERSION,
-            op: op.into(),
-            object: obj.map(WireObject::from_ref),
-            offset: range.start,
-            len: range.end.saturating_sub(range.start),
-            fd: false,
-        };
-        write_json(&mut c, &req).await?;
-        let v = expect_json(&mut c).await?;
-        expect_end(&mut c).await?;
-        self.put_back(c);
-        Ok(v)
+    ) -> std::result::Result<Value, CallError> {
+        self.with_conn(|mut c| {
+            let range = range.clone();
+            async move {
+                let req = Request {
+                    v: PROTOCOL_VERSION,
+                    op: op.into(),
+                    object: obj.map(WireObject::from_ref),
+                    offset: range.start,
+                    len: range.end.saturating_sub(range.start),
+                    fd: false,
+                };
+                write_json(&mut c, &req).await?;
+                let v = expect_json(&mut c).await?;
+                expect_end(&mut c).await?;
+                self.put_back(c);
+                Ok(v)
+            }
+        })
+        .await
+    }
+}
+
+/// Why a call to a worker failed: the worker answered with an error (it is alive; the error
+/// may be about the object or its store), or talking to it failed (refused, broken, garbled,
+/// timed out). Only the second says anything about the worker's health.
+#[derive(Debug)]
+pub enum CallError {
+    Worker(Error),
+    Link(Error),
+}
+
+impl CallError {
+    pub fn into_error(self) -> Error {
+        match self {
+            CallError::Worker(e) | CallError::Link(e) => e,
+        }
+    }
+}
+
+impl From<Error> for CallError {
+    /// Local failures are link failures: never mistaken for an answer about the object.
+    fn from(e: Error) -> Self {
+        CallError::Link(e)
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Worker(e) => write!(f, "worker answered: {e}"),
+            CallError::Link(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+fn worker_error(payload: &[u8]) -> CallError {
+    match decode_json::<ErrorBody>(payload) {
+        Ok(body) => CallError::Worker(body.into_error()),
+        Err(e) => CallError::Link(Error::new(
+            ErrorKind::Corrupted,
+            format!("unreadable error from worker: {e}"),
+        )),
     }
 }
 
@@ -775,25 +880,29 @@ fn finish(bytes: Bytes, len: u64) -> Result<Bytes> {
     Ok(bytes)
 }
 
-async fn expect_json(c: &mut Conn) -> Result<Value> {
+async fn expect_json(c: &mut Conn) -> std::result::Result<Value, CallError> {
     match read_frame(c).await? {
-        Some((FrameKind::Json, p)) => decode_json(&p),
-        Some((FrameKind::Error, p)) => Err(decode_json::<ErrorBody>(&p)?.into_error()),
+        Some((FrameKind::Json, p)) => Ok(decode_json(&p).map_err(|e| {
+            Error::new(ErrorKind::Corrupted, format!("garbled worker answer: {e}"))
+        })?),
+        Some((FrameKind::Error, p)) => Err(worker_error(&p)),
         _ => Err(Error::new(
             ErrorKind::Unavailable,
             "worker closed the connection or answered out of order",
-        )),
+        )
+        .into()),
     }
 }
 
-async fn expect_end(c: &mut Conn) -> Result<()> {
+async fn expect_end(c: &mut Conn) -> std::result::Result<(), CallError> {
     match read_frame(c).await? {
         Some((FrameKind::End, _)) => Ok(()),
-        Some((FrameKind::Error, p)) => Err(decode_json::<ErrorBody>(&p)?.into_error()),
+        Some((FrameKind::Error, p)) => Err(worker_error(&p)),
         _ => Err(Error::new(
-            ErrorKind::Corrupted,
+            ErrorKind::Unavailable,
             "worker response did not end where expected",
-        )),
+        )
+        .into()),
     }
 }
 

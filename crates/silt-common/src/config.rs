@@ -461,9 +461,9 @@ impl Config {
             "worker_retry_after" => self.worker_retry_after = parse_duration(key, v)?,
             "placement_group" => {
                 let n = parse_size_opt(key, v)?;
-                if !(4096..=(1 << 30)).contains(&n) {
+                if !(4096..=(64 << 20)).contains(&n) {
                     return Err(Error::invalid(format!(
-                        "placement_group: expected 4KiB..1GiB, got {v:?}"
+                        "placement_group: expected 4KiB..64MiB, got {v:?}"
                     )));
                 }
                 self.placement_group = n

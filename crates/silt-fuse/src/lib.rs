@@ -224,6 +224,15 @@ impl SiltFs {
                 ),
                 None => {
                     drop(pin);
+                    // Already open in passthrough from a lent private copy: share that backing
+                    // (the copy cannot change), no need to borrow another.
+                    if let Some(b) = self.backings.lock().get_mut(&ino) {
+                        if b.object == obj.id {
+                            b.handles += 1;
+                            let guard: Box<dyn Send + Sync> = Box::new(());
+                            return Ok((b.id.clone(), guard, "shared with an open handle"));
+                        }
+                    }
                     let held = self
                         .client
                         .hold_backing_blocking(obj)

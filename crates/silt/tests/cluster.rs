@@ -228,7 +228,9 @@ fn reads_spread_over_owners_and_survive_a_worker_killed_mid_read() {
     lab.put(&files);
     let w: Vec<Silt> = (0..3).map(|h| lab.worker(h, &[])).collect();
     // A short read-ahead, so the kill lands while the large file is still being fetched.
-    let client = lab.client(&["--worker-timeout", "2s", "--prefetch-max", "2MiB"]);
+    // A generous timeout: only the kill may cause a failover (a refused connection fails at
+    // once, whatever the timeout).
+    let client = lab.client(&["--worker-timeout", "30s", "--prefetch-max", "2MiB"]);
     wait_for_workers(&client, "3 live workers", |w| {
         w.len() == 3 && w.iter().all(|x| x["live"] == true)
     });
@@ -272,9 +274,15 @@ fn reads_spread_over_owners_and_survive_a_worker_killed_mid_read() {
     let slowest = reader
         .join()
         .expect("a read failed after the worker was killed");
+    let failovers = client_metric(&client, "silt_failovers_total");
     eprintln!(
-        "killed w1 after {at} of {total} bytes; every byte matched; slowest 256 KiB read {slowest:?}; failovers {}",
-        client_metric(&client, "silt_failovers_total")
+        "killed w1 after {at} of {total} bytes; every byte matched; slowest 256 KiB read {slowest:?}; failovers {failovers}"
+    );
+    // w1 stays in the view for its 2 s lease at least, and the rest of the large file has
+    // groups it owns (fixed ids and data), unless the readers were done before the kill.
+    assert!(
+        failovers >= 1 || at >= total,
+        "no read went to the killed worker"
     );
     // The dead worker leaves the membership when its lease expires.
     wait_for_workers(&client, "w1 to leave", |w| {
@@ -295,7 +303,7 @@ fn a_cut_link_fails_over_after_the_timeout() {
     let files = Arc::new(dataset(30, &[]));
     lab.put(&files);
     let w: Vec<Silt> = (0..3).map(|h| lab.worker(h, &[])).collect();
-    let client = lab.client(&["--worker-timeout", "1s", "--worker-retry-after", "1h"]);
+    let client = lab.client(&["--worker-timeout", "2s", "--worker-retry-after", "1h"]);
     wait_for_workers(&client, "3 live workers", |w| {
         w.len() == 3 && w.iter().all(|x| x["live"] == true)
     });
@@ -308,10 +316,13 @@ fn a_cut_link_fails_over_after_the_timeout() {
         "link to w2 cut: every byte matched; failovers {failovers}; slowest read {slowest:?}"
     );
     assert!(failovers >= 1, "no read went to the cut-off worker");
-    // w2 is tried last from now on: one timeout, not one per file.
+    // A failed worker is tried last from then on, so each worker fails at most once: w2 (which
+    // owns about 10 of the files) costs one timeout, not one per file. (Bounded by the number
+    // of workers, so a healthy worker slowed past the timeout on a loaded machine cannot fail
+    // this check.)
     assert!(
-        failovers <= 2,
-        "the cut-off worker was tried {failovers} times"
+        failovers <= 3,
+        "workers were tried {failovers} times after failing"
     );
     lab.net.heal(2).unwrap();
     client.stop();
@@ -439,8 +450,12 @@ fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
     eprintln!(
         "same host: {passthrough} passthrough opens on {lent} lent files, {fd_reads} reads by passed descriptor, {served} bytes copied over the socket"
     );
-    assert!(passthrough >= 10, "small files did not open in passthrough");
-    assert!(lent >= 10, "the worker lent {lent} files");
+    if report["passthrough"]["enabled"] == true {
+        assert!(passthrough >= 10, "small files did not open in passthrough");
+        assert!(lent >= 10, "the worker lent {lent} files");
+    } else {
+        eprintln!("kernel without FUSE passthrough: the file-loan checks are skipped");
+    }
     assert!(
         fd_reads > 0,
         "no read of the large file used a passed file descriptor"
