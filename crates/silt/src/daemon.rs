@@ -96,7 +96,24 @@ fn init_logging(filter: &str) {
         .try_init();
 }
 
+/// Raises the soft limit on open files to the hard one: worker connections, passed
+/// descriptors and open cache files all count, and the common default soft limit (1024) is
+/// reached by a client talking to a few dozen workers.
+fn raise_fd_limit() {
+    // SAFETY: plain getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                warn!("could not raise the open-file limit");
+            }
+        }
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
+    raise_fd_limit();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .thread_name("silt-rt")
