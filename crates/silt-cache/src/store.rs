@@ -1094,32 +1094,35 @@ impl PageStore {
         Some(path)
     }
 
-    /// `Some(path)` iff pages `first..=last` of the object are all in one disk tier's data
-    /// file and known good (written by this process or recovered after a clean shutdown): the
-    /// object's bytes of those pages are at their own offsets in `path`, so a reader may
-    /// `pread` them there (a same-host client, through a passed descriptor). Pages recovered
-    /// after a crash are not offered (`get` verifies them instead). Pin the object first.
+    /// `Some((path, crcs))` iff pages `first..=last` of the object are all in one disk tier's
+    /// data file and known good (written by this process or recovered after a clean shutdown):
+    /// the object's bytes of those pages are at their own offsets in `path`, so a reader may
+    /// `pread` them there (a same-host client, through a passed descriptor) and check each
+    /// page against its crc32c in `crcs`, as `get` does. Pages recovered after a crash are not
+    /// offered (`get` verifies them instead). Pin the object first.
     pub fn disk_range(
         &self,
         object: ObjectId,
         object_size: u64,
         first: u64,
         last: u64,
-    ) -> Option<PathBuf> {
+    ) -> Option<(PathBuf, Vec<u32>)> {
         let st = self.shared.state.lock();
         let s = st.lookup(object)?;
         let slot = st.slot(s)?;
-        if slot.size != object_size || slot.tier == NO_TIER || !slot.verified {
+        if slot.size != object_size || slot.tier == NO_TIER || !slot.verified || first > last {
             return None;
         }
         let tier = &st.disks[usize::from(slot.tier)];
+        let mut crcs = Vec::with_capacity(usize::try_from(last - first + 1).ok()?);
         for i in first..=last {
             let p = tier.pages.get(&pkey(s, u32::try_from(i).ok()?))?;
             if p.handle == PENDING {
                 return None;
             }
+            crcs.push(p.crc);
         }
-        Some(tier.data_path(object))
+        Some((tier.data_path(object), crcs))
     }
 
     /// While the returned guard (or any other for the object) lives, no disk page of the

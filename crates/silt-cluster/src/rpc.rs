@@ -400,19 +400,26 @@ async fn try_send_fd(
     len: u64,
 ) -> std::result::Result<Option<std::result::Result<(), ServeError>>, ServeError> {
     let end = match offset.checked_add(len) {
-        Some(end) if len > 0 && end <= obj.size() => end,
+        Some(end) if len > 0 && len <= MAX_RANGE && end <= obj.size() => end,
         _ => return Ok(None), // the bytes path answers with the error
     };
     let ps = svc.worker.page_size();
     let store = svc.worker.page_store();
     let _pin = store.pin(obj.id);
-    let Some(path) = store.disk_range(obj.id, obj.size(), offset / ps, (end - 1) / ps) else {
+    let first = offset / ps;
+    let Some((path, crcs)) = store.disk_range(obj.id, obj.size(), first, (end - 1) / ps) else {
         return Ok(None);
     };
     let Ok(file) = std::fs::File::open(&path) else {
         return Ok(None);
     };
-    write_json(u, &json!({"fd": true})).await.map_err(broken)?;
+    // The client reads whole pages and checks each against its crc, as a local disk read does.
+    write_json(
+        u,
+        &json!({"fd": true, "page_size": ps, "first": first, "crcs": crcs}),
+    )
+    .await
+    .map_err(broken)?;
     send_fd(u, file.as_raw_fd()).await.map_err(broken)?;
     // Wait for `done` (or the client going away) before the pin drops.
     let done = tokio::time::timeout(DONE_TIMEOUT, read_frame(u))
@@ -719,7 +726,7 @@ impl WorkerClient {
                 .into());
             };
             let fd = recv_fd(u).await?;
-            let bytes = pread_range(fd, range.start, len).await;
+            let bytes = pread_checked(fd, &head, obj.size(), range.start, len).await;
             write_json(&mut c, &json!({"op": "done"})).await?;
             let bytes = bytes?;
             expect_end(&mut c).await?;
@@ -906,13 +913,54 @@ async fn expect_end(c: &mut Conn) -> std::result::Result<(), CallError> {
     }
 }
 
-async fn pread_range(fd: OwnedFd, offset: u64, len: u64) -> Result<Bytes> {
+/// Reads the whole pages covering `[offset, offset + len)` from a passed descriptor, checks
+/// each against the crc32c the worker sent (`head`: `page_size`, `first`, `crcs`), and returns
+/// the requested bytes. A mismatch is a link failure: the caller asks elsewhere.
+async fn pread_checked(
+    fd: OwnedFd,
+    head: &Value,
+    size: u64,
+    offset: u64,
+    len: u64,
+) -> Result<Bytes> {
+    let bad = |what: &str| Error::new(ErrorKind::Corrupted, format!("passed descriptor: {what}"));
+    let ps = head["page_size"]
+        .as_u64()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| bad("no page size"))?;
+    let first = head["first"].as_u64().ok_or_else(|| bad("no first page"))?;
+    let crcs: Vec<u32> = head["crcs"]
+        .as_array()
+        .ok_or_else(|| bad("no checksums"))?
+        .iter()
+        .map(|c| c.as_u64().and_then(|c| u32::try_from(c).ok()))
+        .collect::<Option<_>>()
+        .ok_or_else(|| bad("malformed checksums"))?;
+    let start = first
+        .checked_mul(ps)
+        .ok_or_else(|| bad("page out of range"))?;
+    let stop = start
+        .checked_add(crcs.len() as u64 * ps)
+        .ok_or_else(|| bad("page out of range"))?
+        .min(size);
+    if start > offset || stop < offset + len || stop - start > MAX_RANGE + ps {
+        return Err(bad("pages do not cover the range"));
+    }
     let file = std::fs::File::from(fd);
-    let read = tokio::task::spawn_blocking(move || {
-        let mut buf = vec![0u8; len as usize];
-        file.read_exact_at(&mut buf, offset).map(|_| buf)
+    let buf = tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0u8; (stop - start) as usize];
+        file.read_exact_at(&mut buf, start).map(|_| buf)
     })
     .await
-    .map_err(|e| Error::internal(format!("reading a passed file: {e}")))?;
-    Ok(Bytes::from(read?))
+    .map_err(|e| Error::internal(format!("reading a passed file: {e}")))??;
+    for (k, crc) in crcs.iter().enumerate() {
+        let from = k * ps as usize;
+        let to = (from + ps as usize).min(buf.len());
+        if crc32c::crc32c(&buf[from..to]) != *crc {
+            metrics::CHECKSUM_FAILURES.inc();
+            return Err(bad("page checksum mismatch"));
+        }
+    }
+    let from = (offset - start) as usize;
+    Ok(Bytes::from(buf).slice(from..from + len as usize))
 }

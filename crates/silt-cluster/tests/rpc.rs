@@ -12,11 +12,26 @@ use silt_worker::{ObjectRef, Worker, WorkerOptions};
 const PS: u64 = 64 << 10;
 
 async fn worker(store: DynStore) -> (Endpoint, tempfile::TempDir) {
+    worker_with(store, false).await
+}
+
+/// A worker serving `store` on a Unix socket in a temporary dir (with a disk tier there if
+/// `disk`).
+async fn worker_with(store: DynStore, disk: bool) -> (Endpoint, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let disk_tiers = if disk {
+        vec![silt_common::config::DiskTierSpec {
+            dir: dir.path().join("cache"),
+            quota: 256 * PS,
+        }]
+    } else {
+        Vec::new()
+    };
     let pages = Arc::new(
         PageStore::open(PageStoreConfig {
             page_size: PS,
             memory_capacity: 64 * PS,
-            disk_tiers: Vec::new(),
+            disk_tiers,
             high_watermark: 1.0,
             low_watermark: 1.0,
             eviction_policy: "lru".into(),
@@ -34,7 +49,6 @@ async fn worker(store: DynStore) -> (Endpoint, tempfile::TempDir) {
         stores: Arc::new(FixedStores(vec![store])),
         identity: serde_json::json!({"id": "t"}),
     });
-    let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.sock");
     let l = tokio::net::UnixListener::bind(&path).unwrap();
     tokio::spawn(rpc::serve_unix(l, svc));
@@ -94,4 +108,53 @@ async fn a_dead_endpoint_is_a_link_failure() {
         Err(CallError::Link(e)) => assert_eq!(e.kind(), ErrorKind::Unavailable),
         other => panic!("expected a link failure, got {other:?}"),
     }
+}
+
+/// Reads through a passed descriptor check every page's crc32c, like local disk reads.
+#[tokio::test]
+async fn passed_descriptors_are_read_and_checked() {
+    let mem = Arc::new(MemStore::new("mem://fd"));
+    let data: Vec<u8> = (0..5 * PS as u32 + 77).map(|i| (i % 241) as u8).collect();
+    let meta = mem.put("f", data.clone()).unwrap();
+    let store: DynStore = mem;
+    let (ep, dir) = worker_with(store.clone(), true).await;
+    let c = WorkerClient::new(ep);
+    let obj = ObjectRef::new(store, meta);
+    let fd_reads = || silt_common::metrics::REMOTE_FD_READS.get();
+    // First read fetches (bytes); then the pages are on the worker's disk: descriptors.
+    let size = data.len() as u64;
+    assert_eq!(&c.read(&obj, 0..size).await.unwrap()[..], &data[..]);
+    let before = fd_reads();
+    let got = c.read(&obj, PS + 5..3 * PS + 9).await.unwrap();
+    assert_eq!(&got[..], &data[(PS + 5) as usize..(3 * PS + 9) as usize]);
+    assert_eq!(
+        fd_reads(),
+        before + 1,
+        "the second read did not use a descriptor"
+    );
+    // Flip a byte of page 2 in the worker's cache file: the next read through it is refused.
+    let file = walk(&dir.path().join("cache"))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "data"))
+        .expect("the worker's data file");
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[(2 * PS + 3) as usize] ^= 0xff;
+    std::fs::write(&file, bytes).unwrap();
+    match c.read(&obj, PS..3 * PS).await {
+        Err(CallError::Link(e)) => assert_eq!(e.kind(), ErrorKind::Corrupted, "{e}"),
+        other => panic!("expected a checksum failure, got {other:?}"),
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
