@@ -435,21 +435,24 @@ async fn try_send_fd(
 }
 
 async fn send_fd(u: &UnixStream, fd: RawFd) -> Result<()> {
-    loop {
-        u.writable().await?;
-        match u.try_io(Interest::WRITABLE, || sendmsg_fd(u.as_raw_fd(), fd)) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
+    socket_io(u, Interest::WRITABLE, || sendmsg_fd(u.as_raw_fd(), fd)).await
 }
 
 async fn recv_fd(u: &UnixStream) -> Result<OwnedFd> {
+    socket_io(u, Interest::READABLE, || recvmsg_fd(u.as_raw_fd())).await
+}
+
+/// Runs a non-blocking socket call `op` once the socket is ready for `interest`, again after
+/// every spurious wake-up.
+async fn socket_io<T>(
+    u: &UnixStream,
+    interest: Interest,
+    mut op: impl FnMut() -> std::io::Result<T>,
+) -> Result<T> {
     loop {
-        u.readable().await?;
-        match u.try_io(Interest::READABLE, || recvmsg_fd(u.as_raw_fd())) {
-            Ok(fd) => return Ok(fd),
+        u.ready(interest).await?;
+        match u.try_io(interest, &mut op) {
+            Ok(v) => return Ok(v),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e.into()),
         }
