@@ -385,10 +385,7 @@ impl Client {
         pages: Vec<(Bytes, ReadSource)>,
     ) -> Bytes {
         let slice = |i: usize, page: &Bytes| {
-            let base = (first + i as u64) * ps;
-            let from = offset.saturating_sub(base) as usize;
-            let to = ((end - base) as usize).min(page.len());
-            page.slice(from.min(to)..to)
+            silt_worker::page_slice(ps, first + i as u64, page, offset, end)
         };
         if pages.len() == 1 {
             let (page, src) = &pages[0];

@@ -115,15 +115,12 @@ impl Router {
             .into_iter()
             .cloned()
             .collect();
-        let now = Instant::now();
-        let suspect = {
-            let mut s = self.suspect.lock();
-            s.retain(|_, until| *until > now);
-            s.keys().cloned().collect::<Vec<_>>()
-        };
+        let mut suspect = self.suspect.lock();
         if !suspect.is_empty() {
+            let now = Instant::now();
+            suspect.retain(|_, until| *until > now);
             // Stable: keeps placement order among the healthy and among the suspects.
-            c.sort_by_key(|m| suspect.contains(&m.id));
+            c.sort_by_key(|m| suspect.contains_key(&m.id));
         }
         c
     }

@@ -152,8 +152,7 @@ impl Service {
         Ok(wire.into_ref(store))
     }
 
-    /// The pages covering `[offset, offset+len)` (cached or fetched), and the byte range of
-    /// the request inside their concatenation.
+    /// The bytes `[offset, offset+len)`, one piece per page (cached or fetched).
     async fn pages(&self, obj: &ObjectRef, offset: u64, len: u64) -> Result<Vec<Bytes>> {
         // The object's size comes from the client: bound the work one request can ask for.
         if len > MAX_RANGE {
@@ -180,12 +179,7 @@ impl Service {
         Ok(pages
             .into_iter()
             .enumerate()
-            .map(|(i, (page, _))| {
-                let base = (first + i as u64) * ps;
-                let from = offset.saturating_sub(base) as usize;
-                let to = ((end - base) as usize).min(page.len());
-                page.slice(from.min(to)..to)
-            })
+            .map(|(i, (page, _))| silt_worker::page_slice(ps, first + i as u64, &page, offset, end))
             .collect())
     }
 
@@ -296,22 +290,19 @@ async fn serve_one(
     req: &Request,
 ) -> std::result::Result<(), ServeError> {
     match req.op.as_str() {
-        "ping" => write_json(s, &json!({"ok": true})).await.map_err(broken),
         "stats" => write_json(s, &svc.stats()).await.map_err(broken),
         "read" => {
             let obj = svc.object(req).await?;
             metrics::RPC_READS_SERVED.inc();
             if req.fd {
                 if let Conn::Unix(u) = s {
-                    if let Some(done) = try_send_fd(u, svc, &obj, req.offset, req.len).await? {
-                        return done;
+                    if try_send_fd(u, svc, &obj, req.offset, req.len).await? {
+                        return Ok(());
                     }
                 }
             }
             let pages = svc.pages(&obj, req.offset, req.len).await?;
-            write_json(s, &json!({"fd": false, "len": req.len}))
-                .await
-                .map_err(broken)?;
+            write_json(s, &json!({"fd": false})).await.map_err(broken)?;
             for p in pages {
                 metrics::RPC_BYTES_SERVED.add(p.len() as u64);
                 write_frame(s, FrameKind::Data, &p).await.map_err(broken)?;
@@ -389,29 +380,29 @@ fn private_copy(path: &std::path::Path, size: u64) -> std::io::Result<std::fs::F
     Ok(dst)
 }
 
-/// Passes the object's disk-tier file if every page of `[offset, offset + len)` is there.
-/// `None`: not possible, send bytes instead. The pin is held until the client says it has
-/// read.
+/// Passes the object's disk-tier file if every page of `[offset, offset + len)` is there
+/// (`true`); `false`: not possible, send bytes instead. The pin is held until the client says
+/// it has read.
 async fn try_send_fd(
     u: &mut UnixStream,
     svc: &Service,
     obj: &ObjectRef,
     offset: u64,
     len: u64,
-) -> std::result::Result<Option<std::result::Result<(), ServeError>>, ServeError> {
+) -> std::result::Result<bool, ServeError> {
     let end = match offset.checked_add(len) {
         Some(end) if len > 0 && len <= MAX_RANGE && end <= obj.size() => end,
-        _ => return Ok(None), // the bytes path answers with the error
+        _ => return Ok(false), // the bytes path answers with the error
     };
     let ps = svc.worker.page_size();
     let store = svc.worker.page_store();
     let _pin = store.pin(obj.id);
     let first = offset / ps;
     let Some((path, crcs)) = store.disk_range(obj.id, obj.size(), first, (end - 1) / ps) else {
-        return Ok(None);
+        return Ok(false);
     };
     let Ok(file) = std::fs::File::open(&path) else {
-        return Ok(None);
+        return Ok(false);
     };
     // The client reads whole pages and checks each against its crc, as a local disk read does.
     write_json(
@@ -426,11 +417,11 @@ async fn try_send_fd(
         .await
         .unwrap_or_else(|_| Err(Error::new(ErrorKind::Timeout, "client never said done")));
     match done {
-        Ok(Some((FrameKind::Json, _))) => Ok(Some(Ok(()))),
-        Ok(_) => Ok(Some(Err(broken(Error::invalid(
+        Ok(Some((FrameKind::Json, _))) => Ok(true),
+        Ok(_) => Err(broken(Error::invalid(
             "expected `done` after a passed file descriptor",
-        ))))),
-        Err(e) => Ok(Some(Err(broken(e)))),
+        ))),
+        Err(e) => Err(broken(e)),
     }
 }
 
@@ -466,6 +457,19 @@ union CmsgBuf {
     buf: [u8; 64],
 }
 
+/// A message header for one byte (`byte`) and a control buffer of `control_len` bytes.
+/// The header points into `iov` and `cbuf`, which must outlive its use.
+fn one_byte_msg(iov: &mut libc::iovec, cbuf: &mut CmsgBuf, control_len: usize) -> libc::msghdr {
+    // SAFETY: msghdr is a plain C struct; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    // SAFETY: writing a union field of plain bytes.
+    msg.msg_control = unsafe { cbuf.buf.as_mut_ptr().cast() };
+    msg.msg_controllen = control_len as _;
+    msg
+}
+
 /// Sends one byte with `fd` attached (SCM_RIGHTS).
 fn sendmsg_fd(sock: RawFd, fd: RawFd) -> std::io::Result<()> {
     let mut byte = [0u8; 1];
@@ -478,11 +482,7 @@ fn sendmsg_fd(sock: RawFd, fd: RawFd) -> std::io::Result<()> {
     unsafe {
         let mut cbuf: CmsgBuf = std::mem::zeroed();
         let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.buf.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
+        let msg = one_byte_msg(&mut iov, &mut cbuf, space);
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         if cmsg.is_null() {
             return Err(std::io::Error::other("no room for the control message"));
@@ -516,11 +516,7 @@ fn recvmsg_fd(sock: RawFd) -> std::io::Result<OwnedFd> {
     // and we read the fd only from a SCM_RIGHTS message of the right length.
     unsafe {
         let mut cbuf: CmsgBuf = std::mem::zeroed();
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.buf.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of::<CmsgBuf>() as _;
+        let mut msg = one_byte_msg(&mut iov, &mut cbuf, std::mem::size_of::<CmsgBuf>());
         let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
         if n < 0 {
             return Err(std::io::Error::last_os_error());

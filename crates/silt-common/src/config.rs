@@ -256,6 +256,15 @@ pub fn check_worker_id(id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Parses a mount table: `PATH=URI` entries, comma-separated (the `mounts` option's syntax,
+/// also how clusters store their shared table).
+pub fn parse_mount_table(text: &str) -> Result<Vec<MountSpec>> {
+    text.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(parse_mount_spec)
+        .collect()
+}
+
 /// Parses `PATH=URI`.
 pub fn parse_mount_spec(text: &str) -> Result<MountSpec> {
     let (path, uri) = text.split_once('=').ok_or_else(|| {
@@ -305,13 +314,7 @@ impl Config {
         match key {
             "state_dir" => self.state_dir = PathBuf::from(v),
             "mountpoint" => self.mountpoint = PathBuf::from(v),
-            "mounts" => {
-                self.mounts = v
-                    .split(',')
-                    .filter(|s| !s.trim().is_empty())
-                    .map(parse_mount_spec)
-                    .collect::<Result<_>>()?;
-            }
+            "mounts" => self.mounts = parse_mount_table(v)?,
             "page_size" => {
                 let n = parse_size_opt(key, v)?;
                 if !(4096..=(64 << 20)).contains(&n) || !n.is_power_of_two() {

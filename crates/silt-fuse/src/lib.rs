@@ -96,6 +96,33 @@ struct Backing {
     object: ObjectId,
     id: Arc<BackingId>,
     handles: usize,
+    /// A private copy lent by a same-host worker: its bytes cannot change, so a new handle
+    /// needs no pin of its own. A local disk-tier file needs one per handle.
+    lent: bool,
+}
+
+/// Counts one more handle on the inode's backing and returns it, if there is one for this
+/// version that the new handle may use: a lent copy, or a local file this open has pinned.
+/// `Err` when a backing exists that it may not use (another version, or a local file it could
+/// not pin), so the open goes through the daemon.
+fn share(
+    backings: &mut HashMap<u64, Backing>,
+    ino: u64,
+    object: ObjectId,
+    pinned_locally: bool,
+) -> std::result::Result<Option<Arc<BackingId>>, &'static str> {
+    let Some(b) = backings.get_mut(&ino) else {
+        return Ok(None);
+    };
+    if b.object != object {
+        // Another version is still open through passthrough; serve this one via the daemon.
+        return Err("older version of the file still open");
+    }
+    if !(b.lent || pinned_locally) {
+        return Err("not fully cached on local disk");
+    }
+    b.handles += 1;
+    Ok(Some(b.id.clone()))
 }
 
 pub struct SiltFs {
@@ -215,45 +242,38 @@ impl SiltFs {
         // Pin first so no page can be evicted between the completeness check and the kernel
         // opening the file.
         let pin = store.pin(obj.id);
-        let (opened, guard, origin): (Option<File>, Box<dyn Send + Sync>, _) =
-            match store.complete_file(obj.id, obj.size()) {
-                Some(local) => (
-                    File::open(&local).ok(),
-                    Box::new(pin),
-                    "whole file in local disk tier",
-                ),
-                None => {
-                    drop(pin);
-                    // Already open in passthrough from a lent private copy: share that backing
-                    // (the copy cannot change), no need to borrow another.
-                    if let Some(b) = self.backings.lock().get_mut(&ino) {
-                        if b.object == obj.id {
-                            b.handles += 1;
-                            let guard: Box<dyn Send + Sync> = Box::new(());
-                            return Ok((b.id.clone(), guard, "shared with an open handle"));
-                        }
-                    }
-                    let held = self
-                        .client
-                        .hold_backing_blocking(obj)
-                        .ok_or("not fully cached on local disk")?;
-                    (
-                        Some(held.file),
-                        held.guard,
-                        "whole file in a same-host worker's disk tier",
-                    )
-                }
+        let local = store.complete_file(obj.id, obj.size());
+        let local_guard: Box<dyn Send + Sync> = Box::new(pin);
+        if let Some(id) = self.share_backing(ino, obj.id, local.is_some())? {
+            let guard = if local.is_some() {
+                local_guard
+            } else {
+                Box::new(())
             };
-        let mut backings = self.backings.lock();
-        if let Some(b) = backings.get_mut(&ino) {
-            if b.object == obj.id {
-                b.handles += 1;
-                return Ok((b.id.clone(), guard, origin));
-            }
-            // Another version is still open through passthrough; serve this one via the daemon.
-            return Err("older version of the file still open");
+            return Ok((id, guard, "shared with an open handle"));
         }
-        let f = opened.ok_or("could not open the cached file")?;
+        let (f, guard, lent, origin) = match local {
+            Some(path) => (
+                File::open(&path).map_err(|_| "could not open the cached file")?,
+                local_guard,
+                false,
+                "whole file in local disk tier",
+            ),
+            None => {
+                drop(local_guard);
+                let held = self
+                    .client
+                    .hold_backing_blocking(obj)
+                    .ok_or("not fully cached on local disk")?;
+                let origin = "whole file in a same-host worker's disk tier";
+                (held.file, held.guard, true, origin)
+            }
+        };
+        let mut backings = self.backings.lock();
+        // Another open may have registered one while we borrowed: share it, drop ours.
+        if let Some(id) = share(&mut backings, ino, obj.id, !lent)? {
+            return Ok((id, guard, "shared with an open handle"));
+        }
         let id = reply.open_backing(&f).map_err(|e| {
             tracing::warn!(path = %file.entry.path, error = %e, "passthrough backing open failed");
             "kernel refused the backing file"
@@ -265,9 +285,20 @@ impl SiltFs {
                 object: obj.id,
                 id: id.clone(),
                 handles: 1,
+                lent,
             },
         );
         Ok((id, guard, origin))
+    }
+
+    /// The inode's registered backing, if this open may share it (see `share`).
+    fn share_backing(
+        &self,
+        ino: u64,
+        object: ObjectId,
+        pinned_locally: bool,
+    ) -> std::result::Result<Option<Arc<BackingId>>, &'static str> {
+        share(&mut self.backings.lock(), ino, object, pinned_locally)
     }
 
     fn release_backing(&self, ino: u64) {

@@ -26,6 +26,15 @@ use silt_common::{Error, ErrorKind, ObjectId, PageKey, Result};
 use silt_ufs::{DynStore, ObjectMeta};
 use tokio::sync::{watch, Semaphore};
 
+/// The part of page `index` (pages of `page_size` bytes) that lies in the byte range
+/// `[offset, end)`, which must overlap the page.
+pub fn page_slice(page_size: u64, index: u64, page: &Bytes, offset: u64, end: u64) -> Bytes {
+    let base = index * page_size;
+    let from = offset.saturating_sub(base) as usize;
+    let to = ((end - base) as usize).min(page.len());
+    page.slice(from.min(to)..to)
+}
+
 /// Where the bytes of a read came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadSource {

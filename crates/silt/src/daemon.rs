@@ -21,7 +21,7 @@ use silt_cluster::rpc::{FixedStores, Service};
 use silt_cluster::{
     local_host_id, EtcdMembership, Member, Membership, Router, RouterOptions, StaticMembership,
 };
-use silt_common::config::{Config, MountSpec};
+use silt_common::config::{parse_mount_table, Config, MountSpec};
 use silt_common::{Error, ErrorKind};
 use silt_fuse::{FuseOptions, FuseState};
 use silt_ufs::S3Options;
@@ -173,11 +173,7 @@ async fn cluster_mounts(cfg: &Config, m: &dyn Membership) -> Result<Vec<MountSpe
         }
         stored
     };
-    let mut probe = Config::default();
-    probe
-        .set("mounts", &table)
-        .context("the cluster's stored mount table")?;
-    Ok(probe.mounts)
+    parse_mount_table(&table).context("the cluster's stored mount table")
 }
 
 async fn open_namespace(cfg: &Config, mounts: &[MountSpec]) -> Result<Namespace> {
