@@ -101,17 +101,31 @@ struct Backing {
     lent: bool,
 }
 
+/// How each open inode is open, as the kernel's FUSE io modes require (Linux `iomode.c`): an
+/// inode with a passthrough backing accepts only passthrough opens, and a passthrough open of
+/// an inode with handles open through the page cache fails. Both answer the user's open()
+/// with EIO, so the choice is made under one lock from this record.
+#[derive(Default)]
+struct IoModes {
+    backings: HashMap<u64, Backing>,
+    /// Handles open through the daemon (kernel page cache), per inode.
+    cached: HashMap<u64, usize>,
+}
+
 /// Counts one more handle on the inode's backing and returns it, if there is one for this
 /// version that the new handle may use: a lent copy, or a local file this open has pinned.
 /// `Err` when a backing exists that it may not use (another version, or a local file it could
 /// not pin), so the open goes through the daemon.
 fn share(
-    backings: &mut HashMap<u64, Backing>,
+    io: &mut IoModes,
     ino: u64,
     object: ObjectId,
     pinned_locally: bool,
 ) -> std::result::Result<Option<Arc<BackingId>>, &'static str> {
-    let Some(b) = backings.get_mut(&ino) else {
+    if io.cached.get(&ino).is_some_and(|n| *n > 0) {
+        return Err("file open through the daemon by another handle");
+    }
+    let Some(b) = io.backings.get_mut(&ino) else {
         return Ok(None);
     };
     if b.object != object {
@@ -132,7 +146,7 @@ pub struct SiltFs {
     inodes: Mutex<Inodes>,
     handles: Mutex<HashMap<u64, Handle>>,
     dirs: Mutex<HashMap<u64, Arc<Vec<Entry>>>>,
-    backings: Mutex<HashMap<u64, Backing>>,
+    io: Mutex<IoModes>,
     /// The version whose pages the kernel may hold in its page cache, per inode.
     kernel_cached: Mutex<HashMap<u64, ObjectId>>,
     next_fh: AtomicU64,
@@ -156,7 +170,7 @@ impl SiltFs {
             inodes: Mutex::new(Inodes::new()),
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
-            backings: Mutex::new(HashMap::new()),
+            io: Mutex::new(IoModes::default()),
             kernel_cached: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             uid,
@@ -269,9 +283,9 @@ impl SiltFs {
                 (held.file, held.guard, true, origin)
             }
         };
-        let mut backings = self.backings.lock();
+        let mut io = self.io.lock();
         // Another open may have registered one while we borrowed: share it, drop ours.
-        if let Some(id) = share(&mut backings, ino, obj.id, !lent)? {
+        if let Some(id) = share(&mut io, ino, obj.id, !lent)? {
             return Ok((id, guard, "shared with an open handle"));
         }
         let id = reply.open_backing(&f).map_err(|e| {
@@ -279,7 +293,7 @@ impl SiltFs {
             "kernel refused the backing file"
         })?;
         let id = Arc::new(id);
-        backings.insert(
+        io.backings.insert(
             ino,
             Backing {
                 object: obj.id,
@@ -298,15 +312,36 @@ impl SiltFs {
         object: ObjectId,
         pinned_locally: bool,
     ) -> std::result::Result<Option<Arc<BackingId>>, &'static str> {
-        share(&mut self.backings.lock(), ino, object, pinned_locally)
+        share(&mut self.io.lock(), ino, object, pinned_locally)
     }
 
     fn release_backing(&self, ino: u64) {
-        let mut backings = self.backings.lock();
-        if let Some(b) = backings.get_mut(&ino) {
+        let mut io = self.io.lock();
+        if let Some(b) = io.backings.get_mut(&ino) {
             b.handles -= 1;
             if b.handles == 0 {
-                backings.remove(&ino);
+                io.backings.remove(&ino);
+            }
+        }
+    }
+
+    /// Records a handle opened through the daemon; `false` if the inode has a passthrough
+    /// backing, which the kernel would refuse a non-passthrough open for.
+    fn open_cached(&self, ino: u64) -> bool {
+        let mut io = self.io.lock();
+        if io.backings.contains_key(&ino) {
+            return false;
+        }
+        *io.cached.entry(ino).or_insert(0) += 1;
+        true
+    }
+
+    fn release_cached(&self, ino: u64) {
+        let mut io = self.io.lock();
+        if let Some(n) = io.cached.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                io.cached.remove(&ino);
             }
         }
     }
@@ -430,6 +465,12 @@ impl fuser::Filesystem for SiltFs {
                 reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &backing);
             }
             Err(reason) => {
+                if !self.open_cached(ino.0) {
+                    // Open in passthrough with a backing this open cannot use (another
+                    // version): the kernel would fail a daemon open of it with EIO anyway.
+                    self.state.record(&path, "refused", reason);
+                    return reply.error(Errno::EBUSY);
+                }
                 metrics::FUSE_OPENS_DAEMON.inc();
                 self.state.record(&path, "daemon", reason);
                 let id = file.object().id;
@@ -497,6 +538,8 @@ impl fuser::Filesystem for SiltFs {
         if let Some(h) = self.handles.lock().remove(&fh.0) {
             if h.passthrough {
                 self.release_backing(h.ino);
+            } else {
+                self.release_cached(h.ino);
             }
         }
         reply.ok();
