@@ -533,3 +533,34 @@ fn other_users_get_what_the_mode_bits_allow() {
     );
     silt.stop();
 }
+
+/// A file open through the daemon becomes fully cached while open; a second open of it must
+/// not switch the inode to passthrough (the kernel answers such an open with EIO) and both
+/// handles read the right bytes.
+#[test]
+fn second_open_of_a_file_cached_while_open_succeeds() {
+    let backend = Backend::local();
+    let data = bytes(99, 3 << 20);
+    backend.put("f.bin", &data);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = up(&backend, &[], dir.path());
+    let path = silt.path("data/f.bin");
+    let first = File::open(&path).unwrap();
+    let mut got = vec![0u8; data.len()];
+    first.read_exact_at(&mut got, 0).unwrap();
+    assert!(got == data, "first handle read wrong bytes");
+    // Every page is now in the disk tier, and the first handle is still open.
+    let second = File::open(&path).expect("second open of a file open through the daemon");
+    let mut again = vec![0u8; data.len()];
+    second.read_exact_at(&mut again, 0).unwrap();
+    assert!(again == data, "second handle read wrong bytes");
+    drop((first, second));
+    // Once both are closed, a new open may use passthrough again.
+    let third = std::fs::read(&path).unwrap();
+    assert!(third == data);
+    let r = silt.report();
+    if r["passthrough"]["enabled"] == true {
+        assert!(r["opens"]["passthrough"].as_u64().unwrap_or(0) >= 1, "{r}");
+    }
+    silt.stop();
+}
