@@ -2,7 +2,9 @@
 around a phase, the direct (no cache) client, cache dropping and page-cache residency.
 
 Binaries come from the release build (`scripts/bench.sh` builds them):
-target/release/{silt, silt-bench, examples/direct_read}.
+target/release/{silt, silt-bench, examples/direct_read}. $SILT_BENCH_SILT names another `silt`
+binary (e.g. a debug build, to check the harness against code not yet built for release; its
+timings are not the product's); the run's JSON records which one ran (params.silt_binary).
 """
 import json
 import os
@@ -16,7 +18,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SILT = os.path.join(ROOT, "target/release/silt")
+SILT = os.environ.get("SILT_BENCH_SILT") or os.path.join(ROOT, "target/release/silt")
 DIRECT = os.path.join(ROOT, "target/release/examples/direct_read")
 SILT_BENCH = os.path.join(ROOT, "target/release/silt-bench")
 CHUNK = 1 << 20
@@ -92,6 +94,28 @@ def timed_read(paths, threads):
     return total, time.perf_counter() - t
 
 
+def drop_dentries():
+    """Drop the kernel's dentry and inode caches (not the page cache): through a FUSE mount, the
+    next path lookup goes to the daemon again (its own metadata cache is untouched)."""
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2")
+
+
+def open_stat(paths):
+    """Seconds of os.open(O_RDONLY) + os.fstat + os.close for each path, one at a time, in order:
+    every call goes through the kernel (path lookup, FUSE open/getattr/release)."""
+    lat = []
+    for p in paths:
+        t = time.perf_counter()
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fstat(fd)
+        finally:
+            os.close(fd)
+        lat.append(time.perf_counter() - t)
+    return lat
+
+
 def walk(root):
     """A `find -ls`-style walk: every directory listed, every entry lstat'ed. Returns
     (entries, seconds)."""
@@ -141,16 +165,19 @@ def direct(store, args):
 
 class Silt:
     """`silt up` over the store's bucket, mounted at WORK/mnt; `path(rel)` is rel through the
-    mount. Started on `state`: a fresh dir is cold, the dir a stopped instance left is warm."""
+    mount. Started on `state`: a fresh dir is cold, the dir a stopped instance left is warm.
+    The bucket is the namespace's /data; `mounts` adds entries {namespace path: URI} beside it
+    (e.g. {"/b3": "s3://bench/tree"}), reached with `ns(path)`."""
 
-    def __init__(self, work, state, store, memory="1GiB", disk="40GiB", extra=()):
+    def __init__(self, work, state, store, memory="1GiB", disk="40GiB", extra=(), mounts=None):
         self.mnt = os.path.join(work, "mnt")
         os.makedirs(self.mnt, exist_ok=True)
         self.state = state
         self.cache_dir = os.path.join(state, "cache")
         self.log = open(os.path.join(work, "silt.log"), "a")
         env = dict(store.env(), SILT_LOG="warn")
-        cmd = [SILT, "up", "--mount", f"/data=s3://{store.bucket}", "--mountpoint", self.mnt,
+        table = ",".join([f"/data=s3://{store.bucket}"] + [f"{k}={v}" for k, v in (mounts or {}).items()])
+        cmd = [SILT, "up", "--mount", table, "--mountpoint", self.mnt,
                "--state-dir", state, "--disk-tiers", f"{self.cache_dir}:{disk}", "--memory-capacity", memory, *extra]
         self.p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
         for line in self.p.stderr:  # silt prints "silt: serving" once mounted
@@ -164,6 +191,10 @@ class Silt:
 
     def path(self, rel):
         return os.path.join(self.mnt, "data", rel)
+
+    def ns(self, path):
+        """A namespace path (e.g. "/b3/x") through the mount."""
+        return os.path.join(self.mnt, path.lstrip("/"))
 
     def report(self):
         return json.loads(subprocess.check_output([SILT, "report", "--json", "--state-dir", self.state]))

@@ -1,5 +1,6 @@
-"""Scenarios B1-B6 of shared/brief/benchmarks.md. Each runs Silt and its baselines interleaved,
-repetition by repetition, and records runs into a `Ctx`:
+"""Scenarios B1-B6 of shared/brief/benchmarks.md, and B3P (open+stat latency per metadata sync
+policy over B3's tree). Each runs Silt and its baselines interleaved, repetition by repetition,
+and records runs into a `Ctx`:
 
 - `ctx.add(figure, value, unit)` one run of a figure (medians and min-max come later),
 - `ctx.counter(name, value)` a measured count that is not a speed (requests per walk, RSS),
@@ -10,11 +11,13 @@ Ratios are computed from the medians at the end (`ratios(ctx)`).
 B5 and B6's rebalance need features that later issues bring. They are detected, not assumed:
 - B5 runs when `silt up --help` offers `--write-type` (issue 6): the shuffle is written through
   the mount with `--write-type cache-only` and compared with the same on a tmpfs.
+- B3P runs when `silt up --help` offers `--sync-policy` (issue 5).
 - B6 rebalance runs when `silt ring simulate --help` exists (issue 4). The contract:
   `silt ring simulate --workers 4 --join 1 --pages N --json` prints `{"moved_fraction": F}`.
 """
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -25,8 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import generators, mech, stats, train
 
-SCENARIOS = ("B1", "B2", "B3", "B4", "B5", "B6")
+SCENARIOS = ("B1", "B2", "B3", "B3P", "B4", "B5", "B6")
 UFS_REQUESTS = "silt_ufs_requests_total"
+META_SWEEPS = "silt_meta_sweeps_total"
 UFS_READ_BYTES = "silt_ufs_read_bytes_total"
 
 
@@ -82,7 +86,7 @@ def generate(ctx, wanted):
         ctx.manifests["large"] = generators.large(root, count=n_large, size=large_size, seed=ctx.seed)
     if {"B2", "B4"} & wanted:
         ctx.manifests["small"] = generators.imagenet_like(root, files=n_small, dirs=100, seed=ctx.seed)
-    if "B3" in wanted:
+    if {"B3", "B3P"} & wanted:
         ctx.manifests["tree"] = generators.tree(root, depth=depth, fanout=10, seed=ctx.seed)
     if "B6" in wanted:
         for n in ctx.b6_files:
@@ -307,32 +311,138 @@ def _peer_reads(ctx, rep, large, order):
             ctx.add(f"peer_b2_{phase}", len(order) / mech.timed_read(peer_small, 8)[1], "files/s")
 
 
-# ---------------------------------------------------------------- B3
+# ---------------------------------------------------------------- B3 and B3P
+
+B3_MOUNT = "/b3"
+
+
+def b3_mounts(ctx):
+    """B3's tree is a mount of its own (the bucket's tree/ prefix at /b3), so a walk of it lists
+    exactly that prefix, as the direct client's one recursive listing does. Walked as /data/tree,
+    the first lookup of "tree" would list the mount root, i.e. the whole bucket: every other
+    scenario's data too (in a full run over 10^5 objects), which is not B3's prefix."""
+    return {B3_MOUNT: f"s3://{ctx.store.bucket}/tree"}
+
 
 def b3(ctx):
     """find-style walk with lstat of the 10^4-file tree: first pass on a fresh Silt, second pass
     in the same mount; baselines: one recursive listing by the direct client, and the same walk
-    on the store's directory (page cache warm)."""
+    on the store's directory (page cache warm). Store requests per walk from
+    silt_ufs_requests_total (each page of a listing is one request), and the recursive
+    listings (bulk sweeps) Silt ran during each walk."""
     for rep in range(ctx.reps):
         mech.walk(ctx.store.local("tree"))
         ctx.add("b3_local_walk", mech.walk(ctx.store.local("tree"))[1], "s")
-        ctx.add("b3_direct_list", mech.direct(ctx.store, ["list", "tree/"])[1], "s")
+        entries, secs = mech.direct(ctx.store, ["list", "tree/"])
+        ctx.add("b3_direct_list", secs, "s")
+        ctx.counter("b3 direct listing: entries returned (one recursive listing, paginated)", entries)
         if ctx.compare:
             if rep == 0:
                 ctx.add("peer_b3_first", mech.walk(ctx.peer("tree"))[1], "s")
             ctx.add("peer_b3_second", mech.walk(ctx.peer("tree"))[1], "s")
-        with ctx.silt(ctx.fresh_state("b3")) as s:
-            name = UFS_REQUESTS
-            r0 = s.metric(name)
-            n, secs = mech.walk(s.path("tree"))
+        with ctx.silt(ctx.fresh_state("b3"), mounts=b3_mounts(ctx)) as s:
+            root = s.ns(B3_MOUNT)
+            m0 = s.report()["metrics"]
+            n, secs = mech.walk(root)
             ctx.add("b3_first", secs, "s")
-            r1 = s.metric(name)
-            ctx.add("b3_second", mech.walk(s.path("tree"))[1], "s")
-            r2 = s.metric(name)
+            m1 = s.report()["metrics"]
+            ctx.add("b3_second", mech.walk(root)[1], "s")
+            m2 = s.report()["metrics"]
             ctx.counter("b3 entries walked", n)
-            ctx.counter("b3 store requests, first walk", r1 - r0)
-            ctx.counter("b3 store requests, second walk", r2 - r1)
+            ctx.counter("b3 store requests, first walk", m1[UFS_REQUESTS] - m0[UFS_REQUESTS])
+            ctx.counter("b3 store requests, second walk", m2[UFS_REQUESTS] - m1[UFS_REQUESTS])
+            if META_SWEEPS in m0:
+                ctx.counter("b3 bulk sweeps, first walk", m1[META_SWEEPS] - m0[META_SWEEPS])
+                ctx.counter("b3 bulk sweeps, second walk", m2[META_SWEEPS] - m1[META_SWEEPS])
         print(f"B3 rep {rep + 1}/{ctx.reps} done", flush=True)
+
+
+B3P_POLICIES = ("never", "interval=1h", "always")
+
+
+def policy_key(policy):
+    """A policy as part of a figure name: "interval=1h" -> "interval_1h"."""
+    return policy.replace("=", "_")
+
+
+def silt_has_sync_policy():
+    out = subprocess.run([mech.SILT, "up", "--help"], capture_output=True, text=True).stdout
+    return "--sync-policy" in out
+
+
+def percentile(values, q):
+    """Nearest-rank percentile (q in 0..1) of a non-empty list: p99 of 500 values is the 495th
+    smallest."""
+    v = sorted(values)
+    return v[max(0, math.ceil(q * len(v)) - 1)]
+
+
+def b3p_sample(ctx):
+    """The files whose open+stat is timed: a fixed random sample of the tree's files (the same
+    for every policy and repetition, from the run's seed), relative to the tree's root."""
+    files = sorted(rel for rel, _, _ in ctx.manifests["tree"])
+    n = min(100 if ctx.quick else 500, len(files))
+    return [os.path.relpath(rel, "tree") for rel in random.Random(ctx.seed).sample(files, n)]
+
+
+def _open_stat_figures(ctx, label, paths, s=None):
+    """Times open+fstat+close of every path (mech.open_stat); adds b3p_<label>_p50_ms and
+    _p99_ms, and, through Silt `s`, counts store requests per open (silt_ufs_requests_total
+    before and after, read over the control socket outside the timed calls). Returns the
+    latencies (s)."""
+    r0 = s.metric(UFS_REQUESTS) if s else None
+    lat = mech.open_stat(paths)
+    if s:
+        ctx.counter(f"b3p {label}: store requests per open+stat", (s.metric(UFS_REQUESTS) - r0) / len(paths))
+    ctx.add(f"b3p_{label}_p50_ms", statistics.median(lat) * 1e3, "ms")
+    ctx.add(f"b3p_{label}_p99_ms", percentile(lat, 0.99) * 1e3, "ms")
+    return lat
+
+
+def b3p(ctx):
+    """Latency of os.open(O_RDONLY) + os.fstat + os.close, one file at a time, over a fixed
+    sample of B3's tree (b3p_sample), per metadata sync policy. For each policy in B3P_POLICIES:
+    a fresh Silt with `--sync-policy P` (B3's mount of the tree), one untimed walk of the tree to
+    learn its metadata, then the sample timed twice: as the walk left the kernel's caches
+    (figures b3p_<policy>_p50_ms/_p99_ms: dentries and attributes cached in the kernel for up to
+    the policy's trust, capped by --entry-ttl/--attr-ttl), and again after dropping the kernel's
+    dentry and inode caches (b3p_<policy>_dropped_*: every path lookup reaches Silt, which
+    answers from its own metadata cache). Under `always` the walk and the drop are skipped:
+    nothing is trusted there (kernel TTLs 0, every open, lookup and stat asks the store), so
+    neither changes what the opens do, while the walk would ask the store about every entry.
+    Then cold: a fresh Silt with the default policy, no walk, the same sample (the first lookups
+    load the tree); b3p_cold_first_ms is the first open of the sample. Baseline: the same
+    open+stat on the store's directory (b3p_local_*). Store requests per open are counters."""
+    if not silt_has_sync_policy():
+        ctx.note("B3P", "not yet supported: `silt up` has no --sync-policy (metadata sync policies: issue 5)")
+        return
+    sample = b3p_sample(ctx)
+    ctx.note("B3P", f"os.open(O_RDONLY) + os.fstat + os.close, one at a time, of {len(sample)} files of B3's tree "
+                    f"(a fixed sample, seed {ctx.seed}); per policy a fresh Silt, one untimed walk first (not under "
+                    f"`always`); *_dropped_*: after dropping the kernel's dentry and inode caches; cold: default "
+                    f"policy, no walk first")
+    local = [os.path.join(ctx.store.local("tree"), rel) for rel in sample]
+    for rep in range(ctx.reps):
+        mech.open_stat(local)
+        _open_stat_figures(ctx, "local", local)
+        for policy in B3P_POLICIES:
+            key = policy_key(policy)
+            extra = ctx.silt_extra + ["--sync-policy", policy]
+            with ctx.silt(ctx.fresh_state("b3p"), mounts=b3_mounts(ctx), extra=extra) as s:
+                paths = [s.ns(os.path.join(B3_MOUNT, rel)) for rel in sample]
+                if policy != "always":
+                    r0 = s.metric(UFS_REQUESTS)
+                    mech.walk(s.ns(B3_MOUNT))
+                    ctx.counter(f"b3p {key}: store requests of the untimed walk", s.metric(UFS_REQUESTS) - r0)
+                _open_stat_figures(ctx, key, paths, s)
+                if policy != "always":
+                    mech.drop_dentries()
+                    _open_stat_figures(ctx, f"{key}_dropped", paths, s)
+        with ctx.silt(ctx.fresh_state("b3p"), mounts=b3_mounts(ctx)) as s:
+            lat = _open_stat_figures(ctx, "cold", [s.ns(os.path.join(B3_MOUNT, rel)) for rel in sample], s)
+            ctx.add("b3p_cold_first_ms", lat[0] * 1e3, "ms")
+        shutil.rmtree(os.path.join(ctx.work, "b3p"), ignore_errors=True)
+        print(f"B3P rep {rep + 1}/{ctx.reps} done", flush=True)
 
 
 # ---------------------------------------------------------------- B4
@@ -532,6 +642,8 @@ def ratios(ctx):
     r("B2 warm", "b2_warm", "b2_local")
     r("B3 first", "b3_first", "b3_direct_list")
     r("B3 second", "b3_second", "b3_local_walk")
+    for label in [policy_key(p) for p in B3P_POLICIES] + [policy_key(p) + "_dropped" for p in B3P_POLICIES] + ["cold"]:
+        r(f"B3P open+stat p50, {label} ÷ local", f"b3p_{label}_p50_ms", "b3p_local_p50_ms")
     if "b4_full_e2" in R and "b4_synthetic" in R:
         cached = [statistics.mean(x) for x in zip(R["b4_full_e2"], R["b4_full_e3"])]
         out["B4 cached"] = stats.ratio_of_medians(cached, R["b4_synthetic"])

@@ -321,6 +321,45 @@ def test_scenario_ratios_from_medians():
     assert "B2 warm" not in r and "B2 warm peer" not in r  # nothing measured, nothing claimed
 
 
+def test_b3p_percentile_policy_names_and_sample(tmp_path):
+    assert scenarios.percentile(list(range(1, 501)), 0.99) == 495  # nearest rank
+    assert scenarios.percentile([3.0], 0.99) == 3.0
+    assert scenarios.percentile([5, 1, 3], 0.5) == 3
+    assert [scenarios.policy_key(p) for p in scenarios.B3P_POLICIES] == ["never", "interval_1h", "always"]
+    assert "B3P" in scenarios.SCENARIOS
+    _, ctx = _ctx_with_data(tmp_path)
+    sample = scenarios.b3p_sample(ctx)
+    files = {os.path.relpath(p, "tree") for p, _, _ in ctx.manifests["tree"]}
+    # Quick: 100 files at most (this tree has 3 x 3 = 9); relative to the tree; same every call.
+    assert len(sample) == min(100, len(files)) and set(sample) <= files
+    assert sample == scenarios.b3p_sample(ctx)
+
+
+def test_open_stat_times_every_path(tmp_path):
+    gen.tree(str(tmp_path), depth=2, fanout=3, seed=0, file_size=8)
+    paths = [str(tmp_path / "tree" / d / f) for d in sorted(os.listdir(tmp_path / "tree"))
+             for f in sorted(os.listdir(tmp_path / "tree" / d))]
+    lat = mech.open_stat(paths)
+    assert len(lat) == 9 and all(x >= 0 for x in lat)
+    with pytest.raises(FileNotFoundError):
+        mech.open_stat([str(tmp_path / "missing")])
+
+
+def test_b3p_figures_and_ratios():
+    ctx = scenarios.Ctx(None, "/nonexistent", reps=1)
+    scenarios._open_stat_figures(ctx, "local", [__file__] * 10)
+    assert ctx.units["b3p_local_p50_ms"] == "ms" and ctx.units["b3p_local_p99_ms"] == "ms"
+    assert ctx.results["b3p_local_p50_ms"][0] <= ctx.results["b3p_local_p99_ms"][0]
+    ctx.results["b3p_local_p50_ms"] = [0.01]
+    ctx.add("b3p_always_p50_ms", 30.0, "ms")
+    ctx.add("b3p_never_dropped_p50_ms", 0.05, "ms")
+    r = scenarios.ratios(ctx)
+    assert r["B3P open+stat p50, always ÷ local"] == pytest.approx(3000)
+    assert r["B3P open+stat p50, never_dropped ÷ local"] == pytest.approx(5)
+    assert "B3P open+stat p50, cold ÷ local" not in r  # not measured, not claimed
+    assert not any(k in stats.GOALS_BY_ID for k in r if k.startswith("B3P"))  # no goal in the brief
+
+
 def test_cluster_ratios_names_and_arithmetic():
     results = {"b1_cold_4": [0.2, 0.2, 0.2], "cluster_b1_cold_4": [0.1, 0.15, 0.2], "b1_direct_parallel": [0.3, 0.3, 0.3],
                "b1_warm_1": [2, 2, 2], "cluster_b1_warm_1": [0.4, 0.5, 0.6], "b1_local_1": [10, 10, 10],

@@ -1,30 +1,37 @@
 //! The client library every front end (FUSE, CLI, later the SDK and the S3 gateway) uses:
-//! namespace resolution, the metadata cache, open files with sequential-read prefetch, and
-//! parallel ranged fetches through the worker.
+//! namespace resolution, the metadata cache with its sync policies, open files with
+//! sequential-read prefetch, and parallel ranged fetches through the worker.
 //!
 //! Consistency: an open file is pinned to the version (content fingerprint) it was opened
 //! at; every page it reads belongs to that version, and if the under-store object changed,
-//! reads fail with `ContentChanged` (ESTALE) instead of mixing versions. Metadata is
-//! trusted for `metadata_ttl`; after that the next stat or listing goes to the store.
+//! reads fail with `ContentChanged` (ESTALE) instead of mixing versions. Metadata is trusted
+//! as the path's sync policy says (`never`, `interval=D`, `always`); what changed is reported
+//! to listeners (the FUSE layer invalidates the kernel's caches) and the pages of replaced
+//! versions are dropped.
 
+mod clock;
 mod meta;
 pub mod namespace;
 mod prefetch;
 mod snapshot;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use futures::stream::{self, StreamExt};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use silt_common::metrics;
+use silt_common::sync::{SyncPolicy, SyncRules};
 use silt_common::{Error, ErrorKind, Result};
 use silt_ufs::{EntryKind, ObjectMeta};
 use silt_worker::{BackingSource, HeldFile, ObjectRef, ReadSource, Worker};
 use tokio::runtime::Handle;
 
-use meta::{Cached, MetaCache};
+pub use clock::Clock;
+use meta::{age, build_tree, is_at_or_under, Lookup, MetaCache};
+pub use meta::{Change, ChangeKind};
 use namespace::{join, Resolved};
 pub use namespace::{MountPoint, Namespace};
 use prefetch::SeqState;
@@ -32,12 +39,19 @@ use prefetch::SeqState;
 /// Client tuning (from `Config`).
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
-    pub metadata_ttl: Duration,
+    /// Sync policy per namespace prefix.
+    pub sync: SyncRules,
+    /// Trust of a "no such file" answer (capped by the path's policy).
+    pub negative_ttl: Duration,
+    /// Largest tree loaded with one recursive listing; 0: a listing per directory.
+    pub bulk_list_max: usize,
     /// Answer a lookup in a directory whose listing is not cached by listing the directory
     /// (one paginated LIST, shared by concurrent callers) instead of a HEAD per name.
     pub lookup_lists_parent: bool,
     pub prefetch_max: u64,
     pub fetch_concurrency: usize,
+    /// Time source of metadata ages (a manual clock in tests).
+    pub clock: Clock,
 }
 
 /// A file or directory of the namespace.
@@ -116,14 +130,83 @@ pub struct LoadProgress {
     pub bytes_cached: u64,
 }
 
+/// What `sync` or `invalidate` found, for the CLI.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SyncReport {
+    /// Entries the store answered about (sync), or records dropped (invalidate).
+    pub checked: u64,
+    pub added: u64,
+    pub removed: u64,
+    pub content_changed: u64,
+    pub metadata_changed: u64,
+    pub invalidated: u64,
+    /// Object versions whose cached pages were dropped.
+    pub objects_dropped: u64,
+    /// The first changes, path by path.
+    pub changes: Vec<(String, ChangeKind)>,
+}
+
+const REPORT_PATHS: usize = 100;
+
+impl SyncReport {
+    fn merge(&mut self, o: SyncReport) {
+        self.checked += o.checked;
+        self.added += o.added;
+        self.removed += o.removed;
+        self.content_changed += o.content_changed;
+        self.metadata_changed += o.metadata_changed;
+        self.invalidated += o.invalidated;
+        self.objects_dropped += o.objects_dropped;
+        let room = REPORT_PATHS.saturating_sub(self.changes.len());
+        self.changes.extend(o.changes.into_iter().take(room));
+    }
+
+    fn add(&mut self, changes: &[Change]) {
+        for c in changes {
+            match c.kind {
+                ChangeKind::Added => self.added += 1,
+                ChangeKind::Removed => self.removed += 1,
+                ChangeKind::Content => self.content_changed += 1,
+                ChangeKind::Metadata => self.metadata_changed += 1,
+                ChangeKind::Invalidated => self.invalidated += 1,
+                ChangeKind::Policy => {}
+            }
+            self.objects_dropped += c.old_object.is_some() as u64;
+            if self.changes.len() < REPORT_PATHS {
+                self.changes.push((c.path.clone(), c.kind));
+            }
+        }
+    }
+}
+
+/// The sync policy of a path, for `silt fs stat` and `silt fs sync-policy`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PolicyInfo {
+    pub policy: String,
+    /// The prefix of the rule that sets it (`/` for the default).
+    pub rule: String,
+    /// Seconds since the store last answered about the path, if anything is cached.
+    pub checked_secs_ago: Option<f64>,
+}
+
 type ListFlight = std::result::Result<Arc<Vec<Entry>>, (ErrorKind, String)>;
+
+/// Told about every change Silt learns of (the FUSE layer invalidates kernel caches).
+pub type ChangeListener = Arc<dyn Fn(&[Change]) + Send + Sync>;
 
 pub struct Client {
     ns: Namespace,
     worker: Arc<Worker>,
     meta: MetaCache,
+    sync: RwLock<SyncRules>,
     /// Concurrent listings of one directory share one store request.
     listings: silt_cache::SingleFlight<String, ListFlight>,
+    /// Recursive listings in flight, by root: a walker needing a directory below one waits
+    /// for it instead of listing on its own. The receiver turns `true` when it ends.
+    sweeps: Mutex<std::collections::HashMap<String, tokio::sync::watch::Receiver<bool>>>,
+    /// Directories whose tree had more than `bulk_list_max` entries: listed one at a time.
+    too_big: Mutex<HashSet<String>>,
+    listeners: Mutex<Vec<ChangeListener>>,
     opts: ClientOptions,
     rt: Handle,
     /// Same-host workers that can lend their cache files (cluster clients).
@@ -139,6 +222,45 @@ fn parent_and_name(path: &str) -> Option<(&str, &str)> {
     Some((parent, &path[idx + 1..]))
 }
 
+/// The namespace path of a store path `rel` under a mount at `mount_path`.
+fn ns_path(mount_path: &str, rel: &str) -> String {
+    if rel.is_empty() {
+        mount_path.to_string()
+    } else {
+        join(mount_path, rel)
+    }
+}
+
+/// The sorted listing of directory `path` from the store's entries of its children.
+fn listing_from(path: &str, mount: &MountPoint, metas: Vec<ObjectMeta>) -> Arc<Vec<Entry>> {
+    let mut entries: Vec<Entry> = metas
+        .into_iter()
+        .filter(|m| !m.name().is_empty())
+        .map(|m| Entry::from_meta(join(path, m.name()), &mount.store, m))
+        .collect();
+    entries.sort_by(|a, b| a.name().cmp(b.name()));
+    entries.dedup_by(|a, b| a.name() == b.name());
+    Arc::new(entries)
+}
+
+/// Every directory's listing below (and including) `path` from one recursive listing.
+fn tree_from(
+    path: &str,
+    mount: &MountPoint,
+    metas: Vec<ObjectMeta>,
+) -> Vec<(String, Arc<Vec<Entry>>)> {
+    let entries = metas
+        .into_iter()
+        .filter(|m| !m.name().is_empty())
+        .map(|m| Entry::from_meta(ns_path(&mount.path, &m.path), &mount.store, m))
+        .collect();
+    let prefix_len = mount.path.len();
+    build_tree(path, entries, |d| {
+        let rel = d[prefix_len..].trim_start_matches('/');
+        Entry::from_meta(d.to_string(), &mount.store, ObjectMeta::dir(rel))
+    })
+}
+
 fn count_source(source: ReadSource, n: u64) {
     match source {
         ReadSource::Memory => metrics::READ_BYTES_MEMORY.add(n),
@@ -147,13 +269,21 @@ fn count_source(source: ReadSource, n: u64) {
     }
 }
 
+fn not_found(path: &str) -> Error {
+    Error::not_found(format!("{path}: no such file or directory"))
+}
+
 impl Client {
     /// `rt` runs background prefetches; blocking entry points use it too.
     pub fn new(ns: Namespace, worker: Arc<Worker>, opts: ClientOptions, rt: Handle) -> Self {
         Client {
             ns,
-            meta: MetaCache::new(opts.metadata_ttl),
+            meta: MetaCache::new(),
+            sync: RwLock::new(opts.sync.clone()),
             listings: silt_cache::SingleFlight::new(),
+            sweeps: Mutex::new(Default::default()),
+            too_big: Mutex::new(HashSet::new()),
+            listeners: Mutex::new(Vec::new()),
             worker,
             opts,
             rt,
@@ -167,6 +297,11 @@ impl Client {
         self
     }
 
+    /// Calls `listener` with every batch of changes Silt learns of.
+    pub fn subscribe(&self, listener: ChangeListener) {
+        self.listeners.lock().push(listener);
+    }
+
     /// A local file for `obj` held for the caller, if a backing source can lend one. Blocks
     /// (for FUSE threads outside the runtime).
     pub fn hold_backing_blocking(&self, obj: &ObjectRef) -> Option<HeldFile> {
@@ -175,9 +310,13 @@ impl Client {
     }
 
     /// Saves the metadata cache to `path` (after a clean unmount) so the next start can reuse
-    /// what is still fresh; see `snapshot` for the rules. Returns the records written.
+    /// what is still trusted; see `snapshot` for the rules. Returns the records written.
     pub fn save_metadata(&self, path: &std::path::Path) -> std::io::Result<usize> {
-        snapshot::save(path, &self.ns, self.meta.contents())
+        let now = self.opts.clock.now();
+        let contents = self
+            .meta
+            .contents(|p, at| self.policy_for(p).0.trusts(age(now, at)));
+        snapshot::save(path, &self.ns, contents)
     }
 
     /// Loads (and removes) a snapshot written by `save_metadata`. Returns records restored.
@@ -185,10 +324,15 @@ impl Client {
         snapshot::restore(
             path,
             &self.ns,
-            self.opts.metadata_ttl,
+            |p, age| self.policy_for(p).0.trusts(age),
             |at, e| self.meta.put_stat_at(at, e),
             |at, dir, l| self.meta.put_list_at(at, dir, l),
         )
+    }
+
+    /// Cached (stats, listings, negative entries).
+    pub fn metadata_sizes(&self) -> (usize, usize, usize) {
+        self.meta.sizes()
     }
 
     pub fn namespace(&self) -> &Namespace {
@@ -209,38 +353,130 @@ impl Client {
         })
     }
 
+    /// The sync policy of a (normalised) path and the rule prefix that sets it.
+    pub fn policy_for(&self, path: &str) -> (SyncPolicy, String) {
+        let rules = self.sync.read();
+        let (p, rule) = rules.policy_for(path);
+        (p, rule.to_string())
+    }
+
+    /// The sync rules in force (the configured ones and those set since).
+    pub fn sync_rules(&self) -> SyncRules {
+        self.sync.read().clone()
+    }
+
+    /// Sets the sync policy of `path` and everything below it (until the process stops; the
+    /// `sync_rules` option makes it permanent).
+    pub fn set_sync_policy(&self, path: &str, policy: SyncPolicy) -> Result<PolicyInfo> {
+        let path = Self::normalize(path)?;
+        self.sync.write().set(path.clone(), policy);
+        self.apply(&[Change {
+            path: path.clone(),
+            kind: ChangeKind::Policy,
+            old_object: None,
+        }]);
+        self.policy_info(&path)
+    }
+
+    /// The policy of `path`, the rule that sets it and when the store last answered about it.
+    pub fn policy_info(&self, path: &str) -> Result<PolicyInfo> {
+        let path = Self::normalize(path)?;
+        let (policy, rule) = self.policy_for(&path);
+        let now = self.opts.clock.now();
+        Ok(PolicyInfo {
+            policy: policy.to_string(),
+            rule,
+            checked_secs_ago: self
+                .meta
+                .checked_at(&path)
+                .map(|at| age(now, at).as_secs_f64()),
+        })
+    }
+
+    /// Acts on what changed: counts it, drops the pages of replaced versions and tells the
+    /// listeners.
+    fn apply(&self, changes: &[Change]) {
+        if changes.is_empty() {
+            return;
+        }
+        for c in changes {
+            match c.kind {
+                ChangeKind::Content | ChangeKind::Removed => metrics::META_CONTENT_CHANGES.inc(),
+                ChangeKind::Metadata => metrics::META_METADATA_CHANGES.inc(),
+                ChangeKind::Added | ChangeKind::Invalidated | ChangeKind::Policy => {}
+            }
+            if let Some(obj) = &c.old_object {
+                self.worker.forget_object(obj);
+            }
+        }
+        let listeners = self.listeners.lock().clone();
+        for l in listeners {
+            l(changes);
+        }
+    }
+
     /// Stat a namespace path.
     pub async fn stat(&self, path: &str) -> Result<Entry> {
         let path = Self::normalize(path)?;
-        match self.meta.stat(&path, parent_and_name(&path)) {
-            Cached::Found(e) => {
+        let (policy, _) = self.policy_for(&path);
+        let now = self.opts.clock.now();
+        let negative = policy.negative_trust(self.opts.negative_ttl);
+        // Under `always`, a directory already known stands until its parent is read again
+        // (readdir re-lists): an open checks its file, not every directory above it.
+        let trust =
+            |at, is_dir| (is_dir && policy == SyncPolicy::Always) || policy.trusts(age(now, at));
+        let stale = match self.meta.stat(&path, trust, |at| age(now, at) < negative) {
+            Lookup::Found(e) => {
                 metrics::META_CACHE_HITS.inc();
                 return Ok(e);
             }
-            Cached::Missing => {
+            Lookup::Missing => {
                 metrics::META_CACHE_HITS.inc();
-                return Err(Error::not_found(format!(
-                    "{path}: no such file or directory"
-                )));
+                return Err(not_found(&path));
             }
             // Counted below, only where the store is asked (synthetic dirs never are).
-            Cached::Unknown => {}
-        }
-        let entry = match self.ns.resolve(&path)? {
-            Resolved::Synthetic { .. } => Entry::synthetic_dir(path.clone()),
-            Resolved::Store { mount, rel } => {
-                if self.opts.lookup_lists_parent && !rel.is_empty() {
-                    if let Some(found) = self.stat_from_parent_listing(&path).await {
-                        return found;
-                    }
-                }
-                metrics::META_CACHE_MISSES.inc();
-                let meta = mount.store.stat(&rel).await.map_err(|e| e.context(&path))?;
-                Entry::from_meta(path.clone(), &mount.store, meta)
-            }
+            Lookup::Unknown { stale } => stale,
         };
-        self.meta.put_stat(entry.clone());
-        Ok(entry)
+        let (mount, rel) = match self.ns.resolve(&path)? {
+            Resolved::Synthetic { .. } => return Ok(Entry::synthetic_dir(path)),
+            Resolved::Store { mount, rel } => (mount, rel),
+        };
+        // Under `always` a listing would be refetched per lookup: ask about the path alone.
+        if policy != SyncPolicy::Always && self.opts.lookup_lists_parent && !rel.is_empty() {
+            if let Some(found) = self.stat_from_parent_listing(&path).await {
+                return found;
+            }
+        }
+        metrics::META_CACHE_MISSES.inc();
+        // Records carry the instant the store was asked: an answer is never newer than that.
+        let asked = self.opts.clock.now();
+        match mount.store.stat(&rel).await {
+            Ok(meta) => {
+                let entry = Entry::from_meta(path.clone(), &mount.store, meta);
+                let changes = self.meta.put_stat(asked, entry.clone());
+                self.apply(&changes);
+                Ok(entry)
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let changes = self.meta.put_missing(asked, &path);
+                self.apply(&changes);
+                Err(not_found(&path))
+            }
+            Err(e) => self.stale_or(policy, stale, e.context(&path)),
+        }
+    }
+
+    /// The last answer when the store cannot give a new one, except under `always` (which
+    /// promises the store's current answer or an error).
+    fn stale_or<T>(&self, policy: SyncPolicy, stale: Option<T>, err: Error) -> Result<T> {
+        match stale {
+            Some(s) if policy != SyncPolicy::Always => {
+                metrics::META_STALE_SERVED.inc();
+                tracing::warn!("serving cached metadata: revalidation failed: {err}");
+                Ok(s)
+            }
+            _ => Err(err),
+        }
     }
 
     /// Answers a stat from the parent directory's listing, loading it if needed. `None` when
@@ -250,18 +486,22 @@ impl Client {
         let list = self.list(parent).await.ok()?;
         Some(match list.binary_search_by(|e| e.name().cmp(name)) {
             Ok(i) => Ok(list[i].clone()),
-            Err(_) => Err(Error::not_found(format!(
-                "{path}: no such file or directory"
-            ))),
+            Err(_) => Err(not_found(path)),
         })
     }
 
     /// The direct children of a directory, sorted by name.
     pub async fn list(&self, path: &str) -> Result<Arc<Vec<Entry>>> {
         let path = Self::normalize(path)?;
-        if let Some(l) = self.meta.list(&path) {
+        if let Some(l) = self.trusted_listing(&path) {
             metrics::META_CACHE_HITS.inc();
             return Ok(l);
+        }
+        if self.wait_for_sweep(&path).await {
+            if let Some(l) = self.trusted_listing(&path) {
+                metrics::META_CACHE_HITS.inc();
+                return Ok(l);
+            }
         }
         let (result, _) = self
             .listings
@@ -274,40 +514,269 @@ impl Client {
         result.map_err(|(kind, msg)| Error::new(kind, msg))
     }
 
+    fn trusted_listing(&self, path: &str) -> Option<Arc<Vec<Entry>>> {
+        let (policy, _) = self.policy_for(path);
+        let now = self.opts.clock.now();
+        match self.meta.list(path, |at| policy.trusts(age(now, at))) {
+            Some((l, true)) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// Waits for a recursive listing in flight that covers `path`; whether there was one.
+    async fn wait_for_sweep(&self, path: &str) -> bool {
+        let rx = {
+            let sweeps = self.sweeps.lock();
+            sweeps
+                .iter()
+                .filter(|(root, _)| is_at_or_under(path, root))
+                .map(|(_, rx)| rx.clone())
+                .next()
+        };
+        match rx {
+            Some(mut rx) => {
+                // An error means the sweep ended without saying so (its task was dropped).
+                let _ = rx.wait_for(|done| *done).await;
+                true
+            }
+            None => false,
+        }
+    }
+
     async fn load_listing(&self, path: &str) -> Result<Arc<Vec<Entry>>> {
-        let path = path.to_string();
         // A caller that joined late may find the listing already cached.
-        if let Some(l) = self.meta.list(&path) {
+        if let Some(l) = self.trusted_listing(path) {
             return Ok(l);
         }
-        let mut entries: Vec<Entry> = match self.ns.resolve(&path)? {
-            // Built from the mount table, not the store: not a cache miss.
-            Resolved::Synthetic { children } => children
-                .into_iter()
-                .map(|c| Entry::synthetic_dir(join(&path, &c)))
-                .collect(),
-            Resolved::Store { mount, rel } => {
-                metrics::META_CACHE_MISSES.inc();
-                let metas = mount
-                    .store
-                    .list(&rel, false)
-                    .await
-                    .map_err(|e| e.context(&path))?;
-                metas
-                    .into_iter()
-                    .filter(|m| !m.name().is_empty())
-                    .map(|m| {
-                        let child = join(&path, m.name());
-                        Entry::from_meta(child, &mount.store, m)
-                    })
-                    .collect()
+        let (policy, _) = self.policy_for(path);
+        let (mount, rel) = match self.ns.resolve(path)? {
+            // Built from the mount table, not the store: not a cache miss, nothing to cache.
+            Resolved::Synthetic { children } => {
+                return Ok(Arc::new(
+                    children
+                        .into_iter()
+                        .map(|c| Entry::synthetic_dir(join(path, &c)))
+                        .collect(),
+                ))
             }
+            Resolved::Store { mount, rel } => (mount, rel),
         };
-        entries.sort_by(|a, b| a.name().cmp(b.name()));
-        entries.dedup_by(|a, b| a.name() == b.name());
-        let entries = Arc::new(entries);
-        self.meta.put_list(&path, entries.clone());
+        metrics::META_CACHE_MISSES.inc();
+        let bulk = policy != SyncPolicy::Always
+            && self.opts.bulk_list_max > 0
+            && mount.store.capabilities().native_recursive_list
+            && !self.too_big.lock().contains(path);
+        let result = if bulk {
+            match self.sweep(path, mount, &rel, self.opts.bulk_list_max).await {
+                Ok(Some(list)) => return Ok(list),
+                Ok(None) => {
+                    tracing::info!(
+                        path,
+                        max = self.opts.bulk_list_max,
+                        "tree too big for one listing: listing its directories one at a time"
+                    );
+                    self.too_big.lock().insert(path.to_string());
+                    self.list_one(path, mount, &rel).await
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            self.list_one(path, mount, &rel).await
+        };
+        match result {
+            Ok(l) => Ok(l),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let changes = self.meta.put_missing(self.opts.clock.now(), path);
+                self.apply(&changes);
+                Err(e)
+            }
+            Err(e) => {
+                // `|_| true`: any age will do; still `false` for a listing `invalidate` forgot.
+                let stale = self
+                    .meta
+                    .list(path, |_| true)
+                    .and_then(|(l, usable)| usable.then_some(l));
+                self.stale_or(policy, stale, e)
+            }
+        }
+    }
+
+    /// One directory, one (paginated) listing.
+    async fn list_one(&self, path: &str, mount: &MountPoint, rel: &str) -> Result<Arc<Vec<Entry>>> {
+        let asked = self.opts.clock.now();
+        let metas = mount
+            .store
+            .list(rel, false)
+            .await
+            .map_err(|e| e.context(path))?;
+        let entries = listing_from(path, mount, metas);
+        let changes = self.meta.put_list(asked, path, entries.clone());
+        self.apply(&changes);
         Ok(entries)
+    }
+
+    /// Loads the whole tree below `path` with one recursive listing (at most `max` entries)
+    /// and caches every directory's listing. `None`: the tree is bigger than `max`.
+    async fn sweep(
+        &self,
+        path: &str,
+        mount: &MountPoint,
+        rel: &str,
+        max: usize,
+    ) -> Result<Option<Arc<Vec<Entry>>>> {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        self.sweeps.lock().insert(path.to_string(), rx);
+        // Ends the sweep for waiters however this returns (also when the future is dropped).
+        struct Done<'a>(&'a Client, &'a str, tokio::sync::watch::Sender<bool>);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.sweeps.lock().remove(self.1);
+                let _ = self.2.send(true);
+            }
+        }
+        let _done = Done(self, path, tx);
+        metrics::META_SWEEPS.inc();
+        let asked = self.opts.clock.now();
+        let Some(metas) = mount
+            .store
+            .list_tree(rel, max)
+            .await
+            .map_err(|e| e.context(path))?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(self.put_tree(asked, path, mount, metas)))
+    }
+
+    /// Caches the tree of one recursive listing of `path` asked for at `asked`; returns
+    /// `path`'s own listing.
+    fn put_tree(
+        &self,
+        asked: std::time::Instant,
+        path: &str,
+        mount: &MountPoint,
+        metas: Vec<ObjectMeta>,
+    ) -> Arc<Vec<Entry>> {
+        let tree = tree_from(path, mount, metas);
+        let own = tree
+            .iter()
+            .find(|(d, _)| d == path)
+            .map(|(_, l)| l.clone())
+            .unwrap_or_default();
+        let now = self.opts.clock.now();
+        let changes = self.meta.put_tree(asked, path, tree, |d, at| {
+            self.policy_for(d).0.trusts(age(now, at))
+        });
+        self.apply(&changes);
+        own
+    }
+
+    /// Revalidates `path` now, whatever its policy: one HEAD, and for a directory its listing
+    /// (`recursive`: the whole tree in one recursive listing). On failure the cached view is
+    /// left as it was and the error returned.
+    pub async fn sync(&self, path: &str, recursive: bool) -> Result<SyncReport> {
+        let path = Self::normalize(path)?;
+        let mut report = SyncReport::default();
+        let (mount, rel) = match self.ns.resolve(&path)? {
+            Resolved::Synthetic { .. } => {
+                // Nothing of its own: sync the mounts below it.
+                if recursive {
+                    let below: Vec<String> = self
+                        .ns
+                        .mounts()
+                        .iter()
+                        .filter(|m| is_at_or_under(&m.path, &path))
+                        .map(|m| m.path.clone())
+                        .collect();
+                    for m in below {
+                        let r = Box::pin(self.sync(&m, true)).await?;
+                        report.merge(r);
+                    }
+                }
+                return Ok(report);
+            }
+            Resolved::Store { mount, rel } => (mount, rel),
+        };
+        metrics::META_CACHE_MISSES.inc();
+        let now = self.opts.clock.now();
+        let meta = match mount.store.stat(&rel).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                report.checked = 1;
+                let changes = self.meta.put_missing(now, &path);
+                report.add(&changes);
+                self.apply(&changes);
+                return Ok(report);
+            }
+            Err(e) => return Err(e.context(&path)),
+        };
+        report.checked = 1;
+        let is_dir = meta.kind == EntryKind::Dir;
+        let own = Entry::from_meta(path.clone(), &mount.store, meta);
+        if !is_dir {
+            let changes = self.meta.put_stat(now, own);
+            report.add(&changes);
+            self.apply(&changes);
+            return Ok(report);
+        }
+        // A directory: fetch everything first, so a failure changes nothing.
+        let changes = if recursive {
+            metrics::META_SWEEPS.inc();
+            let metas = mount
+                .store
+                .list_tree(&rel, usize::MAX)
+                .await
+                .map_err(|e| e.context(&path))?
+                .unwrap_or_default();
+            report.checked += metas.len() as u64;
+            self.too_big.lock().retain(|d| !is_at_or_under(d, &path));
+            let tree = tree_from(&path, mount, metas);
+            self.meta.put_tree(now, &path, tree, |_, _| false)
+        } else {
+            let metas = mount
+                .store
+                .list(&rel, false)
+                .await
+                .map_err(|e| e.context(&path))?;
+            report.checked += metas.len() as u64;
+            let entries = listing_from(&path, mount, metas);
+            self.meta.put_list(now, &path, entries)
+        };
+        let mut all = self.meta.put_stat(now, own);
+        all.extend(changes);
+        report.add(&all);
+        self.apply(&all);
+        Ok(report)
+    }
+
+    /// Drops what Silt knows about `path` and below: metadata (stats, listings, negative
+    /// entries, the parent's listing) and the cached pages of every version it knew of. A
+    /// file not in the metadata cache is asked about (one HEAD) to find its cached pages.
+    pub async fn invalidate(&self, path: &str) -> Result<SyncReport> {
+        let path = Self::normalize(path)?;
+        let mut changes = self.meta.invalidate(&path);
+        self.too_big.lock().retain(|d| !is_at_or_under(d, &path));
+        if changes.is_empty() {
+            if let Ok(Resolved::Store { mount, rel }) = self.ns.resolve(&path) {
+                if let Ok(meta) = mount.store.stat(&rel).await {
+                    if meta.kind == EntryKind::File {
+                        let e = Entry::from_meta(path.clone(), &mount.store, meta);
+                        changes.push(Change {
+                            path: path.clone(),
+                            kind: ChangeKind::Invalidated,
+                            old_object: e.object.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        let mut report = SyncReport {
+            checked: changes.len() as u64,
+            ..Default::default()
+        };
+        report.add(&changes);
+        self.apply(&changes);
+        Ok(report)
     }
 
     /// Opens a file for reading, pinning the version it has now.

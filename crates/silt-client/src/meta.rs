@@ -1,91 +1,487 @@
-//! Metadata cache: stat results and directory listings, trusted for `metadata_ttl`.
+//! Metadata cache: stat results, directory listings and "no such file" answers, each with the
+//! instant the store gave it. Whether a record is still trusted is the caller's question (the
+//! path's sync policy); the cache only stores, compares and reports what changed.
 //!
-//! A fresh listing of a directory also answers stat and lookup of its children (including
-//! "no such child"), so walking a tree costs one listing per directory and no per-file HEAD.
+//! Invariants:
+//! - One lock covers every map, so a reader never sees a listing and a stat that disagree
+//!   about a path learned in one update.
+//! - A listing is replaced whole or not at all: a failed or partial store answer never reaches
+//!   the cache (callers insert only complete results), so no directory shows up half-listed.
+//! - A newer answer about one path (a HEAD) is written into the parent's cached listing too,
+//!   so `stat` and `readdir` agree; the listing keeps its own age.
+//! - Every update returns what changed compared with what was cached, entry by entry.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use silt_worker::ObjectRef;
 
-use crate::Entry;
+use crate::{parent_and_name, Entry};
 
-type Listings = HashMap<String, (Instant, Arc<Vec<Entry>>)>;
-
-pub struct MetaCache {
-    ttl: Duration,
-    stats: Mutex<HashMap<String, (Instant, Entry)>>,
-    lists: Mutex<Listings>,
+/// What happened to a path between two answers of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Added,
+    Removed,
+    /// Type, size or content fingerprint (ETag, version id, or mtime without either): the
+    /// bytes may differ; every cached page of the old version is dropped.
+    Content,
+    /// Only attributes outside the content fingerprint (mode, mtime next to an ETag): cached
+    /// pages stay valid.
+    Metadata,
+    /// Dropped by `silt fs invalidate` (nothing is known about the store's state).
+    Invalidated,
+    /// The sync policy of this prefix changed: caches holding answers under it (the kernel's)
+    /// must forget them so the new policy applies at once.
+    Policy,
 }
 
-/// What the cache knows about a path.
-pub enum Cached {
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub path: String,
+    pub kind: ChangeKind,
+    /// The version whose cached pages must go (content changes, removals, invalidations).
+    pub old_object: Option<Arc<ObjectRef>>,
+}
+
+/// How two answers about one path differ, if they do.
+pub fn diff(old: &Entry, new: &Entry) -> Option<ChangeKind> {
+    let meta = |e: &Entry| e.object.as_ref().map(|o| o.meta.clone());
+    if old.kind != new.kind {
+        return Some(ChangeKind::Content);
+    }
+    match (meta(old), meta(new)) {
+        (Some(a), Some(b)) => {
+            if !new.is_dir() && a.content_fingerprint() != b.content_fingerprint() {
+                Some(ChangeKind::Content)
+            } else if a.metadata_fingerprint() != b.metadata_fingerprint() {
+                Some(ChangeKind::Metadata)
+            } else {
+                None
+            }
+        }
+        // Synthetic directories come from the mount table and never change here.
+        _ => None,
+    }
+}
+
+fn file_object(e: &Entry) -> Option<Arc<ObjectRef>> {
+    (!e.is_dir()).then(|| e.object.clone()).flatten()
+}
+
+fn change(path: &str, kind: ChangeKind, old: Option<&Entry>) -> Change {
+    let old_object = match kind {
+        ChangeKind::Metadata | ChangeKind::Added | ChangeKind::Policy => None,
+        _ => old.and_then(file_object),
+    };
+    Change {
+        path: path.to_string(),
+        kind,
+        old_object,
+    }
+}
+
+/// What the cache knows about a path, judged by the caller's trust.
+pub enum Lookup {
     Found(Entry),
-    /// The parent's fresh listing has no such child.
+    /// A trusted listing of the parent without it, or a trusted "no such file".
     Missing,
-    Unknown,
+    /// Nothing trusted; `stale` is the last answer, if any, to fall back on when the store
+    /// cannot be reached.
+    Unknown {
+        stale: Option<Entry>,
+    },
+}
+
+#[derive(Default)]
+struct Inner {
+    stats: HashMap<String, (Instant, Entry)>,
+    lists: HashMap<String, (Instant, Arc<Vec<Entry>>)>,
+    negative: HashMap<String, Instant>,
+    /// Listings kept only to compare the next answer with (`invalidate` of one of their
+    /// entries): never trusted, whatever their age.
+    distrusted: HashSet<String>,
+}
+
+/// Whether `path` is `dir` or below it (both normalised).
+pub fn is_at_or_under(path: &str, dir: &str) -> bool {
+    dir == "/"
+        || path == dir
+        || (path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/')
+}
+
+fn find<'a>(list: &'a [Entry], name: &str) -> std::result::Result<&'a Entry, usize> {
+    list.binary_search_by(|e| e.name().cmp(name))
+        .map(|i| &list[i])
+}
+
+impl Inner {
+    /// Whether the cache holds an answer about `path` itself asked for after `at`.
+    fn newer_than(&self, path: &str, at: Instant) -> bool {
+        self.stats.get(path).is_some_and(|(known, _)| *known > at)
+            || self.negative.get(path).is_some_and(|known| *known > at)
+    }
+
+    /// The newest answer about `path`, trusted or not.
+    fn current(&self, path: &str) -> Option<Entry> {
+        let from_stat = self.stats.get(path);
+        let from_list = parent_and_name(path).and_then(|(dir, name)| {
+            let (at, l) = self.lists.get(dir)?;
+            find(l, name).ok().map(|e| (*at, e.clone()))
+        });
+        match (from_stat, from_list) {
+            (Some((a, e)), Some((b, _))) if *a >= b => Some(e.clone()),
+            (_, Some((_, e))) => Some(e),
+            (Some((_, e)), None) => Some(e.clone()),
+            (None, None) => None,
+        }
+    }
+
+    /// Writes `entry` (or its absence) into the parent's cached listing, keeping its age.
+    fn patch_parent(&mut self, path: &str, entry: Option<&Entry>) {
+        let Some((dir, name)) = parent_and_name(path) else {
+            return;
+        };
+        let Some((_, list)) = self.lists.get_mut(dir) else {
+            return;
+        };
+        let pos = list.binary_search_by(|x| x.name().cmp(name));
+        if pos.is_err() && entry.is_none() {
+            return;
+        }
+        let mut v = list.as_ref().clone();
+        match (pos, entry) {
+            (Ok(i), Some(e)) => v[i] = e.clone(),
+            (Ok(i), None) => {
+                v.remove(i);
+            }
+            (Err(i), Some(e)) => v.insert(i, e.clone()),
+            (Err(_), None) => {}
+        }
+        *list = Arc::new(v);
+    }
+
+    /// Drops every record of `dir`'s subtree (not `dir`'s own stat). Returns the files dropped.
+    fn drop_below(&mut self, dir: &str) -> Vec<Entry> {
+        let mut gone = Vec::new();
+        let below = |p: &str| p != dir && is_at_or_under(p, dir);
+        self.stats.retain(|p, (_, e)| {
+            let keep = !below(p);
+            if !keep {
+                gone.push(e.clone());
+            }
+            keep
+        });
+        self.lists.retain(|d, (_, l)| {
+            if !is_at_or_under(d, dir) {
+                return true;
+            }
+            gone.extend(l.iter().cloned());
+            false
+        });
+        self.negative.retain(|p, _| !below(p));
+        gone
+    }
+}
+
+pub struct MetaCache {
+    inner: Mutex<Inner>,
 }
 
 impl MetaCache {
-    pub fn new(ttl: Duration) -> Self {
+    pub fn new() -> Self {
         MetaCache {
-            ttl,
-            stats: Mutex::new(HashMap::new()),
-            lists: Mutex::new(HashMap::new()),
+            inner: Mutex::new(Inner::default()),
         }
     }
 
-    fn fresh(&self, at: Instant) -> bool {
-        at.elapsed() < self.ttl
-    }
-
-    pub fn stat(&self, path: &str, parent: Option<(&str, &str)>) -> Cached {
-        if let Some((at, e)) = self.stats.lock().get(path) {
-            if self.fresh(*at) {
-                return Cached::Found(e.clone());
+    /// Looks `path` up. `trust(at, is_dir)` says whether a record from `at` about a directory
+    /// (or not) is trusted, `trust_negative` the same for a "no such file" answer.
+    pub fn stat(
+        &self,
+        path: &str,
+        trust: impl Fn(Instant, bool) -> bool,
+        trust_negative: impl Fn(Instant) -> bool,
+    ) -> Lookup {
+        let inner = self.inner.lock();
+        if let Some((at, e)) = inner.stats.get(path) {
+            if trust(*at, e.is_dir()) {
+                return Lookup::Found(e.clone());
             }
         }
-        if let Some((dir, name)) = parent {
-            if let Some((at, list)) = self.lists.lock().get(dir) {
-                if self.fresh(*at) {
-                    return match list.binary_search_by(|e| e.name().cmp(name)) {
-                        Ok(i) => Cached::Found(list[i].clone()),
-                        Err(_) => Cached::Missing,
-                    };
+        if let Some(at) = inner.negative.get(path) {
+            if trust_negative(*at) {
+                return Lookup::Missing;
+            }
+        }
+        if let Some((dir, name)) = parent_and_name(path) {
+            if let Some((at, list)) = inner
+                .lists
+                .get(dir)
+                .filter(|_| !inner.distrusted.contains(dir))
+            {
+                match find(list, name) {
+                    Ok(e) if trust(*at, e.is_dir()) => return Lookup::Found(e.clone()),
+                    Err(_) if trust(*at, false) => return Lookup::Missing,
+                    _ => {}
                 }
             }
         }
-        Cached::Unknown
-    }
-
-    pub fn put_stat(&self, entry: Entry) {
-        self.stats
-            .lock()
-            .insert(entry.path.clone(), (Instant::now(), entry));
-    }
-
-    pub fn list(&self, dir: &str) -> Option<Arc<Vec<Entry>>> {
-        match self.lists.lock().get(dir) {
-            Some((at, l)) if self.fresh(*at) => Some(l.clone()),
-            _ => None,
+        // Never fall back on what `invalidate` said to forget.
+        let forgotten = parent_and_name(path).is_some_and(|(d, _)| inner.distrusted.contains(d));
+        Lookup::Unknown {
+            stale: if forgotten {
+                inner.stats.get(path).map(|(_, e)| e.clone())
+            } else {
+                inner.current(path)
+            },
         }
     }
 
-    /// Every entry still fresh, with the instant it was fetched (for the snapshot).
-    pub fn contents(&self) -> crate::snapshot::Contents {
-        let stats = self
-            .stats
-            .lock()
-            .values()
-            .filter(|(at, _)| self.fresh(*at))
-            .map(|(at, e)| (*at, e.clone()))
-            .collect();
-        let lists = self
+    /// The cached listing of `dir` and whether `trust` accepts its age.
+    pub fn list(
+        &self,
+        dir: &str,
+        trust: impl Fn(Instant) -> bool,
+    ) -> Option<(Arc<Vec<Entry>>, bool)> {
+        let inner = self.inner.lock();
+        let distrusted = inner.distrusted.contains(dir);
+        inner
             .lists
-            .lock()
+            .get(dir)
+            .map(|(at, l)| (l.clone(), !distrusted && trust(*at)))
+    }
+
+    /// Records a HEAD answer asked for at `at`. An answer older than what is cached about the
+    /// path is dropped (a slow request must not undo a newer one); so are the other updates.
+    pub fn put_stat(&self, at: Instant, entry: Entry) -> Vec<Change> {
+        let mut inner = self.inner.lock();
+        let path = entry.path.clone();
+        if inner.newer_than(&path, at) {
+            return Vec::new();
+        }
+        let mut changes = Vec::new();
+        match inner.current(&path) {
+            Some(old) => {
+                if let Some(kind) = diff(&old, &entry) {
+                    changes.push(change(&path, kind, Some(&old)));
+                    if kind == ChangeKind::Content && old.is_dir() {
+                        for e in inner.drop_below(&path) {
+                            changes.push(change(&e.path, ChangeKind::Removed, Some(&e)));
+                        }
+                    }
+                }
+            }
+            None if inner.negative.contains_key(&path) => {
+                changes.push(change(&path, ChangeKind::Added, None))
+            }
+            None => {}
+        }
+        inner.negative.remove(&path);
+        inner.patch_parent(&path, Some(&entry));
+        inner.stats.insert(path, (at, entry));
+        changes
+    }
+
+    /// Records a "no such file" answer for `path`.
+    pub fn put_missing(&self, at: Instant, path: &str) -> Vec<Change> {
+        let mut inner = self.inner.lock();
+        if inner.newer_than(path, at) {
+            return Vec::new();
+        }
+        let mut changes = Vec::new();
+        if let Some(old) = inner.current(path) {
+            changes.push(change(path, ChangeKind::Removed, Some(&old)));
+        }
+        // Whatever it was, nothing is below it now (also a listing learned without its parent's).
+        for e in inner.drop_below(path) {
+            changes.push(change(&e.path, ChangeKind::Removed, Some(&e)));
+        }
+        inner.stats.remove(path);
+        inner.patch_parent(path, None);
+        inner.negative.insert(path.to_string(), at);
+        changes
+    }
+
+    /// Records a complete listing of `dir` (`entries` sorted by name).
+    pub fn put_list(&self, at: Instant, dir: &str, entries: Arc<Vec<Entry>>) -> Vec<Change> {
+        let mut inner = self.inner.lock();
+        let mut changes = Vec::new();
+        Self::put_list_locked(&mut inner, at, dir, entries, &mut changes);
+        changes
+    }
+
+    fn put_list_locked(
+        inner: &mut Inner,
+        at: Instant,
+        dir: &str,
+        entries: Arc<Vec<Entry>>,
+        changes: &mut Vec<Change>,
+    ) {
+        if inner.lists.get(dir).is_some_and(|(known, _)| *known > at) {
+            return;
+        }
+        let old_list = inner.lists.get(dir).map(|(_, l)| l.clone());
+        let mut seen: HashSet<&str> = HashSet::with_capacity(entries.len());
+        for e in entries.iter() {
+            seen.insert(e.name());
+            // Compare with the newest answer (a HEAD may be newer than the old listing).
+            let old = inner.current(&e.path);
+            match old {
+                Some(old) => {
+                    if let Some(kind) = diff(&old, e) {
+                        changes.push(change(&e.path, kind, Some(&old)));
+                        if kind == ChangeKind::Content && old.is_dir() {
+                            for gone in inner.drop_below(&e.path) {
+                                changes.push(change(&gone.path, ChangeKind::Removed, Some(&gone)));
+                            }
+                        }
+                    }
+                }
+                None if old_list.is_some() || inner.negative.contains_key(&e.path) => {
+                    changes.push(change(&e.path, ChangeKind::Added, None))
+                }
+                None => {}
+            }
+            inner.stats.remove(&e.path);
+            inner.negative.remove(&e.path);
+        }
+        // Answers about children from HEADs that the listing does not have: gone too.
+        // (Names of the old listing are handled with it, below.)
+        let unlisted: Vec<String> = inner
+            .stats
+            .keys()
+            .filter(|p| {
+                parent_and_name(p).is_some_and(|(d, n)| {
+                    d == dir
+                        && !seen.contains(n)
+                        && old_list.as_ref().is_none_or(|l| find(l, n).is_err())
+                })
+            })
+            .cloned()
+            .collect();
+        for p in unlisted {
+            if let Some((_, old)) = inner.stats.remove(&p) {
+                changes.push(change(&p, ChangeKind::Removed, Some(&old)));
+                if old.is_dir() {
+                    for gone in inner.drop_below(&p) {
+                        changes.push(change(&gone.path, ChangeKind::Removed, Some(&gone)));
+                    }
+                }
+            }
+        }
+        inner.distrusted.remove(dir);
+        if let Some(old_list) = old_list {
+            for old in old_list.iter().filter(|o| !seen.contains(o.name())) {
+                changes.push(change(&old.path, ChangeKind::Removed, Some(old)));
+                inner.stats.remove(&old.path);
+                if old.is_dir() {
+                    for gone in inner.drop_below(&old.path) {
+                        changes.push(change(&gone.path, ChangeKind::Removed, Some(&gone)));
+                    }
+                }
+            }
+        }
+        inner.lists.insert(dir.to_string(), (at, entries));
+    }
+
+    /// Records a whole tree from one recursive listing of `root`: every directory's complete
+    /// listing. Cached listings below `root` that the tree does not have are gone from the
+    /// store, and are dropped. Applied under one lock: readers see the old tree or the new.
+    /// `keep(dir, at)`: a listing already cached that the caller still trusts stays as it is
+    /// (a sweep fills what is missing or expired; it does not undo answers a `never` path has
+    /// learned). `sync` keeps nothing.
+    pub fn put_tree(
+        &self,
+        at: Instant,
+        root: &str,
+        tree: Vec<(String, Arc<Vec<Entry>>)>,
+        keep: impl Fn(&str, Instant) -> bool,
+    ) -> Vec<Change> {
+        let mut inner = self.inner.lock();
+        let mut changes = Vec::new();
+        let kept: HashSet<String> = tree
             .iter()
-            .filter(|(_, (at, _))| self.fresh(*at))
+            .filter(|(d, _)| {
+                !inner.distrusted.contains(d)
+                    && inner.lists.get(d).is_some_and(|(known, _)| keep(d, *known))
+            })
+            .map(|(d, _)| d.clone())
+            .collect();
+        let tree: Vec<_> = tree
+            .into_iter()
+            .filter(|(d, _)| !kept.contains(d))
+            .collect();
+        let dirs: HashSet<&str> = tree
+            .iter()
+            .map(|(d, _)| d.as_str())
+            .chain(kept.iter().map(String::as_str))
+            .collect();
+        let vanished: Vec<String> = inner
+            .lists
+            .keys()
+            .filter(|d| is_at_or_under(d, root) && !dirs.contains(d.as_str()))
+            .cloned()
+            .collect();
+        // Parents first, so a vanished subtree is reported through its parent's listing.
+        let mut tree = tree;
+        tree.sort_by(|a, b| a.0.cmp(&b.0));
+        for (dir, entries) in tree {
+            Self::put_list_locked(&mut inner, at, &dir, entries, &mut changes);
+        }
+        for d in vanished {
+            // Not reported through a parent's listing (none was cached): report it here.
+            if let Some((_, l)) = inner.lists.remove(&d) {
+                for e in l.iter() {
+                    changes.push(change(&e.path, ChangeKind::Removed, Some(e)));
+                    inner.stats.remove(&e.path);
+                }
+            }
+        }
+        changes
+    }
+
+    /// Drops everything known about `path` and below, and the parent's listing (it names
+    /// `path`). Returns what was dropped, for data and kernel invalidation.
+    pub fn invalidate(&self, path: &str) -> Vec<Change> {
+        let mut inner = self.inner.lock();
+        let mut changes = Vec::new();
+        if let Some(e) = inner.current(path) {
+            changes.push(change(path, ChangeKind::Invalidated, Some(&e)));
+        }
+        for e in inner.drop_below(path) {
+            changes.push(change(&e.path, ChangeKind::Invalidated, Some(&e)));
+        }
+        inner.stats.remove(path);
+        inner.negative.remove(path);
+        inner.lists.remove(path);
+        inner.distrusted.remove(path);
+        // The parent's listing names `path`: it is asked again on the next access, but kept to
+        // compare with, so a change to a sibling is still noticed (and its pages dropped).
+        if let Some((dir, _)) = parent_and_name(path) {
+            if inner.lists.contains_key(dir) {
+                inner.distrusted.insert(dir.to_string());
+            }
+        }
+        changes
+    }
+
+    /// Every record `keep(path, at)` accepts, with the instant it was fetched (for the snapshot).
+    pub fn contents(&self, keep: impl Fn(&str, Instant) -> bool) -> crate::snapshot::Contents {
+        let inner = self.inner.lock();
+        let stats = inner
+            .stats
+            .iter()
+            .filter(|(p, (at, _))| keep(p, *at))
+            .map(|(_, (at, e))| (*at, e.clone()))
+            .collect();
+        let lists = inner
+            .lists
+            .iter()
+            .filter(|(d, (at, _))| keep(d, *at))
             .map(|(d, (at, l))| (*at, d.clone(), l.clone()))
             .collect();
         (stats, lists)
@@ -93,26 +489,135 @@ impl MetaCache {
 
     /// Caches a stat fetched at `at` (restored from a snapshot).
     pub fn put_stat_at(&self, at: Instant, entry: Entry) {
-        self.stats.lock().insert(entry.path.clone(), (at, entry));
+        self.inner
+            .lock()
+            .stats
+            .insert(entry.path.clone(), (at, entry));
     }
 
     /// Caches a listing fetched at `at` (restored from a snapshot); sorts it by name.
     pub fn put_list_at(&self, at: Instant, dir: String, mut entries: Vec<Entry>) {
         entries.sort_by(|a, b| a.name().cmp(b.name()));
-        self.lists.lock().insert(dir, (at, Arc::new(entries)));
+        self.inner.lock().lists.insert(dir, (at, Arc::new(entries)));
     }
 
-    /// Caches a listing; `entries` must be sorted by name.
-    pub fn put_list(&self, dir: &str, entries: Arc<Vec<Entry>>) {
-        let now = Instant::now();
-        {
-            // Children's stats are answered by the listing itself; drop stale per-path copies so
-            // they cannot outlive it with older content.
-            let mut stats = self.stats.lock();
-            for e in entries.iter() {
-                stats.remove(&e.path);
+    /// Numbers of cached stats, listings and negative entries.
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        let i = self.inner.lock();
+        (i.stats.len(), i.lists.len(), i.negative.len())
+    }
+
+    /// When `path` (or its parent's listing, for a child) was last answered by the store.
+    pub fn checked_at(&self, path: &str) -> Option<Instant> {
+        let inner = self.inner.lock();
+        let own = inner.stats.get(path).map(|(at, _)| *at);
+        let listed = parent_and_name(path).and_then(|(d, _)| inner.lists.get(d).map(|(at, _)| *at));
+        own.max(listed)
+    }
+}
+
+/// Age of an instant under `now` (zero for instants in the future).
+pub fn age(now: Instant, at: Instant) -> Duration {
+    now.saturating_duration_since(at)
+}
+
+/// A directory tree assembled from one recursive listing: every directory below (and
+/// including) `root`, with its complete, sorted listing. Directories appear as entries of the
+/// listing (explicit) or only through the paths below them (object stores have key prefixes,
+/// not directories); `dir_entry` makes the entry of an implied one.
+pub fn build_tree(
+    root: &str,
+    entries: Vec<Entry>,
+    dir_entry: impl Fn(&str) -> Entry,
+) -> Vec<(String, Arc<Vec<Entry>>)> {
+    let inside = |p: &str| p != root && is_at_or_under(p, root);
+    let (dirs, files): (Vec<Entry>, Vec<Entry>) = entries
+        .into_iter()
+        .filter(|e| inside(&e.path))
+        .partition(|e| e.is_dir());
+    let mut explicit: HashMap<String, Entry> =
+        dirs.into_iter().map(|d| (d.path.clone(), d)).collect();
+    let mut lists: HashMap<String, Vec<Entry>> = HashMap::new();
+    lists.insert(root.to_string(), Vec::new());
+    // Adds directory `d` and its missing ancestors, each to its parent's listing.
+    fn add_dir(
+        d: &str,
+        lists: &mut HashMap<String, Vec<Entry>>,
+        explicit: &mut HashMap<String, Entry>,
+        dir_entry: &dyn Fn(&str) -> Entry,
+    ) {
+        let mut missing = Vec::new();
+        let mut p = d;
+        while !lists.contains_key(p) {
+            missing.push(p.to_string());
+            match parent_and_name(p) {
+                Some((parent, _)) => p = parent,
+                None => break,
             }
         }
-        self.lists.lock().insert(dir.to_string(), (now, entries));
+        for d in missing.into_iter().rev() {
+            let e = explicit.remove(&d).unwrap_or_else(|| dir_entry(&d));
+            if let Some((parent, _)) = parent_and_name(&d) {
+                lists.entry(parent.to_string()).or_default().push(e);
+            }
+            lists.insert(d, Vec::new());
+        }
+    }
+    for f in files {
+        if let Some((parent, _)) = parent_and_name(&f.path) {
+            let parent = parent.to_string();
+            add_dir(&parent, &mut lists, &mut explicit, &dir_entry);
+            lists.entry(parent).or_default().push(f);
+        }
+    }
+    let empty: Vec<String> = explicit.keys().cloned().collect();
+    for d in empty {
+        add_dir(&d, &mut lists, &mut explicit, &dir_entry);
+    }
+    lists
+        .into_iter()
+        .map(|(d, mut l)| {
+            l.sort_by(|a, b| a.name().cmp(b.name()));
+            l.dedup_by(|a, b| a.name() == b.name());
+            (d, Arc::new(l))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use silt_ufs::EntryKind;
+
+    fn e(path: &str, dir: bool) -> Entry {
+        Entry {
+            path: path.to_string(),
+            kind: if dir { EntryKind::Dir } else { EntryKind::File },
+            size: 0,
+            mtime: None,
+            mode: if dir { Some(0o755) } else { None },
+            object: None,
+        }
+    }
+
+    #[test]
+    fn tree_has_every_directory_once_with_explicit_entries_preferred() {
+        let entries = vec![
+            e("/r/a/b/f1", false),
+            e("/r/a", true),
+            e("/r/a/f2", false),
+            e("/r/empty", true),
+            e("/outside/x", false),
+        ];
+        let tree: HashMap<String, Arc<Vec<Entry>>> = build_tree("/r", entries, |d| e(d, true))
+            .into_iter()
+            .collect();
+        let names =
+            |d: &str| -> Vec<String> { tree[d].iter().map(|x| x.name().to_string()).collect() };
+        assert_eq!(names("/r"), vec!["a", "empty"]);
+        assert_eq!(names("/r/a"), vec!["b", "f2"]);
+        assert_eq!(names("/r/a/b"), vec!["f1"]);
+        assert!(names("/r/empty").is_empty());
+        assert_eq!(tree.len(), 4);
     }
 }

@@ -50,7 +50,9 @@ impl SeqState {
         };
         self.started = true;
         if sequential {
-            self.window = (self.window * 2).clamp(2 * page_size, max_window.max(page_size));
+            // The ceiling is at least the floor: a `prefetch_max` under two pages means two pages.
+            let floor = 2 * page_size;
+            self.window = (self.window * 2).clamp(floor, max_window.max(floor));
             self.next = self.next.max(end);
         } else {
             self.window = 0;

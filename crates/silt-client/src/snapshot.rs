@@ -7,7 +7,7 @@
 //! Invariants:
 //! - The snapshot is written only after a clean unmount and removed when it is read, so it is
 //!   used by at most one start; after a crash the cache starts empty.
-//! - An entry keeps its age: it is trusted only for what is left of `metadata_ttl` since the
+//! - An entry keeps its age: it is trusted only for what is left of its sync policy's trust since the
 //!   store answered, exactly as if the process had not restarted (wall clock; if the clock went
 //!   backwards the whole snapshot is dropped).
 //! - An entry is restored only under a mount that still maps its path to the same store URI
@@ -178,12 +178,12 @@ pub(crate) fn save(path: &Path, ns: &Namespace, contents: Contents) -> std::io::
     Ok(n)
 }
 
-/// Reads and removes the snapshot; `put_stat` / `put_list` receive every record still fresh
-/// under `ttl`, with the instant it was fetched. Returns records restored; a missing file restores nothing.
+/// Reads and removes the snapshot; `put_stat` / `put_list` receive every record whose age
+/// `trusts(path, age)` accepts, with the instant it was fetched. Returns records restored; a missing file restores nothing.
 pub(crate) fn restore(
     path: &Path,
     ns: &Namespace,
-    ttl: Duration,
+    trusts: impl Fn(&str, Duration) -> bool,
     mut put_stat: impl FnMut(Instant, Entry),
     mut put_list: impl FnMut(Instant, String, Vec<Entry>),
 ) -> std::io::Result<usize> {
@@ -212,9 +212,9 @@ pub(crate) fn restore(
     };
     let since_save = Duration::from_millis(u64::try_from(since_save).unwrap_or(u64::MAX));
     let now = Instant::now();
-    let fetched = |age_ms: u64| {
+    let fetched = |path: &str, age_ms: u64| {
         let age = since_save.saturating_add(Duration::from_millis(age_ms));
-        if age >= ttl {
+        if !trusts(path, age) {
             return None;
         }
         now.checked_sub(age)
@@ -226,7 +226,8 @@ pub(crate) fn restore(
         };
         match rec {
             Record::Stat { age_ms, entry } => {
-                if let (Some(at), Some(e)) = (fetched(age_ms), restore_entry(ns, entry)) {
+                let at = fetched(&entry.path, age_ms);
+                if let (Some(at), Some(e)) = (at, restore_entry(ns, entry)) {
                     put_stat(at, e);
                     n += 1;
                 }
@@ -238,7 +239,9 @@ pub(crate) fn restore(
                 rel,
                 entries,
             } => {
-                let Some(at) = fetched(age_ms) else { continue };
+                let Some(at) = fetched(&dir, age_ms) else {
+                    continue;
+                };
                 match ns.resolve(&dir) {
                     Ok(Resolved::Store {
                         mount,

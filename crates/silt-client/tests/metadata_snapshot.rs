@@ -39,7 +39,13 @@ fn client(store: Arc<MemStore>, ttl: Duration) -> Client {
     }])
     .unwrap();
     let opts = ClientOptions {
-        metadata_ttl: ttl,
+        sync: silt_common::sync::SyncRules::new(
+            silt_common::sync::SyncPolicy::Interval(ttl),
+            Vec::new(),
+        ),
+        negative_ttl: Duration::from_secs(10),
+        bulk_list_max: 100_000,
+        clock: silt_client::Clock::system(),
         lookup_lists_parent: true,
         prefetch_max: 8192,
         fetch_concurrency: 4,

@@ -103,7 +103,13 @@ fn setup_with(
     }])
     .unwrap();
     let opts = ClientOptions {
-        metadata_ttl: Duration::from_secs(60),
+        sync: silt_common::sync::SyncRules::new(
+            silt_common::sync::SyncPolicy::Interval(Duration::from_secs(60)),
+            Vec::new(),
+        ),
+        negative_ttl: Duration::from_secs(10),
+        bulk_list_max: 100_000,
+        clock: silt_client::Clock::system(),
         lookup_lists_parent: true,
         prefetch_max: 8 * PS,
         fetch_concurrency: 16,

@@ -311,6 +311,23 @@ impl Fetcher for Router {
         }
         Ok(out.freeze())
     }
+
+    /// Tells every worker in the view to drop the pages of a replaced version. Best effort:
+    /// a worker that misses it keeps pages nobody can ask for until they are evicted.
+    async fn forget(&self, obj: Arc<ObjectRef>) {
+        let members = self.membership.view().members.clone();
+        let calls = members.iter().map(|m| {
+            let client = self.client(m);
+            let obj = obj.clone();
+            async move {
+                let call = client.call("forget", Some(&obj), 0..0);
+                if let Err(e) = tokio::time::timeout(self.opts.timeout, call).await {
+                    tracing::debug!(worker = %m.id, "forget: {e}");
+                }
+            }
+        });
+        futures::future::join_all(calls).await;
+    }
 }
 
 #[cfg(test)]

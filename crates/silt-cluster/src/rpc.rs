@@ -326,6 +326,15 @@ async fn serve_one(
                 .await
                 .map_err(broken)
         }
+        "forget" => {
+            // A client saw this version replaced or deleted in the store: its pages can never
+            // be asked for again.
+            let obj = svc.object(req).await?;
+            svc.worker.page_store().remove_object(obj.id);
+            write_json(s, &json!({"forgot": true}))
+                .await
+                .map_err(broken)
+        }
         other => Err(Error::invalid(format!("unknown operation {other:?}")).into()),
     }
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::size::parse_size;
+use crate::sync::{parse_sync_rules, SyncPolicy, SyncRule};
 use crate::{Error, Result};
 
 /// One configuration option.
@@ -30,7 +31,11 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "high_watermark", default: "0.95", help: "Fraction of a tier's quota at which eviction starts." },
     OptionSpec { name: "low_watermark", default: "0.85", help: "Fraction of a tier's quota eviction brings usage down to." },
     OptionSpec { name: "eviction_policy", default: "lru", help: "Page eviction policy: `lru`." },
-    OptionSpec { name: "metadata_ttl", default: "1h", help: "How long cached stat results and directory listings are trusted (long by default: datasets are usually immutable)." },
+    OptionSpec { name: "sync_policy", default: "interval=1h", help: "When cached metadata (stats, listings) is revalidated against the under-store: `never` (immutable data sets), `interval=D` (on access once older than D), `always` (every open, stat and directory read asks the store). Promises in docs/SEMANTICS.md." },
+    OptionSpec { name: "sync_rules", default: "", help: "Sync policy per namespace prefix, PATH=POLICY comma-separated (e.g. /data/imagenet=never,/data/logs=always); the longest prefix wins, other paths use `sync_policy`." },
+    OptionSpec { name: "negative_ttl", default: "10s", help: "How long a \"no such file\" answer from the store is trusted (never longer than the path's sync policy)." },
+    OptionSpec { name: "bulk_list_max", default: "100000", help: "Load a directory tree with one recursive listing of the store (one paginated sweep) when it has at most this many entries; a bigger tree is listed a directory at a time. 0 disables bulk listing." },
+    OptionSpec { name: "ufs_list_page", default: "1000", help: "Entries asked for per page of an object-store listing (S3 max-keys; 1000 is S3's largest)." },
     OptionSpec { name: "lookup_lists_parent", default: "true", help: "Answer a lookup in a directory whose listing is not cached by listing that directory once (shared by concurrent lookups) instead of one HEAD per name. Turn off for huge flat directories read a few files at a time." },
     OptionSpec { name: "attr_ttl", default: "1h", help: "Kernel attribute cache TTL given to FUSE." },
     OptionSpec { name: "entry_ttl", default: "1h", help: "Kernel directory-entry cache TTL given to FUSE." },
@@ -97,7 +102,11 @@ pub struct Config {
     pub high_watermark: f64,
     pub low_watermark: f64,
     pub eviction_policy: String,
-    pub metadata_ttl: Duration,
+    pub sync_policy: SyncPolicy,
+    pub sync_rules: Vec<SyncRule>,
+    pub negative_ttl: Duration,
+    pub bulk_list_max: usize,
+    pub ufs_list_page: usize,
     pub lookup_lists_parent: bool,
     pub attr_ttl: Duration,
     pub entry_ttl: Duration,
@@ -143,7 +152,11 @@ impl Default for Config {
             high_watermark: 0.0,
             low_watermark: 0.0,
             eviction_policy: String::new(),
-            metadata_ttl: Duration::ZERO,
+            sync_policy: SyncPolicy::Always,
+            sync_rules: Vec::new(),
+            negative_ttl: Duration::ZERO,
+            bulk_list_max: 0,
+            ufs_list_page: 0,
             lookup_lists_parent: false,
             attr_ttl: Duration::ZERO,
             entry_ttl: Duration::ZERO,
@@ -339,7 +352,19 @@ impl Config {
                     )))
                 }
             },
-            "metadata_ttl" => self.metadata_ttl = parse_duration(key, v)?,
+            "sync_policy" => self.sync_policy = SyncPolicy::parse(v).map_err(|e| e.context(key))?,
+            "sync_rules" => self.sync_rules = parse_sync_rules(v).map_err(|e| e.context(key))?,
+            "negative_ttl" => self.negative_ttl = parse_duration(key, v)?,
+            "bulk_list_max" => self.bulk_list_max = parse_count(key, v, 0)?,
+            "ufs_list_page" => {
+                let n = parse_count(key, v, 1)?;
+                if n > 1000 {
+                    return Err(Error::invalid(format!(
+                        "ufs_list_page: S3 returns at most 1000 keys per page, got {v:?}"
+                    )));
+                }
+                self.ufs_list_page = n
+            }
             "lookup_lists_parent" => self.lookup_lists_parent = parse_bool(key, v)?,
             "attr_ttl" => self.attr_ttl = parse_duration(key, v)?,
             "entry_ttl" => self.entry_ttl = parse_duration(key, v)?,
@@ -631,10 +656,10 @@ mod tests {
         let e = c.set("page_size", "3MiB").unwrap_err();
         assert!(e.to_string().contains("power of two"), "{e}");
         assert!(c
-            .set("metadata_ttl", "soon")
+            .set("sync_policy", "soon")
             .unwrap_err()
             .to_string()
-            .contains("metadata_ttl"));
+            .contains("sync_policy"));
         assert!(c
             .set("nope", "1")
             .unwrap_err()

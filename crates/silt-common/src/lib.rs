@@ -6,6 +6,7 @@ pub mod error;
 pub mod id;
 pub mod metrics;
 pub mod size;
+pub mod sync;
 
 pub use error::{Error, ErrorKind, Result};
 pub use id::{ObjectId, PageKey};

@@ -67,6 +67,10 @@ define_metrics! {
     PAGES_EVICTED = "silt_pages_evicted_total", "Pages evicted from any tier.";
     META_CACHE_HITS = "silt_meta_cache_hits_total", "Stat or listing lookups answered by the metadata cache.";
     META_CACHE_MISSES = "silt_meta_cache_misses_total", "Stat or listing lookups that went to the under-store.";
+    META_SWEEPS = "silt_meta_sweeps_total", "Directory trees loaded with one recursive listing of the under-store (bulk listing).";
+    META_CONTENT_CHANGES = "silt_meta_content_changes_total", "Paths whose content changed or that disappeared in the under-store, as noticed by a revalidation (their old pages are dropped).";
+    META_METADATA_CHANGES = "silt_meta_metadata_changes_total", "Paths whose attributes alone changed (mode, mtime next to an ETag): cached pages kept.";
+    META_STALE_SERVED = "silt_meta_stale_served_total", "Lookups answered from expired metadata because the revalidation failed (store error or timeout; never under `always`).";
     FUSE_OPENS_PASSTHROUGH = "silt_fuse_opens_passthrough_total", "Opens served in FUSE passthrough mode (reads bypass the daemon).";
     FUSE_OPENS_DAEMON = "silt_fuse_opens_daemon_total", "Opens served through the daemon's read path.";
     FUSE_READ_BYTES = "silt_fuse_read_bytes_total", "Bytes returned by the daemon to FUSE read requests.";

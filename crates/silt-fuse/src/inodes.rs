@@ -42,6 +42,24 @@ impl Inodes {
         self.by_ino.get(&ino).map(|n| n.path.clone())
     }
 
+    /// The inode of `path`, if the kernel may know it.
+    pub fn ino(&self, path: &str) -> Option<u64> {
+        self.by_path.get(path).copied()
+    }
+
+    /// Every known path equal to `prefix` or below it (a policy change reaches them all).
+    pub fn under(&self, prefix: &str) -> Vec<String> {
+        self.by_path
+            .keys()
+            .filter(|p| {
+                prefix == "/"
+                    || p.as_str() == prefix
+                    || (p.starts_with(prefix) && p.as_bytes().get(prefix.len()) == Some(&b'/'))
+            })
+            .cloned()
+            .collect()
+    }
+
     pub fn peek_or_assign(&mut self, path: &str) -> u64 {
         if let Some(&ino) = self.by_path.get(path) {
             return ino;

@@ -27,7 +27,7 @@ use fuser::{
     ReplyStatfs, Request, SessionACL,
 };
 use parking_lot::Mutex;
-use silt_client::{Client, Entry, OpenFile};
+use silt_client::{Change, ChangeKind, Client, Entry, OpenFile};
 use silt_common::config::PassthroughMode;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
 use silt_ufs::EntryKind;
@@ -61,11 +61,63 @@ pub struct FuseState {
     /// Whether passthrough is in use (offered and not disabled).
     pub passthrough_enabled: AtomicBool,
     pub recent_opens: Mutex<VecDeque<OpenRecord>>,
+    /// Kernel invalidations queued for the invalidation thread (set when mounted).
+    invalidations: Mutex<Option<Arc<InvalQueue>>>,
 }
 
 const RECENT_OPENS: usize = 32;
 
+/// Longest an open or a control command waits for queued kernel invalidations; past it the
+/// reply goes out anyway (logged), so a stuck kernel never hangs the mount.
+const INVAL_WAIT: Duration = Duration::from_secs(5);
+
+/// Changes waiting to be told to the kernel, in order, with a count of those told, so a caller
+/// can wait until everything learned before it has reached the kernel.
+struct InvalQueue {
+    tx: Mutex<std::sync::mpsc::Sender<Vec<Change>>>,
+    queued: AtomicU64,
+    done: parking_lot::Mutex<u64>,
+    told: parking_lot::Condvar,
+}
+
+impl InvalQueue {
+    fn push(&self, changes: Vec<Change>) {
+        let tx = self.tx.lock();
+        // Counted under the sender's lock, so counts and queue order agree.
+        if tx.send(changes).is_ok() {
+            self.queued.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn mark_done(&self) {
+        *self.done.lock() += 1;
+        self.told.notify_all();
+    }
+
+    /// Waits until every batch queued before this call has been told to the kernel.
+    fn wait(&self) {
+        let target = self.queued.load(Ordering::SeqCst);
+        let mut done = self.done.lock();
+        let deadline = std::time::Instant::now() + INVAL_WAIT;
+        while *done < target {
+            if self.told.wait_until(&mut done, deadline).timed_out() {
+                tracing::warn!("kernel cache invalidations are slow: replying without them");
+                return;
+            }
+        }
+    }
+}
+
 impl FuseState {
+    /// Returns once every change Silt learned so far has been told to the kernel (so a
+    /// `silt fs sync` that returns has cleared the kernel's caches too).
+    pub fn wait_for_invalidations(&self) {
+        let q = self.invalidations.lock().clone();
+        if let Some(q) = q {
+            q.wait();
+        }
+    }
+
     fn record(&self, path: &str, mode: &'static str, reason: &'static str) {
         let mut r = self.recent_opens.lock();
         if r.len() == RECENT_OPENS {
@@ -143,7 +195,7 @@ pub struct SiltFs {
     client: Arc<Client>,
     opts: FuseOptions,
     state: Arc<FuseState>,
-    inodes: Mutex<Inodes>,
+    inodes: Arc<Mutex<Inodes>>,
     handles: Mutex<HashMap<u64, Handle>>,
     dirs: Mutex<HashMap<u64, Arc<Vec<Entry>>>>,
     io: Mutex<IoModes>,
@@ -167,7 +219,7 @@ impl SiltFs {
             client,
             opts,
             state,
-            inodes: Mutex::new(Inodes::new()),
+            inodes: Arc::new(Mutex::new(Inodes::new())),
             handles: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             io: Mutex::new(IoModes::default()),
@@ -224,6 +276,15 @@ impl SiltFs {
             blksize: self.client.worker().page_size().min(u32::MAX as u64) as u32,
             flags: 0,
         }
+    }
+
+    /// Kernel attribute and entry TTLs for `path`: never longer than its sync policy trusts.
+    fn ttls(&self, path: &str) -> (Duration, Duration) {
+        let (policy, _) = self.client.policy_for(path);
+        (
+            policy.kernel_ttl(self.opts.attr_ttl),
+            policy.kernel_ttl(self.opts.entry_ttl),
+        )
     }
 
     fn stat_path(&self, path: &str) -> Result<Entry> {
@@ -389,12 +450,8 @@ impl fuser::Filesystem for SiltFs {
         match self.stat_path(&path) {
             Ok(e) => {
                 let ino = self.inodes.lock().lookup(&path);
-                reply.entry_with_ttls(
-                    &self.opts.attr_ttl,
-                    &self.opts.entry_ttl,
-                    &self.attr(ino, &e),
-                    Generation(0),
-                );
+                let (attr_ttl, entry_ttl) = self.ttls(&path);
+                reply.entry_with_ttls(&attr_ttl, &entry_ttl, &self.attr(ino, &e), Generation(0));
             }
             Err(e) => reply.error(errno(&e)),
         }
@@ -422,13 +479,20 @@ impl fuser::Filesystem for SiltFs {
         self.inodes.lock().forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let path = match self.path_of(ino) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
+        // fstat of an open file: the version that handle reads, without asking the store.
+        if let Some(fh) = fh {
+            let entry = self.handles.lock().get(&fh.0).map(|h| h.file.entry.clone());
+            if let Some(e) = entry {
+                return reply.attr(&self.ttls(&path).0, &self.attr(ino.0, &e));
+            }
+        }
         match self.stat_path(&path) {
-            Ok(e) => reply.attr(&self.opts.attr_ttl, &self.attr(ino.0, &e)),
+            Ok(e) => reply.attr(&self.ttls(&path).0, &self.attr(ino.0, &e)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -445,6 +509,9 @@ impl fuser::Filesystem for SiltFs {
             Ok(f) => Arc::new(f),
             Err(e) => return reply.error(errno(&e)),
         };
+        // If this open learned of a change, the kernel must drop the old attributes (size)
+        // before reading, or it would cut the new version at the old size.
+        self.state.wait_for_invalidations();
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         match self.try_passthrough(ino.0, &file, &reply) {
             Ok((backing, pin, origin)) => {
@@ -625,7 +692,9 @@ impl fuser::Filesystem for SiltFs {
             Ok(e) => e,
             Err(e) => return reply.error(e),
         };
-        let ttl = self.opts.entry_ttl;
+        // One policy for the whole listing: the directory's (a rule on a single child is
+        // honoured by that child's own lookups and getattrs).
+        let ttl = self.ttls(&self_entry.path).1;
         let mut i = offset;
         while i < list.len() as u64 + 2 {
             let full = match i {
@@ -706,6 +775,52 @@ impl fuser::Filesystem for SiltFs {
             reply.error(Errno::EROFS)
         } else {
             reply.ok()
+        }
+    }
+}
+
+/// Tells the kernel to forget what it caches about changed paths: attributes and pages of a
+/// changed inode (attributes only for a metadata change), and the directory entry of a path
+/// that appeared, disappeared or was invalidated. Paths the kernel was never given are skipped;
+/// errors (the kernel already dropped the inode) are expected and ignored.
+fn invalidate_kernel(notifier: &fuser::Notifier, inodes: &Mutex<Inodes>, changes: &[Change]) {
+    for c in changes {
+        if c.kind == ChangeKind::Policy {
+            // Everything the kernel holds under the prefix was given under the old policy.
+            let known = inodes.lock().under(&c.path);
+            let below: Vec<Change> = known
+                .into_iter()
+                .map(|path| Change {
+                    path,
+                    kind: ChangeKind::Invalidated,
+                    old_object: None,
+                })
+                .collect();
+            invalidate_kernel(notifier, inodes, &below);
+            continue;
+        }
+        let (ino, parent) = {
+            let t = inodes.lock();
+            let parent = c
+                .path
+                .rsplit_once('/')
+                .map(|(d, _)| if d.is_empty() { "/" } else { d })
+                .and_then(|d| t.ino(d));
+            (t.ino(&c.path), parent)
+        };
+        if let Some(ino) = ino {
+            // Offset -1: attributes only; (0, 0): attributes and every cached page.
+            let offset = if c.kind == ChangeKind::Metadata {
+                -1
+            } else {
+                0
+            };
+            let _ = notifier.inval_inode(INodeNo(ino), offset, 0);
+        }
+        if c.kind != ChangeKind::Metadata && c.kind != ChangeKind::Content {
+            if let (Some(parent), Some((_, name))) = (parent, c.path.rsplit_once('/')) {
+                let _ = notifier.inval_entry(INodeNo(parent), OsStr::new(name));
+            }
         }
     }
 }
@@ -871,10 +986,33 @@ pub fn mount(
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
     let read_ahead = opts.max_read;
+    let (changes_tx, changes_rx) = std::sync::mpsc::channel::<Vec<Change>>();
+    let queue = Arc::new(InvalQueue {
+        tx: Mutex::new(changes_tx),
+        queued: AtomicU64::new(0),
+        done: parking_lot::Mutex::new(0),
+        told: parking_lot::Condvar::new(),
+    });
+    *state.invalidations.lock() = Some(queue.clone());
+    let q = queue.clone();
+    client.subscribe(Arc::new(move |c: &[Change]| q.push(c.to_vec())));
     let fs = SiltFs::new(client, opts, state);
+    let inodes = fs.inodes.clone();
     let session = fuser::spawn_mount(fs, mountpoint, &cfg).map_err(|e| {
         Error::from(e).context(format!("mounting FUSE at {}", mountpoint.display()))
     })?;
+    let notifier = session.notifier();
+    // Invalidations go to the kernel from their own thread: a FUSE request handler that
+    // learned of a change must not wait on the kernel locks its own request holds.
+    std::thread::Builder::new()
+        .name("silt-fuse-inval".into())
+        .spawn(move || {
+            while let Ok(changes) = changes_rx.recv() {
+                invalidate_kernel(&notifier, &inodes, &changes);
+                queue.mark_done();
+            }
+        })
+        .map_err(|e| Error::from(e).context("starting the FUSE invalidation thread"))?;
     raise_read_ahead(mountpoint, read_ahead);
     Ok(Mounted {
         session: Some(session),

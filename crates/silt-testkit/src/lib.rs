@@ -8,6 +8,9 @@
 //! ```
 
 pub mod netlab;
+pub mod s3proxy;
+
+pub use s3proxy::{FaultAction, ProxyCounts, S3Op, S3Proxy};
 
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -168,6 +171,7 @@ impl S3Server {
             access_key_id: ACCESS_KEY.to_string(),
             secret_access_key: SECRET_KEY.to_string(),
             timeout: Duration::from_secs(10),
+            list_page: 1000,
             retries: 2,
         }
     }

@@ -249,6 +249,11 @@ impl UnderStore for FaultStore {
         self.inner.list(dir, recursive).await
     }
 
+    async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
+        self.before(FaultOp::List, dir).await?;
+        self.inner.list_tree(dir, max).await
+    }
+
     async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
         self.before(FaultOp::Read, path).await?;
         self.inner.read(path, range, expected).await

@@ -50,6 +50,19 @@ pub struct ObjectMeta {
 }
 
 impl ObjectMeta {
+    /// A directory with nothing known but its path (object stores have only key prefixes).
+    pub fn dir(path: &str) -> ObjectMeta {
+        ObjectMeta {
+            path: path.to_string(),
+            kind: EntryKind::Dir,
+            size: 0,
+            mtime: None,
+            etag: None,
+            version: None,
+            mode: None,
+        }
+    }
+
     /// The *content* fingerprint: it changes whenever the bytes may have changed (ETag, version
     /// id, or size+mtime when the store has neither), and does not change for a metadata-only
     /// change such as a chmod.
@@ -63,6 +76,21 @@ impl ObjectMeta {
             (Some(v), _) => format!("v:{v}:{}", self.size),
             (None, Some(e)) => format!("e:{e}:{}", self.size),
             (None, None) => format!("m:{mtime_ns}:{}", self.size),
+        }
+    }
+
+    /// The *metadata* fingerprint: attributes outside the content fingerprint (permission bits,
+    /// and the mtime when an ETag or version id already identifies the content). A change
+    /// here alone updates attributes and keeps every cached page.
+    pub fn metadata_fingerprint(&self) -> String {
+        let mtime_ns = self
+            .mtime
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map(|d| d.as_nanos());
+        let mode = self.mode.map_or(String::new(), |m| format!("{m:o}"));
+        match (&self.version, &self.etag, mtime_ns) {
+            (None, None, _) | (_, _, None) => format!("mode:{mode}"),
+            (_, _, Some(t)) => format!("mode:{mode}:mtime:{t}"),
         }
     }
 
@@ -102,6 +130,12 @@ pub trait UnderStore: Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities;
     async fn stat(&self, path: &str) -> Result<ObjectMeta>;
     async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>>;
+    /// `list(dir, true)`, or `None` if the tree below `dir` has more than `max` entries (a
+    /// store that streams its listing stops reading there). Same errors as `list`.
+    async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
+        let all = self.list(dir, true).await?;
+        Ok((all.len() <= max).then_some(all))
+    }
     async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes>;
     /// Writes a whole object (used by tests as an out-of-band writer, later by the write path).
     async fn write(&self, path: &str, data: Bytes) -> Result<()>;

@@ -18,7 +18,9 @@ use crate::{normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Unde
 /// them (they vanish with their last object, and a recursive listing returns files only).
 /// Every write bumps a store-wide counter that becomes the object's ETag, so an overwrite
 /// always changes the fingerprint, even with the same bytes. Reads are conditional on the
-/// expected fingerprint, like If-Match.
+/// expected fingerprint, like If-Match. Objects carry optional permission bits
+/// ([`MemStore::set_mode`]): a metadata-only change that keeps the ETag, mtime and bytes (so
+/// the content fingerprint) and changes only the metadata fingerprint; a write resets them.
 ///
 /// The test helpers ([`MemStore::put`], [`MemStore::remove`], …) change objects out of band
 /// and do not count as requests; [`MemStore::requests`] counts the trait calls that a real
@@ -40,6 +42,7 @@ struct Object {
     data: Bytes,
     etag: String,
     mtime: SystemTime,
+    mode: Option<u32>,
 }
 
 impl Object {
@@ -51,21 +54,13 @@ impl Object {
             mtime: Some(self.mtime),
             etag: Some(self.etag.clone()),
             version: None,
-            mode: None,
+            mode: self.mode,
         }
     }
 }
 
 fn dir_meta(path: &str) -> ObjectMeta {
-    ObjectMeta {
-        path: path.to_string(),
-        kind: EntryKind::Dir,
-        size: 0,
-        mtime: None,
-        etag: None,
-        version: None,
-        mode: None,
-    }
+    ObjectMeta::dir(path)
 }
 
 impl MemStore {
@@ -96,6 +91,17 @@ impl MemStore {
             return Err(Error::invalid("cannot put an object at the store root"));
         }
         Ok(self.state.lock().insert(path, data.into()))
+    }
+
+    /// Sets (or clears) the permission bits of an object out of band (not counted as a
+    /// request), a metadata-only change: bytes, ETag and mtime stay, so the content
+    /// fingerprint does too. Returns the new metadata, or `None` if there is no such object.
+    pub fn set_mode(&self, path: &str, mode: Option<u32>) -> Option<ObjectMeta> {
+        let path = normalize_path(path).ok()?;
+        let mut state = self.state.lock();
+        let obj = state.objects.get_mut(path)?;
+        obj.mode = mode;
+        Some(obj.meta(path))
     }
 
     /// Deletes an object out of band; returns whether it existed.
@@ -152,6 +158,7 @@ impl State {
             data,
             etag: format!("{:016x}", self.next_etag),
             mtime: SystemTime::now(),
+            mode: None,
         };
         let meta = obj.meta(path);
         self.objects.insert(path.to_string(), obj);
@@ -327,6 +334,19 @@ mod tests {
         assert_eq!(m.get("x").unwrap(), "same");
         assert_eq!(m.meta("x").unwrap(), v2);
         assert_eq!(m.len(), 1);
+
+        let v3 = m.set_mode("x", Some(0o600)).unwrap();
+        assert_eq!(v3.mode, Some(0o600));
+        assert_eq!(v3.content_fingerprint(), v2.content_fingerprint());
+        assert_ne!(v3.metadata_fingerprint(), v2.metadata_fingerprint());
+        assert_eq!(m.read("x", 0..4, &v2).await.unwrap(), "same");
+        assert_eq!(m.stat("x").await.unwrap(), v3);
+        assert_eq!(
+            m.put("x", "new").unwrap().mode,
+            None,
+            "a write resets the mode"
+        );
+        assert!(m.set_mode("missing", Some(0o600)).is_none());
         assert!(m.put("", "x").is_err());
         assert!(m.put("../x", "x").is_err());
     }

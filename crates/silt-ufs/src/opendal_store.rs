@@ -44,6 +44,8 @@ pub struct S3Options {
     pub secret_access_key: String,
     /// Deadline of one request attempt (and of each body chunk of a read).
     pub timeout: Duration,
+    /// Keys asked for per listing page (S3 max-keys).
+    pub list_page: usize,
     /// Retries of a retryable failure, with exponential backoff.
     pub retries: usize,
 }
@@ -58,6 +60,7 @@ impl Default for S3Options {
             access_key_id: String::new(),
             secret_access_key: String::new(),
             timeout: Duration::from_secs(30),
+            list_page: 1000,
             retries: 3,
         }
     }
@@ -72,6 +75,7 @@ impl S3Options {
             access_key_id: cfg.s3_access_key_id.clone(),
             secret_access_key: cfg.s3_secret_access_key.clone(),
             timeout: cfg.ufs_timeout,
+            list_page: cfg.ufs_list_page,
             retries: cfg.ufs_retries,
         }
     }
@@ -125,6 +129,8 @@ pub struct OpendalStore {
     backend: Backend,
     timeout: Duration,
     retries: usize,
+    /// Keys per listing page (S3 max-keys).
+    list_page: usize,
 }
 
 /// Floor of the retry backoff; OpenDAL's default (1s) makes a flapping connection slow to
@@ -200,6 +206,7 @@ impl OpendalStore {
             backend: Backend::Fs { root },
             timeout,
             retries: 0,
+            list_page: 1000,
         })
     }
 
@@ -286,6 +293,7 @@ impl OpendalStore {
             },
             timeout: opts.timeout,
             retries: opts.retries,
+            list_page: opts.list_page.max(1),
         })
     }
 
@@ -478,6 +486,12 @@ impl OpendalStore {
             return (kind, format!("{where_}: {io}"));
         }
         let status = http_status(e);
+        // HEAD answers carry no body, so no S3 code: name the HTTP status instead.
+        let s3_detail = match (s3_detail.trim().is_empty(), status) {
+            (true, Some(503)) => "HTTP 503 (service unavailable or SlowDown)".to_string(),
+            (true, Some(s)) => format!("HTTP {s}"),
+            _ => s3_detail,
+        };
         let server_error = matches!(code, "InternalError" | "ServiceUnavailable" | "SlowDown")
             || status.is_some_and(|s| s >= 500);
         if server_error {
@@ -579,30 +593,57 @@ impl OpendalStore {
     }
 
     async fn list_entries(&self, dir: &str, recursive: bool) -> Result<Vec<(String, Metadata)>> {
+        Ok(self
+            .list_entries_max(dir, recursive, usize::MAX)
+            .await?
+            .unwrap_or_default())
+    }
+
+    /// The listing of `dir`, streamed page by page (`list_page` keys each); `None` as soon as
+    /// it has more than `max` entries, so an oversized tree costs at most `max` entries.
+    async fn list_entries_max(
+        &self,
+        dir: &str,
+        recursive: bool,
+        max: usize,
+    ) -> Result<Option<Vec<(String, Metadata)>>> {
         let dir_slash = if dir.is_empty() {
             "/".to_string()
         } else {
             format!("{dir}/")
         };
         UFS_REQUESTS.inc();
-        let entries = self
+        let mut lister = self
             .op
-            .list_with(&dir_slash)
+            .lister_with(&dir_slash)
             .recursive(recursive)
+            .limit(self.list_page)
             .await
             .map_err(|e| self.map_err("list", dir, e))?;
-        Ok(entries
-            .into_iter()
-            .filter_map(|entry| {
-                let (p, m) = entry.into_parts();
-                // Listings include the directory itself (fs always, S3 when a `dir/` marker
-                // object exists).
-                if p == dir_slash || p == "/" || p.is_empty() {
-                    return None;
-                }
-                Some((p.trim_end_matches('/').to_string(), m))
-            })
-            .collect())
+        let mut out = Vec::new();
+        // S3 returns `list_page` keys per page until the last, so every `list_page` keys
+        // past the first page is one more request: counted as it is made.
+        let paged = matches!(self.backend, Backend::S3 { .. });
+        let mut received = 0usize;
+        while let Some(entry) = lister.next().await {
+            if paged && received > 0 && received.is_multiple_of(self.list_page) {
+                UFS_REQUESTS.inc();
+            }
+            received += 1;
+            let (p, m) = entry
+                .map_err(|e| self.map_err("list", dir, e))?
+                .into_parts();
+            // Listings include the directory itself (fs always, S3 when a `dir/` marker
+            // object exists).
+            if p == dir_slash || p == "/" || p.is_empty() {
+                continue;
+            }
+            if out.len() == max {
+                return Ok(None);
+            }
+            out.push((p.trim_end_matches('/').to_string(), m));
+        }
+        Ok(Some(out))
     }
 
     async fn fs_list(&self, root: &Path, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
@@ -644,8 +685,15 @@ impl OpendalStore {
         .map_err(|e| Error::internal(format!("list {}: {e}", self.full(dir))))
     }
 
-    async fn s3_list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
-        let entries = self.list_entries(dir, recursive).await?;
+    async fn s3_list(
+        &self,
+        dir: &str,
+        recursive: bool,
+        max: usize,
+    ) -> Result<Option<Vec<ObjectMeta>>> {
+        let Some(entries) = self.list_entries_max(dir, recursive, max).await? else {
+            return Ok(None);
+        };
         if entries.is_empty() && !dir.is_empty() {
             // An empty listing: a file, an empty `dir/` marker, or nothing at all.
             UFS_REQUESTS.inc();
@@ -656,29 +704,31 @@ impl OpendalStore {
                         format!("list {}: not a directory", self.full(dir)),
                     ))
                 }
-                Ok(_) => return Ok(Vec::new()),
+                Ok(_) => return Ok(Some(Vec::new())),
                 Err(e) if e.kind() == opendal::ErrorKind::NotFound => {}
                 Err(e) => return Err(self.map_err("list", dir, e)),
             }
             UFS_REQUESTS.inc();
             return match self.op.stat(&format!("{dir}/")).await {
-                Ok(_) => Ok(Vec::new()),
+                Ok(_) => Ok(Some(Vec::new())),
                 Err(e) if e.kind() == opendal::ErrorKind::NotFound => Err(Error::not_found(
                     format!("list {}: no such directory", self.full(dir)),
                 )),
                 Err(e) => Err(self.map_err("list", dir, e)),
             };
         }
-        Ok(entries
-            .into_iter()
-            .map(|(p, m)| {
-                if m.is_dir() {
-                    dir_meta(&p)
-                } else {
-                    s3_meta(p, &m)
-                }
-            })
-            .collect())
+        Ok(Some(
+            entries
+                .into_iter()
+                .map(|(p, m)| {
+                    if m.is_dir() {
+                        dir_meta(&p)
+                    } else {
+                        s3_meta(p, &m)
+                    }
+                })
+                .collect(),
+        ))
     }
 
     /// Ranged GET with If-Match on the expected ETag: the store refuses a newer version.
@@ -807,15 +857,7 @@ fn root_cause(e: &opendal::Error) -> String {
 }
 
 fn dir_meta(path: &str) -> ObjectMeta {
-    ObjectMeta {
-        path: path.to_string(),
-        kind: EntryKind::Dir,
-        size: 0,
-        mtime: None,
-        etag: None,
-        version: None,
-        mode: None,
-    }
+    ObjectMeta::dir(path)
 }
 
 fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
@@ -894,7 +936,24 @@ impl UnderStore for OpendalStore {
         self.count_errors(async {
             match &self.backend {
                 Backend::Fs { root } => self.fs_list(root, dir, recursive).await,
-                Backend::S3 { .. } => self.s3_list(dir, recursive).await,
+                Backend::S3 { .. } => Ok(self
+                    .s3_list(dir, recursive, usize::MAX)
+                    .await?
+                    .unwrap_or_default()),
+            }
+        })
+        .await
+    }
+
+    async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
+        let dir = normalize_path(dir)?;
+        self.count_errors(async {
+            match &self.backend {
+                Backend::Fs { root } => {
+                    let all = self.fs_list(root, dir, true).await?;
+                    Ok((all.len() <= max).then_some(all))
+                }
+                Backend::S3 { .. } => self.s3_list(dir, true, max).await,
             }
         })
         .await

@@ -102,6 +102,10 @@ type Waiter = watch::Receiver<Option<FlightResult>>;
 #[async_trait::async_trait]
 pub trait Fetcher: Send + Sync {
     async fn fetch(&self, obj: &ObjectRef, range: Range<u64>) -> Result<Bytes>;
+    /// A version of an object is gone from the store (changed or deleted): whoever else holds
+    /// its pages may drop them. Best effort; the pages could never be served for another
+    /// version anyway (they are keyed by content fingerprint).
+    async fn forget(&self, _object: Arc<ObjectRef>) {}
 }
 
 /// A local file holding an object's bytes at their own offsets, guaranteed to stay so while
@@ -182,6 +186,15 @@ impl Worker {
             }),
             rt,
         }
+    }
+
+    /// Drops every cached page of one object version, here and (through the fetcher) on the
+    /// workers that hold it.
+    pub fn forget_object(&self, object: &Arc<ObjectRef>) {
+        self.shared.pages.remove_object(object.id);
+        let fetcher = self.shared.fetcher.clone();
+        let object = object.clone();
+        self.rt.spawn(async move { fetcher.forget(object).await });
     }
 
     pub fn page_store(&self) -> &Arc<PageStore> {

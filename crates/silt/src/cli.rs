@@ -119,6 +119,32 @@ fn command() -> Command {
                         .about("Write a file's bytes to stdout")
                         .arg(path_arg())
                         .args(state_args()),
+                )
+                .subcommand(
+                    Command::new("sync")
+                        .about("Revalidate PATH against the under-store now and report what changed")
+                        .arg(path_arg())
+                        .arg(
+                            Arg::new("recursive")
+                                .long("recursive")
+                                .short('r')
+                                .action(ArgAction::SetTrue)
+                                .help("The whole tree below PATH (one recursive listing)"),
+                        )
+                        .args(state_args()),
+                )
+                .subcommand(
+                    Command::new("invalidate")
+                        .about("Drop cached metadata and data of PATH and everything below it")
+                        .arg(path_arg())
+                        .args(state_args()),
+                )
+                .subcommand(
+                    Command::new("sync-policy")
+                        .about("Show the sync policy of PATH, or set it for PATH and below (never, always, interval=D) until the daemon stops")
+                        .arg(path_arg())
+                        .arg(Arg::new("policy").value_name("POLICY"))
+                        .args(state_args()),
                 ),
         )
         .subcommand(
@@ -223,7 +249,17 @@ pub fn run() -> Result<ExitCode> {
         Some(("fs", sub)) => {
             let (op, m) = sub.subcommand().context("missing fs subcommand")?;
             let path = m.get_one::<String>("path").cloned().unwrap_or_default();
-            control::fs_command(&state_dir(m)?, op, &path)
+            let dir = state_dir(m)?;
+            match op {
+                "sync" => control::sync(&dir, &path, m.get_flag("recursive")),
+                "invalidate" => control::invalidate(&dir, &path),
+                "sync-policy" => control::sync_policy(
+                    &dir,
+                    &path,
+                    m.get_one::<String>("policy").map(String::as_str),
+                ),
+                _ => control::fs_command(&dir, op, &path),
+            }
         }
         Some(("load", m)) => {
             let path = m.get_one::<String>("path").cloned().unwrap_or_default();

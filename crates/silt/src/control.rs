@@ -14,6 +14,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use silt_common::size::format_size;
+use silt_common::sync::SyncPolicy;
 use silt_common::{metrics, Error};
 use silt_proto::{
     decode_json, decode_request, read_frame, write_error, write_frame, write_json, ErrorBody,
@@ -45,6 +46,12 @@ struct Request {
     op: String,
     #[serde(default)]
     path: String,
+    /// `sync`: the whole tree below `path`.
+    #[serde(default)]
+    recursive: bool,
+    /// `sync-policy`: the policy to set (absent: show the current one).
+    #[serde(default)]
+    policy: Option<String>,
 }
 
 pub async fn serve(listener: UnixListener, daemon: Arc<Daemon>) {
@@ -78,9 +85,43 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
             write_json(&mut s, &v).await
         }
         "stat" => match d.client.stat(&req.path).await {
-            Ok(e) => write_json(&mut s, &entry_json(&e)).await,
+            Ok(e) => {
+                let mut v = entry_json(&e);
+                if let Ok(info) = d.client.policy_info(&req.path) {
+                    v["sync"] = json!(info);
+                }
+                write_json(&mut s, &v).await
+            }
             Err(e) => return write_error(&mut s, &e).await,
         },
+        "sync" => match d.client.sync(&req.path, req.recursive).await {
+            Ok(r) => {
+                wait_for_kernel(d).await;
+                write_json(&mut s, &r).await
+            }
+            Err(e) => return write_error(&mut s, &e).await,
+        },
+        "invalidate" => match d.client.invalidate(&req.path).await {
+            Ok(r) => {
+                wait_for_kernel(d).await;
+                write_json(&mut s, &r).await
+            }
+            Err(e) => return write_error(&mut s, &e).await,
+        },
+        "sync-policy" => {
+            let info = match req.policy.as_deref() {
+                Some(p) => SyncPolicy::parse(p)
+                    .and_then(|policy| d.client.set_sync_policy(&req.path, policy)),
+                None => d.client.policy_info(&req.path),
+            };
+            match info {
+                Ok(i) => {
+                    wait_for_kernel(d).await;
+                    write_json(&mut s, &i).await
+                }
+                Err(e) => return write_error(&mut s, &e).await,
+            }
+        }
         "ls" => match d.client.list(&req.path).await {
             Ok(list) => write_json(&mut s, &list.iter().map(entry_json).collect::<Vec<_>>()).await,
             Err(e) => return write_error(&mut s, &e).await,
@@ -101,6 +142,13 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
     };
     result?;
     write_frame(&mut s, FrameKind::End, &[]).await
+}
+
+/// Waits until the kernel has been told every change learned so far, so a command that returns
+/// leaves no stale kernel cache behind.
+async fn wait_for_kernel(d: &Daemon) {
+    let fuse = d.fuse.clone();
+    let _ = tokio::task::spawn_blocking(move || fuse.wait_for_invalidations()).await;
 }
 
 async fn cat(s: &mut UnixStream, d: &Daemon, path: &str) -> silt_common::Result<()> {
@@ -215,6 +263,8 @@ async fn cluster_json(router: &silt_cluster::Router) -> Value {
 
 fn report_json(d: &Daemon) -> Value {
     let stats = d.client.worker().stats();
+    let meta_sizes = d.client.metadata_sizes();
+    let rules = d.client.sync_rules();
     let hits = metrics::PAGE_HITS.get();
     let misses = metrics::PAGE_MISSES.get();
     let tiers: Vec<Value> = stats
@@ -248,6 +298,13 @@ fn report_json(d: &Daemon) -> Value {
             "disk": metrics::READ_BYTES_DISK.get(),
             "under_store": metrics::READ_BYTES_UFS.get(),
         },
+        "metadata": {
+            "stats": meta_sizes.0,
+            "listings": meta_sizes.1,
+            "negative": meta_sizes.2,
+            "default_policy": rules.default_policy().to_string(),
+            "rules": rules.rules().map(|r| json!({"prefix": r.prefix, "policy": r.policy.to_string()})).collect::<Vec<_>>(),
+        },
         "passthrough": {
             "configured": format!("{:?}", d.config.passthrough).to_lowercase(),
             "kernel_supported": d.fuse.kernel_passthrough.load(Ordering::Relaxed),
@@ -273,6 +330,20 @@ fn client_rt() -> Result<tokio::runtime::Runtime> {
 }
 
 async fn connect(state_dir: &Path, op: &str, path: &str) -> Result<UnixStream> {
+    connect_with(
+        state_dir,
+        Request {
+            v: PROTOCOL_VERSION,
+            op: op.to_string(),
+            path: path.to_string(),
+            recursive: false,
+            policy: None,
+        },
+    )
+    .await
+}
+
+async fn connect_with(state_dir: &Path, req: Request) -> Result<UnixStream> {
     let sock = socket_path(state_dir);
     let mut s = UnixStream::connect(&sock).await.map_err(|e| {
         anyhow!(
@@ -280,11 +351,6 @@ async fn connect(state_dir: &Path, op: &str, path: &str) -> Result<UnixStream> {
             sock.display()
         )
     })?;
-    let req = Request {
-        v: PROTOCOL_VERSION,
-        op: op.to_string(),
-        path: path.to_string(),
-    };
     write_json(&mut s, &req).await?;
     Ok(s)
 }
@@ -310,8 +376,21 @@ async fn drain(
 }
 
 fn one_json(state_dir: &Path, op: &str, path: &str) -> Result<Value> {
+    one_json_with(
+        state_dir,
+        Request {
+            v: PROTOCOL_VERSION,
+            op: op.to_string(),
+            path: path.to_string(),
+            recursive: false,
+            policy: None,
+        },
+    )
+}
+
+fn one_json_with(state_dir: &Path, req: Request) -> Result<Value> {
     client_rt()?.block_on(async {
-        let mut s = connect(state_dir, op, path).await?;
+        let mut s = connect_with(state_dir, req).await?;
         let mut out = Value::Null;
         drain(
             &mut s,
@@ -364,6 +443,86 @@ pub fn fs_command(state_dir: &Path, op: &str, path: &str) -> Result<ExitCode> {
         }
         other => bail!("unknown fs command {other}"),
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `silt fs sync` and `silt fs invalidate` print: counts, then the changed paths.
+fn print_sync_report(verb: &str, path: &str, v: &Value) {
+    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+    if verb == "invalidated" {
+        println!(
+            "invalidated {path}: {} entries dropped, cached pages of {} versions dropped",
+            n("invalidated"),
+            n("objects_dropped")
+        );
+    } else {
+        println!(
+            "synced {path}: {} checked, {} added, {} removed, {} content changed, {} metadata changed; cached pages of {} versions dropped",
+            n("checked"),
+            n("added"),
+            n("removed"),
+            n("content_changed"),
+            n("metadata_changed"),
+            n("objects_dropped")
+        );
+    }
+    for c in v["changes"].as_array().into_iter().flatten() {
+        if let (Some(p), Some(k)) = (c[0].as_str(), c[1].as_str()) {
+            if verb != "invalidated" || k != "invalidated" {
+                println!("  {k:<12} {p}");
+            }
+        }
+    }
+}
+
+/// `silt fs sync PATH [--recursive]`: revalidates now and reports what changed.
+pub fn sync(state_dir: &Path, path: &str, recursive: bool) -> Result<ExitCode> {
+    let v = one_json_with(
+        state_dir,
+        Request {
+            v: PROTOCOL_VERSION,
+            op: "sync".into(),
+            path: path.to_string(),
+            recursive,
+            policy: None,
+        },
+    )?;
+    print_sync_report("synced", path, &v);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `silt fs invalidate PATH`: drops metadata and cached data, and reports what was dropped.
+pub fn invalidate(state_dir: &Path, path: &str) -> Result<ExitCode> {
+    let v = one_json(state_dir, "invalidate", path)?;
+    print_sync_report("invalidated", path, &v);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `silt fs sync-policy PATH [POLICY]`: shows, or sets, the sync policy of a prefix.
+pub fn sync_policy(state_dir: &Path, path: &str, policy: Option<&str>) -> Result<ExitCode> {
+    if let Some(p) = policy {
+        // Checked here too, so a typo gets its message without a running silt.
+        SyncPolicy::parse(p)?;
+    }
+    let v = one_json_with(
+        state_dir,
+        Request {
+            v: PROTOCOL_VERSION,
+            op: "sync-policy".into(),
+            path: path.to_string(),
+            recursive: false,
+            policy: policy.map(str::to_string),
+        },
+    )?;
+    let checked = match v["checked_secs_ago"].as_f64() {
+        Some(s) => format!("; the store last answered {s:.1}s ago"),
+        None => "; nothing cached".into(),
+    };
+    println!(
+        "{path}: {} (rule {}){checked}",
+        v["policy"].as_str().unwrap_or("?"),
+        v["rule"].as_str().unwrap_or("?")
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -463,6 +622,26 @@ pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
         sz(&b["disk"]),
         sz(&b["under_store"])
     );
+    let m = &v["metadata"];
+    if m.is_object() {
+        println!(
+            "Metadata: {} stats, {} listings, {} negative entries cached; sync policy {}{}",
+            m["stats"],
+            m["listings"],
+            m["negative"],
+            m["default_policy"].as_str().unwrap_or("?"),
+            m["rules"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| format!(
+                    ", {}={}",
+                    r["prefix"].as_str().unwrap_or("?"),
+                    r["policy"].as_str().unwrap_or("?")
+                ))
+                .collect::<String>()
+        );
+    }
     let p = &v["passthrough"];
     println!(
         "Passthrough: configured {}, kernel supports {}, enabled {}",

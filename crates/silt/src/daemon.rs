@@ -200,8 +200,12 @@ fn worker_options(cfg: &Config) -> WorkerOptions {
 }
 
 fn client_options(cfg: &Config) -> ClientOptions {
+    use silt_common::sync::SyncRules;
     ClientOptions {
-        metadata_ttl: cfg.metadata_ttl,
+        sync: SyncRules::new(cfg.sync_policy, cfg.sync_rules.clone()),
+        negative_ttl: cfg.negative_ttl,
+        bulk_list_max: cfg.bulk_list_max,
+        clock: silt_client::Clock::system(),
         lookup_lists_parent: cfg.lookup_lists_parent,
         prefetch_max: cfg.prefetch_max,
         fetch_concurrency: cfg.fetch_concurrency,

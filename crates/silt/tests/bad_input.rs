@@ -246,10 +246,10 @@ fn invalid_config_values() {
             &d.mp,
             "--state-dir",
             &d.state,
-            "--metadata-ttl",
-            "forever",
+            "--sync-policy",
+            "sometimes",
         ],
-        "metadata_ttl",
+        "sync_policy",
         Some(mp),
     );
     fails_with(

@@ -273,8 +273,8 @@ fn change_behind_back(backend: Backend) {
     backend.put("obj.bin", &v1);
     let dir = tempfile::tempdir().unwrap();
     let ttl = [
-        "--metadata-ttl",
-        "300ms",
+        "--sync-policy",
+        "interval=300ms",
         "--attr-ttl",
         "300ms",
         "--entry-ttl",

@@ -1,0 +1,240 @@
+//! The S3 store against a real S3 server (versitygw) behind [`S3Proxy`]: how many requests of
+//! each kind an operation costs (listing pages, HEADs, PUTs), and what the store makes of
+//! faults injected into chosen requests (a failing listing page, 503 SlowDown, a HEAD that
+//! never gets an answer).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use silt_common::ErrorKind;
+use silt_testkit::{FaultAction, ProxyCounts, S3Op, S3Proxy, S3Server};
+use silt_ufs::{EntryKind, OpendalStore, S3Options, UnderStore};
+
+/// Objects written by [`setup`] (`f0` … `f9`, below `set/`), and the listing page size.
+const OBJECTS: usize = 10;
+const PAGE: usize = 2;
+/// The safety net of a test that must not hang (never reached when the store is right).
+const NO_HANG: Duration = Duration::from_secs(120);
+
+struct Fixture {
+    /// Declared first: dropped (and its connections closed) before the server is killed.
+    proxy: S3Proxy,
+    server: S3Server,
+}
+
+impl Fixture {
+    fn start() -> Fixture {
+        let server = S3Server::start();
+        server.create_bucket("bkt");
+        let upstream = SocketAddr::from(([127, 0, 0, 1], server.port()));
+        let proxy = S3Proxy::start(upstream).expect("starting the S3 proxy");
+        Fixture { proxy, server }
+    }
+
+    /// Options that reach the server through the proxy.
+    fn opts(&self, retries: usize, timeout: Duration) -> S3Options {
+        S3Options {
+            endpoint: self.proxy.endpoint(),
+            list_page: PAGE,
+            retries,
+            timeout,
+            ..self.server.s3_options()
+        }
+    }
+
+    /// `s3://bkt/data` through the proxy.
+    fn store(&self, retries: usize, timeout: Duration) -> OpendalStore {
+        OpendalStore::s3("bkt", "data", &self.opts(retries, timeout))
+            .unwrap_or_else(|e| panic!("opening the store: {e}"))
+    }
+}
+
+fn name(i: usize) -> String {
+    format!("set/f{i}")
+}
+
+/// Writes `set/f0` … `set/f{n-1}` (`f3` is 3 MiB, the others a few bytes), then zeroes the
+/// proxy's counters.
+async fn setup(f: &Fixture, store: &OpendalStore, n: usize) {
+    for i in 0..n {
+        store
+            .write(&name(i), content(i))
+            .await
+            .unwrap_or_else(|e| panic!("write {}: {e}", name(i)));
+    }
+    f.proxy.reset_counts();
+}
+
+fn content(i: usize) -> Bytes {
+    if i == 3 {
+        Bytes::from(
+            (0..3 << 20)
+                .map(|b: u32| (b % 251) as u8)
+                .collect::<Vec<u8>>(),
+        )
+    } else {
+        Bytes::from(format!("object {i}"))
+    }
+}
+
+async fn list_names(store: &OpendalStore) -> silt_common::Result<Vec<String>> {
+    let mut names: Vec<String> = store
+        .list("", true)
+        .await?
+        .into_iter()
+        .filter(|m| m.kind == EntryKind::File)
+        .map(|m| m.path)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+fn all_names() -> Vec<String> {
+    let mut v: Vec<String> = (0..OBJECTS).map(name).collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn requests_are_counted_by_operation() {
+    let f = Fixture::start();
+    let store = f.store(2, Duration::from_secs(10));
+    setup(&f, &store, OBJECTS - 1).await;
+
+    let last = name(OBJECTS - 1);
+    store.write(&last, content(OBJECTS - 1)).await.unwrap();
+    let meta = store.stat(&last).await.unwrap();
+    assert_eq!(meta.size, content(OBJECTS - 1).len() as u64);
+    assert_eq!(list_names(&store).await.unwrap(), all_names());
+    let counts = f.proxy.counts();
+    println!("write + stat + recursive list of {OBJECTS} objects, {PAGE} per page: {counts}");
+    // S3 ListObjectsV2 says IsTruncated=false on the page with the last key, so 10 keys take
+    // exactly 5 pages of 2 (no trailing empty page).
+    assert_eq!(
+        counts,
+        ProxyCounts {
+            list: (OBJECTS / PAGE) as u64,
+            head: 1,
+            put: 1,
+            ..ProxyCounts::default()
+        }
+    );
+
+    // Bodies pass through intact both ways: a 3 MiB object, whole and in part.
+    f.proxy.reset_counts();
+    let big = store.stat(&name(3)).await.unwrap();
+    let bytes = store.read(&name(3), 0..big.size, &big).await.unwrap();
+    assert!(bytes == content(3), "3 MiB read back unchanged");
+    let part = store.read(&name(3), 1000..1010, &big).await.unwrap();
+    assert_eq!(part, content(3).slice(1000..1010));
+    let counts = f.proxy.counts();
+    println!("stat + two ranged reads: {counts}");
+    assert_eq!((counts.head, counts.get, counts.total()), (1, 2, 3));
+
+    // A delayed request is still answered by the server.
+    f.proxy.reset_counts();
+    f.proxy.inject(
+        S3Op::Get,
+        0,
+        1,
+        FaultAction::Delay(Duration::from_millis(50)),
+    );
+    let part = store.read(&name(3), 5..9, &big).await.unwrap();
+    assert_eq!(part, content(3).slice(5..9));
+    assert_eq!(f.proxy.counts().get, 1);
+}
+
+#[tokio::test]
+async fn a_listing_that_fails_on_page_three_fails_whole() {
+    let f = Fixture::start();
+    let retries = 1;
+    let store = f.store(retries, Duration::from_secs(10));
+    setup(&f, &store, OBJECTS).await;
+
+    // Pages 1 and 2 pass; page 3 fails on the first try and on every retry.
+    f.proxy
+        .inject(S3Op::List, 2, retries + 1, FaultAction::internal_error());
+    let e = tokio::time::timeout(NO_HANG, list_names(&store))
+        .await
+        .expect("the listing ends")
+        .expect_err("a listing with a failing page must fail");
+    let counts = f.proxy.counts();
+    println!("list with page 3 failing: {e} ({counts})");
+    assert!(e.kind().is_retryable(), "{:?}: {e}", e.kind());
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("list"), "{msg}");
+    assert!(msg.contains("InternalError"), "{msg}");
+    assert_eq!(
+        counts.list,
+        2 + (retries as u64 + 1),
+        "two good pages, then the third page tried {} times",
+        retries + 1
+    );
+
+    f.proxy.clear_faults();
+    f.proxy.reset_counts();
+    assert_eq!(list_names(&store).await.unwrap(), all_names());
+    assert_eq!(f.proxy.counts().list, (OBJECTS / PAGE) as u64);
+}
+
+#[tokio::test]
+async fn slow_down_on_head_is_retried() {
+    let f = Fixture::start();
+    let store = f.store(1, Duration::from_secs(10));
+    setup(&f, &store, 1).await;
+
+    f.proxy.inject(S3Op::Head, 0, 1, FaultAction::slow_down());
+    let meta = store
+        .stat(&name(0))
+        .await
+        .expect("stat retried past SlowDown");
+    assert_eq!(meta.size, content(0).len() as u64);
+    assert_eq!(f.proxy.counts().head, 2, "one refused, one retried");
+
+    // Without retries the SlowDown reaches the caller, as a retryable kind.
+    let store = f.store(0, Duration::from_secs(10));
+    f.proxy.reset_counts();
+    f.proxy.inject(S3Op::Head, 0, 1, FaultAction::slow_down());
+    let e = store
+        .stat(&name(0))
+        .await
+        .expect_err("SlowDown without retries");
+    println!("stat answered 503 SlowDown, no retries: {e}");
+    // A HEAD answer has no body, so the store never sees the `SlowDown` code: only the 503,
+    // a server error (Unavailable) rather than RateLimited. Either way: retryable.
+    assert!(
+        matches!(e.kind(), ErrorKind::Unavailable | ErrorKind::RateLimited),
+        "{:?}: {e}",
+        e.kind()
+    );
+    assert!(e.kind().is_retryable());
+    let msg = e.to_string();
+    assert!(msg.contains("stat") && msg.contains(&name(0)), "{msg}");
+    assert!(msg.contains(&f.proxy.endpoint()), "{msg}");
+    assert_eq!(f.proxy.counts().head, 1);
+    // The fault is used up: the next stat reaches the server.
+    store.stat(&name(0)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hanging_head_times_out() {
+    let f = Fixture::start();
+    let store = f.store(0, Duration::from_millis(500));
+    setup(&f, &store, 1).await;
+
+    f.proxy.inject(S3Op::Head, 0, usize::MAX, FaultAction::Hang);
+    let e = tokio::time::timeout(NO_HANG, store.stat(&name(0)))
+        .await
+        .expect("stat must give up on a server that never answers")
+        .expect_err("a HEAD without an answer");
+    println!("stat of a HEAD that never gets an answer: {e}");
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert!(e.kind().is_retryable());
+    assert_eq!(f.proxy.counts().head, 1);
+
+    // Clearing the fault closes the hanging connection; the store works again.
+    f.proxy.clear_faults();
+    store.stat(&name(0)).await.unwrap();
+}
