@@ -50,6 +50,18 @@ pub struct PageStoreConfig {
 }
 
 impl PageStoreConfig {
+    /// A memory-only store with the default watermarks and eviction (tests and tools).
+    pub fn in_memory(page_size: u64, memory_capacity: u64) -> Self {
+        PageStoreConfig {
+            page_size,
+            memory_capacity,
+            disk_tiers: Vec::new(),
+            high_watermark: 0.95,
+            low_watermark: 0.85,
+            eviction_policy: "lru".into(),
+        }
+    }
+
     /// The page store part of Silt's configuration.
     pub fn from_config(c: &Config) -> Result<Self> {
         Ok(PageStoreConfig {

@@ -30,11 +30,12 @@ use silt_worker::{BackingSource, HeldFile, ObjectRef, ReadSource, Worker};
 use tokio::runtime::Handle;
 
 pub use clock::Clock;
-use meta::{age, build_tree, is_at_or_under, Lookup, MetaCache};
+use meta::{age, build_tree, Lookup, MetaCache};
 pub use meta::{Change, ChangeKind};
-use namespace::{join, Resolved};
+use namespace::{join, parent_and_name, Resolved};
 pub use namespace::{MountPoint, Namespace};
 use prefetch::SeqState;
+use silt_common::config::is_at_or_under;
 
 /// Client tuning (from `Config`).
 #[derive(Debug, Clone)]
@@ -52,6 +53,21 @@ pub struct ClientOptions {
     pub fetch_concurrency: usize,
     /// Time source of metadata ages (a manual clock in tests).
     pub clock: Clock,
+}
+
+impl ClientOptions {
+    /// The client part of Silt's configuration (metadata ages from the monotonic clock).
+    pub fn from_config(cfg: &silt_common::config::Config) -> Self {
+        ClientOptions {
+            sync: SyncRules::new(cfg.sync_policy, cfg.sync_rules.clone()),
+            negative_ttl: cfg.negative_ttl,
+            bulk_list_max: cfg.bulk_list_max,
+            lookup_lists_parent: cfg.lookup_lists_parent,
+            prefetch_max: cfg.prefetch_max,
+            fetch_concurrency: cfg.fetch_concurrency,
+            clock: Clock::system(),
+        }
+    }
 }
 
 /// A file or directory of the namespace.
@@ -191,6 +207,15 @@ pub struct PolicyInfo {
 
 type ListFlight = std::result::Result<Arc<Vec<Entry>>, (ErrorKind, String)>;
 
+/// A listing just cached (a directory's, or the top of a tree), with what changed.
+#[derive(Default)]
+struct Fetched {
+    own: Arc<Vec<Entry>>,
+    changes: Vec<Change>,
+    /// Entries the store returned.
+    entries: usize,
+}
+
 /// Told about every change Silt learns of (the FUSE layer invalidates kernel caches).
 pub type ChangeListener = Arc<dyn Fn(&[Change]) + Send + Sync>;
 
@@ -211,15 +236,6 @@ pub struct Client {
     rt: Handle,
     /// Same-host workers that can lend their cache files (cluster clients).
     backing: Option<Arc<dyn BackingSource>>,
-}
-
-fn parent_and_name(path: &str) -> Option<(&str, &str)> {
-    if path == "/" {
-        return None;
-    }
-    let idx = path.rfind('/')?;
-    let parent = if idx == 0 { "/" } else { &path[..idx] };
-    Some((parent, &path[idx + 1..]))
 }
 
 /// The namespace path of a store path `rel` under a mount at `mount_path`.
@@ -315,7 +331,7 @@ impl Client {
         let now = self.opts.clock.now();
         let contents = self
             .meta
-            .contents(|p, at| self.policy_for(p).0.trusts(age(now, at)));
+            .contents(|p, at| self.policy_of(p).trusts(age(now, at)));
         snapshot::save(path, &self.ns, contents)
     }
 
@@ -324,7 +340,7 @@ impl Client {
         snapshot::restore(
             path,
             &self.ns,
-            |p, age| self.policy_for(p).0.trusts(age),
+            |p, age| self.policy_of(p).trusts(age),
             |at, e| self.meta.put_stat_at(at, e),
             |at, dir, l| self.meta.put_list_at(at, dir, l),
         )
@@ -353,11 +369,9 @@ impl Client {
         })
     }
 
-    /// The sync policy of a (normalised) path and the rule prefix that sets it.
-    pub fn policy_for(&self, path: &str) -> (SyncPolicy, String) {
-        let rules = self.sync.read();
-        let (p, rule) = rules.policy_for(path);
-        (p, rule.to_string())
+    /// The sync policy of a (normalised) path (asked on every lookup: no allocation).
+    pub fn policy_of(&self, path: &str) -> SyncPolicy {
+        self.sync.read().policy_for(path).0
     }
 
     /// The sync rules in force (the configured ones and those set since).
@@ -381,7 +395,11 @@ impl Client {
     /// The policy of `path`, the rule that sets it and when the store last answered about it.
     pub fn policy_info(&self, path: &str) -> Result<PolicyInfo> {
         let path = Self::normalize(path)?;
-        let (policy, rule) = self.policy_for(&path);
+        let (policy, rule) = {
+            let rules = self.sync.read();
+            let (p, rule) = rules.policy_for(&path);
+            (p, rule.to_string())
+        };
         let now = self.opts.clock.now();
         Ok(PolicyInfo {
             policy: policy.to_string(),
@@ -418,7 +436,7 @@ impl Client {
     /// Stat a namespace path.
     pub async fn stat(&self, path: &str) -> Result<Entry> {
         let path = Self::normalize(path)?;
-        let (policy, _) = self.policy_for(&path);
+        let policy = self.policy_of(&path);
         let now = self.opts.clock.now();
         let negative = policy.negative_trust(self.opts.negative_ttl);
         // Under `always`, a directory already known stands until its parent is read again
@@ -515,7 +533,7 @@ impl Client {
     }
 
     fn trusted_listing(&self, path: &str) -> Option<Arc<Vec<Entry>>> {
-        let (policy, _) = self.policy_for(path);
+        let policy = self.policy_of(path);
         let now = self.opts.clock.now();
         match self.meta.list(path, |at| policy.trusts(age(now, at))) {
             Some((l, true)) => Some(l),
@@ -548,7 +566,7 @@ impl Client {
         if let Some(l) = self.trusted_listing(path) {
             return Ok(l);
         }
-        let (policy, _) = self.policy_for(path);
+        let policy = self.policy_of(path);
         let (mount, rel) = match self.ns.resolve(path)? {
             // Built from the mount table, not the store: not a cache miss, nothing to cache.
             Resolved::Synthetic { children } => {
@@ -567,8 +585,11 @@ impl Client {
             && mount.store.capabilities().native_recursive_list
             && !self.too_big.lock().contains(path);
         let result = if bulk {
-            match self.sweep(path, mount, &rel, self.opts.bulk_list_max).await {
-                Ok(Some(list)) => return Ok(list),
+            match self
+                .sweep(path, mount, &rel, self.opts.bulk_list_max, true)
+                .await
+            {
+                Ok(Some(f)) => return Ok(f.own),
                 Ok(None) => {
                     tracing::info!(
                         path,
@@ -584,7 +605,7 @@ impl Client {
             self.list_one(path, mount, &rel).await
         };
         match result {
-            Ok(l) => Ok(l),
+            Ok(f) => Ok(f.own),
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 let changes = self.meta.put_missing(self.opts.clock.now(), path);
                 self.apply(&changes);
@@ -601,36 +622,51 @@ impl Client {
         }
     }
 
-    /// One directory, one (paginated) listing.
-    async fn list_one(&self, path: &str, mount: &MountPoint, rel: &str) -> Result<Arc<Vec<Entry>>> {
+    /// One directory, one (paginated) listing, cached.
+    async fn list_one(&self, path: &str, mount: &MountPoint, rel: &str) -> Result<Fetched> {
         let asked = self.opts.clock.now();
         let metas = mount
             .store
             .list(rel, false)
             .await
             .map_err(|e| e.context(path))?;
-        let entries = listing_from(path, mount, metas);
-        let changes = self.meta.put_list(asked, path, entries.clone());
+        let own = listing_from(path, mount, metas);
+        let changes = self.meta.put_list(asked, path, own.clone());
         self.apply(&changes);
-        Ok(entries)
+        Ok(Fetched {
+            entries: own.len(),
+            own,
+            changes,
+        })
     }
 
     /// Loads the whole tree below `path` with one recursive listing (at most `max` entries)
-    /// and caches every directory's listing. `None`: the tree is bigger than `max`.
+    /// and caches every directory's listing; `keep_trusted`: listings already cached and still
+    /// trusted stay (a sweep fills what is missing or expired; `sync` replaces everything).
+    /// `None`: the tree is bigger than `max`. Walkers needing a directory below `path` wait
+    /// for it meanwhile.
     async fn sweep(
         &self,
         path: &str,
         mount: &MountPoint,
         rel: &str,
         max: usize,
-    ) -> Result<Option<Arc<Vec<Entry>>>> {
+        keep_trusted: bool,
+    ) -> Result<Option<Fetched>> {
         let (tx, rx) = tokio::sync::watch::channel(false);
         self.sweeps.lock().insert(path.to_string(), rx);
-        // Ends the sweep for waiters however this returns (also when the future is dropped).
+        // Ends the sweep for waiters however this returns (also when the future is dropped),
+        // and unregisters it unless another sweep of the same root replaced it.
         struct Done<'a>(&'a Client, &'a str, tokio::sync::watch::Sender<bool>);
         impl Drop for Done<'_> {
             fn drop(&mut self) {
-                self.0.sweeps.lock().remove(self.1);
+                let mut sweeps = self.0.sweeps.lock();
+                if sweeps
+                    .get(self.1)
+                    .is_some_and(|rx| rx.same_channel(&self.2.subscribe()))
+                {
+                    sweeps.remove(self.1);
+                }
                 let _ = self.2.send(true);
             }
         }
@@ -645,18 +681,7 @@ impl Client {
         else {
             return Ok(None);
         };
-        Ok(Some(self.put_tree(asked, path, mount, metas)))
-    }
-
-    /// Caches the tree of one recursive listing of `path` asked for at `asked`; returns
-    /// `path`'s own listing.
-    fn put_tree(
-        &self,
-        asked: std::time::Instant,
-        path: &str,
-        mount: &MountPoint,
-        metas: Vec<ObjectMeta>,
-    ) -> Arc<Vec<Entry>> {
+        let entries = metas.len();
         let tree = tree_from(path, mount, metas);
         let own = tree
             .iter()
@@ -665,15 +690,19 @@ impl Client {
             .unwrap_or_default();
         let now = self.opts.clock.now();
         let changes = self.meta.put_tree(asked, path, tree, |d, at| {
-            self.policy_for(d).0.trusts(age(now, at))
+            keep_trusted && self.policy_of(d).trusts(age(now, at))
         });
         self.apply(&changes);
-        own
+        Ok(Some(Fetched {
+            own,
+            changes,
+            entries,
+        }))
     }
 
     /// Revalidates `path` now, whatever its policy: one HEAD, and for a directory its listing
-    /// (`recursive`: the whole tree in one recursive listing). On failure the cached view is
-    /// left as it was and the error returned.
+    /// (`recursive`: the whole tree in one recursive listing). Each result is cached only
+    /// whole, so on failure the cached view is left as it was and the error returned.
     pub async fn sync(&self, path: &str, recursive: bool) -> Result<SyncReport> {
         let path = Self::normalize(path)?;
         let mut report = SyncReport::default();
@@ -698,54 +727,35 @@ impl Client {
             Resolved::Store { mount, rel } => (mount, rel),
         };
         metrics::META_CACHE_MISSES.inc();
-        let now = self.opts.clock.now();
+        let asked = self.opts.clock.now();
+        report.checked = 1;
         let meta = match mount.store.stat(&rel).await {
             Ok(m) => m,
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                report.checked = 1;
-                let changes = self.meta.put_missing(now, &path);
+                let changes = self.meta.put_missing(asked, &path);
                 report.add(&changes);
                 self.apply(&changes);
                 return Ok(report);
             }
             Err(e) => return Err(e.context(&path)),
         };
-        report.checked = 1;
         let is_dir = meta.kind == EntryKind::Dir;
         let own = Entry::from_meta(path.clone(), &mount.store, meta);
-        if !is_dir {
-            let changes = self.meta.put_stat(now, own);
-            report.add(&changes);
-            self.apply(&changes);
-            return Ok(report);
+        if is_dir {
+            let fetched = if recursive {
+                self.too_big.lock().retain(|d| !is_at_or_under(d, &path));
+                self.sweep(&path, mount, &rel, usize::MAX, false)
+                    .await?
+                    .unwrap_or_default()
+            } else {
+                self.list_one(&path, mount, &rel).await?
+            };
+            report.checked += fetched.entries as u64;
+            report.add(&fetched.changes);
         }
-        // A directory: fetch everything first, so a failure changes nothing.
-        let changes = if recursive {
-            metrics::META_SWEEPS.inc();
-            let metas = mount
-                .store
-                .list_tree(&rel, usize::MAX)
-                .await
-                .map_err(|e| e.context(&path))?
-                .unwrap_or_default();
-            report.checked += metas.len() as u64;
-            self.too_big.lock().retain(|d| !is_at_or_under(d, &path));
-            let tree = tree_from(&path, mount, metas);
-            self.meta.put_tree(now, &path, tree, |_, _| false)
-        } else {
-            let metas = mount
-                .store
-                .list(&rel, false)
-                .await
-                .map_err(|e| e.context(&path))?;
-            report.checked += metas.len() as u64;
-            let entries = listing_from(&path, mount, metas);
-            self.meta.put_list(now, &path, entries)
-        };
-        let mut all = self.meta.put_stat(now, own);
-        all.extend(changes);
-        report.add(&all);
-        self.apply(&all);
+        let changes = self.meta.put_stat(asked, own);
+        report.add(&changes);
+        self.apply(&changes);
         Ok(report)
     }
 

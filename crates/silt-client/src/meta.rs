@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use silt_worker::ObjectRef;
 
-use crate::{parent_and_name, Entry};
+use crate::namespace::parent_and_name;
+use crate::Entry;
+use silt_common::config::is_at_or_under;
 
 /// What happened to a path between two answers of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -49,12 +51,13 @@ pub struct Change {
 
 /// How two answers about one path differ, if they do.
 pub fn diff(old: &Entry, new: &Entry) -> Option<ChangeKind> {
-    let meta = |e: &Entry| e.object.as_ref().map(|o| o.meta.clone());
     if old.kind != new.kind {
         return Some(ChangeKind::Content);
     }
-    match (meta(old), meta(new)) {
+    match (&old.object, &new.object) {
+        (Some(a), Some(b)) if Arc::ptr_eq(a, b) => None,
         (Some(a), Some(b)) => {
+            let (a, b) = (&a.meta, &b.meta);
             if !new.is_dir() && a.content_fingerprint() != b.content_fingerprint() {
                 Some(ChangeKind::Content)
             } else if a.metadata_fingerprint() != b.metadata_fingerprint() {
@@ -106,13 +109,6 @@ struct Inner {
     distrusted: HashSet<String>,
 }
 
-/// Whether `path` is `dir` or below it (both normalised).
-pub fn is_at_or_under(path: &str, dir: &str) -> bool {
-    dir == "/"
-        || path == dir
-        || (path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/')
-}
-
 fn find<'a>(list: &'a [Entry], name: &str) -> std::result::Result<&'a Entry, usize> {
     list.binary_search_by(|e| e.name().cmp(name))
         .map(|i| &list[i])
@@ -162,6 +158,13 @@ impl Inner {
             (Err(_), None) => {}
         }
         *list = Arc::new(v);
+    }
+
+    /// Drops `dir`'s subtree (see `drop_below`) and reports each entry in it as `kind`.
+    fn forget_below(&mut self, dir: &str, kind: ChangeKind, changes: &mut Vec<Change>) {
+        for e in self.drop_below(dir) {
+            changes.push(change(&e.path, kind, Some(&e)));
+        }
     }
 
     /// Drops every record of `dir`'s subtree (not `dir`'s own stat). Returns the files dropped.
@@ -230,14 +233,8 @@ impl MetaCache {
                 }
             }
         }
-        // Never fall back on what `invalidate` said to forget.
-        let forgotten = parent_and_name(path).is_some_and(|(d, _)| inner.distrusted.contains(d));
         Lookup::Unknown {
-            stale: if forgotten {
-                inner.stats.get(path).map(|(_, e)| e.clone())
-            } else {
-                inner.current(path)
-            },
+            stale: inner.current(path),
         }
     }
 
@@ -269,9 +266,7 @@ impl MetaCache {
                 if let Some(kind) = diff(&old, &entry) {
                     changes.push(change(&path, kind, Some(&old)));
                     if kind == ChangeKind::Content && old.is_dir() {
-                        for e in inner.drop_below(&path) {
-                            changes.push(change(&e.path, ChangeKind::Removed, Some(&e)));
-                        }
+                        inner.forget_below(&path, ChangeKind::Removed, &mut changes);
                     }
                 }
             }
@@ -297,9 +292,7 @@ impl MetaCache {
             changes.push(change(path, ChangeKind::Removed, Some(&old)));
         }
         // Whatever it was, nothing is below it now (also a listing learned without its parent's).
-        for e in inner.drop_below(path) {
-            changes.push(change(&e.path, ChangeKind::Removed, Some(&e)));
-        }
+        inner.forget_below(path, ChangeKind::Removed, &mut changes);
         inner.stats.remove(path);
         inner.patch_parent(path, None);
         inner.negative.insert(path.to_string(), at);
@@ -335,9 +328,7 @@ impl MetaCache {
                     if let Some(kind) = diff(&old, e) {
                         changes.push(change(&e.path, kind, Some(&old)));
                         if kind == ChangeKind::Content && old.is_dir() {
-                            for gone in inner.drop_below(&e.path) {
-                                changes.push(change(&gone.path, ChangeKind::Removed, Some(&gone)));
-                            }
+                            inner.forget_below(&e.path, ChangeKind::Removed, changes);
                         }
                     }
                 }
@@ -367,9 +358,7 @@ impl MetaCache {
             if let Some((_, old)) = inner.stats.remove(&p) {
                 changes.push(change(&p, ChangeKind::Removed, Some(&old)));
                 if old.is_dir() {
-                    for gone in inner.drop_below(&p) {
-                        changes.push(change(&gone.path, ChangeKind::Removed, Some(&gone)));
-                    }
+                    inner.forget_below(&p, ChangeKind::Removed, changes);
                 }
             }
         }
@@ -379,9 +368,7 @@ impl MetaCache {
                 changes.push(change(&old.path, ChangeKind::Removed, Some(old)));
                 inner.stats.remove(&old.path);
                 if old.is_dir() {
-                    for gone in inner.drop_below(&old.path) {
-                        changes.push(change(&gone.path, ChangeKind::Removed, Some(&gone)));
-                    }
+                    inner.forget_below(&old.path, ChangeKind::Removed, changes);
                 }
             }
         }
@@ -444,23 +431,23 @@ impl MetaCache {
         changes
     }
 
-    /// Drops everything known about `path` and below, and the parent's listing (it names
-    /// `path`). Returns what was dropped, for data and kernel invalidation.
+    /// Drops everything known about `path` and below, and `path` from its parent's listing,
+    /// which is then no longer trusted. Returns what was dropped, for data and kernel
+    /// invalidation.
     pub fn invalidate(&self, path: &str) -> Vec<Change> {
         let mut inner = self.inner.lock();
         let mut changes = Vec::new();
         if let Some(e) = inner.current(path) {
             changes.push(change(path, ChangeKind::Invalidated, Some(&e)));
         }
-        for e in inner.drop_below(path) {
-            changes.push(change(&e.path, ChangeKind::Invalidated, Some(&e)));
-        }
+        inner.forget_below(path, ChangeKind::Invalidated, &mut changes);
         inner.stats.remove(path);
         inner.negative.remove(path);
         inner.lists.remove(path);
         inner.distrusted.remove(path);
-        // The parent's listing names `path`: it is asked again on the next access, but kept to
-        // compare with, so a change to a sibling is still noticed (and its pages dropped).
+        // The parent's listing loses `path` and is asked again on the next access, but is kept
+        // to compare with, so a change to a sibling is still noticed (and its pages dropped).
+        inner.patch_parent(path, None);
         if let Some((dir, _)) = parent_and_name(path) {
             if inner.lists.contains_key(dir) {
                 inner.distrusted.insert(dir.to_string());

@@ -4,7 +4,7 @@
 //! (`/` when the only mount is `/data`, or `/a` for a mount at `/a/b`) are synthetic: they list
 //! the next component of the mounts below them and hold nothing else.
 
-use silt_common::config::normalize_ns_path;
+use silt_common::config::{is_at_or_under, normalize_ns_path};
 use silt_common::{Error, Result};
 use silt_ufs::DynStore;
 
@@ -100,10 +100,17 @@ impl Namespace {
 
 /// Whether `path` is strictly below `dir` (both normalised).
 fn is_under(path: &str, dir: &str) -> bool {
-    if dir == "/" {
-        return path != "/";
+    path != dir && is_at_or_under(path, dir)
+}
+
+/// A normalised path's parent directory and last component; `None` for `/`.
+pub fn parent_and_name(path: &str) -> Option<(&str, &str)> {
+    if path == "/" {
+        return None;
     }
-    path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/'
+    let idx = path.rfind('/')?;
+    let parent = if idx == 0 { "/" } else { &path[..idx] };
+    Some((parent, &path[idx + 1..]))
 }
 
 /// Joins a normalised directory path and a child name.

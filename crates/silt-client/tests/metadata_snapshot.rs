@@ -7,22 +7,14 @@ use std::time::Duration;
 
 use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{Client, ClientOptions, MountPoint, Namespace};
+use silt_common::config::Config;
+use silt_common::sync::{SyncPolicy, SyncRules};
 use silt_common::ErrorKind;
 use silt_ufs::MemStore;
 use silt_worker::{Worker, WorkerOptions};
 
 fn client(store: Arc<MemStore>, ttl: Duration) -> Client {
-    let pages = Arc::new(
-        PageStore::open(PageStoreConfig {
-            page_size: 4096,
-            memory_capacity: 1 << 20,
-            disk_tiers: vec![],
-            high_watermark: 0.95,
-            low_watermark: 0.85,
-            eviction_policy: "lru".into(),
-        })
-        .unwrap(),
-    );
+    let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(4096, 1 << 20)).unwrap());
     let rt = tokio::runtime::Handle::current();
     let worker = Arc::new(Worker::new(
         pages,
@@ -39,16 +31,10 @@ fn client(store: Arc<MemStore>, ttl: Duration) -> Client {
     }])
     .unwrap();
     let opts = ClientOptions {
-        sync: silt_common::sync::SyncRules::new(
-            silt_common::sync::SyncPolicy::Interval(ttl),
-            Vec::new(),
-        ),
-        negative_ttl: Duration::from_secs(10),
-        bulk_list_max: 100_000,
-        clock: silt_client::Clock::system(),
-        lookup_lists_parent: true,
+        sync: SyncRules::new(SyncPolicy::Interval(ttl), Vec::new()),
         prefetch_max: 8192,
         fetch_concurrency: 4,
+        ..ClientOptions::from_config(&Config::default())
     };
     Client::new(ns, worker, opts, rt)
 }

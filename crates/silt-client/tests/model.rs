@@ -874,17 +874,7 @@ fn run(case: &Case, checks: Checks) -> std::result::Result<(), String> {
             }
         }
         let faults = Arc::new(FaultStore::new(mem.clone()));
-        let pages = Arc::new(
-            PageStore::open(PageStoreConfig {
-                page_size: PS,
-                memory_capacity: 64 << 20,
-                disk_tiers: vec![],
-                high_watermark: 0.95,
-                low_watermark: 0.85,
-                eviction_policy: "lru".into(),
-            })
-            .unwrap(),
-        );
+        let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(PS, 64 << 20)).unwrap());
         let worker = Arc::new(Worker::new(
             pages,
             &WorkerOptions {

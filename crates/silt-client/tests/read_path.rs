@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{Client, ClientOptions, MountPoint, Namespace};
+use silt_common::config::Config;
 use silt_common::{metrics, ErrorKind, Result};
 use silt_ufs::{Capabilities, DynStore, MemStore, ObjectMeta, UnderStore};
 use silt_worker::{Worker, WorkerOptions};
@@ -79,12 +80,8 @@ fn setup_with(
     });
     let pages = Arc::new(
         PageStore::open(PageStoreConfig {
-            page_size: PS,
-            memory_capacity,
             disk_tiers,
-            high_watermark: 0.95,
-            low_watermark: 0.85,
-            eviction_policy: "lru".into(),
+            ..PageStoreConfig::in_memory(PS, memory_capacity)
         })
         .unwrap(),
     );
@@ -103,16 +100,9 @@ fn setup_with(
     }])
     .unwrap();
     let opts = ClientOptions {
-        sync: silt_common::sync::SyncRules::new(
-            silt_common::sync::SyncPolicy::Interval(Duration::from_secs(60)),
-            Vec::new(),
-        ),
-        negative_ttl: Duration::from_secs(10),
-        bulk_list_max: 100_000,
-        clock: silt_client::Clock::system(),
-        lookup_lists_parent: true,
         prefetch_max: 8 * PS,
         fetch_concurrency: 16,
+        ..ClientOptions::from_config(&Config::default())
     };
     (
         Client::new(ns, worker, opts, tokio::runtime::Handle::current()),

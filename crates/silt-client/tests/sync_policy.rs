@@ -104,17 +104,7 @@ struct Env {
 }
 
 fn env_with(mem: Arc<MemStore>, policy: SyncPolicy, tweak: impl FnOnce(&mut ClientOptions)) -> Env {
-    let pages = Arc::new(
-        PageStore::open(PageStoreConfig {
-            page_size: PS,
-            memory_capacity: 16 << 20,
-            disk_tiers: vec![],
-            high_watermark: 0.95,
-            low_watermark: 0.85,
-            eviction_policy: "lru".into(),
-        })
-        .unwrap(),
-    );
+    let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(PS, 16 << 20)).unwrap());
     let rt = tokio::runtime::Handle::current();
     let worker = Arc::new(Worker::new(
         pages,

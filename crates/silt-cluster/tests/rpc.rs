@@ -29,12 +29,10 @@ async fn worker_with(store: DynStore, disk: bool) -> (Endpoint, tempfile::TempDi
     };
     let pages = Arc::new(
         PageStore::open(PageStoreConfig {
-            page_size: PS,
-            memory_capacity: 64 * PS,
             disk_tiers,
             high_watermark: 1.0,
             low_watermark: 1.0,
-            eviction_policy: "lru".into(),
+            ..PageStoreConfig::in_memory(PS, 64 * PS)
         })
         .unwrap(),
     );

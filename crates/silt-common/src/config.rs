@@ -278,16 +278,23 @@ pub fn parse_mount_table(text: &str) -> Result<Vec<MountSpec>> {
         .collect()
 }
 
-/// Parses `PATH=URI`.
-pub fn parse_mount_spec(text: &str) -> Result<MountSpec> {
-    let (path, uri) = text.split_once('=').ok_or_else(|| {
+/// Parses one `PATH=VALUE` entry (a mount, a sync rule): the normalised namespace path and the
+/// value. `what` names the kind of entry in errors, `example` shows a good one.
+pub fn parse_path_entry<'a>(text: &'a str, what: &str, example: &str) -> Result<(String, &'a str)> {
+    let (path, value) = text
+        .split_once('=')
+        .ok_or_else(|| Error::invalid(format!("{what} {text:?}: expected {example}")))?;
+    let path = normalize_ns_path(path).ok_or_else(|| {
         Error::invalid(format!(
-            "mount {text:?}: expected PATH=URI, e.g. /data=s3://bucket/prefix"
+            "{what} {text:?}: PATH must be absolute, without . or .. (e.g. {example})"
         ))
     })?;
-    let path = normalize_ns_path(path).ok_or_else(|| {
-        Error::invalid(format!("mount {text:?}: PATH must be absolute, e.g. /data"))
-    })?;
+    Ok((path, value))
+}
+
+/// Parses `PATH=URI`.
+pub fn parse_mount_spec(text: &str) -> Result<MountSpec> {
+    let (path, uri) = parse_path_entry(text, "mount", "/data=s3://bucket/prefix")?;
     if !uri.contains("://") {
         return Err(Error::invalid(format!(
             "mount {text:?}: URI must have a scheme, e.g. s3://bucket/prefix or file:///dir"
@@ -297,6 +304,13 @@ pub fn parse_mount_spec(text: &str) -> Result<MountSpec> {
         path,
         uri: uri.trim().to_string(),
     })
+}
+
+/// Whether namespace path `path` is `dir` or below it, on whole components (both normalised).
+pub fn is_at_or_under(path: &str, dir: &str) -> bool {
+    dir == "/"
+        || path == dir
+        || (path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/')
 }
 
 /// Normalises an absolute namespace path: `/a//b/` → `/a/b`, `/` stays `/`. Rejects relative

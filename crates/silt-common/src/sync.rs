@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::config::normalize_ns_path;
+use crate::config::{is_at_or_under, parse_path_entry};
 use crate::{Error, Result};
 
 /// When cached metadata is revalidated against the under-store.
@@ -98,16 +98,7 @@ pub fn parse_sync_rules(text: &str) -> Result<Vec<SyncRule>> {
     text.split(',')
         .filter(|s| !s.trim().is_empty())
         .map(|entry| {
-            let (prefix, policy) = entry.split_once('=').ok_or_else(|| {
-                Error::invalid(format!(
-                    "sync rule {entry:?}: expected PATH=POLICY, e.g. /data/imagenet=never"
-                ))
-            })?;
-            let prefix = normalize_ns_path(prefix).ok_or_else(|| {
-                Error::invalid(format!(
-                    "sync rule {entry:?}: PATH must be absolute without . or .."
-                ))
-            })?;
+            let (prefix, policy) = parse_path_entry(entry, "sync rule", "/data/imagenet=never")?;
             Ok(SyncRule {
                 prefix,
                 policy: SyncPolicy::parse(policy)?,
@@ -152,7 +143,7 @@ impl SyncRules {
     pub fn policy_for(&self, path: &str) -> (SyncPolicy, &str) {
         self.rules
             .iter()
-            .filter(|r| covers(&r.prefix, path))
+            .filter(|r| is_at_or_under(path, &r.prefix))
             .max_by_key(|r| r.prefix.len())
             .map_or((self.default, "/"), |r| (r.policy, r.prefix.as_str()))
     }
@@ -165,15 +156,6 @@ impl SyncRules {
     pub fn default_policy(&self) -> SyncPolicy {
         self.default
     }
-}
-
-/// Whether `prefix` (normalised) is `path` or an ancestor of it, on whole components.
-fn covers(prefix: &str, path: &str) -> bool {
-    prefix == "/"
-        || path == prefix
-        || (path.len() > prefix.len()
-            && path.starts_with(prefix)
-            && path.as_bytes()[prefix.len()] == b'/')
 }
 
 #[cfg(test)]

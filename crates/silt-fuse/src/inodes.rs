@@ -7,6 +7,8 @@
 
 use std::collections::HashMap;
 
+use silt_common::config::is_at_or_under;
+
 pub struct Inodes {
     by_ino: HashMap<u64, Node>,
     by_path: HashMap<String, u64>,
@@ -51,11 +53,7 @@ impl Inodes {
     pub fn under(&self, prefix: &str) -> Vec<String> {
         self.by_path
             .keys()
-            .filter(|p| {
-                prefix == "/"
-                    || p.as_str() == prefix
-                    || (p.starts_with(prefix) && p.as_bytes().get(prefix.len()) == Some(&b'/'))
-            })
+            .filter(|p| is_at_or_under(p, prefix))
             .cloned()
             .collect()
     }

@@ -62,7 +62,7 @@ pub struct FuseState {
     pub passthrough_enabled: AtomicBool,
     pub recent_opens: Mutex<VecDeque<OpenRecord>>,
     /// Kernel invalidations queued for the invalidation thread (set when mounted).
-    invalidations: Mutex<Option<Arc<InvalQueue>>>,
+    invalidations: std::sync::OnceLock<Arc<InvalQueue>>,
 }
 
 const RECENT_OPENS: usize = 32;
@@ -71,36 +71,56 @@ const RECENT_OPENS: usize = 32;
 /// reply goes out anyway (logged), so a stuck kernel never hangs the mount.
 const INVAL_WAIT: Duration = Duration::from_secs(5);
 
-/// Changes waiting to be told to the kernel, in order, with a count of those told, so a caller
-/// can wait until everything learned before it has reached the kernel.
+/// Changes waiting to be told to the kernel, in order, with counts of batches queued and told,
+/// so a caller can wait until everything learned before it has reached the kernel.
+///
+/// A batch is counted before it is sent. So when a caller reads `queued` after sending its own
+/// batch, every batch ahead of its own in the (FIFO) channel is counted too, and `told` can
+/// reach that count only once its own batch has been told.
 struct InvalQueue {
-    tx: Mutex<std::sync::mpsc::Sender<Vec<Change>>>,
+    tx: std::sync::mpsc::Sender<Vec<Change>>,
     queued: AtomicU64,
-    done: parking_lot::Mutex<u64>,
-    told: parking_lot::Condvar,
+    told: AtomicU64,
+    lock: Mutex<()>,
+    cond: parking_lot::Condvar,
 }
 
 impl InvalQueue {
-    fn push(&self, changes: Vec<Change>) {
-        let tx = self.tx.lock();
-        // Counted under the sender's lock, so counts and queue order agree.
-        if tx.send(changes).is_ok() {
-            self.queued.fetch_add(1, Ordering::SeqCst);
+    fn new(tx: std::sync::mpsc::Sender<Vec<Change>>) -> Self {
+        InvalQueue {
+            tx,
+            queued: AtomicU64::new(0),
+            told: AtomicU64::new(0),
+            lock: Mutex::new(()),
+            cond: parking_lot::Condvar::new(),
         }
     }
 
-    fn mark_done(&self) {
-        *self.done.lock() += 1;
-        self.told.notify_all();
+    fn push(&self, changes: Vec<Change>) {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        if self.tx.send(changes).is_err() {
+            // Unmounted: nothing will tell it, nobody must wait for it.
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
-    /// Waits until every batch queued before this call has been told to the kernel.
+    fn mark_told(&self) {
+        self.told.fetch_add(1, Ordering::SeqCst);
+        let _g = self.lock.lock();
+        self.cond.notify_all();
+    }
+
+    /// Waits until every batch queued before this call has been told to the kernel. Without
+    /// pending batches (nearly always, on every open) it takes no lock.
     fn wait(&self) {
         let target = self.queued.load(Ordering::SeqCst);
-        let mut done = self.done.lock();
+        if self.told.load(Ordering::SeqCst) >= target {
+            return;
+        }
         let deadline = std::time::Instant::now() + INVAL_WAIT;
-        while *done < target {
-            if self.told.wait_until(&mut done, deadline).timed_out() {
+        let mut g = self.lock.lock();
+        while self.told.load(Ordering::SeqCst) < target {
+            if self.cond.wait_until(&mut g, deadline).timed_out() {
                 tracing::warn!("kernel cache invalidations are slow: replying without them");
                 return;
             }
@@ -112,8 +132,7 @@ impl FuseState {
     /// Returns once every change Silt learned so far has been told to the kernel (so a
     /// `silt fs sync` that returns has cleared the kernel's caches too).
     pub fn wait_for_invalidations(&self) {
-        let q = self.invalidations.lock().clone();
-        if let Some(q) = q {
+        if let Some(q) = self.invalidations.get() {
             q.wait();
         }
     }
@@ -280,7 +299,7 @@ impl SiltFs {
 
     /// Kernel attribute and entry TTLs for `path`: never longer than its sync policy trusts.
     fn ttls(&self, path: &str) -> (Duration, Duration) {
-        let (policy, _) = self.client.policy_for(path);
+        let policy = self.client.policy_of(path);
         (
             policy.kernel_ttl(self.opts.attr_ttl),
             policy.kernel_ttl(self.opts.entry_ttl),
@@ -781,46 +800,41 @@ impl fuser::Filesystem for SiltFs {
 
 /// Tells the kernel to forget what it caches about changed paths: attributes and pages of a
 /// changed inode (attributes only for a metadata change), and the directory entry of a path
-/// that appeared, disappeared or was invalidated. Paths the kernel was never given are skipped;
-/// errors (the kernel already dropped the inode) are expected and ignored.
+/// that appeared, disappeared or was invalidated; for a policy change, everything it was given
+/// under the prefix. Paths the kernel was never given are skipped; errors (the kernel already
+/// dropped the inode) are expected and ignored.
 fn invalidate_kernel(notifier: &fuser::Notifier, inodes: &Mutex<Inodes>, changes: &[Change]) {
     for c in changes {
         if c.kind == ChangeKind::Policy {
-            // Everything the kernel holds under the prefix was given under the old policy.
             let known = inodes.lock().under(&c.path);
-            let below: Vec<Change> = known
-                .into_iter()
-                .map(|path| Change {
-                    path,
-                    kind: ChangeKind::Invalidated,
-                    old_object: None,
-                })
-                .collect();
-            invalidate_kernel(notifier, inodes, &below);
-            continue;
-        }
-        let (ino, parent) = {
-            let t = inodes.lock();
-            let parent = c
-                .path
-                .rsplit_once('/')
-                .map(|(d, _)| if d.is_empty() { "/" } else { d })
-                .and_then(|d| t.ino(d));
-            (t.ino(&c.path), parent)
-        };
-        if let Some(ino) = ino {
-            // Offset -1: attributes only; (0, 0): attributes and every cached page.
-            let offset = if c.kind == ChangeKind::Metadata {
-                -1
-            } else {
-                0
-            };
-            let _ = notifier.inval_inode(INodeNo(ino), offset, 0);
-        }
-        if c.kind != ChangeKind::Metadata && c.kind != ChangeKind::Content {
-            if let (Some(parent), Some((_, name))) = (parent, c.path.rsplit_once('/')) {
-                let _ = notifier.inval_entry(INodeNo(parent), OsStr::new(name));
+            for path in known {
+                invalidate_path(notifier, inodes, &path, ChangeKind::Invalidated);
             }
+        } else {
+            invalidate_path(notifier, inodes, &c.path, c.kind);
+        }
+    }
+}
+
+fn invalidate_path(
+    notifier: &fuser::Notifier,
+    inodes: &Mutex<Inodes>,
+    path: &str,
+    kind: ChangeKind,
+) {
+    let parent_and_name = silt_client::namespace::parent_and_name(path);
+    let (ino, parent) = {
+        let t = inodes.lock();
+        (t.ino(path), parent_and_name.and_then(|(d, _)| t.ino(d)))
+    };
+    if let Some(ino) = ino {
+        // Offset -1: attributes only; (0, 0): attributes and every cached page.
+        let offset = if kind == ChangeKind::Metadata { -1 } else { 0 };
+        let _ = notifier.inval_inode(INodeNo(ino), offset, 0);
+    }
+    if kind != ChangeKind::Metadata && kind != ChangeKind::Content {
+        if let (Some(parent), Some((_, name))) = (parent, parent_and_name) {
+            let _ = notifier.inval_entry(INodeNo(parent), OsStr::new(name));
         }
     }
 }
@@ -987,13 +1001,10 @@ pub fn mount(
     cfg.clone_fd = true;
     let read_ahead = opts.max_read;
     let (changes_tx, changes_rx) = std::sync::mpsc::channel::<Vec<Change>>();
-    let queue = Arc::new(InvalQueue {
-        tx: Mutex::new(changes_tx),
-        queued: AtomicU64::new(0),
-        done: parking_lot::Mutex::new(0),
-        told: parking_lot::Condvar::new(),
-    });
-    *state.invalidations.lock() = Some(queue.clone());
+    let queue = Arc::new(InvalQueue::new(changes_tx));
+    if state.invalidations.set(queue.clone()).is_err() {
+        return Err(Error::invalid("this FUSE state is already mounted"));
+    }
     let q = queue.clone();
     client.subscribe(Arc::new(move |c: &[Change]| q.push(c.to_vec())));
     let fs = SiltFs::new(client, opts, state);
@@ -1009,7 +1020,7 @@ pub fn mount(
         .spawn(move || {
             while let Ok(changes) = changes_rx.recv() {
                 invalidate_kernel(&notifier, &inodes, &changes);
-                queue.mark_done();
+                queue.mark_told();
             }
         })
         .map_err(|e| Error::from(e).context("starting the FUSE invalidation thread"))?;

@@ -59,10 +59,6 @@ impl Object {
     }
 }
 
-fn dir_meta(path: &str) -> ObjectMeta {
-    ObjectMeta::dir(path)
-}
-
 impl MemStore {
     /// An empty store; `uri` is what [`UnderStore::uri`] returns (e.g. `"mem://test"`).
     pub fn new(uri: impl Into<String>) -> MemStore {
@@ -193,13 +189,13 @@ impl UnderStore for MemStore {
         let path = normalize_path(path)?;
         let state = self.state.lock();
         if path.is_empty() {
-            return Ok(dir_meta(""));
+            return Ok(ObjectMeta::dir(""));
         }
         if let Some(obj) = state.objects.get(path) {
             return Ok(obj.meta(path));
         }
         if state.below(path).next().is_some() {
-            return Ok(dir_meta(path));
+            return Ok(ObjectMeta::dir(path));
         }
         Err(Error::not_found(format!(
             "stat {}: not found",
@@ -232,7 +228,7 @@ impl UnderStore for MemStore {
                 Error::not_found(format!("list {}: no such directory", self.full(dir)))
             });
         }
-        out.extend(subdirs.iter().map(|d| dir_meta(d)));
+        out.extend(subdirs.iter().map(|d| ObjectMeta::dir(d)));
         Ok(out)
     }
 

@@ -556,18 +556,18 @@ impl OpendalStore {
 
     async fn s3_stat(&self, path: &str) -> Result<ObjectMeta> {
         if path.is_empty() {
-            return Ok(dir_meta(""));
+            return Ok(ObjectMeta::dir(""));
         }
         UFS_REQUESTS.inc();
         match self.op.stat(path).await {
             Ok(m) if !m.is_dir() => return Ok(s3_meta(path.to_string(), &m)),
-            Ok(_) => return Ok(dir_meta(path)),
+            Ok(_) => return Ok(ObjectMeta::dir(path)),
             Err(e) if e.kind() == opendal::ErrorKind::NotFound => {}
             Err(e) => return Err(self.map_err("stat", path, e)),
         }
         // Not an object: a "directory" is a prefix with at least one key below it.
         if self.s3_prefix_exists(path).await? {
-            Ok(dir_meta(path))
+            Ok(ObjectMeta::dir(path))
         } else {
             Err(Error::not_found(format!(
                 "stat {}: not found",
@@ -722,7 +722,7 @@ impl OpendalStore {
                 .into_iter()
                 .map(|(p, m)| {
                     if m.is_dir() {
-                        dir_meta(&p)
+                        ObjectMeta::dir(&p)
                     } else {
                         s3_meta(p, &m)
                     }
@@ -854,10 +854,6 @@ fn root_cause(e: &opendal::Error) -> String {
         .last()
         .map(|s| s.to_string())
         .unwrap_or_else(|| e.message().to_string())
-}
-
-fn dir_meta(path: &str) -> ObjectMeta {
-    ObjectMeta::dir(path)
 }
 
 fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {

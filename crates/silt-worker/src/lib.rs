@@ -94,6 +94,17 @@ impl ObjectRef {
 type FlightResult = std::result::Result<Bytes, (ErrorKind, String)>;
 type Waiter = watch::Receiver<Option<FlightResult>>;
 
+impl WorkerOptions {
+    /// The worker part of Silt's configuration.
+    pub fn from_config(cfg: &silt_common::config::Config) -> Self {
+        WorkerOptions {
+            fetch_concurrency: cfg.fetch_concurrency,
+            buffer_memory: cfg.buffer_memory,
+            request_size: cfg.request_size,
+        }
+    }
+}
+
 /// Where a worker gets the bytes of pages it does not hold.
 ///
 /// Invariant: `fetch` returns exactly the bytes `range` of the version `obj` names (so

@@ -54,6 +54,18 @@ struct Request {
     policy: Option<String>,
 }
 
+impl Request {
+    fn new(op: &str, path: &str) -> Request {
+        Request {
+            v: PROTOCOL_VERSION,
+            op: op.to_string(),
+            path: path.to_string(),
+            recursive: false,
+            policy: None,
+        }
+    }
+}
+
 pub async fn serve(listener: UnixListener, daemon: Arc<Daemon>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -329,21 +341,7 @@ fn client_rt() -> Result<tokio::runtime::Runtime> {
         .context("starting runtime")
 }
 
-async fn connect(state_dir: &Path, op: &str, path: &str) -> Result<UnixStream> {
-    connect_with(
-        state_dir,
-        Request {
-            v: PROTOCOL_VERSION,
-            op: op.to_string(),
-            path: path.to_string(),
-            recursive: false,
-            policy: None,
-        },
-    )
-    .await
-}
-
-async fn connect_with(state_dir: &Path, req: Request) -> Result<UnixStream> {
+async fn connect(state_dir: &Path, req: Request) -> Result<UnixStream> {
     let sock = socket_path(state_dir);
     let mut s = UnixStream::connect(&sock).await.map_err(|e| {
         anyhow!(
@@ -375,22 +373,9 @@ async fn drain(
     }
 }
 
-fn one_json(state_dir: &Path, op: &str, path: &str) -> Result<Value> {
-    one_json_with(
-        state_dir,
-        Request {
-            v: PROTOCOL_VERSION,
-            op: op.to_string(),
-            path: path.to_string(),
-            recursive: false,
-            policy: None,
-        },
-    )
-}
-
-fn one_json_with(state_dir: &Path, req: Request) -> Result<Value> {
+fn one_json(state_dir: &Path, req: Request) -> Result<Value> {
     client_rt()?.block_on(async {
-        let mut s = connect_with(state_dir, req).await?;
+        let mut s = connect(state_dir, req).await?;
         let mut out = Value::Null;
         drain(
             &mut s,
@@ -417,18 +402,18 @@ fn fmt_entry_line(v: &Value) -> String {
 pub fn fs_command(state_dir: &Path, op: &str, path: &str) -> Result<ExitCode> {
     match op {
         "ls" => {
-            let v = one_json(state_dir, "ls", path)?;
+            let v = one_json(state_dir, Request::new("ls", path))?;
             for e in v.as_array().into_iter().flatten() {
                 println!("{}", fmt_entry_line(e));
             }
         }
         "stat" => {
-            let v = one_json(state_dir, "stat", path)?;
+            let v = one_json(state_dir, Request::new("stat", path))?;
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
         "cat" => {
             client_rt()?.block_on(async {
-                let mut s = connect(state_dir, "cat", path).await?;
+                let mut s = connect(state_dir, Request::new("cat", path)).await?;
                 let stdout = std::io::stdout();
                 let mut out = stdout.lock();
                 drain(
@@ -477,14 +462,11 @@ fn print_sync_report(verb: &str, path: &str, v: &Value) {
 
 /// `silt fs sync PATH [--recursive]`: revalidates now and reports what changed.
 pub fn sync(state_dir: &Path, path: &str, recursive: bool) -> Result<ExitCode> {
-    let v = one_json_with(
+    let v = one_json(
         state_dir,
         Request {
-            v: PROTOCOL_VERSION,
-            op: "sync".into(),
-            path: path.to_string(),
             recursive,
-            policy: None,
+            ..Request::new("sync", path)
         },
     )?;
     print_sync_report("synced", path, &v);
@@ -493,7 +475,7 @@ pub fn sync(state_dir: &Path, path: &str, recursive: bool) -> Result<ExitCode> {
 
 /// `silt fs invalidate PATH`: drops metadata and cached data, and reports what was dropped.
 pub fn invalidate(state_dir: &Path, path: &str) -> Result<ExitCode> {
-    let v = one_json(state_dir, "invalidate", path)?;
+    let v = one_json(state_dir, Request::new("invalidate", path))?;
     print_sync_report("invalidated", path, &v);
     Ok(ExitCode::SUCCESS)
 }
@@ -504,14 +486,11 @@ pub fn sync_policy(state_dir: &Path, path: &str, policy: Option<&str>) -> Result
         // Checked here too, so a typo gets its message without a running silt.
         SyncPolicy::parse(p)?;
     }
-    let v = one_json_with(
+    let v = one_json(
         state_dir,
         Request {
-            v: PROTOCOL_VERSION,
-            op: "sync-policy".into(),
-            path: path.to_string(),
-            recursive: false,
             policy: policy.map(str::to_string),
+            ..Request::new("sync-policy", path)
         },
     )?;
     let checked = match v["checked_secs_ago"].as_f64() {
@@ -536,7 +515,7 @@ pub fn load(state_dir: &Path, path: &str) -> Result<ExitCode> {
     );
     let mut done = Value::Null;
     client_rt()?.block_on(async {
-        let mut s = connect(state_dir, "load", path).await?;
+        let mut s = connect(state_dir, Request::new("load", path)).await?;
         drain(
             &mut s,
             |v| {
@@ -570,7 +549,7 @@ pub fn load(state_dir: &Path, path: &str) -> Result<ExitCode> {
 }
 
 pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
-    let v = one_json(state_dir, "report", "")?;
+    let v = one_json(state_dir, Request::new("report", ""))?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
@@ -700,7 +679,7 @@ pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
 
 pub fn down(state_dir: &Path) -> Result<ExitCode> {
     client_rt()?.block_on(async {
-        let mut s = connect(state_dir, "down", "").await?;
+        let mut s = connect(state_dir, Request::new("down", "")).await?;
         drain(&mut s, |_| Ok(()), |_| Ok(())).await
     })?;
     Ok(ExitCode::SUCCESS)

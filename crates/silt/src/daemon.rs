@@ -191,27 +191,6 @@ async fn open_namespace(cfg: &Config, mounts: &[MountSpec]) -> Result<Namespace>
     Ok(Namespace::new(points)?)
 }
 
-fn worker_options(cfg: &Config) -> WorkerOptions {
-    WorkerOptions {
-        fetch_concurrency: cfg.fetch_concurrency,
-        buffer_memory: cfg.buffer_memory,
-        request_size: cfg.request_size,
-    }
-}
-
-fn client_options(cfg: &Config) -> ClientOptions {
-    use silt_common::sync::SyncRules;
-    ClientOptions {
-        sync: SyncRules::new(cfg.sync_policy, cfg.sync_rules.clone()),
-        negative_ttl: cfg.negative_ttl,
-        bulk_list_max: cfg.bulk_list_max,
-        clock: silt_client::Clock::system(),
-        lookup_lists_parent: cfg.lookup_lists_parent,
-        prefetch_max: cfg.prefetch_max,
-        fetch_concurrency: cfg.fetch_concurrency,
-    }
-}
-
 fn router_options(cfg: &Config) -> RouterOptions {
     RouterOptions {
         timeout: cfg.worker_timeout,
@@ -222,15 +201,14 @@ fn router_options(cfg: &Config) -> RouterOptions {
     }
 }
 
+/// The page store of the configuration; `disk: false` keeps it in memory (a cluster client's
+/// near cache: the workers' disk tiers hold the data).
 fn page_store(cfg: &Config, disk: bool) -> Result<Arc<PageStore>> {
-    Ok(Arc::new(PageStore::open(PageStoreConfig {
-        page_size: cfg.page_size,
-        memory_capacity: cfg.memory_capacity,
-        disk_tiers: if disk { cfg.disk_tiers()? } else { Vec::new() },
-        high_watermark: cfg.high_watermark,
-        low_watermark: cfg.low_watermark,
-        eviction_policy: cfg.eviction_policy.clone(),
-    })?))
+    let mut pc = PageStoreConfig::from_config(cfg)?;
+    if !disk {
+        pc.disk_tiers.clear();
+    }
+    Ok(Arc::new(PageStore::open(pc)?))
 }
 
 /// `silt up` / `silt mount`: a single node, or a cluster client when the configuration names
@@ -264,11 +242,16 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
     };
     let worker = Arc::new(Worker::with_fetcher(
         pages,
-        &worker_options(&cfg),
+        &WorkerOptions::from_config(&cfg),
         rt.handle().clone(),
         fetcher,
     ));
-    let mut client = Client::new(ns, worker, client_options(&cfg), rt.handle().clone());
+    let mut client = Client::new(
+        ns,
+        worker,
+        ClientOptions::from_config(&cfg),
+        rt.handle().clone(),
+    );
     if let Some(router) = &cluster {
         // Files whole on a same-host worker open in passthrough from that worker's cache.
         client = client.with_backing_source(router.clone());
@@ -427,7 +410,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     let capacity: u64 = pages.stats().tiers.iter().map(|t| t.capacity).sum();
     let worker = Arc::new(Worker::new(
         pages,
-        &worker_options(&cfg),
+        &WorkerOptions::from_config(&cfg),
         rt.handle().clone(),
     ));
 
@@ -468,7 +451,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     let client = Arc::new(Client::new(
         ns,
         worker,
-        client_options(&cfg),
+        ClientOptions::from_config(&cfg),
         rt.handle().clone(),
     ));
     let daemon = Arc::new(Daemon {

@@ -132,10 +132,6 @@ fn worker_stat(client: &Silt, id: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key} for worker {id} in the report"))
 }
 
-fn client_metric(client: &Silt, name: &str) -> u64 {
-    client.report()["metrics"][name].as_u64().unwrap_or(0)
-}
-
 /// Polls the client's report until `pred` holds on its worker list (membership changes
 /// arrive through etcd's watch; there is no event to wait on from outside the process).
 fn wait_for_workers(client: &Silt, what: &str, pred: impl Fn(&[Value]) -> bool) {
@@ -253,7 +249,7 @@ fn reads_spread_over_owners_and_survive_a_worker_killed_mid_read() {
             "worker {id} served nothing: reads did not spread"
         );
     }
-    assert_eq!(client_metric(&client, "silt_failovers_total"), 0);
+    assert_eq!(client.metric("silt_failovers_total"), 0);
 
     // Second half, 6 readers; SIGKILL w1 once a quarter of it has been read.
     let total: u64 = second.iter().map(|(_, b)| b.len() as u64).sum();
@@ -274,7 +270,7 @@ fn reads_spread_over_owners_and_survive_a_worker_killed_mid_read() {
     let slowest = reader
         .join()
         .expect("a read failed after the worker was killed");
-    let failovers = client_metric(&client, "silt_failovers_total");
+    let failovers = client.metric("silt_failovers_total");
     eprintln!(
         "killed w1 after {at} of {total} bytes; every byte matched; slowest 256 KiB read {slowest:?}; failovers {failovers}"
     );
@@ -311,7 +307,7 @@ fn a_cut_link_fails_over_after_the_timeout() {
     let progress = Arc::new(AtomicU64::new(0));
     let slowest = read_all_parallel(&client.path("data"), &files, 1, &progress);
     // 30 files over 3 workers: w2 owns some (fixed ids, fixed data: deterministic).
-    let failovers = client_metric(&client, "silt_failovers_total");
+    let failovers = client.metric("silt_failovers_total");
     eprintln!(
         "link to w2 cut: every byte matched; failovers {failovers}; slowest read {slowest:?}"
     );
@@ -444,7 +440,7 @@ fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
     let passthrough = report["metrics"]["silt_fuse_opens_passthrough_total"]
         .as_u64()
         .unwrap_or(0);
-    let fd_reads = client_metric(&client, "silt_remote_fd_reads_total");
+    let fd_reads = client.metric("silt_remote_fd_reads_total");
     let served = worker_stat(&client, "local", "bytes_served");
     let lent = worker_stat(&client, "local", "files_lent");
     eprintln!(

@@ -352,10 +352,7 @@ fn worker_restart_keeps_disk_tier_warm_and_passthrough() {
     let silt = up(&backend, &[], dir.path());
     let o = silt.cli(&["load", "/data"]);
     assert!(o.status.success(), "load failed: {}", stderr(&o));
-    let before = silt.report();
-    let fetched = before["metrics"]["silt_ufs_read_bytes_total"]
-        .as_u64()
-        .unwrap();
+    let fetched = silt.metric("silt_ufs_read_bytes_total");
     let total: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
     assert_eq!(fetched, total, "load fetches every byte once");
     silt.stop();

@@ -209,13 +209,6 @@ fn fs_stat(silt: &Silt, path: &str) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).expect("stat JSON")
 }
 
-fn metric(silt: &Silt, name: &str) -> u64 {
-    let r = silt.report();
-    r["metrics"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no metric {name} in the report: {r}"))
-}
-
 /// Every file below `root` through the mount (std::fs), with its bytes; each file's size (as
 /// the daemon gives it) must be the number of bytes read.
 fn walk(root: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -542,7 +535,7 @@ fn chmod_on_a_local_store_is_a_metadata_change() {
     assert!(std::fs::read(&path).unwrap() == data);
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode(&path), 0o444, "0644 shown read-only");
-    let fetched = metric(&silt, "silt_ufs_read_bytes_total");
+    let fetched = silt.metric("silt_ufs_read_bytes_total");
     assert_eq!(
         fetched,
         data.len() as u64,
@@ -583,11 +576,11 @@ fn chmod_on_a_local_store_is_a_metadata_change() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(o.stdout == data, "silt fs cat after a metadata change");
     assert_eq!(
-        metric(&silt, "silt_ufs_read_bytes_total"),
+        silt.metric("silt_ufs_read_bytes_total"),
         fetched,
         "a metadata-only change made Silt fetch the file again"
     );
-    assert!(metric(&silt, "silt_meta_metadata_changes_total") >= 1);
+    assert!(silt.metric("silt_meta_metadata_changes_total") >= 1);
     silt.stop();
 }
 
@@ -831,7 +824,7 @@ fn slow_down_is_an_error_under_always_and_keeps_the_view_under_interval() {
     );
     println!("silt fs stat under SlowDown: {}", stderr(&o));
     assert!(fx.proxy().counts().head > 0);
-    assert_eq!(metric(&silt, "silt_meta_stale_served_total"), 0);
+    assert_eq!(silt.metric("silt_meta_stale_served_total"), 0);
     fx.proxy().clear_faults();
     assert_eq!(std::fs::metadata(&f).unwrap().len(), v1.len() as u64);
     assert_eq!(names(&root).len(), 2);
@@ -866,7 +859,7 @@ fn slow_down_is_an_error_under_always_and_keeps_the_view_under_interval() {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         assert_eq!(fs_stat(&silt, "/data/f.bin")["size"], v1.len());
-        if metric(&silt, "silt_meta_stale_served_total") > 0 {
+        if silt.metric("silt_meta_stale_served_total") > 0 {
             break;
         }
         assert!(
@@ -980,7 +973,7 @@ fn walking_a_tree_costs_one_listing() {
     let c = fx.proxy().counts();
     println!("first walk of {} files in 30 directories: {c}", files.len());
     assert_eq!((c.list, c.head, c.total()), (1, 0, 1), "first walk: {c}");
-    assert_eq!(metric(&silt, "silt_meta_sweeps_total"), 1);
+    assert_eq!(silt.metric("silt_meta_sweeps_total"), 1);
 
     fx.proxy().reset_counts();
     assert_eq!(stat_walk(), want);

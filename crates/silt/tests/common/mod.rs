@@ -142,6 +142,14 @@ impl Silt {
         serde_json::from_slice(&o.stdout).expect("report JSON")
     }
 
+    /// One counter of `silt report --json` (every metric is always there).
+    pub fn metric(&self, name: &str) -> u64 {
+        let r = self.report();
+        r["metrics"][name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no metric {name} in the report: {r}"))
+    }
+
     pub fn cli(&self, args: &[&str]) -> Output {
         let mut a: Vec<&str> = args.to_vec();
         a.extend(["--state-dir", self.state_dir.to_str().unwrap()]);
