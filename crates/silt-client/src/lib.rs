@@ -532,6 +532,55 @@ impl Client {
         result.map_err(|(kind, msg)| Error::new(kind, msg))
     }
 
+    /// How long the kernel may keep what it is told about `path` now: `configured`, capped by
+    /// what is left of the policy's trust in the answers it comes from (the path's own, and for
+    /// a directory its listing too, which the kernel's readdir cache holds). So the kernel
+    /// never keeps an answer longer than Silt would.
+    pub fn kernel_ttl(&self, path: &str, configured: Duration, is_dir: bool) -> Duration {
+        let policy = self.policy_of(path);
+        let ttl = policy.kernel_ttl(configured);
+        let Some(trust) = policy.trust().filter(|t| !t.is_zero()) else {
+            return ttl;
+        };
+        let Ok(path) = Self::normalize(path) else {
+            return Duration::ZERO;
+        };
+        let own = self.meta.checked_at(&path);
+        let listed = if is_dir {
+            self.meta.listed_at(&path)
+        } else {
+            None
+        };
+        let oldest = match (own, listed) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match oldest {
+            Some(at) => ttl.min(trust.saturating_sub(age(self.opts.clock.now(), at))),
+            None => ttl,
+        }
+    }
+
+    /// A digest of the names and kinds in `path`'s cached listing, if its sync policy still
+    /// trusts it: equal digests, same directory contents. No store request.
+    pub fn listing_digest(&self, path: &str) -> Option<u64> {
+        let path = Self::normalize(path).ok()?;
+        let policy = self.policy_of(&path);
+        let now = self.opts.clock.now();
+        self.meta
+            .list_digest(&path, |at| policy.trusts(age(now, at)))
+    }
+
+    /// `path`'s cached listing whatever its age, else a listing as `list` gives it: for a
+    /// reader continuing a pass through a directory it began with `list`.
+    pub async fn listing_continued(&self, path: &str) -> Result<Arc<Vec<Entry>>> {
+        let normalized = Self::normalize(path)?;
+        if let Some((l, _)) = self.meta.list(&normalized, |_| true) {
+            return Ok(l);
+        }
+        self.list(path).await
+    }
+
     fn trusted_listing(&self, path: &str) -> Option<Arc<Vec<Entry>>> {
         let policy = self.policy_of(path);
         let now = self.opts.clock.now();

@@ -102,11 +102,37 @@ pub enum Lookup {
 #[derive(Default)]
 struct Inner {
     stats: HashMap<String, (Instant, Entry)>,
-    lists: HashMap<String, (Instant, Arc<Vec<Entry>>)>,
+    lists: HashMap<String, Listing>,
     negative: HashMap<String, Instant>,
     /// Listings kept only to compare the next answer with (`invalidate` of one of their
     /// entries): never trusted, whatever their age.
     distrusted: HashSet<String>,
+}
+
+/// A directory's complete listing, when it was fetched, and a digest of what a directory
+/// reader sees of it (names and kinds), kept with it so a consumer (the FUSE kernel cache) can
+/// tell at no cost whether the listing it was given is still the current one.
+struct Listing {
+    at: Instant,
+    entries: Arc<Vec<Entry>>,
+    digest: u64,
+}
+
+impl Listing {
+    fn new(at: Instant, entries: Arc<Vec<Entry>>) -> Self {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        entries.len().hash(&mut h);
+        for e in entries.iter() {
+            e.name().hash(&mut h);
+            e.is_dir().hash(&mut h);
+        }
+        Listing {
+            at,
+            digest: h.finish(),
+            entries,
+        }
+    }
 }
 
 fn find<'a>(list: &'a [Entry], name: &str) -> std::result::Result<&'a Entry, usize> {
@@ -125,8 +151,8 @@ impl Inner {
     fn current(&self, path: &str) -> Option<Entry> {
         let from_stat = self.stats.get(path);
         let from_list = parent_and_name(path).and_then(|(dir, name)| {
-            let (at, l) = self.lists.get(dir)?;
-            find(l, name).ok().map(|e| (*at, e.clone()))
+            let l = self.lists.get(dir)?;
+            find(&l.entries, name).ok().map(|e| (l.at, e.clone()))
         });
         match (from_stat, from_list) {
             (Some((a, e)), Some((b, _))) if *a >= b => Some(e.clone()),
@@ -141,9 +167,10 @@ impl Inner {
         let Some((dir, name)) = parent_and_name(path) else {
             return;
         };
-        let Some((_, list)) = self.lists.get_mut(dir) else {
+        let Some(listing) = self.lists.get_mut(dir) else {
             return;
         };
+        let list = &listing.entries;
         let pos = list.binary_search_by(|x| x.name().cmp(name));
         if pos.is_err() && entry.is_none() {
             return;
@@ -157,7 +184,7 @@ impl Inner {
             (Err(i), Some(e)) => v.insert(i, e.clone()),
             (Err(_), None) => {}
         }
-        *list = Arc::new(v);
+        *listing = Listing::new(listing.at, Arc::new(v));
     }
 
     /// Drops `dir`'s subtree (see `drop_below`) and reports each entry in it as `kind`.
@@ -178,11 +205,11 @@ impl Inner {
             }
             keep
         });
-        self.lists.retain(|d, (_, l)| {
+        self.lists.retain(|d, l| {
             if !is_at_or_under(d, dir) {
                 return true;
             }
-            gone.extend(l.iter().cloned());
+            gone.extend(l.entries.iter().cloned());
             false
         });
         self.negative.retain(|p, _| !below(p));
@@ -221,14 +248,14 @@ impl MetaCache {
             }
         }
         if let Some((dir, name)) = parent_and_name(path) {
-            if let Some((at, list)) = inner
+            if let Some(l) = inner
                 .lists
                 .get(dir)
                 .filter(|_| !inner.distrusted.contains(dir))
             {
-                match find(list, name) {
-                    Ok(e) if trust(*at, e.is_dir()) => return Lookup::Found(e.clone()),
-                    Err(_) if trust(*at, false) => return Lookup::Missing,
+                match find(&l.entries, name) {
+                    Ok(e) if trust(l.at, e.is_dir()) => return Lookup::Found(e.clone()),
+                    Err(_) if trust(l.at, false) => return Lookup::Missing,
                     _ => {}
                 }
             }
@@ -249,7 +276,20 @@ impl MetaCache {
         inner
             .lists
             .get(dir)
-            .map(|(at, l)| (l.clone(), !distrusted && trust(*at)))
+            .map(|l| (l.entries.clone(), !distrusted && trust(l.at)))
+    }
+
+    /// The digest of `dir`'s cached listing (see `Listing`), if `trust` accepts its age.
+    pub fn list_digest(&self, dir: &str, trust: impl Fn(Instant) -> bool) -> Option<u64> {
+        let inner = self.inner.lock();
+        if inner.distrusted.contains(dir) {
+            return None;
+        }
+        inner
+            .lists
+            .get(dir)
+            .filter(|l| trust(l.at))
+            .map(|l| l.digest)
     }
 
     /// Records a HEAD answer asked for at `at`. An answer older than what is cached about the
@@ -314,10 +354,10 @@ impl MetaCache {
         entries: Arc<Vec<Entry>>,
         changes: &mut Vec<Change>,
     ) {
-        if inner.lists.get(dir).is_some_and(|(known, _)| *known > at) {
+        if inner.lists.get(dir).is_some_and(|l| l.at > at) {
             return;
         }
-        let old_list = inner.lists.get(dir).map(|(_, l)| l.clone());
+        let old_list = inner.lists.get(dir).map(|l| l.entries.clone());
         let mut seen: HashSet<&str> = HashSet::with_capacity(entries.len());
         for e in entries.iter() {
             seen.insert(e.name());
@@ -372,7 +412,9 @@ impl MetaCache {
                 }
             }
         }
-        inner.lists.insert(dir.to_string(), (at, entries));
+        inner
+            .lists
+            .insert(dir.to_string(), Listing::new(at, entries));
     }
 
     /// Records a whole tree from one recursive listing of `root`: every directory's complete
@@ -393,8 +435,7 @@ impl MetaCache {
         let kept: HashSet<String> = tree
             .iter()
             .filter(|(d, _)| {
-                !inner.distrusted.contains(d)
-                    && inner.lists.get(d).is_some_and(|(known, _)| keep(d, *known))
+                !inner.distrusted.contains(d) && inner.lists.get(d).is_some_and(|l| keep(d, l.at))
             })
             .map(|(d, _)| d.clone())
             .collect();
@@ -421,8 +462,8 @@ impl MetaCache {
         }
         for d in vanished {
             // Not reported through a parent's listing (none was cached): report it here.
-            if let Some((_, l)) = inner.lists.remove(&d) {
-                for e in l.iter() {
+            if let Some(l) = inner.lists.remove(&d) {
+                for e in l.entries.iter() {
                     changes.push(change(&e.path, ChangeKind::Removed, Some(e)));
                     inner.stats.remove(&e.path);
                 }
@@ -468,8 +509,8 @@ impl MetaCache {
         let lists = inner
             .lists
             .iter()
-            .filter(|(d, (at, _))| keep(d, *at))
-            .map(|(d, (at, l))| (*at, d.clone(), l.clone()))
+            .filter(|(d, l)| keep(d, l.at))
+            .map(|(d, l)| (l.at, d.clone(), l.entries.clone()))
             .collect();
         (stats, lists)
     }
@@ -485,7 +526,15 @@ impl MetaCache {
     /// Caches a listing fetched at `at` (restored from a snapshot); sorts it by name.
     pub fn put_list_at(&self, at: Instant, dir: String, mut entries: Vec<Entry>) {
         entries.sort_by(|a, b| a.name().cmp(b.name()));
-        self.inner.lock().lists.insert(dir, (at, Arc::new(entries)));
+        self.inner
+            .lock()
+            .lists
+            .insert(dir, Listing::new(at, Arc::new(entries)));
+    }
+
+    /// When `dir`'s cached listing was fetched.
+    pub fn listed_at(&self, dir: &str) -> Option<Instant> {
+        self.inner.lock().lists.get(dir).map(|l| l.at)
     }
 
     /// Numbers of cached stats, listings and negative entries.
@@ -498,7 +547,7 @@ impl MetaCache {
     pub fn checked_at(&self, path: &str) -> Option<Instant> {
         let inner = self.inner.lock();
         let own = inner.stats.get(path).map(|(at, _)| *at);
-        let listed = parent_and_name(path).and_then(|(d, _)| inner.lists.get(d).map(|(at, _)| *at));
+        let listed = parent_and_name(path).and_then(|(d, _)| inner.lists.get(d).map(|l| l.at));
         own.max(listed)
     }
 }

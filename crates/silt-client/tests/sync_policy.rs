@@ -842,3 +842,59 @@ async fn invalidate_keeps_track_of_the_siblings_of_the_path() {
     );
     assert_eq!(e.pages_cached(&b), (false, false));
 }
+
+/// What the FUSE kernel caches are told: a TTL that ends when Silt's own trust ends, and a
+/// listing digest that changes exactly when a directory's names or kinds do and is absent
+/// while the listing is not trusted (so the kernel's readdir cache is dropped then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_ttls_and_listing_digests_follow_the_policy() {
+    let hour = 3600 * SEC;
+    let e = env(interval(10));
+    assert_eq!(
+        e.client.kernel_ttl("/d/dir/a", hour, false),
+        10 * SEC,
+        "the interval caps it"
+    );
+    assert_eq!(e.client.listing_digest("/d/dir"), None);
+    assert_eq!(e.names("/d/dir").await, ["a", "b"]);
+    let first = e
+        .client
+        .listing_digest("/d/dir")
+        .expect("a trusted listing");
+    e.clock.advance(4 * SEC);
+    assert_eq!(e.client.kernel_ttl("/d/dir/a", hour, false), 6 * SEC);
+    assert_eq!(e.client.kernel_ttl("/d/dir/a", 2 * SEC, false), 2 * SEC);
+    assert_eq!(e.client.kernel_ttl("/d/dir", hour, true), 6 * SEC);
+
+    // A content change with the same names keeps the digest; a new name changes it.
+    e.mem.put("dir/a", "a-two").unwrap();
+    e.clock.advance(6 * SEC);
+    assert_eq!(e.client.listing_digest("/d/dir"), None, "expired");
+    assert_eq!(e.client.kernel_ttl("/d/dir/a", hour, false), Duration::ZERO);
+    assert_eq!(e.names("/d/dir").await, ["a", "b"]);
+    assert_eq!(e.client.listing_digest("/d/dir"), Some(first));
+    e.mem.put("dir/c", "c").unwrap();
+    e.clock.advance(10 * SEC);
+    assert_eq!(e.names("/d/dir").await, ["a", "b", "c"]);
+    let second = e.client.listing_digest("/d/dir").unwrap();
+    assert_ne!(second, first);
+    // A name learned by a lookup is patched into the listing, and into its digest.
+    e.mem.put("dir/d", "d").unwrap();
+    e.client.invalidate("/d/dir/d").await.unwrap();
+    assert_eq!(e.client.stat("/d/dir/d").await.unwrap().size, 1);
+    assert_ne!(e.client.listing_digest("/d/dir"), Some(second));
+
+    let never = env(SyncPolicy::Never);
+    assert_eq!(never.names("/d/dir").await, ["a", "b"]);
+    never.clock.advance(1000 * hour);
+    assert_eq!(never.client.kernel_ttl("/d/dir", hour, true), hour);
+    assert!(never.client.listing_digest("/d/dir").is_some());
+
+    let always = env(SyncPolicy::Always);
+    assert_eq!(always.names("/d/dir").await, ["a", "b"]);
+    assert_eq!(
+        always.client.kernel_ttl("/d/dir/a", hour, false),
+        Duration::ZERO
+    );
+    assert_eq!(always.client.listing_digest("/d/dir"), None);
+}

@@ -84,9 +84,11 @@ impl Inodes {
         ino
     }
 
-    pub fn forget(&mut self, ino: u64, n: u64) {
+    /// Gives back `n` kernel references; the inode's path if it was dropped (its number is
+    /// never handed out again).
+    pub fn forget(&mut self, ino: u64, n: u64) -> Option<String> {
         if ino == ROOT {
-            return;
+            return None;
         }
         let drop = match self.by_ino.get_mut(&ino) {
             Some(node) => {
@@ -95,11 +97,12 @@ impl Inodes {
             }
             None => false,
         };
-        if drop {
-            if let Some(node) = self.by_ino.remove(&ino) {
-                self.by_path.remove(&node.path);
-            }
+        if !drop {
+            return None;
         }
+        let node = self.by_ino.remove(&ino)?;
+        self.by_path.remove(&node.path);
+        Some(node.path)
     }
 
     pub fn len(&self) -> usize {

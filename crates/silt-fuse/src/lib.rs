@@ -216,7 +216,6 @@ pub struct SiltFs {
     state: Arc<FuseState>,
     inodes: Arc<Mutex<Inodes>>,
     handles: Mutex<HashMap<u64, Handle>>,
-    dirs: Mutex<HashMap<u64, Arc<Vec<Entry>>>>,
     io: Mutex<IoModes>,
     /// The version whose pages the kernel may hold in its page cache, per inode.
     kernel_cached: Mutex<HashMap<u64, ObjectId>>,
@@ -240,7 +239,6 @@ impl SiltFs {
             state,
             inodes: Arc::new(Mutex::new(Inodes::new())),
             handles: Mutex::new(HashMap::new()),
-            dirs: Mutex::new(HashMap::new()),
             io: Mutex::new(IoModes::default()),
             kernel_cached: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -266,7 +264,11 @@ impl SiltFs {
 
     fn attr(&self, ino: u64, e: &Entry) -> FileAttr {
         let is_dir = e.kind == EntryKind::Dir;
-        let mtime = e.mtime.unwrap_or(self.started);
+        let mtime = match e.mtime {
+            Some(t) => t,
+            None if is_dir => self.dir_mtime(&e.path),
+            None => self.started,
+        };
         // Read-only mount: never advertise write bits.
         let perm = match e.mode {
             Some(m) => (m & 0o7777 & !0o222) as u16,
@@ -297,22 +299,46 @@ impl SiltFs {
         }
     }
 
-    /// Kernel attribute and entry TTLs for `path`: never longer than its sync policy trusts.
-    fn ttls(&self, path: &str) -> (Duration, Duration) {
-        let policy = self.client.policy_of(path);
-        (
-            policy.kernel_ttl(self.opts.attr_ttl),
-            policy.kernel_ttl(self.opts.entry_ttl),
-        )
+    /// Kernel attribute and entry TTLs for `e`: never longer than its sync policy still
+    /// trusts what Silt knows of it (`Client::kernel_ttl`).
+    fn ttls(&self, e: &Entry) -> (Duration, Duration) {
+        let ttl = |configured| self.client.kernel_ttl(&e.path, configured, e.is_dir());
+        (ttl(self.opts.attr_ttl), ttl(self.opts.entry_ttl))
     }
 
     fn stat_path(&self, path: &str) -> Result<Entry> {
         self.block(self.client.stat(path))
     }
 
-    fn open_dir_listing(&self, ino: INodeNo) -> std::result::Result<Arc<Vec<Entry>>, Errno> {
+    /// The listing readdir serves from `offset`: a pass through a directory starts at offset 0
+    /// with a listing its sync policy trusts; later calls of the same pass continue in the
+    /// listing the pass began with (offsets stay stable across the calls of a large directory
+    /// unless the directory changed in between).
+    fn dir_listing(
+        &self,
+        ino: INodeNo,
+        offset: u64,
+    ) -> std::result::Result<Arc<Vec<Entry>>, Errno> {
         let path = self.path_of(ino)?;
-        self.block(self.client.list(&path)).map_err(|e| errno(&e))
+        let list = if offset == 0 {
+            self.block(self.client.list(&path))
+        } else {
+            self.block(self.client.listing_continued(&path))
+        };
+        list.map_err(|e| errno(&e))
+    }
+
+    /// A directory's mtime tells the kernel whether the listing in its readdir cache is still
+    /// current (the kernel drops the cache when the mtime it gets differs from the one it saw
+    /// when filling it). While the policy trusts Silt's cached listing, the mtime is derived
+    /// from the listing's digest: the mount's start plus up to a second, equal exactly while
+    /// the names and kinds are. Otherwise it is now, so the kernel asks readdir again, which
+    /// revalidates the listing.
+    fn dir_mtime(&self, path: &str) -> SystemTime {
+        match self.client.listing_digest(path) {
+            Some(d) => self.started + Duration::from_nanos(d % 1_000_000_000),
+            None => SystemTime::now(),
+        }
     }
 
     /// Opens the backing file for passthrough if the whole object is on local disk, or lent
@@ -469,7 +495,7 @@ impl fuser::Filesystem for SiltFs {
         match self.stat_path(&path) {
             Ok(e) => {
                 let ino = self.inodes.lock().lookup(&path);
-                let (attr_ttl, entry_ttl) = self.ttls(&path);
+                let (attr_ttl, entry_ttl) = self.ttls(&e);
                 reply.entry_with_ttls(&attr_ttl, &entry_ttl, &self.attr(ino, &e), Generation(0));
             }
             Err(e) => reply.error(errno(&e)),
@@ -495,7 +521,23 @@ impl fuser::Filesystem for SiltFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.inodes.lock().forget(ino.0, nlookup);
+        let Some(path) = self.inodes.lock().forget(ino.0, nlookup) else {
+            return;
+        };
+        // The kernel evicted the inode, and its caches with it.
+        self.kernel_cached.lock().remove(&ino.0);
+        // The parent's readdir cache still names the inode's number, which the next lookup
+        // replaces: have the kernel read the parent again.
+        if let (Some((parent, _)), Some(queue)) = (
+            silt_client::namespace::parent_and_name(&path),
+            self.state.invalidations.get(),
+        ) {
+            queue.push(vec![Change {
+                path: parent.to_string(),
+                kind: ChangeKind::Content,
+                old_object: None,
+            }]);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -507,11 +549,11 @@ impl fuser::Filesystem for SiltFs {
         if let Some(fh) = fh {
             let entry = self.handles.lock().get(&fh.0).map(|h| h.file.entry.clone());
             if let Some(e) = entry {
-                return reply.attr(&self.ttls(&path).0, &self.attr(ino.0, &e));
+                return reply.attr(&self.ttls(&e).0, &self.attr(ino.0, &e));
             }
         }
         match self.stat_path(&path) {
-            Ok(e) => reply.attr(&self.ttls(&path).0, &self.attr(ino.0, &e)),
+            Ok(e) => reply.attr(&self.ttls(&e).0, &self.attr(ino.0, &e)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -643,29 +685,26 @@ impl fuser::Filesystem for SiltFs {
         reply.ok();
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // Snapshot the listing for the handle's life, so offsets stay stable across the
-        // several readdir calls of one large directory.
-        match self.open_dir_listing(ino) {
-            Ok(list) => {
-                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-                self.dirs.lock().insert(fh, list);
-                reply.opened(FileHandle(fh), FopenFlags::empty());
-            }
-            Err(e) => reply.error(e),
-        }
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // No directory handles: ENOSYS makes the kernel stop sending opendir/releasedir for
+        // this mount and keep each directory's entries in its readdir cache (as if opened with
+        // FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE), so a second walk of an unchanged tree makes no
+        // request at all. The cache stays true through the directory's mtime (`dir_mtime`)
+        // and through notify invalidations when a listing changes.
+        reply.error(Errno::ENOSYS);
     }
 
     fn readdir(
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let Some(list) = self.dirs.lock().get(&fh.0).cloned() else {
-            return reply.error(Errno::EBADF);
+        let list = match self.dir_listing(ino, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
         };
         let mut i = offset;
         while i < list.len() as u64 + 2 {
@@ -697,12 +736,13 @@ impl fuser::Filesystem for SiltFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        fh: FileHandle,
+        _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let Some(list) = self.dirs.lock().get(&fh.0).cloned() else {
-            return reply.error(Errno::EBADF);
+        let list = match self.dir_listing(ino, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
         };
         let self_entry = match self
             .path_of(ino)
@@ -711,9 +751,6 @@ impl fuser::Filesystem for SiltFs {
             Ok(e) => e,
             Err(e) => return reply.error(e),
         };
-        // One policy for the whole listing: the directory's (a rule on a single child is
-        // honoured by that child's own lookups and getattrs).
-        let ttl = self.ttls(&self_entry.path).1;
         let mut i = offset;
         while i < list.len() as u64 + 2 {
             let full = match i {
@@ -724,13 +761,14 @@ impl fuser::Filesystem for SiltFs {
                         ino,
                         i + 1,
                         name,
-                        &ttl,
+                        &self.ttls(&self_entry).1,
                         &self.attr(ino.0, &self_entry),
                         Generation(0),
                     )
                 }
                 _ => {
                     let e = &list[(i - 2) as usize];
+                    let ttl = self.ttls(e).1;
                     let mut inodes = self.inodes.lock();
                     let child = inodes.peek_or_assign(&e.path);
                     let full = reply.add(
@@ -753,18 +791,6 @@ impl fuser::Filesystem for SiltFs {
             }
             i += 1;
         }
-        reply.ok();
-    }
-
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
-        self.dirs.lock().remove(&fh.0);
         reply.ok();
     }
 
@@ -835,6 +861,9 @@ fn invalidate_path(
     if kind != ChangeKind::Metadata && kind != ChangeKind::Content {
         if let (Some(parent), Some((_, name))) = (parent, parent_and_name) {
             let _ = notifier.inval_entry(INodeNo(parent), OsStr::new(name));
+            // The parent's readdir cache names (or lacks) the entry: drop it with the
+            // parent's attributes.
+            let _ = notifier.inval_inode(INodeNo(parent), 0, 0);
         }
     }
 }

@@ -10,6 +10,7 @@ use std::fmt;
 use std::ops::Range;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -607,19 +608,36 @@ impl OpendalStore {
         recursive: bool,
         max: usize,
     ) -> Result<Option<Vec<(String, Metadata)>>> {
+        self.list_entries_budget(dir, recursive, &AtomicUsize::new(max))
+            .await
+    }
+
+    /// Starts a listing of `dir` (one request, counted); returns it with the `dir/` prefix.
+    async fn lister(&self, dir: &str, recursive: bool) -> Result<(String, opendal::Lister)> {
         let dir_slash = if dir.is_empty() {
             "/".to_string()
         } else {
             format!("{dir}/")
         };
         UFS_REQUESTS.inc();
-        let mut lister = self
+        let lister = self
             .op
             .lister_with(&dir_slash)
             .recursive(recursive)
             .limit(self.list_page)
             .await
             .map_err(|e| self.map_err("list", dir, e))?;
+        Ok((dir_slash, lister))
+    }
+
+    /// `list_entries_max`, with the entry budget shared by listings running side by side.
+    async fn list_entries_budget(
+        &self,
+        dir: &str,
+        recursive: bool,
+        budget: &AtomicUsize,
+    ) -> Result<Option<Vec<(String, Metadata)>>> {
+        let (dir_slash, mut lister) = self.lister(dir, recursive).await?;
         let mut out = Vec::new();
         // S3 returns `list_page` keys per page until the last, so every `list_page` keys
         // past the first page is one more request: counted as it is made.
@@ -633,17 +651,77 @@ impl OpendalStore {
             let (p, m) = entry
                 .map_err(|e| self.map_err("list", dir, e))?
                 .into_parts();
-            // Listings include the directory itself (fs always, S3 when a `dir/` marker
-            // object exists).
-            if p == dir_slash || p == "/" || p.is_empty() {
+            if is_listed_dir_itself(&p, &dir_slash) {
                 continue;
             }
-            if out.len() == max {
+            if !take_one(budget) {
                 return Ok(None);
             }
             out.push((p.trim_end_matches('/').to_string(), m));
         }
         Ok(Some(out))
+    }
+
+    /// A recursive S3 listing of `dir`, split when that is faster: one delimited request
+    /// (a single page) finds `dir`'s subdirectories; with 2 to `SPLIT_MAX_DIRS` of them and
+    /// no second page, each subdirectory's prefix is listed recursively, `SPLIT_CONCURRENCY`
+    /// at a time. Every prefix listing ends exactly where its subtree does, so the split costs
+    /// one request more than a single sweep (plus one per subtree smaller than a page), and
+    /// the sweep takes the time of its slowest share instead of the sum of all pages.
+    /// Otherwise: one sweep. Entries come back in key order either way.
+    async fn s3_list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
+        let (dir_slash, mut lister) = self.lister(dir, false).await?;
+        let mut top = Vec::new();
+        // Only the first page: dropping the lister before asking for more sends no request.
+        while top.len() < self.list_page {
+            let Some(entry) = lister.next().await else {
+                break;
+            };
+            let (p, m) = entry
+                .map_err(|e| self.map_err("list", dir, e))?
+                .into_parts();
+            if !is_listed_dir_itself(&p, &dir_slash) {
+                top.push((p, m));
+            }
+        }
+        drop(lister);
+        let subdirs = top.iter().filter(|(_, m)| m.is_dir()).count();
+        if top.len() >= self.list_page || !(2..=SPLIT_MAX_DIRS).contains(&subdirs) {
+            return self.s3_list(dir, true, max).await;
+        }
+        let budget = AtomicUsize::new(max);
+        let mut files = Vec::new();
+        let mut prefixes = Vec::new();
+        for (p, m) in top {
+            if m.is_dir() {
+                prefixes.push(p.trim_end_matches('/').to_string());
+            } else if !take_one(&budget) {
+                return Ok(None);
+            } else {
+                files.push((p, m));
+            }
+        }
+        let budget = &budget;
+        let shares: Vec<Option<Vec<(String, Metadata)>>> = futures::stream::iter(prefixes.clone())
+            .map(|p| async move { self.list_entries_budget(&p, true, budget).await })
+            .buffered(SPLIT_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<_>>()?;
+        let mut all: Vec<ObjectMeta> = files.into_iter().map(s3_entry).collect();
+        for (prefix, share) in prefixes.into_iter().zip(shares) {
+            let Some(share) = share else {
+                return Ok(None);
+            };
+            // The subdirectory itself, as a sweep reports a `dir/` marker (it may have none;
+            // an empty share: it vanished between the two requests).
+            if !share.is_empty() {
+                all.push(ObjectMeta::dir(&prefix));
+            }
+            all.extend(share.into_iter().map(s3_entry));
+        }
+        Ok(Some(all))
     }
 
     async fn fs_list(&self, root: &Path, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
@@ -717,18 +795,7 @@ impl OpendalStore {
                 Err(e) => Err(self.map_err("list", dir, e)),
             };
         }
-        Ok(Some(
-            entries
-                .into_iter()
-                .map(|(p, m)| {
-                    if m.is_dir() {
-                        ObjectMeta::dir(&p)
-                    } else {
-                        s3_meta(p, &m)
-                    }
-                })
-                .collect(),
-        ))
+        Ok(Some(entries.into_iter().map(s3_entry).collect()))
     }
 
     /// Ranged GET with If-Match on the expected ETag: the store refuses a newer version.
@@ -875,6 +942,33 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
     })
 }
 
+/// Subdirectories a recursive listing is split into at most (see `s3_list_tree`); more are
+/// left to one sweep, whose pages then hold several subtrees each.
+const SPLIT_MAX_DIRS: usize = 64;
+/// Subdirectory listings of one split sweep in flight at once.
+const SPLIT_CONCURRENCY: usize = 8;
+
+/// Listings include the directory itself (fs always, S3 when a `dir/` marker object exists).
+fn is_listed_dir_itself(p: &str, dir_slash: &str) -> bool {
+    p == dir_slash || p == "/" || p.is_empty()
+}
+
+/// A listed S3 entry as Silt sees it.
+fn s3_entry((p, m): (String, Metadata)) -> ObjectMeta {
+    if m.is_dir() {
+        ObjectMeta::dir(&p)
+    } else {
+        s3_meta(p, &m)
+    }
+}
+
+/// Takes one entry from a listing budget; `false` once it is spent.
+fn take_one(budget: &AtomicUsize) -> bool {
+    budget
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
+        .is_ok()
+}
+
 /// S3 metadata as `stat` and `list` both report it, so their fingerprints agree: the ETag
 /// without quotes, the mtime in whole seconds (HEAD has second precision, listings more), and
 /// no version id (only HEAD returns one, so it would make the two disagree).
@@ -949,7 +1043,7 @@ impl UnderStore for OpendalStore {
                     let all = self.fs_list(root, dir, true).await?;
                     Ok((all.len() <= max).then_some(all))
                 }
-                Backend::S3 { .. } => self.s3_list(dir, true, max).await,
+                Backend::S3 { .. } => self.s3_list_tree(dir, max).await,
             }
         })
         .await

@@ -238,3 +238,100 @@ async fn a_hanging_head_times_out() {
     f.proxy.clear_faults();
     store.stat(&name(0)).await.unwrap();
 }
+
+/// A recursive listing of a tree with a few subdirectories is split: one delimited request
+/// finds them, then each subtree is listed on its own (side by side). It returns what one
+/// sweep returns (plus each subdirectory as a directory entry), costs one request per subtree
+/// that fits a page, respects the entry budget, and fails whole when one share fails.
+#[tokio::test]
+async fn a_tree_listing_is_split_by_subdirectory() {
+    let f = Fixture::start();
+    let retries = 1;
+    let opts = S3Options {
+        list_page: 10,
+        ..f.opts(retries, Duration::from_secs(10))
+    };
+    let store = OpendalStore::s3("bkt", "tree", &opts).unwrap();
+    let keys = [
+        "r0", "r1", "a/1", "a/2", "a/3", "b/x/1", "b/x/2", "b/y", "c/z", "c/w",
+    ];
+    for k in keys {
+        store.write(k, Bytes::from(k.to_string())).await.unwrap();
+    }
+    let split_files = |v: &[silt_ufs::ObjectMeta]| -> Vec<String> {
+        let mut f: Vec<String> = v
+            .iter()
+            .filter(|m| m.kind == EntryKind::File)
+            .map(|m| m.path.clone())
+            .collect();
+        f.sort();
+        f
+    };
+    let dirs = |v: &[silt_ufs::ObjectMeta]| -> std::collections::BTreeSet<String> {
+        v.iter()
+            .filter(|m| m.kind == EntryKind::Dir)
+            .map(|m| m.path.clone())
+            .collect()
+    };
+
+    f.proxy.reset_counts();
+    let sweep = store.list("", true).await.unwrap();
+    assert_eq!(
+        f.proxy.counts().list,
+        1,
+        "one sweep of 10 keys, 10 per page"
+    );
+
+    f.proxy.reset_counts();
+    let tree = store
+        .list_tree("", 100)
+        .await
+        .unwrap()
+        .expect("within budget");
+    let c = f.proxy.counts();
+    println!("split listing of 3 subtrees: {c}");
+    assert_eq!((c.list, c.total()), (4, 4), "1 delimited + 3 subtrees: {c}");
+    assert_eq!(split_files(&tree), split_files(&sweep));
+    let (sweep_dirs, tree_dirs) = (dirs(&sweep), dirs(&tree));
+    assert!(
+        sweep_dirs.is_subset(&tree_dirs),
+        "{sweep_dirs:?} ⊄ {tree_dirs:?}"
+    );
+    assert_eq!(
+        tree_dirs,
+        ["a", "b", "c"].map(String::from).into_iter().collect()
+    );
+
+    // The budget counts every share: 10 files are more than 8.
+    assert!(store.list_tree("", 8).await.unwrap().is_none());
+
+    // After the delimited request and one subtree, every listing request fails (the shares
+    // run side by side, so which subtree fails is not fixed): the whole listing fails.
+    f.proxy
+        .inject(S3Op::List, 2, usize::MAX, FaultAction::internal_error());
+    let e = tokio::time::timeout(NO_HANG, store.list_tree("", 100))
+        .await
+        .expect("the listing ends")
+        .expect_err("a listing with a failing share must fail");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    f.proxy.clear_faults();
+
+    // A first page that is full (more entries at the top than a page holds) is not split.
+    let small = OpendalStore::s3(
+        "bkt",
+        "tree",
+        &S3Options {
+            list_page: 4,
+            ..opts.clone()
+        },
+    )
+    .unwrap();
+    f.proxy.reset_counts();
+    let tree = small.list_tree("", 100).await.unwrap().unwrap();
+    assert_eq!(split_files(&tree), split_files(&sweep));
+    assert_eq!(
+        f.proxy.counts().list,
+        1 + 3,
+        "the delimited page, then one sweep of 10 keys in pages of 4"
+    );
+}
