@@ -14,8 +14,10 @@ mod meta;
 pub mod namespace;
 mod prefetch;
 mod snapshot;
+mod write;
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -24,6 +26,7 @@ use futures::stream::{self, StreamExt};
 use parking_lot::{Mutex, RwLock};
 use silt_common::metrics;
 use silt_common::sync::{SyncPolicy, SyncRules};
+use silt_common::write::WriteType;
 use silt_common::{Error, ErrorKind, Result};
 use silt_ufs::{EntryKind, ObjectMeta};
 use silt_worker::{BackingSource, HeldFile, ObjectRef, ReadSource, Worker};
@@ -36,6 +39,7 @@ use namespace::{join, parent_and_name, Resolved};
 pub use namespace::{MountPoint, Namespace};
 use prefetch::SeqState;
 use silt_common::config::is_at_or_under;
+pub use write::FileWriter;
 
 /// Client tuning (from `Config`).
 #[derive(Debug, Clone)]
@@ -236,6 +240,10 @@ pub struct Client {
     rt: Handle,
     /// Same-host workers that can lend their cache files (cluster clients).
     backing: Option<Arc<dyn BackingSource>>,
+    /// How files written through this client reach the store (`write.rs`).
+    write_type: WriteType,
+    /// Where files open for writing keep their bytes until closed.
+    spool_dir: PathBuf,
 }
 
 /// The namespace path of a store path `rel` under a mount at `mount_path`.
@@ -304,7 +312,20 @@ impl Client {
             opts,
             rt,
             backing: None,
+            write_type: WriteType::ReadOnly,
+            spool_dir: std::env::temp_dir(),
         }
+    }
+
+    /// Allows writes of `write_type`, spooled in `spool_dir` until each file is closed.
+    pub fn with_writes(mut self, write_type: WriteType, spool_dir: PathBuf) -> Self {
+        self.write_type = write_type;
+        self.spool_dir = spool_dir;
+        self
+    }
+
+    pub fn write_type(&self) -> WriteType {
+        self.write_type
     }
 
     /// Lets opens use files lent by `source` (a same-host worker's cache) for passthrough.

@@ -34,6 +34,8 @@ pub enum ErrorKind {
     IsADirectory,
     /// The thing already exists.
     AlreadyExists,
+    /// The path may not be modified (a read-only mount or write type).
+    ReadOnly,
     /// A bug or an unexpected condition.
     Internal,
 }
@@ -64,6 +66,7 @@ impl ErrorKind {
             ErrorKind::NotADirectory => libc::ENOTDIR,
             ErrorKind::IsADirectory => libc::EISDIR,
             ErrorKind::AlreadyExists => libc::EEXIST,
+            ErrorKind::ReadOnly => libc::EROFS,
             ErrorKind::Internal => libc::EIO,
         }
     }
@@ -84,6 +87,7 @@ impl ErrorKind {
             ErrorKind::NotADirectory => "not a directory",
             ErrorKind::IsADirectory => "is a directory",
             ErrorKind::AlreadyExists => "already exists",
+            ErrorKind::ReadOnly => "read-only",
             ErrorKind::Internal => "internal error",
         }
     }

@@ -7,6 +7,7 @@ pub mod id;
 pub mod metrics;
 pub mod size;
 pub mod sync;
+pub mod write;
 
 pub use error::{Error, ErrorKind, Result};
 pub use id::{ObjectId, PageKey};

@@ -83,6 +83,7 @@ const ALL_KINDS: &[ErrorKind] = &[
     ErrorKind::IsADirectory,
     ErrorKind::AlreadyExists,
     ErrorKind::Internal,
+    ErrorKind::ReadOnly,
 ];
 
 pub async fn write_frame<W: AsyncWrite + Unpin>(
