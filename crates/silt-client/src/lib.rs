@@ -558,25 +558,15 @@ impl Client {
     /// a directory its listing too, which the kernel's readdir cache holds). So the kernel
     /// never keeps an answer longer than Silt would.
     pub fn kernel_ttl(&self, path: &str, configured: Duration, is_dir: bool) -> Duration {
-        let policy = self.policy_of(path);
+        let Ok(path) = Self::normalize(path) else {
+            return Duration::ZERO;
+        };
+        let policy = self.policy_of(&path);
         let ttl = policy.kernel_ttl(configured);
         let Some(trust) = policy.trust().filter(|t| !t.is_zero()) else {
             return ttl;
         };
-        let Ok(path) = Self::normalize(path) else {
-            return Duration::ZERO;
-        };
-        let own = self.meta.checked_at(&path);
-        let listed = if is_dir {
-            self.meta.listed_at(&path)
-        } else {
-            None
-        };
-        let oldest = match (own, listed) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        match oldest {
+        match self.meta.answered_at(&path, is_dir) {
             Some(at) => ttl.min(trust.saturating_sub(age(self.opts.clock.now(), at))),
             None => ttl,
         }

@@ -1,27 +1,24 @@
 //! Files written through Silt. While a file is open for writing its bytes live in a local
-//! spool file (anonymous: gone with the handle, whatever happens to the process); `commit`
-//! (on close) hands the whole object to the under-store, then records the store's answer in
-//! the metadata cache and, for `through`, caches the bytes as written. Writes may land anywhere
+//! spool file without a name (`tempfile`: `O_TMPFILE` where the file system has it), so a
+//! crash leaves nothing behind; `commit` (on close) hands the whole object to the under-store (in parts where the
+//! store has multipart uploads), records the version the store reported for that write in the
+//! metadata cache and, for `through`, caches the bytes as written. Writes may land anywhere
 //! in the spool: a file opened without truncation is first copied into it, so a write into the
 //! middle of an existing object is a rewrite of the whole object on close.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use silt_common::write::WriteType;
 use silt_common::{Error, ErrorKind, PageKey, Result};
-use silt_ufs::DynStore;
-
-use silt_ufs::ObjectMeta;
+use silt_ufs::{DynStore, ObjectMeta};
 
 use crate::meta::Lookup;
 use crate::namespace::{parent_and_name, Resolved};
 use crate::{Client, Entry};
 
-/// Longest S3 object key, in bytes; other stores accept at least this much.
+/// Longest S3 object key, in bytes, checked against the path within the mount (a mount's own
+/// prefix makes the full key longer; the store refuses that itself).
 const MAX_KEY_BYTES: usize = 1024;
 
 /// A file open for writing.
@@ -29,7 +26,6 @@ pub struct FileWriter {
     path: String,
     rel: String,
     store: DynStore,
-    write_type: WriteType,
     spool: File,
     len: u64,
     dirty: bool,
@@ -49,26 +45,6 @@ impl FileWriter {
     pub fn is_dirty(&self) -> bool {
         self.dirty
     }
-}
-
-fn anonymous_spool(dir: &Path) -> Result<File> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let name = dir.join(format!(
-        ".silt-spool-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&name)
-        .map_err(|e| {
-            Error::from(e).context(format!("creating a spool file in {}", dir.display()))
-        })?;
-    // Unlinked at once: the handle is its only name, so nothing is left behind.
-    std::fs::remove_file(&name).map_err(|e| Error::from(e).context("unlinking the spool file"))?;
-    Ok(f)
 }
 
 impl Client {
@@ -119,12 +95,16 @@ impl Client {
             Err(e) if e.kind() == ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
-        let spool = anonymous_spool(&self.spool_dir)?;
+        let spool = tempfile::tempfile_in(&self.spool_dir).map_err(|e| {
+            Error::from(e).context(format!(
+                "creating a spool file in {}",
+                self.spool_dir.display()
+            ))
+        })?;
         let mut w = FileWriter {
             path,
             rel,
             store,
-            write_type: self.write_type,
             spool,
             len: 0,
             // A new file exists once closed, even if nothing was written.
@@ -167,31 +147,27 @@ impl Client {
         Ok(())
     }
 
-    /// Hands the file to the store if it has unsaved bytes and returns what the store now
-    /// holds (its ETag, size and mtime). The whole object is written in one request.
+    /// Hands the file to the store if it has unsaved bytes and returns the version the store
+    /// reported for this write. If the store refuses, the object is as it was and the file
+    /// stays dirty (a later commit tries again).
     pub async fn commit(&self, w: &mut FileWriter) -> Result<Entry> {
         if !w.dirty {
             return self.stat(&w.path).await;
         }
-        let mut buf = vec![0u8; w.len as usize];
-        w.spool
-            .read_exact_at(&mut buf, 0)
-            .map_err(|e| Error::from(e).context(format!("{}: reading the spool", w.path)))?;
-        let bytes = Bytes::from(buf);
-        w.store
-            .write(&w.rel, bytes.clone())
+        let asked = self.opts.clock.now();
+        let meta = w
+            .store
+            .write_file(&w.rel, &w.spool, w.len)
             .await
             .map_err(|e| e.context(&w.path))?;
-        let asked = self.opts.clock.now();
-        let meta = w.store.stat(&w.rel).await.map_err(|e| e.context(&w.path))?;
+        w.dirty = false;
         let entry = Entry::from_meta(w.path.clone(), &w.store, meta);
         let mut changes = self.meta.put_stat(asked, entry.clone());
         self.note_parents(&w.path, &w.rel, &w.store, asked, &mut changes);
         self.apply(&changes);
-        w.dirty = false;
-        if w.write_type.caches() && entry.size == bytes.len() as u64 {
+        if self.write_type.caches() && entry.size == w.len {
             if let Some(obj) = &entry.object {
-                self.cache_written(obj.id, &bytes);
+                self.cache_written(obj.id, w);
             }
         }
         Ok(entry)
@@ -222,25 +198,23 @@ impl Client {
         }
     }
 
-    /// Puts freshly written bytes into the page store; a full cache only costs the caching.
-    fn cache_written(&self, object: silt_common::ObjectId, bytes: &Bytes) {
+    /// Puts a freshly written file's pages into the page store, read back from the spool a
+    /// page at a time (the local page cache has them); a full cache only costs the caching.
+    fn cache_written(&self, object: silt_common::ObjectId, w: &FileWriter) {
         let store = self.worker.page_store();
         let ps = self.worker.page_size();
-        let size = bytes.len() as u64;
-        let mut off = 0;
-        let mut index = 0;
-        while off < size {
-            let end = (off + ps).min(size);
-            if let Err(e) = store.put(
-                PageKey::new(object, index),
-                bytes.slice(off as usize..end as usize),
-                size,
-            ) {
+        let mut buf = vec![0u8; ps as usize];
+        for (index, off) in (0..w.len).step_by(ps as usize).enumerate() {
+            let n = (w.len - off).min(ps) as usize;
+            if let Err(e) = w.spool.read_exact_at(&mut buf[..n], off) {
                 tracing::debug!("not caching written pages: {e}");
                 return;
             }
-            off = end;
-            index += 1;
+            let page = Bytes::copy_from_slice(&buf[..n]);
+            if let Err(e) = store.put(PageKey::new(object, index as u64), page, w.len) {
+                tracing::debug!("not caching written pages: {e}");
+                return;
+            }
         }
     }
 

@@ -5,38 +5,24 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use silt_cache::{PageStore, PageStoreConfig};
-use silt_client::{Client, ClientOptions, MountPoint, Namespace};
-use silt_common::config::Config;
+use silt_client::{Client, ClientOptions};
 use silt_common::sync::{SyncPolicy, SyncRules};
 use silt_common::ErrorKind;
 use silt_ufs::MemStore;
-use silt_worker::{Worker, WorkerOptions};
+
+mod common;
 
 fn client(store: Arc<MemStore>, ttl: Duration) -> Client {
-    let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(4096, 1 << 20)).unwrap());
-    let rt = tokio::runtime::Handle::current();
-    let worker = Arc::new(Worker::new(
-        pages,
-        &WorkerOptions {
-            fetch_concurrency: 4,
-            buffer_memory: 1 << 20,
-            request_size: 8192,
-        },
-        rt.clone(),
-    ));
-    let ns = Namespace::new(vec![MountPoint {
-        path: "/d".into(),
-        store,
-    }])
-    .unwrap();
     let opts = ClientOptions {
-        sync: SyncRules::new(SyncPolicy::Interval(ttl), Vec::new()),
         prefetch_max: 8192,
-        fetch_concurrency: 4,
-        ..ClientOptions::from_config(&Config::default())
+        ..common::options(SyncRules::new(SyncPolicy::Interval(ttl), Vec::new()))
     };
-    Client::new(ns, worker, opts, rt)
+    Client::new(
+        common::at_d(store),
+        common::worker(4096, 1 << 20),
+        opts,
+        tokio::runtime::Handle::current(),
+    )
 }
 
 fn store(uri: &str) -> Arc<MemStore> {

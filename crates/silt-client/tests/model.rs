@@ -28,12 +28,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use proptest::prelude::*;
-use silt_cache::{PageStore, PageStoreConfig};
-use silt_client::{Client, ClientOptions, Clock, Entry, MountPoint, Namespace};
+use silt_client::{Client, ClientOptions, Clock, Entry};
 use silt_common::sync::{SyncPolicy, SyncRule, SyncRules};
 use silt_common::{ErrorKind, ObjectId, PageKey};
 use silt_ufs::{Fault, FaultOp, FaultStore, MemStore, ObjectMeta};
-use silt_worker::{Worker, WorkerOptions};
+
+mod common;
 
 const PS: u64 = 4096;
 const URI: &str = "mem://model";
@@ -434,13 +434,10 @@ impl Model {
     }
 }
 
-/// Which promises are checked. `TOLERANT` leaves out the two the product departs from by
-/// design (see the fields).
+/// Two promises the product departs from by design, each checked only when its field is set;
+/// `TOLERANT`, the one instance, leaves both out (set one to see the departure).
 #[derive(Debug, Clone, Copy)]
 struct Checks {
-    /// Page checks: an up-to-date answer about a file leaves no page of its other versions
-    /// cached; `invalidate` leaves none below its path.
-    pages: bool,
     /// A listing is exactly one state's (else: one state's, some entries replaced by what a
     /// later state says of them). Broken by design: the answer of a HEAD is written into the
     /// cached listing of the parent (meta.rs `patch_parent`).
@@ -449,19 +446,17 @@ struct Checks {
     /// knows stands, as under `never`). Broken on purpose by lib.rs `stat`: "a directory
     /// already known stands until its parent is read again".
     always_dirs: bool,
-    /// After `sync`, also the paths it found absent answer "absent".
-    sync_absent: bool,
 }
 
 const TOLERANT: Checks = Checks {
     listing_snapshots: false,
     always_dirs: false,
-    pages: true,
-    sync_absent: true,
 };
 
+/// What a checked call said (`None`: no such path) and the value it returned then.
+type Answered<O, T> = (Option<O>, Option<T>);
+
 struct Harness {
-    checks: Checks,
     model: Model,
     client: Client,
     mem: Arc<MemStore>,
@@ -537,7 +532,7 @@ impl Harness {
 
     /// Pages check for a stat-like answer: when it is the store's current one.
     fn pages_after(&self, rel: &str, got: &Option<Obs>) -> std::result::Result<(), String> {
-        if self.checks.pages && FILES.contains(&rel) && *got == stat_of(self.model.current(), rel) {
+        if FILES.contains(&rel) && *got == stat_of(self.model.current(), rel) {
             let keep = match got {
                 Some(Obs::File(v)) => Some(v),
                 _ => None,
@@ -545,6 +540,36 @@ impl Harness {
             self.only_pages_of(rel, keep, "an answer up to date with the store")?;
         }
         Ok(())
+    }
+
+    /// The end of a stat-like call or listing (`call` on `key`) that began when the client
+    /// had made `before` store requests: settles the injected failures it met, reads what `r`
+    /// says with `read` (`NotFound`: `None`), checks that against the model as `answer` and
+    /// returns it with the call's value. `None`: a failure the injected ones explain (nothing
+    /// is promised then).
+    fn answered<T, O: Clone>(
+        &mut self,
+        call: &str,
+        key: Key,
+        before: u64,
+        r: silt_common::Result<T>,
+        answer: fn(Option<O>) -> Answer,
+        read: impl FnOnce(&T) -> std::result::Result<O, String>,
+    ) -> std::result::Result<Option<Answered<O, T>>, String> {
+        self.settle();
+        let (got, value) = match r {
+            Ok(v) => (Some(read(&v)?), Some(v)),
+            Err(e) if e.kind() == ErrorKind::NotFound => (None, None),
+            Err(e) if self.tolerated(&e) => return Ok(None),
+            Err(e) => {
+                let (Key::Stat(rel) | Key::List(rel)) = &key;
+                return Err(format!("{call} {rel}: {e}"));
+            }
+        };
+        let after = self.requests();
+        self.model
+            .check(key, answer(got.clone()), before, after, true)?;
+        Ok(Some((got, value)))
     }
 
     fn set(&mut self, state: State) {
@@ -611,57 +636,37 @@ impl Harness {
                 let rel = all_paths().nth(path).unwrap();
                 let before = self.requests();
                 let r = self.client.stat(&ns(rel)).await;
-                self.settle();
-                let got = match r {
-                    Ok(e) => {
-                        if e.path != ns(rel) {
-                            return Err(format!("stat {rel}: answered for {}", e.path));
-                        }
-                        Some(obs(&e)?)
+                let key = Key::Stat(rel.into());
+                let Some((got, _)) = self.answered("stat", key, before, r, Answer::Stat, |e| {
+                    if e.path != ns(rel) {
+                        return Err(format!("stat {rel}: answered for {}", e.path));
                     }
-                    Err(e) if e.kind() == ErrorKind::NotFound => None,
-                    Err(e) if self.tolerated(&e) => return Ok(()),
-                    Err(e) => return Err(format!("stat {rel}: {e}")),
+                    obs(e)
+                })?
+                else {
+                    return Ok(());
                 };
-                let after = self.requests();
-                self.model.check(
-                    Key::Stat(rel.into()),
-                    Answer::Stat(got.clone()),
-                    before,
-                    after,
-                    true,
-                )?;
                 self.pages_after(rel, &got)?;
             }
             Op::List { dir } => {
                 let rel = DIRS[dir];
                 let before = self.requests();
                 let r = self.client.list(&ns(rel)).await;
-                self.settle();
-                let got = match r {
-                    Ok(l) => {
-                        let mut out = Vec::new();
-                        for e in l.iter() {
-                            let want = format!("{}/{}", ns(rel), e.name());
-                            if e.path != want {
-                                return Err(format!("list {rel}: entry {} for {want}", e.path));
-                            }
-                            out.push((e.name().to_string(), obs(e)?));
+                let key = Key::List(rel.into());
+                let Some((got, _)) = self.answered("list", key, before, r, Answer::List, |l| {
+                    let mut out = Vec::new();
+                    for e in l.iter() {
+                        let want = format!("{}/{}", ns(rel), e.name());
+                        if e.path != want {
+                            return Err(format!("list {rel}: entry {} for {want}", e.path));
                         }
-                        Some(out)
+                        out.push((e.name().to_string(), obs(e)?));
                     }
-                    Err(e) if e.kind() == ErrorKind::NotFound => None,
-                    Err(e) if self.tolerated(&e) => return Ok(()),
-                    Err(e) => return Err(format!("list {rel}: {e}")),
+                    Ok(out)
+                })?
+                else {
+                    return Ok(());
                 };
-                let after = self.requests();
-                self.model.check(
-                    Key::List(rel.into()),
-                    Answer::List(got.clone()),
-                    before,
-                    after,
-                    true,
-                )?;
                 // Every file of this directory the listing is up to date about.
                 for f in FILES.iter().filter(|f| parent(f) == Some(rel)) {
                     let name = &f[f.rfind('/').unwrap() + 1..];
@@ -734,20 +739,15 @@ impl Harness {
                     Err(e) if self.tolerated(&e) => return Ok(()),
                     Err(e) => return Err(format!("sync {rel}: {e}")),
                 }
-                // What the sync covers answers the current state or newer (with TOLERANT, only
-                // the paths it found present).
-                let state = self.model.current().clone();
-                let strict = self.checks.sync_absent;
-                let present = |k: &Key| match k {
-                    Key::Stat(p) => stat_of(&state, p).is_some(),
-                    Key::List(d) => is_dir(&state, d),
-                };
+                // What the sync covers answers the current state or newer, the paths it found
+                // absent included.
+                let state = self.model.current();
                 let mut keys = vec![Key::Stat(rel.to_string())];
                 if recursive {
                     keys = Model::keys_under(rel);
                 } else if DIRS.contains(&rel) {
                     keys.push(Key::List(rel.into()));
-                    if is_dir(&state, rel) {
+                    if is_dir(state, rel) {
                         keys.extend(
                             all_paths()
                                 .filter(|p| parent(p) == Some(rel))
@@ -755,11 +755,7 @@ impl Harness {
                         );
                     }
                 }
-                let own = Key::Stat(rel.to_string());
-                self.model.bump(
-                    keys.into_iter()
-                        .filter(|k| strict || *k == own || present(k)),
-                );
+                self.model.bump(keys);
                 self.model.last.clear();
             }
             Op::Invalidate { path } => {
@@ -773,10 +769,8 @@ impl Harness {
                 }
                 self.model.bump(keys);
                 self.model.last.clear();
-                if self.checks.pages {
-                    for f in FILES.iter().filter(|f| under(f, rel)) {
-                        self.only_pages_of(f, None, "after invalidate")?;
-                    }
+                for f in FILES.iter().filter(|f| under(f, rel)) {
+                    self.only_pages_of(f, None, "after invalidate")?;
                 }
             }
         }
@@ -791,21 +785,12 @@ impl Harness {
     ) -> std::result::Result<(), String> {
         let before = self.requests();
         let opened = self.client.open(&ns(rel)).await;
-        self.settle();
-        let after = self.requests();
-        let (got, file) = match opened {
-            Ok(f) => (Some(obs(&f.entry)?), Some(f)),
-            Err(e) if e.kind() == ErrorKind::NotFound => (None, None),
-            Err(e) if self.tolerated(&e) => return Ok(()),
-            Err(e) => return Err(format!("open {rel}: {e}")),
+        let key = Key::Stat(rel.into());
+        let Some((got, file)) =
+            self.answered("open", key, before, opened, Answer::Stat, |f| obs(&f.entry))?
+        else {
+            return Ok(());
         };
-        self.model.check(
-            Key::Stat(rel.into()),
-            Answer::Stat(got.clone()),
-            before,
-            after,
-            true,
-        )?;
         self.pages_after(rel, &got)?;
         let (Some(f), Some(Obs::File(v))) = (file, got) else {
             return Ok(());
@@ -874,35 +859,21 @@ fn run(case: &Case, checks: Checks) -> std::result::Result<(), String> {
             }
         }
         let faults = Arc::new(FaultStore::new(mem.clone()));
-        let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(PS, 64 << 20)).unwrap());
-        let worker = Arc::new(Worker::new(
-            pages,
-            &WorkerOptions {
-                fetch_concurrency: 4,
-                buffer_memory: 1 << 20,
-                request_size: 2 * PS,
-            },
-            handle.clone(),
-        ));
-        let ns_ = Namespace::new(vec![MountPoint {
-            path: "/d".into(),
-            store: faults.clone(),
-        }])
-        .unwrap();
         let clock = Clock::manual();
         let rules = case.policies.rules();
         let opts = ClientOptions {
-            sync: rules.clone(),
             negative_ttl: Duration::from_secs(NEGATIVE_TTL),
             bulk_list_max: 1000,
             clock: clock.clone(),
-            lookup_lists_parent: true,
-            prefetch_max: 8 * PS,
-            fetch_concurrency: 4,
+            ..common::options(rules.clone())
         };
-        let client = Client::new(ns_, worker, opts, handle);
+        let client = Client::new(
+            common::at_d(faults.clone()),
+            common::worker(PS, 64 << 20),
+            opts,
+            handle,
+        );
         let mut h = Harness {
-            checks,
             model: Model {
                 policies: rules,
                 listing_snapshots: checks.listing_snapshots,

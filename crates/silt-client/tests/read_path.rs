@@ -50,7 +50,7 @@ impl UnderStore for Probe {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         r
     }
-    async fn write(&self, path: &str, data: Bytes) -> Result<()> {
+    async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
         self.inner.write(path, data).await
     }
     async fn delete(&self, path: &str) -> Result<()> {

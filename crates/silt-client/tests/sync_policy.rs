@@ -11,28 +11,23 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use parking_lot::Mutex;
-use silt_cache::{PageStore, PageStoreConfig};
-use silt_client::{
-    Change, ChangeKind, Client, ClientOptions, Clock, Entry, MountPoint, Namespace, OpenFile,
-};
+use silt_client::{Change, ChangeKind, Client, ClientOptions, Clock, Entry, OpenFile};
 use silt_common::sync::{SyncPolicy, SyncRules};
 use silt_common::{metrics, ErrorKind, PageKey, Result};
-use silt_ufs::{
-    Capabilities, DynStore, Fault, FaultOp, FaultStore, MemStore, ObjectMeta, UnderStore,
-};
-use silt_worker::{Worker, WorkerOptions};
+use silt_ufs::{Capabilities, Fault, FaultOp, FaultStore, MemStore, ObjectMeta, UnderStore};
+
+mod common;
 
 const PS: u64 = 4096;
 const SEC: Duration = Duration::from_secs(1);
 
-/// Counts every call the client makes, by kind (`list_tree` apart from `list`), and can hold
-/// recursive listings at a gate until the test lets them through.
+/// Counts the client's listings by kind (`list` and `list_tree`, which the `FaultStore` below it
+/// counts together as `FaultOp::List`), and can hold recursive listings at a gate until the
+/// test lets them through. HEADs and reads are counted by the `FaultStore`.
 struct Probe {
-    inner: DynStore,
-    stats: AtomicU64,
+    inner: Arc<FaultStore>,
     lists: AtomicU64,
     trees: AtomicU64,
-    reads: AtomicU64,
     /// `Some`: every `list_tree` announces itself on `entered` and waits for a permit.
     gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
     entered: tokio::sync::Notify,
@@ -40,7 +35,10 @@ struct Probe {
 
 impl Probe {
     fn stats(&self) -> u64 {
-        self.stats.load(Ordering::SeqCst)
+        self.inner.calls(FaultOp::Stat)
+    }
+    fn reads(&self) -> u64 {
+        self.inner.calls(FaultOp::Read)
     }
     fn lists(&self) -> u64 {
         self.lists.load(Ordering::SeqCst)
@@ -63,7 +61,6 @@ impl UnderStore for Probe {
         self.inner.capabilities()
     }
     async fn stat(&self, path: &str) -> Result<ObjectMeta> {
-        self.stats.fetch_add(1, Ordering::SeqCst);
         self.inner.stat(path).await
     }
     async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
@@ -80,10 +77,9 @@ impl UnderStore for Probe {
         self.inner.list_tree(dir, max).await
     }
     async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
-        self.reads.fetch_add(1, Ordering::SeqCst);
         self.inner.read(path, range, expected).await
     }
-    async fn write(&self, path: &str, data: Bytes) -> Result<()> {
+    async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
         self.inner.write(path, data).await
     }
     async fn delete(&self, path: &str) -> Result<()> {
@@ -104,44 +100,26 @@ struct Env {
 }
 
 fn env_with(mem: Arc<MemStore>, policy: SyncPolicy, tweak: impl FnOnce(&mut ClientOptions)) -> Env {
-    let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(PS, 16 << 20)).unwrap());
-    let rt = tokio::runtime::Handle::current();
-    let worker = Arc::new(Worker::new(
-        pages,
-        &WorkerOptions {
-            fetch_concurrency: 4,
-            buffer_memory: 1 << 20,
-            request_size: 2 * PS,
-        },
-        rt.clone(),
-    ));
     let faults = Arc::new(FaultStore::new(mem.clone()));
     let probe = Arc::new(Probe {
         inner: faults.clone(),
-        stats: AtomicU64::new(0),
         lists: AtomicU64::new(0),
         trees: AtomicU64::new(0),
-        reads: AtomicU64::new(0),
         gate: Mutex::new(None),
         entered: tokio::sync::Notify::new(),
     });
-    let ns = Namespace::new(vec![MountPoint {
-        path: "/d".into(),
-        store: probe.clone(),
-    }])
-    .unwrap();
     let clock = Clock::manual();
     let mut opts = ClientOptions {
-        sync: SyncRules::new(policy, Vec::new()),
-        negative_ttl: 10 * SEC,
-        bulk_list_max: 100_000,
         clock: clock.clone(),
-        lookup_lists_parent: true,
-        prefetch_max: 8 * PS,
-        fetch_concurrency: 4,
+        ..common::options(SyncRules::new(policy, Vec::new()))
     };
     tweak(&mut opts);
-    let client = Arc::new(Client::new(ns, worker, opts, rt));
+    let client = Arc::new(Client::new(
+        common::at_d(probe.clone()),
+        common::worker(PS, 16 << 20),
+        opts,
+        tokio::runtime::Handle::current(),
+    ));
     let changes = Arc::new(Mutex::new(Vec::new()));
     let sink = changes.clone();
     client.subscribe(Arc::new(move |c: &[Change]| {
@@ -341,11 +319,10 @@ async fn always_asks_the_store_on_every_stat_list_and_open() {
     }
     e.mem.put("dir/b", "back").unwrap();
     assert_eq!(e.client.stat("/d/dir/b").await.unwrap().size, 4);
-    // The handle opened before the overwrite still reads its own version or fails.
-    match e.read_file(&f).await {
-        Ok(b) => assert_eq!(b, b"a-one"),
-        Err(err) => assert_eq!(err.kind(), ErrorKind::ContentChanged),
-    }
+    // The handle opened before the overwrite: none of its version's pages was ever cached
+    // (nothing read it) and the store holds another version now, so it can only fail.
+    let err = e.read_file(&f).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ContentChanged, "{err}");
     assert_eq!(e.probe.trees(), 0);
 }
 
@@ -482,6 +459,14 @@ async fn concurrent_walkers_share_one_recursive_listing() {
     assert_eq!(e.probe.stats(), 0);
 }
 
+/// Awaits a spawned task; the timeout only guards against a hang.
+async fn join<T>(what: &str, task: tokio::task::JoinHandle<T>) -> T {
+    tokio::time::timeout(60 * SEC, task)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not end within a minute"))
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn walkers_arriving_during_a_sweep_wait_for_it() {
     let e = env_with(tree(), interval(60), |o| o.bulk_list_max = 100);
@@ -508,13 +493,28 @@ async fn walkers_arriving_during_a_sweep_wait_for_it() {
             })
         })
         .collect();
+    // A chance for the walkers to run up to their wait (not a barrier: one that arrives after
+    // the sweep is answered from it, and every assertion below holds either way).
     for _ in 0..50 {
         tokio::task::yield_now().await;
     }
-    gate.add_permits(1);
-    assert_eq!(names(&first.await.unwrap().unwrap()), ["t"]);
-    for w in walkers {
-        assert!(w.await.unwrap().unwrap() > 0);
+    // While the sweep is held nothing else has reached the store and nobody has an answer: a
+    // walker that did not wait would have listed (and finished) or swept again (and be held).
+    assert_eq!(e.probe.trees(), 1, "one recursive listing, held");
+    assert_eq!(e.probe.meta_requests(), 1, "nothing else asked the store");
+    assert!(!first.is_finished());
+    for (i, w) in walkers.iter().enumerate() {
+        assert!(
+            !w.is_finished(),
+            "walker {i} answered while the sweep was held"
+        );
+    }
+    // Every permit: a second recursive listing would pass too (and fail the counts below)
+    // rather than hang the test.
+    gate.add_permits(tokio::sync::Semaphore::MAX_PERMITS);
+    assert_eq!(names(&join("the sweep", first).await.unwrap()), ["t"]);
+    for (i, w) in walkers.into_iter().enumerate() {
+        assert!(join(&format!("walker {i}"), w).await.unwrap() > 0);
     }
     assert_eq!(e.faults.calls(FaultOp::List), 1, "one sweep in all");
     assert_eq!(e.probe.meta_requests(), 1);
@@ -568,11 +568,9 @@ async fn a_content_change_is_reported_and_drops_the_old_pages() {
     );
     assert_eq!(e.pages_cached(&old), (false, false), "old pages dropped");
     assert_eq!(e.read_all("/d/dir/f").await, pattern(2, 5000));
-    // The handle opened before: its own version's bytes or ContentChanged, never a mix.
-    match e.read_file(&f_old).await {
-        Ok(b) => assert_eq!(b, pattern(1, 6000)),
-        Err(err) => assert_eq!(err.kind(), ErrorKind::ContentChanged),
-    }
+    // The handle opened before: its pages are gone and the store has another version.
+    let err = e.read_file(&f_old).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ContentChanged, "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -588,11 +586,11 @@ async fn an_open_file_never_mixes_versions() {
         pattern(1, 3 * PS as usize)[PS as usize..2 * PS as usize]
     );
     e.mem.put("dir/f", pattern(2, 3 * PS as usize)).unwrap();
+    // Page 0 of the old version must come from the store, which has another version now: the
+    // whole read fails rather than serve page 1 from the cache next to new bytes.
     for _ in 0..2 {
-        match e.read_file(&f).await {
-            Ok(b) => assert_eq!(b, pattern(1, 3 * PS as usize), "one version's bytes"),
-            Err(err) => assert_eq!(err.kind(), ErrorKind::ContentChanged),
-        }
+        let err = e.read_file(&f).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ContentChanged, "{err}");
     }
     // Once the change is noticed, the old pages are gone: the old handle can only fail.
     let report = e.client.sync("/d/dir/f", false).await.unwrap();
@@ -628,14 +626,10 @@ async fn a_metadata_only_change_keeps_the_cached_pages() {
         "same version"
     );
     assert_eq!(e.pages_cached(&old), (true, true), "pages kept");
-    let reads = e.probe.reads.load(Ordering::SeqCst);
+    let reads = e.probe.reads();
     assert_eq!(e.read_file(&f_old).await.unwrap(), pattern(1, 6000));
     assert_eq!(e.read_all("/d/dir/f").await, pattern(1, 6000));
-    assert_eq!(
-        e.probe.reads.load(Ordering::SeqCst),
-        reads,
-        "served from cache"
-    );
+    assert_eq!(e.probe.reads(), reads, "served from cache");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,20 +5,21 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use silt_cache::{PageStore, PageStoreConfig};
-use silt_client::{Client, ClientOptions, MountPoint, Namespace};
+use silt_client::{Client, ClientOptions};
 use silt_common::write::WriteType;
 use silt_common::ErrorKind;
 use silt_testkit::{S3Proxy, S3Server};
 use silt_ufs::{OpendalStore, S3Options, UnderStore};
-use silt_worker::{Worker, WorkerOptions};
+
+mod common;
 
 const PS: u64 = 4096;
 
 struct Fx {
     proxy: S3Proxy,
     store: Arc<OpendalStore>,
-    _spool: tempfile::TempDir,
+    /// Where writers keep the bytes until commit.
+    spool: tempfile::TempDir,
     _server: S3Server,
 }
 
@@ -34,31 +35,23 @@ fn fixture() -> Fx {
     Fx {
         proxy,
         store,
-        _spool: tempfile::tempdir().unwrap(),
+        spool: tempfile::tempdir().unwrap(),
         _server: server,
     }
 }
 
 fn client(fx: &Fx, write_type: WriteType) -> Client {
-    let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(PS, 16 << 20)).unwrap());
-    let rt = tokio::runtime::Handle::current();
-    let worker = Arc::new(Worker::new(
-        pages,
-        &WorkerOptions {
-            fetch_concurrency: 4,
-            buffer_memory: 1 << 20,
-            request_size: 2 * PS,
-        },
-        rt.clone(),
-    ));
-    let ns = Namespace::new(vec![MountPoint {
-        path: "/d".into(),
-        store: fx.store.clone(),
-    }])
-    .unwrap();
-    let mut opts = ClientOptions::from_config(&silt_common::config::Config::default());
-    opts.prefetch_max = 0;
-    Client::new(ns, worker, opts, rt).with_writes(write_type, fx._spool.path().to_path_buf())
+    let opts = ClientOptions {
+        prefetch_max: 0,
+        ..ClientOptions::from_config(&silt_common::config::Config::default())
+    };
+    Client::new(
+        common::at_d(fx.store.clone()),
+        common::worker(PS, 16 << 20),
+        opts,
+        tokio::runtime::Handle::current(),
+    )
+    .with_writes(write_type, fx.spool.path().to_path_buf())
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
@@ -77,13 +70,43 @@ async fn names(c: &Client, dir: &str) -> Vec<String> {
     list.iter().map(|e| e.name().to_string()).collect()
 }
 
-async fn write_file(c: &Client, path: &str, data: &[u8]) -> silt_client::Entry {
+/// Writes a new file at `path` (under `/d`) and closes it, checking that nothing reaches the
+/// store before the close and that the close costs one PUT and nothing else (no HEAD: the
+/// PUT's own answer names the version written).
+async fn write_file(fx: &Fx, c: &Client, path: &str, data: &[u8]) -> silt_client::Entry {
+    let rel = path.strip_prefix("/d/").unwrap();
+    let puts = fx.proxy.counts().put;
     let mut w = c.create(path, true).await.unwrap();
     // In pieces, as a FUSE mount delivers them.
     for (i, chunk) in data.chunks(1000).enumerate() {
         c.write_at(&mut w, (i * 1000) as u64, chunk).unwrap();
     }
-    c.commit(&mut w).await.unwrap()
+    assert_eq!(
+        fx.proxy.counts().put,
+        puts,
+        "{path}: a PUT before the close"
+    );
+    let e = fx.store.stat(rel).await.unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::NotFound,
+        "{path} before the close: {e}"
+    );
+
+    let before = fx.proxy.counts();
+    let entry = c.commit(&mut w).await.unwrap();
+    let after = fx.proxy.counts();
+    assert_eq!(after.put - before.put, 1, "{path}: {before} -> {after}");
+    assert_eq!(
+        after.head, before.head,
+        "{path}: the commit asked about the object it had just written: {before} -> {after}"
+    );
+    assert_eq!(
+        after.total() - before.total(),
+        1,
+        "{path}: the close costs its PUT alone: {before} -> {after}"
+    );
+    entry
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +114,7 @@ async fn through_writes_on_close_and_reads_back_from_the_cache() {
     let fx = fixture();
     let c = client(&fx, WriteType::Through);
     let data = pattern(1, 3 * PS as usize + 123);
-    let e = write_file(&c, "/d/a/new.bin", &data).await;
+    let e = write_file(&fx, &c, "/d/a/new.bin", &data).await;
     assert_eq!(e.size, data.len() as u64);
     // The store has exactly the bytes.
     let meta = fx.store.stat("a/new.bin").await.unwrap();
@@ -118,7 +141,7 @@ async fn store_only_writes_on_close_and_caches_nothing() {
     let fx = fixture();
     let c = client(&fx, WriteType::StoreOnly);
     let data = pattern(2, 2 * PS as usize);
-    write_file(&c, "/d/s.bin", &data).await;
+    write_file(&fx, &c, "/d/s.bin", &data).await;
     fx.proxy.reset_counts();
     assert_eq!(read_all(&c, "/d/s.bin").await, data);
     assert!(fx.proxy.counts().get >= 1, "read back came from the store");
@@ -129,7 +152,7 @@ async fn an_existing_object_is_rewritten_whole_and_truncated() {
     let fx = fixture();
     let c = client(&fx, WriteType::Through);
     let first = pattern(3, 10_000);
-    write_file(&c, "/d/f", &first).await;
+    write_file(&fx, &c, "/d/f", &first).await;
 
     // Open without truncation, write into the middle and past the end.
     let mut w = c.create("/d/f", false).await.unwrap();
@@ -163,8 +186,8 @@ async fn an_existing_object_is_rewritten_whole_and_truncated() {
 async fn remove_deletes_from_the_store_and_the_view() {
     let fx = fixture();
     let c = client(&fx, WriteType::Through);
-    write_file(&c, "/d/x/gone", b"bye").await;
-    write_file(&c, "/d/x/stays", b"hi").await;
+    write_file(&fx, &c, "/d/x/gone", b"bye").await;
+    write_file(&fx, &c, "/d/x/stays", b"hi").await;
     c.remove_file("/d/x/gone").await.unwrap();
     assert_eq!(
         fx.store.stat("x/gone").await.unwrap_err().kind(),

@@ -12,13 +12,13 @@
 
 mod inodes;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     BackingId, Config as FuseConfig, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation,
@@ -67,6 +67,14 @@ pub struct FuseState {
 
 const RECENT_OPENS: usize = 32;
 
+/// Work for the invalidation thread.
+enum Inval {
+    /// Changes Silt learned; counted, so callers can wait for them (`InvalQueue::wait`).
+    Changes(Vec<Change>),
+    /// A directory whose readdir cache must be dropped; not waited for.
+    Reread(String),
+}
+
 /// Longest an open or a control command waits for queued kernel invalidations; past it the
 /// reply goes out anyway (logged), so a stuck kernel never hangs the mount.
 const INVAL_WAIT: Duration = Duration::from_secs(5);
@@ -78,7 +86,7 @@ const INVAL_WAIT: Duration = Duration::from_secs(5);
 /// batch, every batch ahead of its own in the (FIFO) channel is counted too, and `told` can
 /// reach that count only once its own batch has been told.
 struct InvalQueue {
-    tx: std::sync::mpsc::Sender<Vec<Change>>,
+    tx: std::sync::mpsc::Sender<Inval>,
     queued: AtomicU64,
     told: AtomicU64,
     lock: Mutex<()>,
@@ -86,7 +94,7 @@ struct InvalQueue {
 }
 
 impl InvalQueue {
-    fn new(tx: std::sync::mpsc::Sender<Vec<Change>>) -> Self {
+    fn new(tx: std::sync::mpsc::Sender<Inval>) -> Self {
         InvalQueue {
             tx,
             queued: AtomicU64::new(0),
@@ -98,10 +106,16 @@ impl InvalQueue {
 
     fn push(&self, changes: Vec<Change>) {
         self.queued.fetch_add(1, Ordering::SeqCst);
-        if self.tx.send(changes).is_err() {
+        if self.tx.send(Inval::Changes(changes)).is_err() {
             // Unmounted: nothing will tell it, nobody must wait for it.
             self.queued.fetch_sub(1, Ordering::SeqCst);
         }
+    }
+
+    /// Has the kernel read directory `path` again, without anyone waiting for it (nothing
+    /// Silt learned depends on it: see `forget`).
+    fn push_reread(&self, path: String) {
+        let _ = self.tx.send(Inval::Reread(path));
     }
 
     fn mark_told(&self) {
@@ -264,10 +278,10 @@ impl SiltFs {
 
     fn attr(&self, ino: u64, e: &Entry) -> FileAttr {
         let is_dir = e.kind == EntryKind::Dir;
-        let mtime = match e.mtime {
-            Some(t) => t,
-            None if is_dir => self.dir_mtime(&e.path),
-            None => self.started,
+        let mtime = if is_dir {
+            self.dir_mtime(&e.path, e.mtime)
+        } else {
+            e.mtime.unwrap_or(self.started)
         };
         // Read-only mount: never advertise write bits.
         let perm = match e.mode {
@@ -302,8 +316,8 @@ impl SiltFs {
     /// Kernel attribute and entry TTLs for `e`: never longer than its sync policy still
     /// trusts what Silt knows of it (`Client::kernel_ttl`).
     fn ttls(&self, e: &Entry) -> (Duration, Duration) {
-        let ttl = |configured| self.client.kernel_ttl(&e.path, configured, e.is_dir());
-        (ttl(self.opts.attr_ttl), ttl(self.opts.entry_ttl))
+        let cap = self.client.kernel_ttl(&e.path, Duration::MAX, e.is_dir());
+        (self.opts.attr_ttl.min(cap), self.opts.entry_ttl.min(cap))
     }
 
     fn stat_path(&self, path: &str) -> Result<Entry> {
@@ -330,13 +344,17 @@ impl SiltFs {
 
     /// A directory's mtime tells the kernel whether the listing in its readdir cache is still
     /// current (the kernel drops the cache when the mtime it gets differs from the one it saw
-    /// when filling it). While the policy trusts Silt's cached listing, the mtime is derived
-    /// from the listing's digest: the mount's start plus up to a second, equal exactly while
-    /// the names and kinds are. Otherwise it is now, so the kernel asks readdir again, which
-    /// revalidates the listing.
-    fn dir_mtime(&self, path: &str) -> SystemTime {
+    /// when filling it). While the policy trusts Silt's cached listing, the mtime is the
+    /// store's (local directories; the mount's start for S3, which has none) to the second,
+    /// and the listing's digest below it: equal exactly while the names and kinds are.
+    /// Otherwise it is now, so the kernel asks readdir again, which revalidates the listing.
+    fn dir_mtime(&self, path: &str, store_mtime: Option<SystemTime>) -> SystemTime {
         match self.client.listing_digest(path) {
-            Some(d) => self.started + Duration::from_nanos(d % 1_000_000_000),
+            Some(d) => {
+                let base = store_mtime.unwrap_or(self.started);
+                let secs = base.duration_since(UNIX_EPOCH).map_or(0, |t| t.as_secs());
+                UNIX_EPOCH + Duration::new(secs, (d % 1_000_000_000) as u32)
+            }
             None => SystemTime::now(),
         }
     }
@@ -532,11 +550,7 @@ impl fuser::Filesystem for SiltFs {
             silt_client::namespace::parent_and_name(&path),
             self.state.invalidations.get(),
         ) {
-            queue.push(vec![Change {
-                path: parent.to_string(),
-                kind: ChangeKind::Content,
-                old_object: None,
-            }]);
+            queue.push_reread(parent.to_string());
         }
     }
 
@@ -751,34 +765,26 @@ impl fuser::Filesystem for SiltFs {
             Ok(e) => e,
             Err(e) => return reply.error(e),
         };
+        let self_ttl = self.ttls(&self_entry).1;
+        let self_attr = self.attr(ino.0, &self_entry);
         let mut i = offset;
         while i < list.len() as u64 + 2 {
             let full = match i {
                 0 | 1 => {
                     // The kernel takes no lookup reference for "." and "..".
                     let name = if i == 0 { "." } else { ".." };
-                    reply.add(
-                        ino,
-                        i + 1,
-                        name,
-                        &self.ttls(&self_entry).1,
-                        &self.attr(ino.0, &self_entry),
-                        Generation(0),
-                    )
+                    reply.add(ino, i + 1, name, &self_ttl, &self_attr, Generation(0))
                 }
                 _ => {
                     let e = &list[(i - 2) as usize];
+                    // Asked of the client before the inode table is locked.
                     let ttl = self.ttls(e).1;
+                    let mut attr = self.attr(0, e);
                     let mut inodes = self.inodes.lock();
                     let child = inodes.peek_or_assign(&e.path);
-                    let full = reply.add(
-                        INodeNo(child),
-                        i + 1,
-                        e.name(),
-                        &ttl,
-                        &self.attr(child, e),
-                        Generation(0),
-                    );
+                    attr.ino = INodeNo(child);
+                    let full =
+                        reply.add(INodeNo(child), i + 1, e.name(), &ttl, &attr, Generation(0));
                     if !full {
                         // Every entry the kernel receives counts as one lookup.
                         inodes.lookup(&e.path);
@@ -826,27 +832,41 @@ impl fuser::Filesystem for SiltFs {
 
 /// Tells the kernel to forget what it caches about changed paths: attributes and pages of a
 /// changed inode (attributes only for a metadata change), and the directory entry of a path
-/// that appeared, disappeared or was invalidated; for a policy change, everything it was given
-/// under the prefix. Paths the kernel was never given are skipped; errors (the kernel already
-/// dropped the inode) are expected and ignored.
+/// that appeared, disappeared or was invalidated, with its parent's readdir cache (once per
+/// parent and batch); for a policy change, everything it was given under the prefix. Paths
+/// the kernel was never given are skipped; errors (the kernel already dropped the inode) are
+/// expected and ignored.
 fn invalidate_kernel(notifier: &fuser::Notifier, inodes: &Mutex<Inodes>, changes: &[Change]) {
+    let mut parents = HashSet::new();
     for c in changes {
         if c.kind == ChangeKind::Policy {
             let known = inodes.lock().under(&c.path);
             for path in known {
-                invalidate_path(notifier, inodes, &path, ChangeKind::Invalidated);
+                invalidate_path(
+                    notifier,
+                    inodes,
+                    &path,
+                    ChangeKind::Invalidated,
+                    &mut parents,
+                );
             }
         } else {
-            invalidate_path(notifier, inodes, &c.path, c.kind);
+            invalidate_path(notifier, inodes, &c.path, c.kind, &mut parents);
         }
+    }
+    for parent in parents {
+        let _ = notifier.inval_inode(INodeNo(parent), 0, 0);
     }
 }
 
+/// Invalidates `path` itself and its entry in its parent; adds the parent to `parents` when
+/// the parent's listing changed.
 fn invalidate_path(
     notifier: &fuser::Notifier,
     inodes: &Mutex<Inodes>,
     path: &str,
     kind: ChangeKind,
+    parents: &mut HashSet<u64>,
 ) {
     let parent_and_name = silt_client::namespace::parent_and_name(path);
     let (ino, parent) = {
@@ -861,9 +881,7 @@ fn invalidate_path(
     if kind != ChangeKind::Metadata && kind != ChangeKind::Content {
         if let (Some(parent), Some((_, name))) = (parent, parent_and_name) {
             let _ = notifier.inval_entry(INodeNo(parent), OsStr::new(name));
-            // The parent's readdir cache names (or lacks) the entry: drop it with the
-            // parent's attributes.
-            let _ = notifier.inval_inode(INodeNo(parent), 0, 0);
+            parents.insert(parent);
         }
     }
 }
@@ -1029,7 +1047,7 @@ pub fn mount(
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
     let read_ahead = opts.max_read;
-    let (changes_tx, changes_rx) = std::sync::mpsc::channel::<Vec<Change>>();
+    let (changes_tx, changes_rx) = std::sync::mpsc::channel::<Inval>();
     let queue = Arc::new(InvalQueue::new(changes_tx));
     if state.invalidations.set(queue.clone()).is_err() {
         return Err(Error::invalid("this FUSE state is already mounted"));
@@ -1047,9 +1065,19 @@ pub fn mount(
     std::thread::Builder::new()
         .name("silt-fuse-inval".into())
         .spawn(move || {
-            while let Ok(changes) = changes_rx.recv() {
-                invalidate_kernel(&notifier, &inodes, &changes);
-                queue.mark_told();
+            while let Ok(work) = changes_rx.recv() {
+                match work {
+                    Inval::Changes(changes) => {
+                        invalidate_kernel(&notifier, &inodes, &changes);
+                        queue.mark_told();
+                    }
+                    Inval::Reread(dir) => {
+                        let ino = inodes.lock().ino(&dir);
+                        if let Some(ino) = ino {
+                            let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+                        }
+                    }
+                }
             }
         })
         .map_err(|e| Error::from(e).context("starting the FUSE invalidation thread"))?;

@@ -259,9 +259,14 @@ impl UnderStore for FaultStore {
         self.inner.read(path, range, expected).await
     }
 
-    async fn write(&self, path: &str, data: Bytes) -> Result<()> {
+    async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
         self.before(FaultOp::Write, path).await?;
         self.inner.write(path, data).await
+    }
+
+    async fn write_file(&self, path: &str, file: &std::fs::File, len: u64) -> Result<ObjectMeta> {
+        self.before(FaultOp::Write, path).await?;
+        self.inner.write_file(path, file, len).await
     }
 
     async fn delete(&self, path: &str) -> Result<()> {

@@ -137,8 +137,18 @@ pub trait UnderStore: Send + Sync + 'static {
         Ok((all.len() <= max).then_some(all))
     }
     async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes>;
-    /// Writes a whole object (used by tests as an out-of-band writer, later by the write path).
-    async fn write(&self, path: &str, data: Bytes) -> Result<()>;
+    /// Writes a whole object; returns the new version's metadata as the store reported it for
+    /// this write (so a caller never mistakes another writer's version for its own).
+    async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta>;
+    /// `write` of the first `len` bytes of a local file. A store that can upload in parts
+    /// (S3 multipart) reads the file a part at a time, so memory does not grow with the object;
+    /// this default reads it whole.
+    async fn write_file(&self, path: &str, file: &std::fs::File, len: u64) -> Result<ObjectMeta> {
+        let mut buf = vec![0u8; len as usize];
+        std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, 0)
+            .map_err(|e| Error::from(e).context(format!("write {path}: reading the local file")))?;
+        self.write(path, Bytes::from(buf)).await
+    }
     /// Deletes an object; deleting a missing object is not an error.
     async fn delete(&self, path: &str) -> Result<()>;
 }

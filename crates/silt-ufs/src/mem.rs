@@ -255,7 +255,7 @@ impl UnderStore for MemStore {
         Ok(obj.data.slice(range.start as usize..range.end as usize))
     }
 
-    async fn write(&self, path: &str, data: Bytes) -> Result<()> {
+    async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
         self.count();
         let path = normalize_path(path)?;
         if path.is_empty() {
@@ -264,8 +264,7 @@ impl UnderStore for MemStore {
                 self.uri
             )));
         }
-        self.state.lock().insert(path, data);
-        Ok(())
+        Ok(self.state.lock().insert(path, data))
     }
 
     async fn delete(&self, path: &str) -> Result<()> {

@@ -612,6 +612,34 @@ impl OpendalStore {
             .await
     }
 
+    /// A store path that may be written (not the root).
+    fn writable<'a>(&self, path: &'a str) -> Result<&'a str> {
+        let path = normalize_path(path)?;
+        if path.is_empty() {
+            return Err(Error::invalid(format!(
+                "write {}: cannot write the store root",
+                self.uri
+            )));
+        }
+        Ok(path)
+    }
+
+    /// The metadata of the version a write just created, `size` bytes long.
+    async fn written_meta(&self, path: &str, written: &Metadata, size: u64) -> Result<ObjectMeta> {
+        match &self.backend {
+            // The PUT's own answer names the version it created (a HEAD now could see a
+            // later writer's); S3 returns no Last-Modified with it, so the mtime is learned
+            // at the next listing or HEAD.
+            Backend::S3 { .. } if written.etag().is_some() => Ok(ObjectMeta {
+                size,
+                ..s3_meta(path.to_string(), written)
+            }),
+            // A local file: its mtime (part of its fingerprint) comes from a local stat; a
+            // store that named no version: asked once.
+            _ => self.stat_inner(path).await,
+        }
+    }
+
     /// Starts a listing of `dir` (one request, counted); returns it with the `dir/` prefix.
     async fn lister(&self, dir: &str, recursive: bool) -> Result<(String, opendal::Lister)> {
         let dir_slash = if dir.is_empty() {
@@ -662,21 +690,25 @@ impl OpendalStore {
         Ok(Some(out))
     }
 
-    /// A recursive S3 listing of `dir`, split when that is faster: one delimited request
-    /// (a single page) finds `dir`'s subdirectories; with 2 to `SPLIT_MAX_DIRS` of them and
-    /// no second page, each subdirectory's prefix is listed recursively, `SPLIT_CONCURRENCY`
-    /// at a time. Every prefix listing ends exactly where its subtree does, so the split costs
-    /// one request more than a single sweep (plus one per subtree smaller than a page), and
-    /// the sweep takes the time of its slowest share instead of the sum of all pages.
-    /// Otherwise: one sweep. Entries come back in key order either way.
+    /// A recursive S3 listing of `dir`, split where it can be: one delimited request (a
+    /// single page) finds `dir`'s files and subdirectories; when that page holds all of them
+    /// and there are at most `SPLIT_MAX_DIRS` subdirectories, each subdirectory's prefix is
+    /// listed recursively, `SPLIT_CONCURRENCY` at a time, and the files come from the page
+    /// itself (without subdirectories the page is the whole listing). Every prefix listing
+    /// ends exactly where its subtree does, so the split costs the delimited request plus at
+    /// least one per subtree, and takes the time of its slowest share instead of the sum of
+    /// all pages. Otherwise (an empty, full or very wide first page): one sweep.
     async fn s3_list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
         let (dir_slash, mut lister) = self.lister(dir, false).await?;
         let mut top = Vec::new();
-        // Only the first page: dropping the lister before asking for more sends no request.
-        while top.len() < self.list_page {
+        // Only the first page (`list_page` entries, the directory's own marker included):
+        // dropping the lister before asking for more sends no request.
+        let mut received = 0;
+        while received < self.list_page {
             let Some(entry) = lister.next().await else {
                 break;
             };
+            received += 1;
             let (p, m) = entry
                 .map_err(|e| self.map_err("list", dir, e))?
                 .into_parts();
@@ -686,7 +718,8 @@ impl OpendalStore {
         }
         drop(lister);
         let subdirs = top.iter().filter(|(_, m)| m.is_dir()).count();
-        if top.len() >= self.list_page || !(2..=SPLIT_MAX_DIRS).contains(&subdirs) {
+        if top.is_empty() || received >= self.list_page || subdirs > SPLIT_MAX_DIRS {
+            // Empty: `s3_list` tells a missing directory from an empty one.
             return self.s3_list(dir, true, max).await;
         }
         let budget = AtomicUsize::new(max);
@@ -714,11 +747,9 @@ impl OpendalStore {
             let Some(share) = share else {
                 return Ok(None);
             };
-            // The subdirectory itself, as a sweep reports a `dir/` marker (it may have none;
-            // an empty share: it vanished between the two requests).
-            if !share.is_empty() {
-                all.push(ObjectMeta::dir(&prefix));
-            }
+            // The delimited page showed the subdirectory (a marker-only one has an empty
+            // share): reported as a sweep reports a `dir/` marker.
+            all.push(ObjectMeta::dir(&prefix));
             all.extend(share.into_iter().map(s3_entry));
         }
         Ok(Some(all))
@@ -942,6 +973,9 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
     })
 }
 
+/// Part size of a multipart upload (`write_file`): memory per upload in flight.
+const WRITE_PART: usize = 8 << 20;
+
 /// Subdirectories a recursive listing is split into at most (see `s3_list_tree`); more are
 /// left to one sweep, whose pages then hold several subtrees each.
 const SPLIT_MAX_DIRS: usize = 64;
@@ -1065,21 +1099,51 @@ impl UnderStore for OpendalStore {
         Ok(bytes)
     }
 
-    async fn write(&self, path: &str, data: Bytes) -> Result<()> {
-        let path = normalize_path(path)?;
-        if path.is_empty() {
-            return Err(Error::invalid(format!(
-                "write {}: cannot write the store root",
-                self.uri
-            )));
-        }
+    async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
+        let path = self.writable(path)?;
+        let size = data.len() as u64;
         self.count_errors(async {
             UFS_REQUESTS.inc();
-            self.op
+            let written = self
+                .op
                 .write(path, data)
                 .await
-                .map(drop)
-                .map_err(|e| self.map_err("write", path, e))
+                .map_err(|e| self.map_err("write", path, e))?;
+            self.written_meta(path, &written, size).await
+        })
+        .await
+    }
+
+    async fn write_file(&self, path: &str, file: &std::fs::File, len: u64) -> Result<ObjectMeta> {
+        let path = self.writable(path)?;
+        self.count_errors(async {
+            // One PUT up to a part's size, else initiate + one request per part + complete.
+            let parts = len.div_ceil(WRITE_PART as u64);
+            UFS_REQUESTS.add(if parts <= 1 { 1 } else { parts + 2 });
+            let mut w = self
+                .op
+                .writer_with(path)
+                .chunk(WRITE_PART)
+                .await
+                .map_err(|e| self.map_err("write", path, e))?;
+            let mut off = 0u64;
+            while off < len {
+                let n = (len - off).min(WRITE_PART as u64) as usize;
+                let mut part = vec![0u8; n];
+                std::os::unix::fs::FileExt::read_exact_at(file, &mut part, off).map_err(|e| {
+                    Error::from(e)
+                        .context(format!("write {}: reading the local file", self.full(path)))
+                })?;
+                w.write(part)
+                    .await
+                    .map_err(|e| self.map_err("write", path, e))?;
+                off += n as u64;
+            }
+            let written = w
+                .close()
+                .await
+                .map_err(|e| self.map_err("write", path, e))?;
+            self.written_meta(path, &written, len).await
         })
         .await
     }

@@ -135,6 +135,40 @@ mod cases {
         );
     }
 
+    /// The version a write reports is the store's: same content fingerprint as a later stat,
+    /// and a read guarded by it succeeds. `write_file` likewise, past one upload part (S3
+    /// multipart: 8 MiB parts).
+    pub async fn written_version_is_the_stored_one(f: Fixture) {
+        let s = &f.store;
+        // The reported version is the one stat sees, and reads of it give `data` back.
+        let check = |path: &'static str, w: ObjectMeta, data: Vec<u8>| async move {
+            let st = s.stat(path).await.unwrap();
+            assert_eq!(
+                w.content_fingerprint(),
+                st.content_fingerprint(),
+                "{w:?} vs {st:?}"
+            );
+            assert_eq!((w.size, st.size), (data.len() as u64, data.len() as u64));
+            let back = s.read(path, 0..w.size, &w).await.unwrap();
+            assert!(back == data, "{path}: the stored bytes differ");
+        };
+        let small = b"written once".to_vec();
+        let w = s
+            .write("w/small", Bytes::from(small.clone()))
+            .await
+            .unwrap();
+        check("w/small", w, small).await;
+
+        let big: Vec<u8> = (0..(9u32 << 20) + 123).map(|i| (i % 251) as u8).collect();
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &big).unwrap();
+        let w = s
+            .write_file("w/big", &file, big.len() as u64)
+            .await
+            .unwrap();
+        check("w/big", w, big).await;
+    }
+
     pub async fn list_direct_vs_recursive(f: Fixture) {
         let s = &f.store;
         for p in ["top.txt", "d/x", "d/y", "d/sub/z", "d/sub/deeper/w", "dd/q"] {
@@ -393,6 +427,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn content_changed_after_overwrite() {
                 cases::content_changed_after_overwrite(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn written_version_is_the_stored_one() {
+                cases::written_version_is_the_stored_one(super::$backend().await).await
             }
             #[tokio::test]
             async fn write_delete() {

@@ -274,6 +274,8 @@ async fn a_tree_listing_is_split_by_subdirectory() {
             .collect()
     };
 
+    // An empty directory (versitygw shows it as a `e/` marker) is a subdirectory too.
+    std::fs::create_dir_all(f.server.root().join("bkt/tree/e")).unwrap();
     f.proxy.reset_counts();
     let sweep = store.list("", true).await.unwrap();
     assert_eq!(
@@ -290,7 +292,7 @@ async fn a_tree_listing_is_split_by_subdirectory() {
         .expect("within budget");
     let c = f.proxy.counts();
     println!("split listing of 3 subtrees: {c}");
-    assert_eq!((c.list, c.total()), (4, 4), "1 delimited + 3 subtrees: {c}");
+    assert_eq!((c.list, c.total()), (5, 5), "1 delimited + 4 subtrees: {c}");
     assert_eq!(split_files(&tree), split_files(&sweep));
     let (sweep_dirs, tree_dirs) = (dirs(&sweep), dirs(&tree));
     assert!(
@@ -299,8 +301,19 @@ async fn a_tree_listing_is_split_by_subdirectory() {
     );
     assert_eq!(
         tree_dirs,
-        ["a", "b", "c"].map(String::from).into_iter().collect()
+        ["a", "b", "c", "e"].map(String::from).into_iter().collect()
     );
+
+    // Without subdirectories the delimited page is the whole listing: one request. With one,
+    // the page's files and that subtree: two.
+    f.proxy.reset_counts();
+    let a = store.list_tree("a", 100).await.unwrap().unwrap();
+    assert_eq!(split_files(&a), ["a/1", "a/2", "a/3"]);
+    assert_eq!(f.proxy.counts().list, 1);
+    f.proxy.reset_counts();
+    let b = store.list_tree("b", 100).await.unwrap().unwrap();
+    assert_eq!(split_files(&b), ["b/x/1", "b/x/2", "b/y"]);
+    assert_eq!(f.proxy.counts().list, 2);
 
     // The budget counts every share: 10 files are more than 8.
     assert!(store.list_tree("", 8).await.unwrap().is_none());
