@@ -50,15 +50,17 @@ pub struct PageStoreConfig {
 }
 
 impl PageStoreConfig {
-    /// A memory-only store with the default watermarks and eviction (tests and tools).
+    /// A memory-only store with the configuration's default watermarks and eviction (tests
+    /// and tools).
     pub fn in_memory(page_size: u64, memory_capacity: u64) -> Self {
+        let defaults = Config::default();
         PageStoreConfig {
             page_size,
             memory_capacity,
             disk_tiers: Vec::new(),
-            high_watermark: 0.95,
-            low_watermark: 0.85,
-            eviction_policy: "lru".into(),
+            high_watermark: defaults.high_watermark,
+            low_watermark: defaults.low_watermark,
+            eviction_policy: defaults.eviction_policy,
         }
     }
 
@@ -288,6 +290,32 @@ impl State {
 
     fn lookup(&self, id: ObjectId) -> Option<u32> {
         self.objects.get(&id).copied()
+    }
+
+    /// The slot number, slot and disk tier (index) of `object` if its disk pages are in a disk
+    /// tier and it is cached at size `object_size`.
+    fn on_disk(&self, object: ObjectId, object_size: u64) -> Option<(u32, &ObjectSlot, usize)> {
+        let s = self.lookup(object)?;
+        let slot = self.slot(s)?;
+        if slot.size != object_size || slot.tier == NO_TIER {
+            return None;
+        }
+        Some((s, slot, usize::from(slot.tier)))
+    }
+
+    /// The crc32c of each page `pages` of slot `s` in disk tier `t`; `None` if one is not there
+    /// or still pending (its bytes may still be a hole).
+    fn committed_crcs(&self, t: usize, s: u32, pages: std::ops::Range<u64>) -> Option<Vec<u32>> {
+        let tier = &self.disks[t];
+        let mut crcs = Vec::with_capacity(usize::try_from(pages.end - pages.start).ok()?);
+        for i in pages {
+            let p = tier.pages.get(&pkey(s, u32::try_from(i).ok()?))?;
+            if p.handle == PENDING {
+                return None;
+            }
+            crcs.push(p.crc);
+        }
+        Some(crcs)
     }
 
     fn ensure_slot(&mut self, id: ObjectId, size: u64) -> Option<u32> {
@@ -1042,30 +1070,16 @@ impl PageStore {
         let pages = page_count(object_size, ps);
         let (t, s, gen, epoch, path, crcs) = {
             let st = self.shared.state.lock();
-            let s = st.lookup(object)?;
-            let slot = st.slot(s)?;
+            let (s, slot, t) = st.on_disk(object, object_size)?;
             // A pending page is not on disk yet (its bytes may still be a hole).
-            if slot.size != object_size
-                || slot.tier == NO_TIER
-                || slot.pending != 0
-                || u64::from(slot.disk_pages) != pages
-            {
+            if slot.pending != 0 || u64::from(slot.disk_pages) != pages {
                 return None;
             }
-            let t = usize::from(slot.tier);
-            let tier = &st.disks[t];
-            let path = tier.data_path(object);
+            let path = st.disks[t].data_path(object);
             if slot.verified {
                 return Some(path);
             }
-            let mut crcs = Vec::with_capacity(usize::try_from(pages).ok()?);
-            for i in 0..pages {
-                let p = tier.pages.get(&pkey(s, u32::try_from(i).ok()?))?;
-                if p.handle == PENDING {
-                    return None;
-                }
-                crcs.push(p.crc);
-            }
+            let crcs = st.committed_crcs(t, s, 0..pages)?;
             (t, s, slot.gen, slot.disk_epoch, path, crcs)
         };
         let file = File::open(&path).ok()?;
@@ -1120,21 +1134,12 @@ impl PageStore {
         last: u64,
     ) -> Option<(PathBuf, Vec<u32>)> {
         let st = self.shared.state.lock();
-        let s = st.lookup(object)?;
-        let slot = st.slot(s)?;
-        if slot.size != object_size || slot.tier == NO_TIER || !slot.verified || first > last {
+        let (s, slot, t) = st.on_disk(object, object_size)?;
+        if !slot.verified || first > last {
             return None;
         }
-        let tier = &st.disks[usize::from(slot.tier)];
-        let mut crcs = Vec::with_capacity(usize::try_from(last - first + 1).ok()?);
-        for i in first..=last {
-            let p = tier.pages.get(&pkey(s, u32::try_from(i).ok()?))?;
-            if p.handle == PENDING {
-                return None;
-            }
-            crcs.push(p.crc);
-        }
-        Some((tier.data_path(object), crcs))
+        let crcs = st.committed_crcs(t, s, first..last.checked_add(1)?)?;
+        Some((st.disks[t].data_path(object), crcs))
     }
 
     /// While the returned guard (or any other for the object) lives, no disk page of the

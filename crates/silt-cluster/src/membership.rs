@@ -39,6 +39,20 @@ pub struct Member {
     pub capacity: u64,
 }
 
+impl Member {
+    /// A worker known only by id and address (a static worker list): no host, no Unix
+    /// socket, capacity unknown.
+    pub fn new(id: impl Into<String>, addr: impl Into<String>) -> Member {
+        Member {
+            id: id.into(),
+            addr: addr.into(),
+            host: String::new(),
+            uds: None,
+            capacity: 0,
+        }
+    }
+}
+
 /// A membership view: the live workers at one revision.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct View {
@@ -186,13 +200,7 @@ mod tests {
     use super::*;
 
     fn member(id: &str) -> Member {
-        Member {
-            id: id.into(),
-            addr: format!("{id}:1"),
-            host: String::new(),
-            uds: None,
-            capacity: 0,
-        }
+        Member::new(id, format!("{id}:1"))
     }
 
     #[tokio::test]

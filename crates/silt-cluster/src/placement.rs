@@ -176,11 +176,6 @@ pub mod compare {
         }
     }
 
-    /// One-off ring lookup (builds the ring: use [`Ring`] for many keys).
-    pub fn ring<S: AsRef<str>>(key: u64, ids: &[S], vnodes: usize) -> usize {
-        Ring::new(ids, vnodes).lookup(key)
-    }
-
     /// Jump consistent hash (Lamping & Veach 2014): a bucket in `0..buckets`. Workers are
     /// buckets by position, so it only handles adding or removing the *last* bucket; removing
     /// any other worker renumbers the ones after it and moves most keys. Panics on 0 buckets.
@@ -242,11 +237,6 @@ pub mod compare {
         pub fn lookup(&self, key: u64) -> usize {
             self.table[(key % self.table.len() as u64) as usize] as usize
         }
-    }
-
-    /// One-off Maglev lookup (builds the table: use [`Maglev`] for many keys).
-    pub fn maglev<S: AsRef<str>>(key: u64, ids: &[S], size: usize) -> usize {
-        Maglev::new(ids, size).lookup(key)
     }
 
     /// A placement scheme to simulate.
@@ -340,7 +330,8 @@ pub mod compare {
         }
     }
 
-    /// What [`simulate`] measured. Fractions are of all keys.
+    /// What [`simulate`] measured. Fractions are of all keys. Serialized as the JSON of
+    /// `silt ring simulate --json` (the benchmark harness reads `moved_fraction`).
     #[derive(Debug, Clone, Serialize)]
     pub struct SimResult {
         pub scheme: String,
@@ -354,17 +345,22 @@ pub mod compare {
         /// The same after `join` workers joined.
         pub balance_after_join: f64,
         /// Keys whose owner changed when `join` new workers were added.
+        #[serde(rename = "moved_fraction")]
         pub moved_fraction_join: f64,
         /// The least a join can move for an even spread: `join / (workers + join)`.
+        #[serde(rename = "expected_moved_fraction")]
         pub expected_moved_join: f64,
         /// Keys that moved on join but not to a new worker (0 for rendezvous, ring, jump).
+        #[serde(rename = "excess_moved_fraction")]
         pub excess_moved_join: f64,
         /// Keys whose owner changed when the first `leave` workers of the list were removed
         /// (for jump, the workers after them are renumbered: jump cannot remove others).
         pub moved_fraction_leave: f64,
         /// The least that leave can move: the keys the leaving workers owned.
+        #[serde(rename = "expected_moved_fraction_leave")]
         pub expected_moved_leave: f64,
         /// Keys that moved on leave although their owner stayed.
+        #[serde(rename = "excess_moved_fraction_leave")]
         pub excess_moved_leave: f64,
         /// Keys whose owner changed when the *last* `leave` workers were removed (the only
         /// removal jump handles without renumbering).
@@ -395,7 +391,8 @@ pub mod compare {
     /// Measures `scheme` on `workers` workers over `keys` keys: places every key, then places
     /// every key again (a) with `join` new workers appended, (b) without the first `leave`
     /// workers, (c) without the last `leave` workers, and counts the keys whose owner (by id)
-    /// changed. Errors (not panics) on inputs it cannot simulate.
+    /// changed. Errors (not panics) on inputs it cannot simulate; the messages name the options
+    /// of `silt ring simulate` (`--workers`, `--join`, `--leave`, `--pages` for `keys`).
     pub fn simulate(
         scheme: Scheme,
         workers: usize,
@@ -405,21 +402,23 @@ pub mod compare {
         seed: u64,
     ) -> Result<SimResult, String> {
         if workers == 0 {
-            return Err("need at least 1 worker".into());
+            return Err("--workers must be at least 1".into());
         }
         if keys == 0 {
-            return Err("need at least 1 key".into());
+            return Err("--pages (keys to place) must be at least 1".into());
         }
         if leave >= workers {
             return Err(format!(
-                "cannot remove {leave} of {workers} workers: at least one must stay"
+                "--leave ({leave}) must be less than --workers ({workers}): one worker must stay"
             ));
         }
-        let total = workers.checked_add(join).ok_or("too many workers")?;
+        let total = workers
+            .checked_add(join)
+            .ok_or("--workers + --join: too many workers")?;
         if let Scheme::Maglev { table } = scheme {
             if table <= total {
                 return Err(format!(
-                    "maglev table size {table} must exceed the worker count {total}"
+                    "maglev table size {table} must exceed the worker count {total} (--workers + --join)"
                 ));
             }
         }
@@ -492,21 +491,13 @@ pub mod compare {
     }
 }
 
-pub use compare::{simulate, Scheme, SimResult};
-
 #[cfg(test)]
 mod tests {
-    use super::compare::{self, Maglev, Placer, Ring, Scheme};
+    use super::compare::{self, simulate, Maglev, Placer, Ring, Scheme};
     use super::*;
 
     fn member(id: &str) -> Member {
-        Member {
-            id: id.into(),
-            addr: format!("{id}:7000"),
-            host: String::new(),
-            uds: None,
-            capacity: 0,
-        }
+        Member::new(id, format!("{id}:7000"))
     }
 
     fn view(ids: &[&str]) -> View {
@@ -547,11 +538,6 @@ mod tests {
         assert_eq!(order(0), ["a", "c", "b"]);
         assert_eq!(order(42), ["b", "a", "c"]);
         assert_eq!(order(0xdead_beef), ["a", "b", "c"]);
-        // Same answers however often asked.
-        for k in keys(1000) {
-            assert_eq!(owner(&v, k), owner(&v.clone(), k));
-            assert_eq!(candidates(&v, k, 2), candidates(&v, k, 2));
-        }
     }
 
     #[test]
@@ -649,12 +635,18 @@ mod tests {
     fn compare_schemes_behave() {
         let ids: Vec<String> = (0..5).map(|i| format!("w{i}")).collect();
         let ring = Ring::new(&ids, 100);
+        let ring_of_four = Ring::new(&ids[..4], 100);
         let mag = Maglev::new(&ids, 65537);
         for k in keys(1000) {
             assert!(ring.lookup(k) < 5);
             assert!(mag.lookup(k) < 5);
             assert!(compare::jump(k, 5) < 5);
-            assert_eq!(compare::ring(k, &ids, 100), ring.lookup(k));
+            // Ring: a fifth worker takes keys only for itself.
+            let (four, five) = (ring_of_four.lookup(k), ring.lookup(k));
+            assert!(
+                four == five || five == 4,
+                "key {k} moved from {four} to {five}"
+            );
             // Jump: growing by one bucket moves a key only to the new bucket.
             let (a, b) = (compare::jump(k, 5), compare::jump(k, 6));
             assert!(a == b || b == 5);

@@ -198,43 +198,37 @@ impl Router {
         obj.store.read(&obj.meta.path, range, &obj.meta).await
     }
 
-    /// Asks the owners of `range` of `obj` to cache it (preload), falling back like reads.
-    /// Returns the bytes the owners now hold for it. A load waits for the owner's store
-    /// fetch, so its deadline is ten times a read's.
+    /// Asks the owner of `range` of `obj`, bytes of one placement group (see [`split`]), to
+    /// cache it (preload), trying the next candidates like reads. Returns the bytes the owner
+    /// now holds for it. A load waits for the owner's store fetch, so its deadline is ten
+    /// times a read's.
     pub async fn load(&self, obj: &ObjectRef, range: Range<u64>) -> Result<u64> {
-        let mut done = 0;
-        for part in split(range, self.opts.group_size) {
-            let group = part.start / self.opts.group_size;
-            let mut last = None;
-            let mut ok = false;
-            for m in self.candidates(obj.id, group) {
-                let client = self.client(&m);
-                let call = client.call("load", Some(obj), part.clone());
-                match self.attempt(&m, self.opts.timeout * 10, call).await {
-                    Ok(v) => {
-                        done += v.get("bytes").and_then(Value::as_u64).unwrap_or(0);
-                        ok = true;
-                        break;
-                    }
-                    Err(CallError::Worker(e)) => return Err(e),
-                    Err(CallError::Link(e)) => {
-                        self.mark_failed(&m, &e);
-                        last = Some(e);
-                    }
+        let group = range.start / self.opts.group_size;
+        debug_assert!(
+            range.is_empty() || (range.end - 1) / self.opts.group_size == group,
+            "load of {range:?} spans placement groups"
+        );
+        let mut last = None;
+        for m in self.candidates(obj.id, group) {
+            let client = self.client(&m);
+            let call = client.call("load", Some(obj), range.clone());
+            match self.attempt(&m, self.opts.timeout * 10, call).await {
+                Ok(v) => return Ok(v.get("bytes").and_then(Value::as_u64).unwrap_or(0)),
+                Err(CallError::Worker(e)) => return Err(e),
+                Err(CallError::Link(e)) => {
+                    self.mark_failed(&m, &e);
+                    last = Some(e);
                 }
             }
-            if !ok {
-                return Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!(
-                        "{}: no worker could load bytes {part:?}{}",
-                        obj.meta.path,
-                        last.map(|e| format!(" (last: {e})")).unwrap_or_default()
-                    ),
-                ));
-            }
         }
-        Ok(done)
+        Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "{}: no worker could load bytes {range:?}{}",
+                obj.meta.path,
+                last.map(|e| format!(" (last: {e})")).unwrap_or_default()
+            ),
+        ))
     }
 
     /// `stats` of every member of the current view (an error for those that do not answer).
@@ -274,9 +268,7 @@ impl BackingSource for Router {
         }
         let owner = self.candidates(obj.id, 0).into_iter().next()?;
         let client = self.client(&owner);
-        if !matches!(client.endpoint(), Endpoint::Unix(_)) {
-            return None;
-        }
+        // `None` at once unless the owner is reached over its Unix socket.
         match self
             .attempt(&owner, self.opts.timeout, client.hold(obj))
             .await
@@ -315,15 +307,13 @@ impl Fetcher for Router {
     /// Tells every worker in the view to drop the pages of a replaced version. Best effort:
     /// a worker that misses it keeps pages nobody can ask for until they are evicted.
     async fn forget(&self, obj: Arc<ObjectRef>) {
-        let members = self.membership.view().members.clone();
-        let calls = members.iter().map(|m| {
+        let view = self.membership.view();
+        let obj = obj.as_ref();
+        let calls = view.members.iter().map(|m| async move {
             let client = self.client(m);
-            let obj = obj.clone();
-            async move {
-                let call = client.call("forget", Some(&obj), 0..0);
-                if let Err(e) = tokio::time::timeout(self.opts.timeout, call).await {
-                    tracing::debug!(worker = %m.id, "forget: {e}");
-                }
+            let call = client.call("forget", Some(obj), 0..0);
+            if let Err(e) = self.attempt(m, self.opts.timeout, call).await {
+                tracing::debug!(worker = %m.id, "forget: {e}");
             }
         });
         futures::future::join_all(calls).await;

@@ -19,6 +19,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -107,6 +108,20 @@ struct Request {
     fd: bool,
 }
 
+impl Request {
+    /// A request of this protocol version for bytes `range` of `obj`.
+    fn new(op: &str, obj: Option<&ObjectRef>, range: std::ops::Range<u64>, fd: bool) -> Request {
+        Request {
+            v: PROTOCOL_VERSION,
+            op: op.into(),
+            object: obj.map(WireObject::from_ref),
+            offset: range.start,
+            len: range.end.saturating_sub(range.start),
+            fd,
+        }
+    }
+}
+
 /// Finds the under-store a request names. Workers answer only for stores of the cluster's
 /// mount table (they hold its credentials); anything else is `Unavailable`, and the client
 /// reads from the store itself.
@@ -136,40 +151,66 @@ impl StoreResolver for FixedStores {
 
 /// What a worker serves.
 pub struct Service {
-    pub worker: Arc<Worker>,
-    pub stores: Arc<dyn StoreResolver>,
+    worker: Arc<Worker>,
+    stores: Arc<dyn StoreResolver>,
     /// Extra fields for `stats` (id, address, ...).
-    pub identity: Value,
+    identity: Value,
+    /// What this service served (also counted in the process-wide `RPC_*` metrics).
+    reads_served: AtomicU64,
+    bytes_served: AtomicU64,
+    files_lent: AtomicU64,
+}
+
+/// Adds `n` to one of a service's own counters and to its process-wide metric.
+fn count(own: &AtomicU64, metric: &metrics::Counter, n: u64) {
+    own.fetch_add(n, Ordering::Relaxed);
+    metric.add(n);
+}
+
+/// The end of the byte range `[offset, offset + len)` of `obj` if a worker serves it at once:
+/// not empty, at most [`MAX_RANGE`] bytes, inside the object. The object's size comes from the
+/// client: this bounds the work one request can ask for.
+fn checked_end(obj: &ObjectRef, offset: u64, len: u64) -> Result<u64> {
+    if len > MAX_RANGE {
+        return Err(Error::invalid(format!(
+            "range of {len} bytes is larger than a worker serves at once ({MAX_RANGE})"
+        )));
+    }
+    offset
+        .checked_add(len)
+        .filter(|&e| e <= obj.size() && len > 0)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "range {offset}+{len} is outside {} ({} bytes)",
+                obj.meta.path,
+                obj.size()
+            ))
+        })
 }
 
 impl Service {
-    async fn object(&self, req: &Request) -> Result<ObjectRef> {
-        let wire = req
-            .object
-            .clone()
-            .ok_or_else(|| Error::invalid(format!("{}: request without an object", req.op)))?;
+    /// `identity`: extra fields for `stats` (id, address, ...).
+    pub fn new(worker: Arc<Worker>, stores: Arc<dyn StoreResolver>, identity: Value) -> Service {
+        Service {
+            worker,
+            stores,
+            identity,
+            reads_served: AtomicU64::new(0),
+            bytes_served: AtomicU64::new(0),
+            files_lent: AtomicU64::new(0),
+        }
+    }
+
+    async fn object(&self, op: &str, wire: Option<WireObject>) -> Result<ObjectRef> {
+        let wire =
+            wire.ok_or_else(|| Error::invalid(format!("{op}: request without an object")))?;
         let store = self.stores.store(&wire.store).await?;
         Ok(wire.into_ref(store))
     }
 
     /// The bytes `[offset, offset+len)`, one piece per page (cached or fetched).
     async fn pages(&self, obj: &ObjectRef, offset: u64, len: u64) -> Result<Vec<Bytes>> {
-        // The object's size comes from the client: bound the work one request can ask for.
-        if len > MAX_RANGE {
-            return Err(Error::invalid(format!(
-                "range of {len} bytes is larger than a worker serves at once ({MAX_RANGE})"
-            )));
-        }
-        let end = offset
-            .checked_add(len)
-            .filter(|&e| e <= obj.size() && len > 0)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "range {offset}+{len} is outside {} ({} bytes)",
-                    obj.meta.path,
-                    obj.size()
-                ))
-            })?;
+        let end = checked_end(obj, offset, len)?;
         let ps = self.worker.page_size();
         let pages = self
             .worker
@@ -200,9 +241,9 @@ impl Service {
             "page_hits": s.hits,
             "page_misses": s.misses,
             "hit_ratio": if lookups > 0 { s.hits as f64 / lookups as f64 } else { 0.0 },
-            "reads_served": metrics::RPC_READS_SERVED.get(),
-            "bytes_served": metrics::RPC_BYTES_SERVED.get(),
-            "files_lent": metrics::RPC_FILES_LENT.get(),
+            "reads_served": self.reads_served.load(Ordering::Relaxed),
+            "bytes_served": self.bytes_served.load(Ordering::Relaxed),
+            "files_lent": self.files_lent.load(Ordering::Relaxed),
             "ufs_read_bytes": metrics::UFS_READ_BYTES.get(),
         })
     }
@@ -252,7 +293,7 @@ async fn handle(mut s: Conn, svc: &Service) -> Result<()> {
             Ok(r) => r,
             Err(e) => return write_error(&mut s, &e).await,
         };
-        match serve_one(&mut s, svc, &req).await {
+        match serve_one(&mut s, svc, req).await {
             Ok(()) => write_frame(&mut s, FrameKind::End, &[]).await?,
             // The request failed, the connection did not: answer and keep serving.
             Err(e) if !e.broken => write_error(&mut s, &e.error).await?,
@@ -287,30 +328,43 @@ fn broken(error: Error) -> ServeError {
 async fn serve_one(
     s: &mut Conn,
     svc: &Service,
-    req: &Request,
+    req: Request,
 ) -> std::result::Result<(), ServeError> {
-    match req.op.as_str() {
+    let Request {
+        op,
+        object,
+        offset,
+        len,
+        fd,
+        ..
+    } = req;
+    match op.as_str() {
         "stats" => write_json(s, &svc.stats()).await.map_err(broken),
         "read" => {
-            let obj = svc.object(req).await?;
-            metrics::RPC_READS_SERVED.inc();
-            if req.fd {
+            let obj = svc.object(&op, object).await?;
+            if fd {
                 if let Conn::Unix(u) = s {
-                    if try_send_fd(u, svc, &obj, req.offset, req.len).await? {
+                    if try_send_fd(u, svc, &obj, offset, len).await? {
+                        count(&svc.reads_served, &metrics::RPC_READS_SERVED, 1);
                         return Ok(());
                     }
                 }
             }
-            let pages = svc.pages(&obj, req.offset, req.len).await?;
+            let pages = svc.pages(&obj, offset, len).await?;
             write_json(s, &json!({"fd": false})).await.map_err(broken)?;
             for p in pages {
-                metrics::RPC_BYTES_SERVED.add(p.len() as u64);
+                count(
+                    &svc.bytes_served,
+                    &metrics::RPC_BYTES_SERVED,
+                    p.len() as u64,
+                );
                 write_frame(s, FrameKind::Data, &p).await.map_err(broken)?;
             }
+            count(&svc.reads_served, &metrics::RPC_READS_SERVED, 1);
             Ok(())
         }
         "hold" => {
-            let obj = svc.object(req).await?;
+            let obj = svc.object(&op, object).await?;
             match s {
                 Conn::Unix(u) => hold(u, svc, &obj).await,
                 Conn::Tcp(_) => {
@@ -319,8 +373,8 @@ async fn serve_one(
             }
         }
         "load" => {
-            let obj = svc.object(req).await?;
-            let pages = svc.pages(&obj, req.offset, req.len).await?;
+            let obj = svc.object(&op, object).await?;
+            let pages = svc.pages(&obj, offset, len).await?;
             let bytes: u64 = pages.iter().map(|p| p.len() as u64).sum();
             write_json(s, &json!({"bytes": bytes}))
                 .await
@@ -329,7 +383,7 @@ async fn serve_one(
         "forget" => {
             // A client saw this version replaced or deleted in the store: its pages can never
             // be asked for again.
-            let obj = svc.object(req).await?;
+            let obj = svc.object(&op, object).await?;
             svc.worker.page_store().remove_object(obj.id);
             write_json(s, &json!({"forgot": true}))
                 .await
@@ -364,7 +418,7 @@ async fn hold(
     };
     write_json(u, &json!({"fd": true})).await.map_err(broken)?;
     send_fd(u, copy.as_raw_fd()).await.map_err(broken)?;
-    metrics::RPC_FILES_LENT.inc();
+    count(&svc.files_lent, &metrics::RPC_FILES_LENT, 1);
     Ok(())
 }
 
@@ -399,9 +453,8 @@ async fn try_send_fd(
     offset: u64,
     len: u64,
 ) -> std::result::Result<bool, ServeError> {
-    let end = match offset.checked_add(len) {
-        Some(end) if len > 0 && len <= MAX_RANGE && end <= obj.size() => end,
-        _ => return Ok(false), // the bytes path answers with the error
+    let Ok(end) = checked_end(obj, offset, len) else {
+        return Ok(false); // the bytes path answers with the error
     };
     let ps = svc.worker.page_size();
     let store = svc.worker.page_store();
@@ -466,91 +519,90 @@ union CmsgBuf {
     buf: [u8; 64],
 }
 
-/// A message header for one byte (`byte`) and a control buffer of `control_len` bytes.
-/// The header points into `iov` and `cbuf`, which must outlive its use.
-fn one_byte_msg(iov: &mut libc::iovec, cbuf: &mut CmsgBuf, control_len: usize) -> libc::msghdr {
-    // SAFETY: msghdr is a plain C struct; all-zero is a valid empty header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov;
+/// Calls `call` with a message header for one byte and a zeroed control buffer of
+/// `control_len` bytes (at most `size_of::<CmsgBuf>()`). The header points into locals of this
+/// function, valid while `call` runs.
+fn with_one_byte_msg<T>(
+    control_len: usize,
+    call: impl FnOnce(&mut libc::msghdr) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    assert!(control_len <= std::mem::size_of::<CmsgBuf>());
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: CmsgBuf and msghdr are plain C data; all-zero is a valid empty value of each.
+    let (mut cbuf, mut msg): (CmsgBuf, libc::msghdr) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    // SAFETY: writing a union field of plain bytes.
+    // SAFETY: taking a pointer to a union field of plain bytes.
     msg.msg_control = unsafe { cbuf.buf.as_mut_ptr().cast() };
     msg.msg_controllen = control_len as _;
-    msg
+    call(&mut msg)
+}
+
+/// Checks what `sendmsg`/`recvmsg` returned (`n`, right after the call, so `errno` is still
+/// its): an error, or `eof_kind` (`what`) when no byte went through.
+fn transferred(n: isize, eof_kind: std::io::ErrorKind, what: &str) -> std::io::Result<()> {
+    match n {
+        n if n < 0 => Err(std::io::Error::last_os_error()),
+        0 => Err(std::io::Error::new(eof_kind, what)),
+        _ => Ok(()),
+    }
 }
 
 /// Sends one byte with `fd` attached (SCM_RIGHTS).
 fn sendmsg_fd(sock: RawFd, fd: RawFd) -> std::io::Result<()> {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // SAFETY: plain C structs, zero-initialised, filled as cmsg(3) describes; every pointer
-    // refers to a local that outlives the call.
-    unsafe {
-        let mut cbuf: CmsgBuf = std::mem::zeroed();
-        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
-        let msg = one_byte_msg(&mut iov, &mut cbuf, space);
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() {
-            return Err(std::io::Error::other("no room for the control message"));
+    // SAFETY: CMSG_SPACE is arithmetic.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    with_one_byte_msg(space, |msg| {
+        // SAFETY: the header is filled as cmsg(3) describes, within the `space` bytes of its
+        // control buffer; every pointer in it is valid during the call.
+        unsafe {
+            let cmsg = libc::CMSG_FIRSTHDR(msg);
+            if cmsg.is_null() {
+                return Err(std::io::Error::other("no room for the control message"));
+            }
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+            let n = libc::sendmsg(sock, msg, libc::MSG_NOSIGNAL);
+            transferred(n, std::io::ErrorKind::WriteZero, "socket closed")
         }
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
-        let n = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::WriteZero,
-                "socket closed",
-            ));
-        }
-    }
-    Ok(())
+    })
 }
 
 /// Receives the byte `sendmsg_fd` sent and the fd attached to it.
 fn recvmsg_fd(sock: RawFd) -> std::io::Result<OwnedFd> {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // SAFETY: as in `sendmsg_fd`; the kernel writes at most `msg_controllen` bytes into cbuf,
-    // and we read the fd only from a SCM_RIGHTS message of the right length.
-    unsafe {
-        let mut cbuf: CmsgBuf = std::mem::zeroed();
-        let mut msg = one_byte_msg(&mut iov, &mut cbuf, std::mem::size_of::<CmsgBuf>());
-        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if n == 0 {
-            return Err(std::io::Error::new(
+    with_one_byte_msg(std::mem::size_of::<CmsgBuf>(), |msg| {
+        // SAFETY: the kernel writes at most `msg_controllen` bytes into the control buffer,
+        // and we read the fd only from a SCM_RIGHTS message of the right length.
+        unsafe {
+            let n = libc::recvmsg(sock, msg, libc::MSG_CMSG_CLOEXEC);
+            transferred(
+                n,
                 std::io::ErrorKind::UnexpectedEof,
                 "socket closed before the file descriptor arrived",
-            ));
+            )?;
+            let cmsg = libc::CMSG_FIRSTHDR(msg);
+            if cmsg.is_null()
+                || (*cmsg).cmsg_level != libc::SOL_SOCKET
+                || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+                || (*cmsg).cmsg_len as usize
+                    != libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize
+            {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "expected one file descriptor (SCM_RIGHTS)",
+                ));
+            }
+            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
+            Ok(OwnedFd::from_raw_fd(fd))
         }
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null()
-            || (*cmsg).cmsg_level != libc::SOL_SOCKET
-            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-            || (*cmsg).cmsg_len as usize
-                != libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize
-        {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "expected one file descriptor (SCM_RIGHTS)",
-            ));
-        }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-        Ok(OwnedFd::from_raw_fd(fd))
-    }
+    })
 }
 
 // ---- connections ------------------------------------------------------------------------
@@ -633,10 +685,6 @@ impl WorkerClient {
         }
     }
 
-    pub fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
-    }
-
     /// An idle connection (`true`: it was pooled, so it may be stale) or a new one.
     async fn conn(&self) -> Result<(Conn, bool)> {
         if let Some(c) = self.idle.lock().pop() {
@@ -715,25 +763,13 @@ impl WorkerClient {
     ) -> std::result::Result<Bytes, CallError> {
         let len = range.end.saturating_sub(range.start);
         let want_fd = matches!(c, Conn::Unix(_));
-        let req = Request {
-            v: PROTOCOL_VERSION,
-            op: "read".into(),
-            object: Some(WireObject::from_ref(obj)),
-            offset: range.start,
-            len,
-            fd: want_fd,
-        };
-        write_json(&mut c, &req).await?;
+        write_json(
+            &mut c,
+            &Request::new("read", Some(obj), range.clone(), want_fd),
+        )
+        .await?;
         let head: Value = expect_json(&mut c).await?;
-        let bytes = if head.get("fd").and_then(Value::as_bool) == Some(true) {
-            let Conn::Unix(u) = &c else {
-                return Err(Error::new(
-                    ErrorKind::Corrupted,
-                    "worker offered a file descriptor over TCP",
-                )
-                .into());
-            };
-            let fd = recv_fd(u).await?;
+        let bytes = if let Some(fd) = passed_fd(&c, &head).await? {
             let bytes = pread_checked(fd, &head, obj.size(), range.start, len).await;
             write_json(&mut c, &json!({"op": "done"})).await?;
             let bytes = bytes?;
@@ -783,24 +819,9 @@ impl WorkerClient {
             return Ok(None);
         }
         self.with_conn(|mut c| async move {
-            let req = Request {
-                v: PROTOCOL_VERSION,
-                op: "hold".into(),
-                object: Some(WireObject::from_ref(obj)),
-                offset: 0,
-                len: 0,
-                fd: true,
-            };
-            write_json(&mut c, &req).await?;
+            write_json(&mut c, &Request::new("hold", Some(obj), 0..0, true)).await?;
             let head = expect_json(&mut c).await?;
-            let file = if head.get("fd").and_then(Value::as_bool) == Some(true) {
-                let Conn::Unix(u) = &c else {
-                    return Err(Error::internal("hold over a non-Unix connection").into());
-                };
-                Some(std::fs::File::from(recv_fd(u).await?))
-            } else {
-                None
-            };
+            let file = passed_fd(&c, &head).await?.map(std::fs::File::from);
             expect_end(&mut c).await?;
             self.put_back(c);
             // The copy is the client's own: nothing to keep alive beside the file.
@@ -822,15 +843,7 @@ impl WorkerClient {
         self.with_conn(|mut c| {
             let range = range.clone();
             async move {
-                let req = Request {
-                    v: PROTOCOL_VERSION,
-                    op: op.into(),
-                    object: obj.map(WireObject::from_ref),
-                    offset: range.start,
-                    len: range.end.saturating_sub(range.start),
-                    fd: false,
-                };
-                write_json(&mut c, &req).await?;
+                write_json(&mut c, &Request::new(op, obj, range, false)).await?;
                 let v = expect_json(&mut c).await?;
                 expect_end(&mut c).await?;
                 self.put_back(c);
@@ -893,6 +906,22 @@ fn finish(bytes: Bytes, len: u64) -> Result<Bytes> {
     }
     metrics::REMOTE_READ_BYTES.add(len);
     Ok(bytes)
+}
+
+/// The descriptor the worker passes after answering `head` = `{"fd": true, ...}`; `None` when
+/// it answered `{"fd": false}` (bytes, or no file, follow).
+async fn passed_fd(c: &Conn, head: &Value) -> std::result::Result<Option<OwnedFd>, CallError> {
+    if head.get("fd").and_then(Value::as_bool) != Some(true) {
+        return Ok(None);
+    }
+    let Conn::Unix(u) = c else {
+        return Err(Error::new(
+            ErrorKind::Corrupted,
+            "worker offered a file descriptor over TCP",
+        )
+        .into());
+    };
+    Ok(Some(recv_fd(u).await?))
 }
 
 async fn expect_json(c: &mut Conn) -> std::result::Result<Value, CallError> {

@@ -577,19 +577,19 @@ impl Config {
         !self.etcd.is_empty() || !self.workers.is_empty()
     }
 
-    /// The address other processes reach this worker at.
-    pub fn advertised_addr(&self) -> Result<String> {
+    /// The address other processes reach this worker at: `advertise`, else `bound`, the
+    /// address `listen` was bound to (its port resolved), unless that is every address.
+    pub fn advertised_addr(&self, bound: std::net::SocketAddr) -> Result<String> {
         if !self.advertise.is_empty() {
             return Ok(self.advertise.clone());
         }
-        let host = self.listen.rsplit_once(':').map(|(h, _)| h).unwrap_or("");
-        if matches!(host, "0.0.0.0" | "[::]" | "::") {
+        if bound.ip().is_unspecified() {
             return Err(Error::invalid(format!(
                 "listen is {} (every address): give --advertise HOST:PORT, the address other machines reach this worker at",
                 self.listen
             )));
         }
-        Ok(self.listen.clone())
+        Ok(bound.to_string())
     }
 
     /// Applies a TOML config file of flat `key = value` pairs (arrays for lists).

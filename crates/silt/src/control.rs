@@ -106,33 +106,21 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
             }
             Err(e) => return write_error(&mut s, &e).await,
         },
-        "sync" => match d.client.sync(&req.path, req.recursive).await {
-            Ok(r) => {
-                wait_for_kernel(d).await;
-                write_json(&mut s, &r).await
-            }
-            Err(e) => return write_error(&mut s, &e).await,
-        },
-        "invalidate" => match d.client.invalidate(&req.path).await {
-            Ok(r) => {
-                wait_for_kernel(d).await;
-                write_json(&mut s, &r).await
-            }
-            Err(e) => return write_error(&mut s, &e).await,
-        },
+        "sync" => {
+            let r = d.client.sync(&req.path, req.recursive).await;
+            return answer_after_kernel(&mut s, d, r).await;
+        }
+        "invalidate" => {
+            let r = d.client.invalidate(&req.path).await;
+            return answer_after_kernel(&mut s, d, r).await;
+        }
         "sync-policy" => {
             let info = match req.policy.as_deref() {
                 Some(p) => SyncPolicy::parse(p)
                     .and_then(|policy| d.client.set_sync_policy(&req.path, policy)),
                 None => d.client.policy_info(&req.path),
             };
-            match info {
-                Ok(i) => {
-                    wait_for_kernel(d).await;
-                    write_json(&mut s, &i).await
-                }
-                Err(e) => return write_error(&mut s, &e).await,
-            }
+            return answer_after_kernel(&mut s, d, info).await;
         }
         "ls" => match d.client.list(&req.path).await {
             Ok(list) => write_json(&mut s, &list.iter().map(entry_json).collect::<Vec<_>>()).await,
@@ -156,11 +144,23 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
     write_frame(&mut s, FrameKind::End, &[]).await
 }
 
-/// Waits until the kernel has been told every change learned so far, so a command that returns
-/// leaves no stale kernel cache behind.
-async fn wait_for_kernel(d: &Daemon) {
-    let fuse = d.fuse.clone();
-    let _ = tokio::task::spawn_blocking(move || fuse.wait_for_invalidations()).await;
+/// Answers a command that may have changed what the kernel caches: its result once the kernel
+/// has been told every change learned so far (so a command that returns leaves no stale
+/// kernel cache behind), or its error.
+async fn answer_after_kernel<T: Serialize>(
+    s: &mut UnixStream,
+    d: &Daemon,
+    result: silt_common::Result<T>,
+) -> silt_common::Result<()> {
+    match result {
+        Ok(v) => {
+            let fuse = d.fuse.clone();
+            let _ = tokio::task::spawn_blocking(move || fuse.wait_for_invalidations()).await;
+            write_json(s, &v).await?;
+            write_frame(s, FrameKind::End, &[]).await
+        }
+        Err(e) => write_error(s, &e).await,
+    }
 }
 
 async fn cat(s: &mut UnixStream, d: &Daemon, path: &str) -> silt_common::Result<()> {
@@ -299,7 +299,7 @@ fn report_json(d: &Daemon) -> Value {
         "role": d.role,
         "mountpoint": d.config.mountpoint.display().to_string(),
         "state_dir": d.config.state_dir.display().to_string(),
-        "mounts": d.config.mounts.iter().map(|m| json!({"path": m.path, "uri": m.uri})).collect::<Vec<_>>(),
+        "mounts": d.mounts().iter().map(|m| json!({"path": m.path, "uri": m.uri})).collect::<Vec<_>>(),
         "page_size": d.client.worker().page_size(),
         "tiers": tiers,
         "page_hits": hits,

@@ -46,6 +46,21 @@ pub struct Daemon {
     pub shutdown: Notify,
 }
 
+impl Daemon {
+    /// The namespace served (a cluster client's comes from the cluster, not its flags).
+    pub fn mounts(&self) -> Vec<MountSpec> {
+        self.client
+            .namespace()
+            .mounts()
+            .iter()
+            .map(|m| MountSpec {
+                path: m.path.clone(),
+                uri: m.store.uri().to_string(),
+            })
+            .collect()
+    }
+}
+
 /// The state file holding a worker's generated identity.
 const WORKER_ID_FILE: &str = "worker-id";
 /// A worker's Unix socket for clients on the same host.
@@ -131,13 +146,7 @@ async fn membership(cfg: &Config) -> Result<Arc<dyn Membership>> {
     let members = cfg
         .workers
         .iter()
-        .map(|(id, addr)| Member {
-            id: id.clone(),
-            addr: addr.clone(),
-            host: String::new(),
-            uds: None,
-            capacity: 0,
-        })
+        .map(|(id, addr)| Member::new(id, addr))
         .collect();
     Ok(Arc::new(StaticMembership::new(members)))
 }
@@ -154,7 +163,7 @@ fn mount_table_text(mounts: &[MountSpec]) -> String {
 /// process's `mounts` if none is stored yet. A process given other mounts than the stored
 /// table is refused, so every process serves one namespace.
 async fn cluster_mounts(cfg: &Config, m: &dyn Membership) -> Result<Vec<MountSpec>> {
-    let table = if cfg.mounts.is_empty() {
+    let stored = if cfg.mounts.is_empty() {
         m.mounts().await?.ok_or_else(|| {
             Error::invalid(format!(
                 "{} holds no mount table yet: give the first process --mount PATH=URI",
@@ -162,18 +171,28 @@ async fn cluster_mounts(cfg: &Config, m: &dyn Membership) -> Result<Vec<MountSpe
             ))
         })?
     } else {
-        let mine = mount_table_text(&cfg.mounts);
-        let stored = m.publish_mounts(&mine).await?;
-        if stored != mine {
-            return Err(Error::invalid(format!(
-                "this process was given mounts {mine:?} but the cluster's mount table ({}) is {stored:?}; drop --mount to use the cluster's",
-                m.describe()
-            ))
-            .into());
-        }
-        stored
+        m.publish_mounts(&mount_table_text(&cfg.mounts)).await?
     };
-    parse_mount_table(&table).context("the cluster's stored mount table")
+    let table = parse_mount_table(&stored).context("the cluster's stored mount table")?;
+    if !cfg.mounts.is_empty() && !same_mounts(&cfg.mounts, &table) {
+        return Err(Error::invalid(format!(
+            "this process was given mounts {:?} but the cluster's mount table ({}) is {stored:?}; drop --mount to use the cluster's",
+            mount_table_text(&cfg.mounts),
+            m.describe()
+        ))
+        .into());
+    }
+    Ok(table)
+}
+
+/// Whether two mount tables hold the same mounts, in any order.
+fn same_mounts(a: &[MountSpec], b: &[MountSpec]) -> bool {
+    let sorted = |t: &[MountSpec]| {
+        let mut t = t.to_vec();
+        t.sort_by(|x, y| (&x.path, &x.uri).cmp(&(&y.path, &y.uri)));
+        t
+    };
+    sorted(a) == sorted(b)
 }
 
 async fn open_namespace(cfg: &Config, mounts: &[MountSpec]) -> Result<Namespace> {
@@ -297,17 +316,9 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
         fuse_state,
     )?;
     rt.spawn(control::serve(listener, daemon.clone()));
-    // The namespace served (a cluster client's comes from the cluster, not its flags).
-    let mounts: Vec<String> = daemon
-        .client
-        .namespace()
-        .mounts()
-        .iter()
-        .map(|m| format!("{}={}", m.path, m.store.uri()))
-        .collect();
     eprintln!(
         "silt: serving {} at {} (state {}, control {})",
-        mounts.join(", "),
+        mount_table_text(&daemon.mounts()),
         cfg.mountpoint.display(),
         cfg.state_dir.display(),
         socket.display()
@@ -362,11 +373,7 @@ fn worker_id(cfg: &Config) -> Result<String> {
         })?;
         return Ok(id);
     }
-    let mut seed = [0u8; 8];
-    File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut seed))
-        .context("reading /dev/urandom for a worker id")?;
-    let id = format!("w-{:016x}", u64::from_le_bytes(seed));
+    let id = format!("w-{:016x}", rand::random::<u64>());
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, &id)
         .and_then(|_| std::fs::rename(&tmp, &path))
@@ -398,10 +405,15 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
         ))
         .into());
     }
-    if listed.is_none() && cfg.advertise.is_empty() {
-        // Fails now, before joining anything, when listening on every address.
-        cfg.advertised_addr()?;
-    }
+    let tcp = rt
+        .block_on(tokio::net::TcpListener::bind(&cfg.listen))
+        .with_context(|| format!("listening on {}", cfg.listen))?;
+    // The listed address, else the advertised one; fails now, before joining anything, when
+    // neither says where others reach this worker.
+    let addr = match listed {
+        Some(a) => a,
+        None => cfg.advertised_addr(tcp.local_addr()?)?,
+    };
     let m = rt.block_on(membership(&cfg))?;
     let mounts = rt.block_on(cluster_mounts(&cfg, m.as_ref()))?;
     let ns = rt.block_on(open_namespace(&cfg, &mounts))?;
@@ -414,16 +426,6 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
         rt.handle().clone(),
     ));
 
-    let tcp = rt
-        .block_on(tokio::net::TcpListener::bind(&cfg.listen))
-        .with_context(|| format!("listening on {}", cfg.listen))?;
-    let bound = tcp.local_addr()?;
-    // Listed address, else --advertise, else the bound one (port 0 resolved).
-    let addr = match listed {
-        Some(a) => a,
-        None if !cfg.advertise.is_empty() => cfg.advertise.clone(),
-        None => bound.to_string(),
-    };
     let uds_path = cfg.state_dir.join(WORKER_SOCKET);
     let _ = std::fs::remove_file(&uds_path);
     let uds = {
@@ -438,11 +440,11 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
         uds: Some(uds_path.display().to_string()),
         capacity,
     };
-    let svc = Arc::new(Service {
-        worker: worker.clone(),
-        stores: Arc::new(stores),
-        identity: serde_json::json!({"id": id, "addr": addr}),
-    });
+    let svc = Arc::new(Service::new(
+        worker.clone(),
+        Arc::new(stores),
+        serde_json::json!({"id": id, "addr": addr}),
+    ));
     rt.spawn(silt_cluster::rpc::serve_tcp(tcp, svc.clone()));
     rt.spawn(silt_cluster::rpc::serve_unix(uds, svc));
     let registration = rt.block_on(m.register(me))?;
@@ -467,7 +469,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     rt.spawn(control::serve(listener, daemon.clone()));
     eprintln!(
         "silt: serving as worker {id}: {} at {addr} ({}), state {}",
-        mount_table_text(&mounts),
+        mount_table_text(&daemon.mounts()),
         m.describe(),
         cfg.state_dir.display()
     );
