@@ -26,14 +26,20 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   policy=/usr/sbin/policy-rc.d
   own_policy=0
   if [ "$new_etcd" = 1 ] && [ ! -e "$policy" ]; then
+    # Ours: removed however the script ends from here on (a failed install, Ctrl-C, kill).
+    trap 'rm -f "$policy"' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     printf '#!/bin/sh\nexit 101\n' >"$policy"
     chmod 755 "$policy"
     own_policy=1
   fi
-  status=0
-  { apt-get update -qq && apt-get install -y -qq "${need_apt[@]}" >/dev/null; } || status=$?
-  [ "$own_policy" = 1 ] && rm -f "$policy"
-  [ "$status" = 0 ] || exit "$status"
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  if [ "$own_policy" = 1 ]; then
+    rm -f "$policy"
+    trap - EXIT INT TERM
+  fi
   if [ "$new_etcd" = 1 ]; then
     # Keep the packaged service from starting now or at boot, wherever it got started anyway.
     if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then

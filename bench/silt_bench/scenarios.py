@@ -230,7 +230,7 @@ def _cluster_reads(ctx, large, order):
                         (sum(_cpu_seconds(pid) for pid in c.pids()) - cpu) / (nbytes / 1e9))
         if b2:
             ctx.add(f("b2_cold"), len(order) / mech.timed_read([c.path(k) for k in order], 8)[1], "files/s")
-        _cluster_counters(ctx, c, "cold B1+B2", {}, {})
+        _cluster_counters(ctx, c, _phase("cold", b1, b2), {}, {})
     if b1:
         with ctx.silt_cluster(state) as c:
             before, w0 = c.report()["metrics"], c.worker_stats()
@@ -243,8 +243,14 @@ def _cluster_reads(ctx, large, order):
             ctx.add(f("b1_warm_4"), _gb(mech.timed_read([c.path(k) for k in large], 4)), "GB/s")
         if b2:
             ctx.add(f("b2_warm"), len(order) / mech.timed_read([c.path(k) for k in order], 8)[1], "files/s")
-        _cluster_counters(ctx, c, "warm B1 4 readers + B2" if b1 and b2 else "warm", before, w0)
+        _cluster_counters(ctx, c, _phase("warm", b1, b2), before, w0)
     shutil.rmtree(os.path.join(ctx.work, state), ignore_errors=True)
+
+
+def _phase(temperature, b1, b2):
+    """A cluster phase's name from what it read: "cold B1 4 readers + B2", "warm B2", ..."""
+    read = (["B1 4 readers"] if b1 else []) + (["B2"] if b2 else [])
+    return f"{temperature} {' + '.join(read)}"
 
 
 CLUSTER_CLIENT_METRICS = ("silt_remote_reads_total", "silt_remote_fd_reads_total", "silt_failovers_total",
@@ -254,8 +260,8 @@ CLUSTER_CLIENT_METRICS = ("silt_remote_reads_total", "silt_remote_fd_reads_total
 def _cluster_counters(ctx, c, phase, before, workers_before):
     """What the client and each worker did during `phase` (deltas from `before`, the client's
     metrics, and `workers_before`, the workers' entries of an earlier report; empty: since start).
-    Per worker, in worker order: MiB served over RPC (fd-passed reads not counted) and MiB read
-    from the store; from the client: reads sent to workers, of which fd-passed, failovers, and MiB
+    Per worker (its id in the counter's name): MiB served over RPC (fd-passed reads not counted)
+    and MiB read from the store; from the client: reads sent to workers, of which fd-passed, failovers, and MiB
     the client itself read from the store (falling back to it)."""
     r = c.report()
     ctx.counter(f"cluster {phase}: live workers", sum(1 for w in r["cluster"]["workers"] if w.get("live")))
@@ -263,7 +269,7 @@ def _cluster_counters(ctx, c, phase, before, workers_before):
     for key in ("bytes_served", "ufs_read_bytes"):
         for w in workers:
             base = workers_before.get(w["id"], {}).get(key) or 0
-            ctx.counter(f"cluster {phase}: per-worker {key} (MiB)", ((w.get(key) or 0) - base) / 2**20)
+            ctx.counter(f"cluster {phase}: worker {w['id']} {key} (MiB)", ((w.get(key) or 0) - base) / 2**20)
     for name in CLUSTER_CLIENT_METRICS:
         v = r["metrics"].get(name, 0) - before.get(name, 0)
         ctx.counter(f"cluster {phase}: client {name}" + (" (MiB)" if name == UFS_READ_BYTES else ""),
@@ -286,8 +292,8 @@ def _latency_and_open_files(ctx, s, order, n=1000):
                 pass
             lat.append(time.perf_counter() - t)
             fds.append(fd)
-        ctx.add("b2_cached_read_p50_ms", statistics.median(lat) * 1e3, "ms")
-        ctx.add("b2_cached_read_p99_ms", sorted(lat)[int(len(lat) * 0.99) - 1] * 1e3, "ms")
+        ctx.add("b2_cached_read_p50_ms", percentile(lat, 0.5) * 1e3, "ms")
+        ctx.add("b2_cached_read_p99_ms", percentile(lat, 0.99) * 1e3, "ms")
         ctx.counter(f"RSS of the mount with {len(fds)} files open (MiB)", s.rss() / 2**20)
     finally:
         for fd in fds:
@@ -394,7 +400,7 @@ def _open_stat_figures(ctx, label, paths, s=None):
     lat = mech.open_stat(paths)
     if s:
         ctx.counter(f"b3p {label}: store requests per open+stat", (s.metric(UFS_REQUESTS) - r0) / len(paths))
-    ctx.add(f"b3p_{label}_p50_ms", statistics.median(lat) * 1e3, "ms")
+    ctx.add(f"b3p_{label}_p50_ms", percentile(lat, 0.5) * 1e3, "ms")
     ctx.add(f"b3p_{label}_p99_ms", percentile(lat, 0.99) * 1e3, "ms")
     return lat
 

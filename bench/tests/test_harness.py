@@ -345,11 +345,16 @@ def test_open_stat_times_every_path(tmp_path):
         mech.open_stat([str(tmp_path / "missing")])
 
 
-def test_b3p_figures_and_ratios():
+def test_b3p_figures_and_ratios(monkeypatch):
     ctx = scenarios.Ctx(None, "/nonexistent", reps=1)
-    scenarios._open_stat_figures(ctx, "local", [__file__] * 10)
+    # 1..10 ms, shuffled: nearest-rank p50 is the 5th smallest (a median would say 5.5), p99 the
+    # largest.
+    lat = [x / 1000 for x in (7, 2, 10, 5, 1, 9, 3, 6, 4, 8)]
+    monkeypatch.setattr(scenarios.mech, "open_stat", lambda paths: list(lat))
+    assert scenarios._open_stat_figures(ctx, "local", ["p"] * 10) == lat
     assert ctx.units["b3p_local_p50_ms"] == "ms" and ctx.units["b3p_local_p99_ms"] == "ms"
-    assert ctx.results["b3p_local_p50_ms"][0] <= ctx.results["b3p_local_p99_ms"][0]
+    assert ctx.results["b3p_local_p50_ms"] == [pytest.approx(5.0)]
+    assert ctx.results["b3p_local_p99_ms"] == [pytest.approx(10.0)]
     ctx.results["b3p_local_p50_ms"] = [0.01]
     ctx.add("b3p_always_p50_ms", 30.0, "ms")
     ctx.add("b3p_never_dropped_p50_ms", 0.05, "ms")
@@ -384,6 +389,36 @@ def test_cluster_ratios_names_and_arithmetic():
     r = scenarios.cluster_ratios(every, 3)
     assert len(r) == 2 * len(scenarios.CLUSTER_PAIRS)
     assert all(k.endswith("(cluster 3)") or "cluster 3 ÷ single node" in k for k in r)
+
+
+def test_cluster_counters_per_worker_and_phase_names():
+    assert scenarios._phase("cold", True, True) == "cold B1 4 readers + B2"
+    assert scenarios._phase("warm", True, False) == "warm B1 4 readers"
+    assert scenarios._phase("warm", False, True) == "warm B2"
+
+    class FakeCluster:
+        def report(self):
+            mib = 2**20
+            return {"cluster": {"workers": [
+                        {"id": "w2", "live": True, "bytes_served": 5 * mib, "ufs_read_bytes": 1 * mib},
+                        {"id": "w1", "live": False, "bytes_served": 3 * mib, "ufs_read_bytes": 2 * mib}]},
+                    "metrics": {"silt_remote_reads_total": 7, scenarios.UFS_READ_BYTES: 4 * mib},
+                    "opens": {"passthrough": 1, "daemon": 3}}
+
+    ctx = scenarios.Ctx(None, "/nonexistent", reps=1)
+    phase = scenarios._phase("warm", True, True)
+    scenarios._cluster_counters(ctx, FakeCluster(), phase, {"silt_remote_reads_total": 2},
+                                {"w1": {"bytes_served": 2**20}})
+    c = {k: v[0] for k, v in ctx.counters.items()}
+    p = "cluster warm B1 4 readers + B2:"
+    # One counter per worker and key, named by the worker's id (not one list mixing workers).
+    assert c[f"{p} worker w1 bytes_served (MiB)"] == 2 and c[f"{p} worker w2 bytes_served (MiB)"] == 5
+    assert c[f"{p} worker w1 ufs_read_bytes (MiB)"] == 2 and c[f"{p} worker w2 ufs_read_bytes (MiB)"] == 1
+    assert all(len(v) == 1 for v in ctx.counters.values())
+    assert c[f"{p} live workers"] == 1
+    assert c[f"{p} client silt_remote_reads_total"] == 5
+    assert c[f"{p} client {scenarios.UFS_READ_BYTES} (MiB)"] == 4
+    assert c[f"{p} client passthrough opens / all opens"] == pytest.approx(0.25)
 
 
 def test_cluster_ratios_only_with_cluster_and_no_goal_row():

@@ -213,9 +213,17 @@ async fn the_first_published_mount_table_wins() {
     assert_eq!(c.mounts().await.unwrap(), Some(x));
     // Clusters do not see each other's tables or members.
     assert_eq!(a.mounts().await.unwrap().as_deref(), Some("/=s3://a"));
-    let _reg = c.register(member("o1", "h:1")).await.unwrap();
+    let _o1 = c.register(member("o1", "h:1")).await.unwrap();
     wait_view(&d, "o1 in its own cluster", |v| v.get("o1").is_some()).await;
-    assert!(a.view().members.is_empty());
+    // A member of `a`'s cluster registered after o1: the watch delivers changes in revision
+    // order, so once `a` sees s1 it has seen every change before it, o1 included had it leaked.
+    let _s1 = b.register(member("s1", "h:2")).await.unwrap();
+    let view = wait_view(&a, "s1 in a's view", |v| v.get("s1").is_some()).await;
+    assert_eq!(
+        ids(&view),
+        ["s1"],
+        "o1 of the other cluster leaked into a's view"
+    );
 }
 
 #[tokio::test]

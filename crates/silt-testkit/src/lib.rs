@@ -98,7 +98,9 @@ impl S3Server {
             let mut child = cmd
                 .spawn()
                 .map_err(|e| format!("running {}: {e}", binary.display()))?;
-            match wait_ready(&mut child, ip, port) {
+            let answers = || probe(ip, port);
+            let what = format!("answer on {ip}:{port}");
+            match wait_ready(&mut child, "versitygw", &what, answers) {
                 Ok(()) => {
                     return Ok(S3Server {
                         child,
@@ -193,30 +195,37 @@ fn kill(child: &mut Child) {
     let _ = child.wait();
 }
 
-fn wait_ready(child: &mut Child, ip: Ipv4Addr, port: u16) -> Result<(), String> {
+/// Waits until `ready` holds, polling; fails if `name`'s process exits first or `waiting_for`
+/// (what `ready` checks) has not happened within [`READY_TIMEOUT`].
+fn wait_ready(
+    child: &mut Child,
+    name: &str,
+    waiting_for: &str,
+    ready: impl Fn() -> bool,
+) -> Result<(), String> {
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("versitygw exited during start-up ({status})"));
+            return Err(format!("{name} exited during start-up ({status})"));
         }
-        if probe(ip, port) {
+        if ready() {
             return Ok(());
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "versitygw did not answer on {ip}:{port} within {READY_TIMEOUT:?}"
+                "{name} did not {waiting_for} within {READY_TIMEOUT:?}"
             ));
         }
         std::thread::sleep(POLL_INTERVAL);
     }
 }
 
-/// A port that was free a moment ago (the kernel's choice for port 0).
+/// A port on `ip` that was free a moment ago (the kernel's choice for port 0).
 fn free_port(ip: Ipv4Addr) -> Result<u16, String> {
     TcpListener::bind((ip, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|e| format!("finding a free loopback port: {e}"))
+        .map_err(|e| format!("finding a free port on {ip}: {e}"))
 }
 
 /// Whether versitygw answers on the port.
@@ -294,8 +303,8 @@ impl Etcd {
             .map_err(|e| format!("creating a temporary directory: {e}"))?;
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
-            let client_port = free_port_on(ip)?;
-            let peer_port = free_port_on(ip)?;
+            let client_port = free_port(ip)?;
+            let peer_port = free_port(ip)?;
             if client_port == peer_port {
                 continue;
             }
@@ -443,21 +452,8 @@ fn read_etcd_log(dir: &std::path::Path) -> String {
 }
 
 fn wait_etcd_ready(child: &mut Child, ip: Ipv4Addr, port: u16) -> Result<(), String> {
-    let deadline = Instant::now() + READY_TIMEOUT;
-    loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("etcd exited during start-up ({status})"));
-        }
-        if etcd_healthy(ip, port) {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "etcd did not report itself healthy on {ip}:{port} within {READY_TIMEOUT:?}"
-            ));
-        }
-        std::thread::sleep(POLL_INTERVAL);
-    }
+    let what = format!("report itself healthy on {ip}:{port}");
+    wait_ready(child, "etcd", &what, || etcd_healthy(ip, port))
 }
 
 /// `GET /health` answers `{"health":"true"}` once the member has a leader and serves requests.
@@ -481,14 +477,6 @@ fn etcd_healthy(ip: Ipv4Addr, port: u16) -> bool {
         .next()
         .is_some_and(|status| status.starts_with("HTTP/1.") && status.contains(" 200 "));
     status_ok && response.contains(r#""health":"true""#)
-}
-
-/// A port on `ip` that was free a moment ago.
-fn free_port_on(ip: Ipv4Addr) -> Result<u16, String> {
-    TcpListener::bind((ip, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("finding a free port on {ip}: {e}"))
 }
 
 /// The etcd binary: `$SILT_ETCD`, then `/usr/bin/etcd` (Debian's `etcd-server`), then `etcd`

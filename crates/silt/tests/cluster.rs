@@ -101,21 +101,6 @@ impl Lab {
     }
 }
 
-/// The options that let silt reach `s3`.
-fn s3_args(s3: &S3Server) -> Vec<String> {
-    [
-        "--s3-endpoint",
-        &s3.endpoint(),
-        "--s3-access-key-id",
-        s3.access_key(),
-        "--s3-secret-access-key",
-        s3.secret_key(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
 /// Per-worker view from the client's report: id -> (live, stats).
 fn workers(client: &Silt) -> Vec<Value> {
     client.report()["cluster"]["workers"]
@@ -149,7 +134,7 @@ fn wait_for_workers(client: &Silt, what: &str, pred: impl Fn(&[Value]) -> bool) 
     }
 }
 
-fn dataset(n_small: usize, large: &[usize]) -> Vec<(String, Vec<u8>)> {
+fn cluster_dataset(n_small: usize, large: &[usize]) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> = (0..n_small)
         .map(|i| {
             (
@@ -220,7 +205,7 @@ fn reads_spread_over_owners_and_survive_a_worker_killed_mid_read() {
         return;
     }
     let lab = Lab::new(3);
-    let files = Arc::new(dataset(40, &[24 << 20, 33 << 20]));
+    let files = Arc::new(cluster_dataset(40, &[24 << 20, 33 << 20]));
     lab.put(&files);
     let w: Vec<Silt> = (0..3).map(|h| lab.worker(h, &[])).collect();
     // A short read-ahead, so the kill lands while the large file is still being fetched.
@@ -296,7 +281,7 @@ fn a_cut_link_fails_over_after_the_timeout() {
         return;
     }
     let lab = Lab::new(3);
-    let files = Arc::new(dataset(30, &[]));
+    let files = Arc::new(cluster_dataset(30, &[]));
     lab.put(&files);
     let w: Vec<Silt> = (0..3).map(|h| lab.worker(h, &[])).collect();
     let client = lab.client(&["--worker-timeout", "2s", "--worker-retry-after", "1h"]);
@@ -333,7 +318,7 @@ fn a_joining_worker_takes_only_its_share_and_a_restarted_one_keeps_its_cache() {
         return;
     }
     let lab = Lab::new(4);
-    let files = Arc::new(dataset(60, &[16 << 20]));
+    let files = Arc::new(cluster_dataset(60, &[16 << 20]));
     let total: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
     lab.put(&files);
     let mut w: Vec<Silt> = (0..3).map(|h| lab.worker(h, &[])).collect();
@@ -405,7 +390,7 @@ fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
     let s3 = S3Server::start();
     s3.create_bucket(BUCKET);
     // Small files are one placement group each; the 5 MiB file spans five.
-    let files = Arc::new(dataset(10, &[5 << 20]));
+    let files = Arc::new(cluster_dataset(10, &[5 << 20]));
     write_local(&s3.root().join(BUCKET).join("ds"), &files);
     let dir = tempfile::tempdir().unwrap();
     let mut args = s3_args(&s3);
@@ -469,7 +454,7 @@ fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
 fn a_static_worker_list_serves_without_etcd() {
     let s3 = S3Server::start();
     s3.create_bucket(BUCKET);
-    let files = Arc::new(dataset(20, &[3 << 20]));
+    let files = Arc::new(cluster_dataset(20, &[3 << 20]));
     write_local(&s3.root().join(BUCKET).join("ds"), &files);
     let dir = tempfile::tempdir().unwrap();
     let ports: Vec<u16> = (0..2)

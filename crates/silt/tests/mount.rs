@@ -60,14 +60,7 @@ impl Backend {
     fn args(&self) -> Vec<String> {
         match self {
             Backend::Local(_) => vec![],
-            Backend::S3 { server, .. } => vec![
-                "--s3-endpoint".into(),
-                server.endpoint(),
-                "--s3-access-key-id".into(),
-                server.access_key().into(),
-                "--s3-secret-access-key".into(),
-                server.secret_key().into(),
-            ],
+            Backend::S3 { server, .. } => s3_args(server),
         }
     }
 
@@ -107,10 +100,7 @@ impl Backend {
 }
 
 fn up(backend: &Backend, extra: &[&str], dir: &Path) -> Silt {
-    let mut args: Vec<String> = backend.args();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Silt::up(&[("/data", &backend.uri())], &args, dir).unwrap_or_else(|e| panic!("{e}"))
+    Silt::up_data(&backend.uri(), backend.args(), extra, dir)
 }
 
 fn differential(backend: Backend) {

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
+use silt_testkit::S3Server;
 
 pub const SILT: &str = env!("CARGO_BIN_EXE_silt");
 
@@ -50,8 +51,8 @@ impl Silt {
         Silt::spawn(cmd, Some(mountpoint), state_dir)
     }
 
-    /// Starts `cmd` (silt, or a wrapper that execs it, such as `ip netns exec`) and waits
-    /// until it serves; a role without a mount passes `None`.
+    /// Starts `cmd` (silt, or a wrapper that execs it, such as `nsenter` from
+    /// `NetLab::command`) and waits until it serves; a role without a mount passes `None`.
     pub fn spawn(
         mut cmd: Command,
         mountpoint: Option<&Path>,
@@ -125,6 +126,15 @@ impl Silt {
         }
         args.extend(extra.iter().map(|s| s.to_string()));
         Silt::start(&args, &mp, &state)
+    }
+
+    /// `silt up` with `/data` = `uri`, the options `args` that reach its store (as from
+    /// [`s3_args`]) and `extra`; panics if it does not come up.
+    pub fn up_data(uri: &str, args: Vec<String>, extra: &[&str], dir: &Path) -> Silt {
+        let mut args = args;
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Silt::up(&[("/data", uri)], &args, dir).unwrap_or_else(|e| panic!("{e}"))
     }
 
     pub fn log_text(&self) -> String {
@@ -237,4 +247,24 @@ pub fn write_local(root: &Path, files: &[(String, Vec<u8>)]) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, b).unwrap();
     }
+}
+
+/// The options that let silt reach `s3` (its endpoint and credentials).
+pub fn s3_args(s3: &S3Server) -> Vec<String> {
+    s3_args_via(&s3.endpoint(), s3)
+}
+
+/// The options that let silt reach `s3` through `endpoint` (a proxy in front of it).
+pub fn s3_args_via(endpoint: &str, s3: &S3Server) -> Vec<String> {
+    [
+        "--s3-endpoint",
+        endpoint,
+        "--s3-access-key-id",
+        s3.access_key(),
+        "--s3-secret-access-key",
+        s3.secret_key(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
