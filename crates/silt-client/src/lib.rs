@@ -26,7 +26,7 @@ use futures::stream::{self, StreamExt};
 use parking_lot::{Mutex, RwLock};
 use silt_common::metrics;
 use silt_common::sync::{SyncPolicy, SyncRules};
-use silt_common::write::WriteType;
+use silt_common::write::{WriteRules, WriteType};
 use silt_common::{Error, ErrorKind, Result};
 use silt_ufs::{EntryKind, ObjectMeta};
 use silt_worker::{BackingSource, HeldFile, ObjectRef, ReadSource, Worker};
@@ -240,8 +240,8 @@ pub struct Client {
     rt: Handle,
     /// Same-host workers that can lend their cache files (cluster clients).
     backing: Option<Arc<dyn BackingSource>>,
-    /// How files written through this client reach the store (`write.rs`).
-    write_type: WriteType,
+    /// How files written through this client reach the store, per prefix (`write.rs`).
+    writes: WriteRules,
     /// Where files open for writing keep their bytes until closed.
     spool_dir: PathBuf,
 }
@@ -312,20 +312,26 @@ impl Client {
             opts,
             rt,
             backing: None,
-            write_type: WriteType::ReadOnly,
+            writes: WriteRules::new(WriteType::ReadOnly, Vec::new()),
             spool_dir: std::env::temp_dir(),
         }
     }
 
-    /// Allows writes of `write_type`, spooled in `spool_dir` until each file is closed.
-    pub fn with_writes(mut self, write_type: WriteType, spool_dir: PathBuf) -> Self {
-        self.write_type = write_type;
+    /// Allows writes of the types `rules` give (a `WriteType` alone: one type everywhere),
+    /// spooled in `spool_dir` until each file is closed.
+    pub fn with_writes(mut self, rules: impl Into<WriteRules>, spool_dir: PathBuf) -> Self {
+        self.writes = rules.into();
         self.spool_dir = spool_dir;
         self
     }
 
-    pub fn write_type(&self) -> WriteType {
-        self.write_type
+    /// The write type of a namespace path (`ReadOnly` for a path that is not valid).
+    pub fn write_type_of(&self, path: &str) -> WriteType {
+        Self::normalize(path).map_or(WriteType::ReadOnly, |p| self.writes.of(&p))
+    }
+
+    pub fn write_rules(&self) -> &WriteRules {
+        &self.writes
     }
 
     /// Lets opens use files lent by `source` (a same-host worker's cache) for passthrough.

@@ -51,10 +51,11 @@ impl Client {
     /// The store path a write to `path` goes to, after checking that `path` may be written.
     fn writable_target(&self, path: &str) -> Result<(String, String, DynStore)> {
         let path = Self::normalize(path)?;
-        if !self.write_type.writable() {
+        let write_type = self.writes.of(&path);
+        if !write_type.writable() {
             return Err(Error::new(
                 ErrorKind::ReadOnly,
-                format!("{path}: read-only (write_type = {})", self.write_type),
+                format!("{path}: read-only (write type {write_type})"),
             ));
         }
         match self.ns.resolve(&path)? {
@@ -68,7 +69,7 @@ impl Client {
             )),
             Resolved::Store { mount, rel } => {
                 if rel.len() > MAX_KEY_BYTES {
-                    return Err(Error::invalid(format!(
+                    return Err(Error::new(ErrorKind::NameTooLong, format!(
                         "{path}: the store key would be {} bytes; object stores allow {MAX_KEY_BYTES}",
                         rel.len()
                     )));
@@ -157,7 +158,7 @@ impl Client {
         let asked = self.opts.clock.now();
         let meta = w
             .store
-            .write_file(&w.rel, &w.spool, w.len)
+            .write_from(&w.rel, &w.spool, w.len)
             .await
             .map_err(|e| e.context(&w.path))?;
         w.dirty = false;
@@ -165,7 +166,7 @@ impl Client {
         let mut changes = self.meta.put_stat(asked, entry.clone());
         self.note_parents(&w.path, &w.rel, &w.store, asked, &mut changes);
         self.apply(&changes);
-        if self.write_type.caches() && entry.size == w.len {
+        if self.writes.of(&w.path).caches() && entry.size == w.len {
             if let Some(obj) = &entry.object {
                 self.cache_written(obj.id, w);
             }

@@ -218,7 +218,7 @@ async fn read_only_and_impossible_names_are_clear_errors() {
     let c = client(&fx, WriteType::Through);
     let long = format!("/d/{}", "k".repeat(1100));
     let e = c.create(&long, true).await.err().unwrap();
-    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert_eq!(e.kind(), ErrorKind::NameTooLong);
     assert!(e.to_string().contains("1024"), "{e}");
     let e = c.create("/", true).await.err().unwrap();
     assert_eq!(e.errno(), libc::EROFS, "{e}");

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::size::parse_size;
 use crate::sync::{parse_sync_rules, SyncPolicy, SyncRule};
+use crate::write::{parse_jobs, parse_write_rules, JobSpec, WriteRule, WriteType};
 use crate::{Error, Result};
 
 /// One configuration option.
@@ -37,6 +38,13 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "bulk_list_max", default: "100000", help: "Load a directory tree with one recursive listing of the store (on S3 split by subdirectory, listed side by side) when it has at most this many entries; a bigger tree is listed a directory at a time. 0 disables bulk listing." },
     OptionSpec { name: "ufs_list_page", default: "1000", help: "Entries asked for per page of an object-store listing (S3 max-keys; 1000 is S3's largest)." },
     OptionSpec { name: "lookup_lists_parent", default: "true", help: "Answer a lookup in a directory whose listing is not cached by listing that directory once (shared by concurrent lookups) instead of one HEAD per name. Turn off for huge flat directories read a few files at a time." },
+    OptionSpec { name: "write_type", default: "read-only", help: "How files written through the mount or the client are stored: `read-only` (EROFS), `through` (to the under-store on close, cached as written), `store-only` (to the under-store on close, not cached), `cache-only` (kept only in Silt, memory first, for `cache_only_ttl`), `back` (acknowledged once in the local write-ahead log, persisted in the background). Promises in docs/SEMANTICS.md." },
+    OptionSpec { name: "write_rules", default: "", help: "Write type per namespace prefix, PATH=TYPE comma-separated (e.g. /data/shuffle=cache-only,/data/out=back); the longest prefix wins, other paths use `write_type`." },
+    OptionSpec { name: "write_memory", default: "512MiB", help: "Ceiling of memory holding written data (files being written, cache-only files); past it, data spills to the disk tiers. Can be lowered at run time (`silt memory --write SIZE`)." },
+    OptionSpec { name: "write_file_memory", default: "64MiB", help: "Memory one file being written may hold at priority 1; each priority level above adds half of it (seed 004: 64 MiB, +32 MiB per level). Beyond it the file spills." },
+    OptionSpec { name: "write_jobs", default: "", help: "Jobs sharing write memory, PATH=QUOTA@PRIORITY comma-separated (e.g. /shuffle/etl=2GiB@7): files under PATH count against QUOTA; under pressure, lower priorities (1-9) spill first. Other paths: priority 5, no quota but `write_memory`." },
+    OptionSpec { name: "cache_only_ttl", default: "24h", help: "How long a cache-only file lives after it was written (0: until removed or Silt stops)." },
+    OptionSpec { name: "upload_delay", default: "0s", help: "How long a `back` file waits in the write-ahead log before its upload starts (lets short-lived files die unuploaded)." },
     OptionSpec { name: "attr_ttl", default: "1h", help: "Kernel attribute cache TTL given to FUSE." },
     OptionSpec { name: "entry_ttl", default: "1h", help: "Kernel directory-entry cache TTL given to FUSE." },
     OptionSpec { name: "prefetch_max", default: "64MiB", help: "Largest read-ahead window of the sequential prefetcher; the window starts at two pages and doubles while reads stay sequential." },
@@ -104,6 +112,13 @@ pub struct Config {
     pub eviction_policy: String,
     pub sync_policy: SyncPolicy,
     pub sync_rules: Vec<SyncRule>,
+    pub write_type: WriteType,
+    pub write_rules: Vec<WriteRule>,
+    pub write_memory: u64,
+    pub write_file_memory: u64,
+    pub write_jobs: Vec<JobSpec>,
+    pub cache_only_ttl: Duration,
+    pub upload_delay: Duration,
     pub negative_ttl: Duration,
     pub bulk_list_max: usize,
     pub ufs_list_page: usize,
@@ -154,6 +169,13 @@ impl Default for Config {
             eviction_policy: String::new(),
             sync_policy: SyncPolicy::Always,
             sync_rules: Vec::new(),
+            write_type: WriteType::ReadOnly,
+            write_rules: Vec::new(),
+            write_memory: 0,
+            write_file_memory: 0,
+            write_jobs: Vec::new(),
+            cache_only_ttl: Duration::ZERO,
+            upload_delay: Duration::ZERO,
             negative_ttl: Duration::ZERO,
             bulk_list_max: 0,
             ufs_list_page: 0,
@@ -368,6 +390,15 @@ impl Config {
             },
             "sync_policy" => self.sync_policy = SyncPolicy::parse(v).map_err(|e| e.context(key))?,
             "sync_rules" => self.sync_rules = parse_sync_rules(v).map_err(|e| e.context(key))?,
+            "write_type" => self.write_type = WriteType::parse(v).map_err(|e| e.context(key))?,
+            "write_rules" => {
+                self.write_rules = parse_write_rules(v).map_err(|e| e.context(key))?
+            }
+            "write_memory" => self.write_memory = parse_size_opt(key, v)?,
+            "write_file_memory" => self.write_file_memory = parse_size_opt(key, v)?,
+            "write_jobs" => self.write_jobs = parse_jobs(v).map_err(|e| e.context(key))?,
+            "cache_only_ttl" => self.cache_only_ttl = parse_duration(key, v)?,
+            "upload_delay" => self.upload_delay = parse_duration(key, v)?,
             "negative_ttl" => self.negative_ttl = parse_duration(key, v)?,
             "bulk_list_max" => self.bulk_list_max = parse_count(key, v, 0)?,
             "ufs_list_page" => {

@@ -36,6 +36,12 @@ pub enum ErrorKind {
     AlreadyExists,
     /// The path may not be modified (a read-only mount or write type).
     ReadOnly,
+    /// A directory to remove still has entries.
+    NotEmpty,
+    /// A name or path is longer than the store (or POSIX) allows.
+    NameTooLong,
+    /// The operation would cross stores (a rename between mounts).
+    CrossDevice,
     /// A bug or an unexpected condition.
     Internal,
 }
@@ -67,6 +73,9 @@ impl ErrorKind {
             ErrorKind::IsADirectory => libc::EISDIR,
             ErrorKind::AlreadyExists => libc::EEXIST,
             ErrorKind::ReadOnly => libc::EROFS,
+            ErrorKind::NotEmpty => libc::ENOTEMPTY,
+            ErrorKind::NameTooLong => libc::ENAMETOOLONG,
+            ErrorKind::CrossDevice => libc::EXDEV,
             ErrorKind::Internal => libc::EIO,
         }
     }
@@ -88,6 +97,9 @@ impl ErrorKind {
             ErrorKind::IsADirectory => "is a directory",
             ErrorKind::AlreadyExists => "already exists",
             ErrorKind::ReadOnly => "read-only",
+            ErrorKind::NotEmpty => "directory not empty",
+            ErrorKind::NameTooLong => "name too long",
+            ErrorKind::CrossDevice => "cross-device",
             ErrorKind::Internal => "internal error",
         }
     }

@@ -4,6 +4,7 @@
 pub mod config;
 pub mod error;
 pub mod id;
+pub mod io;
 pub mod metrics;
 pub mod size;
 pub mod sync;

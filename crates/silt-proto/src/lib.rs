@@ -84,6 +84,9 @@ const ALL_KINDS: &[ErrorKind] = &[
     ErrorKind::AlreadyExists,
     ErrorKind::Internal,
     ErrorKind::ReadOnly,
+    ErrorKind::NotEmpty,
+    ErrorKind::NameTooLong,
+    ErrorKind::CrossDevice,
 ];
 
 pub async fn write_frame<W: AsyncWrite + Unpin>(

@@ -264,9 +264,14 @@ impl UnderStore for FaultStore {
         self.inner.write(path, data).await
     }
 
-    async fn write_file(&self, path: &str, file: &std::fs::File, len: u64) -> Result<ObjectMeta> {
+    async fn write_from(
+        &self,
+        path: &str,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+    ) -> Result<ObjectMeta> {
         self.before(FaultOp::Write, path).await?;
-        self.inner.write_file(path, file, len).await
+        self.inner.write_from(path, src, len).await
     }
 
     async fn delete(&self, path: &str) -> Result<()> {

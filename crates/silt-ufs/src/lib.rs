@@ -13,6 +13,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use silt_common::io::ReadAt;
 use silt_common::{Error, Result};
 
 mod fault;
@@ -140,14 +141,16 @@ pub trait UnderStore: Send + Sync + 'static {
     /// Writes a whole object; returns the new version's metadata as the store reported it for
     /// this write (so a caller never mistakes another writer's version for its own).
     async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta>;
-    /// `write` of the first `len` bytes of a local file. A store that can upload in parts
-    /// (S3 multipart) reads the file a part at a time, so memory does not grow with the object;
-    /// this default reads it whole.
-    async fn write_file(&self, path: &str, file: &std::fs::File, len: u64) -> Result<ObjectMeta> {
-        let mut buf = vec![0u8; len as usize];
-        std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, 0)
-            .map_err(|e| Error::from(e).context(format!("write {path}: reading the local file")))?;
-        self.write(path, Bytes::from(buf)).await
+    /// `write` of the first `len` bytes of `src` (a spool, a write buffer, a log record). A
+    /// store that can upload in parts (S3 multipart) reads a part at a time, so memory does not
+    /// grow with the object; this default reads it whole.
+    async fn write_from(&self, path: &str, src: &dyn ReadAt, len: u64) -> Result<ObjectMeta> {
+        let len = usize::try_from(len)
+            .map_err(|_| Error::invalid(format!("write {path}: {len} bytes is too large")))?;
+        let data = src
+            .read_at(0, len)
+            .map_err(|e| e.context(format!("write {path}: reading the local bytes")))?;
+        self.write(path, data).await
     }
     /// Deletes an object; deleting a missing object is not an error.
     async fn delete(&self, path: &str) -> Result<()>;

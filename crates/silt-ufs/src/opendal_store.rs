@@ -973,7 +973,7 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
     })
 }
 
-/// Part size of a multipart upload (`write_file`): memory per upload in flight.
+/// Part size of a multipart upload (`write_from`): memory per upload in flight.
 const WRITE_PART: usize = 8 << 20;
 
 /// Subdirectories a recursive listing is split into at most (see `s3_list_tree`); more are
@@ -1114,7 +1114,12 @@ impl UnderStore for OpendalStore {
         .await
     }
 
-    async fn write_file(&self, path: &str, file: &std::fs::File, len: u64) -> Result<ObjectMeta> {
+    async fn write_from(
+        &self,
+        path: &str,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+    ) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
         self.count_errors(async {
             // One PUT up to a part's size, else initiate + one request per part + complete.
@@ -1129,10 +1134,8 @@ impl UnderStore for OpendalStore {
             let mut off = 0u64;
             while off < len {
                 let n = (len - off).min(WRITE_PART as u64) as usize;
-                let mut part = vec![0u8; n];
-                std::os::unix::fs::FileExt::read_exact_at(file, &mut part, off).map_err(|e| {
-                    Error::from(e)
-                        .context(format!("write {}: reading the local file", self.full(path)))
+                let part = src.read_at(off, n).map_err(|e| {
+                    e.context(format!("write {}: reading the local bytes", self.full(path)))
                 })?;
                 w.write(part)
                     .await

@@ -136,7 +136,7 @@ mod cases {
     }
 
     /// The version a write reports is the store's: same content fingerprint as a later stat,
-    /// and a read guarded by it succeeds. `write_file` likewise, past one upload part (S3
+    /// and a read guarded by it succeeds. `write_from` likewise, past one upload part (S3
     /// multipart: 8 MiB parts).
     pub async fn written_version_is_the_stored_one(f: Fixture) {
         let s = &f.store;
@@ -163,7 +163,7 @@ mod cases {
         let mut file = tempfile::tempfile().unwrap();
         std::io::Write::write_all(&mut file, &big).unwrap();
         let w = s
-            .write_file("w/big", &file, big.len() as u64)
+            .write_from("w/big", &file, big.len() as u64)
             .await
             .unwrap();
         check("w/big", w, big).await;
