@@ -9,8 +9,9 @@ and records runs into a `Ctx`:
 Ratios are computed from the medians at the end (`ratios(ctx)`).
 
 B5 and B6's rebalance need features that later issues bring. They are detected, not assumed:
-- B5 runs when `silt up --help` offers `--write-type` (issue 6): the shuffle is written through
-  the mount with `--write-type cache-only` and compared with the same on a tmpfs.
+- B5's mount part runs when `silt up --help` offers `--write-type` (issue 6): the shuffle is
+  written through the mount with `--write-type cache-only` and compared with the same on a
+  tmpfs; its client-library part and the upload comparison run `silt-bench shuffle`.
 - B3P runs when `silt up --help` offers `--sync-policy` (issue 5).
 - B6 rebalance runs when `silt ring simulate --help` exists (issue 4). The contract:
   `silt ring simulate --workers 4 --join 1 --pages N --json` prints `{"moved_fraction": F}`.
@@ -24,7 +25,6 @@ import shutil
 import statistics
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from . import generators, mech, stats, train
 
@@ -499,63 +499,148 @@ def silt_supports_writes():
     return "--write-type" in out
 
 
-def shuffle(root, writers, partitions, part_size, readers):
-    """Writers each write `partitions` files root/wW/pP of part_size bytes; then `readers`
-    readers read partition columns (reader r: partitions r, r+readers, ... of every writer).
-    Returns (bytes, write seconds, read seconds); raises if a byte read back differs."""
-    def block(w, p):
-        return bytes([(w * 31 + p) % 251]) * part_size
+def b5_params(quick):
+    """The shuffle's shape, the memory budget and the upload comparison's files. Full: 32
+    writers x 64 partitions x 1 MiB = 2 GiB written with 1 GiB of write memory (half of it
+    spills), read by 32 readers; quick: 8 x 16 x 1 MiB = 128 MiB with 64 MiB. Uploads: 16 x
+    16 MiB (quick 8 x 8 MiB), 8 at a time (Silt uploads `back` files 8 at a time): kept small
+    because the project's VM has ~1.6 GB of free disk, which the store, the write-ahead log and
+    the disk tier share."""
+    if quick:
+        return dict(writers=8, partitions=16, part_size=1 << 20, readers=8, write_memory=64 << 20,
+                    read_cache=64 << 20, files=8, file_size=8 << 20, concurrency=8)
+    return dict(writers=32, partitions=64, part_size=1 << 20, readers=32, write_memory=1 << 30,
+                read_cache=256 << 20, files=16, file_size=16 << 20, concurrency=8)
 
-    def write(w):
-        os.makedirs(os.path.join(root, f"w{w:03}"), exist_ok=True)
-        for p in range(partitions):
-            with open(os.path.join(root, f"w{w:03}", f"p{p:03}"), "wb") as f:
-                f.write(block(w, p))
 
-    def read(r):
-        n = 0
-        for p in range(r, partitions, readers):
-            for w in range(writers):
-                with open(os.path.join(root, f"w{w:03}", f"p{p:03}"), "rb") as f:
-                    data = f.read()
-                if data != block(w, p):
-                    raise RuntimeError(f"shuffle: {root}/w{w:03}/p{p:03} read back wrong bytes")
-                n += len(data)
-        return n
+def shuffle_args(p):
+    return ["--writers", str(p["writers"]), "--partitions", str(p["partitions"]),
+            "--part-size", str(p["part_size"]), "--readers", str(p["readers"])]
 
-    t = time.perf_counter()
-    with ThreadPoolExecutor(writers) as ex:
-        list(ex.map(write, range(writers)))
-    os.sync()
-    t_write = time.perf_counter() - t
-    t = time.perf_counter()
-    with ThreadPoolExecutor(readers) as ex:
-        nbytes = sum(ex.map(read, range(readers)))
-    return nbytes, t_write, time.perf_counter() - t
+
+def upload_args(p):
+    return ["--files", str(p["files"]), "--file-size", str(p["file_size"]),
+            "--concurrency", str(p["concurrency"])]
+
+
+def shuffle_tool(store, args):
+    """Runs `silt-bench shuffle ARGS` (crates/silt-bench/src/shuffle.rs) with the store's
+    endpoint and keys; its JSON. Raises RuntimeError with the tool's last error line."""
+    os.sync()  # earlier phases' write-back does not land inside this measurement
+    r = subprocess.run([mech.SILT_BENCH, "shuffle", *args], capture_output=True, text=True,
+                       env=store.env() if store and store.endpoint else None)
+    if r.returncode != 0:
+        lines = [x for x in r.stderr.strip().splitlines() if x.strip()]
+        raise RuntimeError(lines[-1] if lines else f"silt-bench shuffle exited {r.returncode}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def shuffle_gbps(r):
+    """A shuffle's GB/s: every byte written and read back, over write + read time."""
+    return 2 * r["bytes"] / (r["write_s"] + r["read_s"]) / 1e9
+
+
+def _tmpfs_shuffle(ctx, p, root):
+    size = p["writers"] * p["partitions"] * p["part_size"] * 2
+    os.makedirs(root, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", root], check=True)
+    try:
+        return shuffle_tool(None, ["--mode", "dir", "--dir", os.path.join(root, "s"), *shuffle_args(p)])
+    finally:
+        subprocess.run(["umount", root], check=False)
 
 
 def b5(ctx):
-    if not silt_supports_writes():
-        ctx.note("B5", "not yet supported: `silt up` has no --write-type (writes arrive with issue 6)")
-        return
-    writers, partitions, readers = 32, 64, 32
-    part = (64 << 10) if ctx.quick else (1 << 20)  # 32 x 64 x 1 MiB = 2 GiB
-    budget = 1 << 30
-    ctx.note("B5", f"{writers} writers x {partitions} partitions x {part >> 10} KiB, {readers} readers; "
-                   f"Silt --write-type cache-only, memory tier {budget >> 20} MiB")
-    tmpfs = os.path.join(ctx.work, "tmpfs")
-    os.makedirs(tmpfs, exist_ok=True)
+    """B5, the shuffle (32 writers x 64 partitions x 1 MiB, then 32 readers reading partition
+    columns, every byte checked), timed by `silt-bench shuffle` (the same Rust code for all):
+    - tmpfs: plain file I/O on a fresh tmpfs, a thread per writer and reader (b5_tmpfs);
+    - mount: the same I/O through `silt up --write-type cache-only --write-memory BUDGET
+      --memory-capacity READ_CACHE` (b5_mount);
+    - client: the same shuffle in-process through silt_client, set up as `silt up` sets up its
+      client with the same options (b5_client);
+    GB/s = 2 x bytes / (write + read seconds). Memory: peak RSS (VmHWM) of `silt up`, and of the
+    client's process, / (write memory + memory tier), and the write arena's own peak / write
+    memory. Then the write-throughput comparison on the run's store, files of one size, 8 at a
+    time: direct multipart uploads (UnderStore::write_from, 8 MiB parts: b5_direct_upload),
+    `through` writes through silt_client (done when every close returned: b5_through), `back`
+    writes (acknowledged when every close returned: b5_back_ack; done when `persist` of the
+    directory returned: b5_back). Their order rotates per repetition."""
+    p = b5_params(ctx.quick)
+    budget = p["write_memory"] + p["read_cache"]
+    ctx.note("B5", f"shuffle {p['writers']} writers x {p['partitions']} partitions x {p['part_size'] >> 20} MiB = "
+                   f"{p['writers'] * p['partitions'] * p['part_size'] / 2**30:.2f} GiB, {p['readers']} readers "
+                   f"reading partition columns, every byte checked; GB/s = 2 x bytes / (write s + read s). "
+                   f"Memory budget = write memory {p['write_memory'] >> 20} MiB (files being written and "
+                   f"cache-only files; past it they spill to the disk tier) + memory tier {p['read_cache'] >> 20} "
+                   f"MiB (the read cache); fetch buffers (--buffer-memory) are not counted: cache-only reads "
+                   f"never fetch from the store. Uploads: {p['files']} x {p['file_size'] >> 20} MiB, "
+                   f"{p['concurrency']} at a time, to the run's store")
+    mount_ok = silt_supports_writes()
+    if not mount_ok:
+        ctx.note("B5", "mount: not yet supported: `silt up` has no --write-type (writes arrive with issue 6)")
+    store_uri = f"s3://{ctx.store.bucket}/b5"
+    os.makedirs(ctx.store.local_dir, exist_ok=True)  # the bucket (versitygw's posix backend), if no data made it
     for rep in range(ctx.reps):
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={writers * partitions * part * 2}", "tmpfs", tmpfs], check=True)
+        r = _tmpfs_shuffle(ctx, p, os.path.join(ctx.work, "tmpfs"))
+        ctx.add("b5_tmpfs", shuffle_gbps(r), "GB/s")
+        ctx.counter("b5 tmpfs: write GB/s", r["write_gbps"])
+        ctx.counter("b5 tmpfs: read GB/s", r["read_gbps"])
+        if mount_ok:
+            mount_ok = _b5_mount(ctx, p, rep, budget)
+        state = os.path.join(ctx.work, ctx.fresh_state("b5-client"))
+        common = ["--store", store_uri, "--state-dir", state, "--write-memory", str(p["write_memory"]),
+                  "--memory-capacity", str(p["read_cache"])]
+        r = shuffle_tool(ctx.store, ["--mode", "client", "--write-type", "cache-only", "--prefix", f"shuffle-{rep}",
+                                     *common, *shuffle_args(p)])
+        shutil.rmtree(state, ignore_errors=True)
+        ctx.add("b5_client", shuffle_gbps(r), "GB/s")
+        ctx.add("b5_client_peak_rss_over_budget", r["peak_rss"] / budget, "ratio")
+        ctx.counter("b5 client: write memory peak / write memory", r["memory_peak"] / p["write_memory"])
+        ctx.counter("b5 client: spilled (MiB)", r["spilled"] / 2**20)
+        ctx.counter("b5 client: store requests", r["store_requests"])
+        ctx.counter("b5 client: write GB/s", r["write_gbps"])
+        ctx.counter("b5 client: read GB/s", r["read_gbps"])
+        runs = {"direct": ["--mode", "direct", "--store", store_uri],
+                "through": ["--mode", "client", "--write-type", "through"] + common,
+                "back": ["--mode", "client", "--write-type", "back"] + common}
+        order = list(runs)
+        for name in order[rep % 3:] + order[:rep % 3]:
+            r = shuffle_tool(ctx.store, runs[name] + ["--prefix", f"up-{name}-{rep}", *upload_args(p)])
+            shutil.rmtree(state, ignore_errors=True)
+            ctx.add("b5_direct_upload" if name == "direct" else f"b5_{name}", r["gbps"], "GB/s")
+            ctx.counter(f"b5 {name}: store requests", r["store_requests"])
+            if name == "back":
+                ctx.add("b5_back_ack", r["ack_gbps"], "GB/s")
+                # A failed attempt waits 1 s, 2 s, ... before its retry: it shows in b5_back.
+                ctx.counter("b5 back: failed upload attempts", r.get("persist_failures", 0))
+        print(f"B5 rep {rep + 1}/{ctx.reps} done", flush=True)
+
+
+def _b5_mount(ctx, p, rep, budget):
+    """One shuffle through the mount; False (with a note) if the mount could not run it."""
+    extra = ctx.silt_extra + ["--write-type", "cache-only", "--write-memory", str(p["write_memory"])]
+    with ctx.silt(ctx.fresh_state("b5"), memory=str(p["read_cache"]), extra=extra) as s:
+        req = s.metric(UFS_REQUESTS)
         try:
-            n, w, r = shuffle(os.path.join(tmpfs, "s"), writers, partitions, part, readers)
-            ctx.add("b5_tmpfs", 2 * n / (w + r) / 1e9, "GB/s")
-        finally:
-            subprocess.run(["umount", tmpfs], check=False)
-        with ctx.silt(ctx.fresh_state("b5"), memory=f"{budget}", extra=ctx.silt_extra + ["--write-type", "cache-only"]) as s:
-            n, w, r = shuffle(s.path(f"b5-shuffle-{rep}"), writers, partitions, part, readers)
-            ctx.add("b5_silt", 2 * n / (w + r) / 1e9, "GB/s")
-            ctx.add("b5_peak_rss_over_budget", s.report()["peak_rss_bytes"] / budget, "ratio")
+            r = shuffle_tool(None, ["--mode", "dir", "--dir", s.path(f"b5-shuffle-{rep}"), *shuffle_args(p)])
+        except RuntimeError as e:
+            ctx.note("B5", f"mount: the shuffle failed through the mount, not measured: {e}")
+            r = None
+        if r:
+            rep_ = s.report()
+    shutil.rmtree(os.path.join(ctx.work, "b5"), ignore_errors=True)
+    if not r:
+        return False
+    ctx.counter("b5 mount: store requests", rep_["metrics"][UFS_REQUESTS] - req)
+    ctx.add("b5_mount", shuffle_gbps(r), "GB/s")
+    ctx.add("b5_mount_peak_rss_over_budget", rep_["peak_rss_bytes"] / budget, "ratio")
+    w = rep_.get("memory", {}).get("write", {})
+    if w:
+        ctx.counter("b5 mount: write memory peak / write memory", w["peak"] / p["write_memory"])
+        ctx.counter("b5 mount: spilled at the end (MiB)", w["spilled"] / 2**20)
+    ctx.counter("b5 mount: write GB/s", r["write_gbps"])
+    ctx.counter("b5 mount: read GB/s", r["read_gbps"])
+    return True
 
 
 # ---------------------------------------------------------------- B6
@@ -657,9 +742,15 @@ def ratios(ctx):
         out["B4 half-cache epochs 2-3"] = stats.ratio_of_medians(
             [statistics.mean(x) for x in zip(R["b4_half_e2"], R["b4_half_e3"])], R["b4_synthetic"])
         out["B4 hit ratio"] = min(stats.median(R["b4_half_hit_e2"]), stats.median(R["b4_half_hit_e3"]))
-    r("B5", "b5_silt", "b5_tmpfs")
-    if "b5_peak_rss_over_budget" in R:
-        out["B5 memory"] = max(R["b5_peak_rss_over_budget"])
+    r("B5", "b5_mount", "b5_tmpfs")
+    r("B5 client", "b5_client", "b5_tmpfs")
+    if "b5_mount_peak_rss_over_budget" in R:
+        out["B5 memory"] = max(R["b5_mount_peak_rss_over_budget"])  # the worst run
+    if "b5_client_peak_rss_over_budget" in R:
+        out["B5 client memory"] = max(R["b5_client_peak_rss_over_budget"])
+    r("B5 through ÷ direct", "b5_through", "b5_direct_upload")
+    r("B5 back ÷ direct", "b5_back", "b5_direct_upload")
+    r("B5 back acknowledged ÷ direct", "b5_back_ack", "b5_direct_upload")
     per_file = [k for k in R if k.startswith("b6_bytes_per_file_")]
     if per_file:
         # The largest set: RSS moves by a few MiB on its own, which only many files average out.

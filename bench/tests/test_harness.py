@@ -4,6 +4,7 @@ import hashlib
 import json
 import math
 import os
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
@@ -279,10 +280,53 @@ def test_walk_counts_every_entry(tmp_path):
     assert n == 3 + 9 + 27 and secs >= 0
 
 
-def test_shuffle_writes_and_checks_every_partition(tmp_path):
-    n, w, r = scenarios.shuffle(str(tmp_path / "s"), writers=3, partitions=5, part_size=1000, readers=2)
-    assert n == 3 * 5 * 1000 and w >= 0 and r >= 0
-    assert len(os.listdir(tmp_path / "s")) == 3
+def test_b5_shape_budget_and_tool_arguments():
+    full, quick = scenarios.b5_params(False), scenarios.b5_params(True)
+    assert full["writers"] * full["partitions"] * full["part_size"] >= 2 << 30  # ≥ 2 GiB in all
+    assert (full["writers"], full["partitions"], full["readers"]) == (32, 64, 32)
+    assert full["write_memory"] < full["writers"] * full["partitions"] * full["part_size"]  # it spills
+    assert quick["write_memory"] < quick["writers"] * quick["partitions"] * quick["part_size"]
+    args = scenarios.shuffle_args(full)
+    assert args[args.index("--part-size") + 1] == str(1 << 20)
+    assert scenarios.upload_args(quick)[:2] == ["--files", "8"]
+    assert scenarios.shuffle_gbps({"bytes": 10**9, "write_s": 1.0, "read_s": 1.0}) == pytest.approx(1.0)
+
+
+def test_shuffle_tool_reports_its_error(monkeypatch):
+    def run(cmd, **kw):
+        assert cmd[1] == "shuffle" and kw["env"] is None
+        return subprocess.CompletedProcess(cmd, 1, "", "noise\nsilt-bench: error: write /m/w000/p000: Read-only file system\n")
+    monkeypatch.setattr(scenarios.subprocess, "run", run)
+    with pytest.raises(RuntimeError, match="Read-only file system"):
+        scenarios.shuffle_tool(None, ["--mode", "dir"])
+    ok = '{"bytes": 4, "write_s": 1, "read_s": 1}'
+    monkeypatch.setattr(scenarios.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, ok + "\n", ""))
+    assert scenarios.shuffle_tool(None, [])["bytes"] == 4
+
+
+def test_b5_ratios():
+    ctx = scenarios.Ctx(None, "/nonexistent", reps=3)
+    for name, runs in {"b5_tmpfs": [1.0, 2.0, 3.0], "b5_mount": [0.5, 1.0, 1.5], "b5_client": [3, 3, 3],
+                       "b5_mount_peak_rss_over_budget": [0.9, 1.2, 1.0],
+                       "b5_client_peak_rss_over_budget": [0.5, 0.6, 0.4],
+                       "b5_direct_upload": [0.2, 0.2, 0.2], "b5_through": [0.1, 0.15, 0.2],
+                       "b5_back": [0.1, 0.1, 0.1], "b5_back_ack": [1.0, 1.0, 1.0]}.items():
+        for v in runs:
+            ctx.add(name, v, "x")
+    r = scenarios.ratios(ctx)
+    assert r["B5"] == pytest.approx(0.5) and r["B5 client"] == pytest.approx(1.5)
+    assert r["B5 memory"] == pytest.approx(1.2)  # the worst repetition
+    assert r["B5 client memory"] == pytest.approx(0.6)
+    assert r["B5 through ÷ direct"] == pytest.approx(0.75)
+    assert r["B5 back ÷ direct"] == pytest.approx(0.5)
+    assert r["B5 back acknowledged ÷ direct"] == pytest.approx(5.0)
+    assert stats.GOALS_BY_ID["B5 client"].goal == 0.6 and "B5 through ÷ direct" not in stats.GOALS_BY_ID
+    # Nothing through the mount (the FUSE write path missing): no mount ratio is claimed.
+    ctx = scenarios.Ctx(None, "/nonexistent", reps=1)
+    ctx.add("b5_tmpfs", 1.0, "GB/s")
+    ctx.add("b5_client", 0.7, "GB/s")
+    r = scenarios.ratios(ctx)
+    assert "B5" not in r and "B5 memory" not in r and r["B5 client"] == pytest.approx(0.7)
 
 
 def test_training_loop_reads_every_sample_each_epoch(tmp_path):

@@ -1,4 +1,7 @@
-//! `silt-bench`: the benchmark environment's command line (see the library docs).
+//! `silt-bench`: the benchmark environment's command line (see the library docs), and the
+//! shuffle benchmark B5 (`silt-bench shuffle`, see `shuffle.rs`).
+
+mod shuffle;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -57,6 +60,7 @@ fn cli() -> Command {
                 .subcommand(Command::new("down").about("Remove an environment").arg(id))
                 .subcommand(Command::new("status").about("List environments")),
         )
+        .subcommand(shuffle_cli())
         .subcommand(
             Command::new("proxy")
                 .hide(true)
@@ -101,6 +105,7 @@ fn run(m: ArgMatches) -> Result<()> {
             _ => anyhow::bail!("unknown env command"),
         },
         Some(("proxy", m)) => run_proxy(m),
+        Some(("shuffle", m)) => run_shuffle(m),
         _ => anyhow::bail!("unknown command"),
     }
 }
@@ -153,4 +158,160 @@ fn run_proxy(m: &ArgMatches) -> Result<()> {
         proxy::serve(listener, upstream, shaping).await;
         Ok(())
     })
+}
+
+fn shuffle_cli() -> Command {
+    let size = |name: &'static str, default: &'static str, help: &'static str| {
+        Arg::new(name).long(name).default_value(default).help(help)
+    };
+    let count = |name: &'static str, default: &'static str, help: &'static str| {
+        Arg::new(name)
+            .long(name)
+            .value_parser(value_parser!(usize))
+            .default_value(default)
+            .help(help)
+    };
+    Command::new("shuffle")
+        .about("Benchmark B5: the shuffle on a directory or through the client library; through, back and direct uploads")
+        .long_about(
+            "Benchmark B5. Prints one JSON object.\n\
+             dir: WRITERS threads each write PARTITIONS files of PART_SIZE under --dir, then READERS threads read partition columns and check every byte (a tmpfs, or Silt's mount).\n\
+             client --write-type cache-only: the same shuffle in-process through silt_client (set up as `silt up` sets up its client) over --store mounted at /data.\n\
+             client --write-type through|back: FILES files of FILE_SIZE written through silt_client to --store, CONCURRENCY at a time (back: acknowledged, then persisted).\n\
+             direct: the same files uploaded with the store's write_from (multipart), the baseline of through and back.\n\
+             The store's endpoint and keys come from SILT_S3_* / AWS_*.",
+        )
+        .arg(
+            Arg::new("mode")
+                .long("mode")
+                .required(true)
+                .value_parser(["dir", "tmpfs-dir", "client", "direct"])
+                .help("dir (alias tmpfs-dir), client or direct"),
+        )
+        .arg(
+            Arg::new("write-type")
+                .long("write-type")
+                .default_value("cache-only")
+                .value_parser(["cache-only", "through", "back"])
+                .help("client mode: cache-only runs the shuffle; through and back time uploads"),
+        )
+        .arg(Arg::new("dir").long("dir").value_parser(value_parser!(PathBuf)).help("dir mode: where the shuffle writes"))
+        .arg(Arg::new("store").long("store").help("client and direct modes: the store, e.g. s3://bench/b5"))
+        .arg(
+            Arg::new("state-dir")
+                .long("state-dir")
+                .value_parser(value_parser!(PathBuf))
+                .help("client mode: state directory (disk tier STATE/cache, its spill directory, the write-ahead log)"),
+        )
+        .arg(Arg::new("prefix").long("prefix").default_value("b5").help("client and direct modes: directory in the store written"))
+        .arg(count("writers", "32", "Shuffle writers"))
+        .arg(count("partitions", "64", "Partitions per writer"))
+        .arg(size("part-size", "1MiB", "Bytes per partition file"))
+        .arg(count("readers", "32", "Shuffle readers"))
+        .arg(size("io-chunk", "1MiB", "client mode: bytes per write_at and per read call"))
+        .arg(size("write-memory", "1GiB", "client mode: write_memory, the ceiling of memory holding written data"))
+        .arg(size("memory-capacity", "256MiB", "client mode: memory tier (read cache)"))
+        .arg(size("disk-quota", "40GiB", "client mode: quota of the disk tier (and so of spilled data)"))
+        .arg(count("files", "16", "through, back and direct: files uploaded"))
+        .arg(size("file-size", "64MiB", "through, back and direct: bytes per file"))
+        .arg(count("concurrency", "8", "through, back and direct: files in flight (Silt uploads back files 8 at a time)"))
+        .arg(
+            Arg::new("seed")
+                .long("seed")
+                .value_parser(value_parser!(u64))
+                .default_value("7")
+                .help("Seed of the data"),
+        )
+}
+
+fn run_shuffle(m: &ArgMatches) -> Result<()> {
+    let size = |k: &str| -> Result<u64> {
+        let v = m
+            .get_one::<String>(k)
+            .map(String::as_str)
+            .unwrap_or_default();
+        silt_common::size::parse_size(v).with_context(|| format!("--{k} {v}"))
+    };
+    let count = |k: &str| m.get_one::<usize>(k).copied().unwrap_or_default();
+    let seed = m.get_one::<u64>("seed").copied().unwrap_or(7);
+    let mode = m
+        .get_one::<String>("mode")
+        .map(String::as_str)
+        .unwrap_or_default();
+    let write_type = shuffle::parse_write_type(
+        m.get_one::<String>("write-type")
+            .map(String::as_str)
+            .unwrap_or("cache-only"),
+    )?;
+    let shape = shuffle::Shape {
+        writers: count("writers"),
+        partitions: count("partitions"),
+        part_size: size("part-size")? as usize,
+        readers: count("readers"),
+        io_chunk: size("io-chunk")? as usize,
+    };
+    let uploads = shuffle::Uploads {
+        files: count("files"),
+        file_size: size("file-size")? as usize,
+        concurrency: count("concurrency"),
+        io_chunk: size("io-chunk")? as usize,
+    };
+    let prefix = m.get_one::<String>("prefix").cloned().unwrap_or_default();
+    let json = if mode == "dir" || mode == "tmpfs-dir" {
+        let dir = m
+            .get_one::<PathBuf>("dir")
+            .context("--mode dir needs --dir")?;
+        serde_json::to_string(&shuffle::shuffle_dir(dir, &shape, seed)?)?
+    } else {
+        let store_uri = m
+            .get_one::<String>("store")
+            .context("--mode client and direct need --store")?;
+        // The daemon's runtime size (crates/silt/src/daemon.rs).
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .context("starting the runtime")?;
+        rt.block_on(async {
+            if mode == "direct" {
+                let mut cfg = silt_common::config::Config::default();
+                cfg.apply_env()?;
+                let store =
+                    silt_ufs::open_store(store_uri, &silt_ufs::S3Options::from_config(&cfg))
+                        .await
+                        .with_context(|| format!("opening {store_uri}"))?;
+                return Ok(serde_json::to_string(
+                    &shuffle::upload_direct(&store, &prefix, &uploads, seed).await?,
+                )?);
+            }
+            let spec = shuffle::ClientSpec {
+                store: store_uri.clone(),
+                state_dir: m
+                    .get_one::<PathBuf>("state-dir")
+                    .cloned()
+                    .context("--mode client needs --state-dir")?,
+                write_type,
+                write_memory: size("write-memory")?,
+                memory_capacity: size("memory-capacity")?,
+                disk_quota: size("disk-quota")?,
+            };
+            let client = shuffle::build_client(&spec).await?;
+            anyhow::Ok(if write_type == silt_common::write::WriteType::CacheOnly {
+                serde_json::to_string(
+                    &shuffle::shuffle_client(client, &prefix, &shape, seed).await?,
+                )?
+            } else {
+                let store = {
+                    let cfg = spec.config()?;
+                    silt_ufs::open_store(store_uri, &silt_ufs::S3Options::from_config(&cfg)).await?
+                };
+                serde_json::to_string(
+                    &shuffle::upload_client(client, &store, &prefix, write_type, &uploads, seed)
+                        .await?,
+                )?
+            })
+        })?
+    };
+    println!("{json}");
+    Ok(())
 }

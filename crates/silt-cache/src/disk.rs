@@ -287,18 +287,19 @@ fn sync_dir_strict(dir: &Path) -> io::Result<()> {
     d.sync_all().or_else(|_| sync_fs(&d))
 }
 
-/// Frees the blocks of `[offset, offset + len)` while keeping the file size.
-fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
+/// Frees the blocks of `[offset, offset + len)`, keeping the file size; afterwards the range
+/// reads as zeros. An error where the file system (or platform) cannot.
+pub(crate) fn punch_hole(f: &File, offset: u64, len: u64) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
         let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         };
-        // SAFETY: plain syscall on a file descriptor we own for the duration of the call.
+        // SAFETY: a plain syscall on a descriptor that `f` keeps open for the call.
         let rc = unsafe {
             libc::fallocate(
-                file.as_raw_fd(),
+                f.as_raw_fd(),
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                 off,
                 n,
@@ -311,9 +312,8 @@ fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        // No hole punching: the bytes stay allocated but are unindexed, so never served.
-        let _ = (file, offset, len);
-        Ok(())
+        let _ = (f, offset, len);
+        Err(io::Error::from(io::ErrorKind::Unsupported))
     }
 }
 

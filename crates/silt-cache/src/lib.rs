@@ -8,13 +8,16 @@
 //!
 //! Module map: `store` (the [`PageStore`] and its memory tier), `disk` (disk tier files, the
 //! journal and recovery; its module documentation describes the on-disk format), `policy`
-//! ([`EvictionPolicy`], [`LruPolicy`]) and `singleflight` ([`SingleFlight`]).
+//! ([`EvictionPolicy`], [`LruPolicy`]), `singleflight` ([`SingleFlight`]) and `arena` (the
+//! [`Arena`] of memory-first [`WriteBuffer`]s for written data, spilling to disk).
 
+mod arena;
 mod disk;
 mod policy;
 mod singleflight;
 mod store;
 
+pub use arena::{Arena, ArenaConfig, ArenaStats, JobStats, WriteBuffer};
 pub use policy::{new_policy, EvictionPolicy, Handle, LruPolicy, PolicyKey};
 pub use singleflight::SingleFlight;
 pub use store::{PageStore, PageStoreConfig, PageStoreStats, PinGuard, Source, TierStats};

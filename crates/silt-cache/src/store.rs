@@ -395,21 +395,25 @@ impl State {
             return false;
         }
         if self.mem.used + len > mark(cap, self.high) {
-            let low = mark(cap, self.low);
-            while self.mem.used + len > low {
-                let Some((key, handle)) = self.mem.policy.victim() else {
-                    break;
-                };
-                if self.mem_remove(key) {
-                    self.count_eviction();
-                    self.release_if_empty(key_slot(key));
-                } else {
-                    // Not ours (cannot happen with a correct policy): forget it so we progress.
-                    self.mem.policy.on_remove(handle, key);
-                }
-            }
+            self.mem_evict_to(mark(cap, self.low).saturating_sub(len));
         }
         self.mem.used + len <= cap
+    }
+
+    /// Evicts memory pages until at most `target` bytes are used.
+    fn mem_evict_to(&mut self, target: u64) {
+        while self.mem.used > target {
+            let Some((key, handle)) = self.mem.policy.victim() else {
+                break;
+            };
+            if self.mem_remove(key) {
+                self.count_eviction();
+                self.release_if_empty(key_slot(key));
+            } else {
+                // Not ours (cannot happen with a correct policy): forget it so we progress.
+                self.mem.policy.on_remove(handle, key);
+            }
+        }
     }
 
     fn mem_put(&mut self, id: ObjectId, size: u64, index: u32, data: &Bytes) {
@@ -1149,6 +1153,17 @@ impl PageStore {
         PinGuard {
             shared: self.shared.clone(),
             object,
+        }
+    }
+
+    /// Sets the memory tier's quota; lowering it evicts down to it (and to the low watermark)
+    /// before returning, giving the memory back to the host.
+    pub fn set_memory_capacity(&self, bytes: u64) {
+        let mut st = self.shared.state.lock();
+        st.mem.capacity = bytes;
+        if st.mem.used > mark(bytes, st.high) {
+            let low = mark(bytes, st.low);
+            st.mem_evict_to(low);
         }
     }
 

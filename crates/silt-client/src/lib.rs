@@ -10,14 +10,17 @@
 //! versions are dropped.
 
 mod clock;
+mod dirs;
 mod meta;
 pub mod namespace;
+mod persist;
 mod prefetch;
+pub mod resident;
 mod snapshot;
+mod wal;
 mod write;
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -37,9 +40,10 @@ use meta::{age, build_tree, Lookup, MetaCache};
 pub use meta::{Change, ChangeKind};
 use namespace::{join, parent_and_name, Resolved};
 pub use namespace::{MountPoint, Namespace};
+pub use persist::FileState;
 use prefetch::SeqState;
 use silt_common::config::is_at_or_under;
-pub use write::FileWriter;
+pub use write::{FileWriter, WriteSetup, WriteStats};
 
 /// Client tuning (from `Config`).
 #[derive(Debug, Clone)]
@@ -127,6 +131,9 @@ pub struct OpenFile {
     pub entry: Entry,
     obj: Arc<ObjectRef>,
     seq: Mutex<SeqState>,
+    /// A file resident in Silt: its bytes, held for as long as the file is open (an upload or
+    /// a replacement meanwhile does not take them away).
+    resident: Option<Arc<resident::ResidentFile>>,
 }
 
 impl OpenFile {
@@ -240,14 +247,12 @@ pub struct Client {
     rt: Handle,
     /// Same-host workers that can lend their cache files (cluster clients).
     backing: Option<Arc<dyn BackingSource>>,
-    /// How files written through this client reach the store, per prefix (`write.rs`).
-    writes: WriteRules,
-    /// Where files open for writing keep their bytes until closed.
-    spool_dir: PathBuf,
+    /// How files written through this client are kept, per prefix (`write.rs`).
+    writes: write::Writes,
 }
 
 /// The namespace path of a store path `rel` under a mount at `mount_path`.
-fn ns_path(mount_path: &str, rel: &str) -> String {
+pub(crate) fn ns_path(mount_path: &str, rel: &str) -> String {
     if rel.is_empty() {
         mount_path.to_string()
     } else {
@@ -300,6 +305,7 @@ fn not_found(path: &str) -> Error {
 impl Client {
     /// `rt` runs background prefetches; blocking entry points use it too.
     pub fn new(ns: Namespace, worker: Arc<Worker>, opts: ClientOptions, rt: Handle) -> Self {
+        let clock = opts.clock.clone();
         Client {
             ns,
             meta: MetaCache::new(),
@@ -312,26 +318,17 @@ impl Client {
             opts,
             rt,
             backing: None,
-            writes: WriteRules::new(WriteType::ReadOnly, Vec::new()),
-            spool_dir: std::env::temp_dir(),
+            writes: write::Writes::read_only(clock),
         }
-    }
-
-    /// Allows writes of the types `rules` give (a `WriteType` alone: one type everywhere),
-    /// spooled in `spool_dir` until each file is closed.
-    pub fn with_writes(mut self, rules: impl Into<WriteRules>, spool_dir: PathBuf) -> Self {
-        self.writes = rules.into();
-        self.spool_dir = spool_dir;
-        self
     }
 
     /// The write type of a namespace path (`ReadOnly` for a path that is not valid).
     pub fn write_type_of(&self, path: &str) -> WriteType {
-        Self::normalize(path).map_or(WriteType::ReadOnly, |p| self.writes.of(&p))
+        Self::normalize(path).map_or(WriteType::ReadOnly, |p| self.writes.rules.of(&p))
     }
 
     pub fn write_rules(&self) -> &WriteRules {
-        &self.writes
+        &self.writes.rules
     }
 
     /// Lets opens use files lent by `source` (a same-host worker's cache) for passthrough.
@@ -471,6 +468,12 @@ impl Client {
         let trust =
             |at, is_dir| (is_dir && policy == SyncPolicy::Always) || policy.trusts(age(now, at));
         let stale = match self.meta.stat(&path, trust, |at| age(now, at) < negative) {
+            // A resident file past its TTL: ask again (the store may hold the path too).
+            Lookup::Found(e) if self.resident_gone(&e) => {
+                let changes = self.meta.invalidate(&path);
+                self.apply(&changes);
+                None
+            }
             Lookup::Found(e) => {
                 metrics::META_CACHE_HITS.inc();
                 return Ok(e);
@@ -509,6 +512,19 @@ impl Client {
             }
             Err(e) => self.stale_or(policy, stale, e.context(&path)),
         }
+    }
+
+    /// Whether `e` names a version Silt held that it holds no longer (expired, removed or
+    /// uploaded elsewhere).
+    fn resident_gone(&self, e: &Entry) -> bool {
+        e.object.as_ref().is_some_and(|o| {
+            resident::is_resident(&o.meta)
+                && self
+                    .writes
+                    .resident
+                    .get(&e.path)
+                    .is_none_or(|f| f.meta.etag != o.meta.etag)
+        })
     }
 
     /// The last answer when the store cannot give a new one, except under `always` (which
@@ -868,10 +884,27 @@ impl Client {
             .object
             .clone()
             .ok_or_else(|| Error::internal(format!("{}: file without an object", entry.path)))?;
+        let resident = if resident::is_resident(&obj.meta) {
+            match self.writes.resident.get(&entry.path) {
+                Some(f) if f.meta.etag == obj.meta.etag => Some(f),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::ContentChanged,
+                        format!(
+                            "{}: the version Silt held was replaced or uploaded; retry",
+                            entry.path
+                        ),
+                    ))
+                }
+            }
+        } else {
+            None
+        };
         Ok(OpenFile {
             entry,
             obj,
             seq: Mutex::new(SeqState::default()),
+            resident,
         })
     }
 
@@ -898,6 +931,9 @@ impl Client {
             return Ok(Bytes::new());
         }
         let end = (offset + len).min(size);
+        if let Some(b) = self.read_resident(file, offset, end) {
+            return b;
+        }
         self.prefetch(file, offset, end);
         let ps = self.worker.page_size();
         let first = offset / ps;
@@ -908,6 +944,18 @@ impl Client {
             .await
             .map_err(|e| e.context(&file.entry.path))?;
         Ok(Self::assemble(ps, first, offset, end, pages))
+    }
+
+    /// The bytes `[offset, end)` of a file resident in Silt (cache-only, or back and not yet
+    /// uploaded), straight from where it is kept: no page cache, no runtime. `None` for a
+    /// store object.
+    fn read_resident(&self, file: &OpenFile, offset: u64, end: u64) -> Option<Result<Bytes>> {
+        let f = file.resident.as_ref()?;
+        let b = resident::read_resident(f, offset..end).map_err(|e| e.context(&file.entry.path));
+        if let Ok(b) = &b {
+            metrics::READ_BYTES_RESIDENT.add(b.len() as u64);
+        }
+        Some(b)
     }
 
     /// The bytes `[offset, end)` if every page is cached; `None` otherwise. No network.
@@ -955,6 +1003,9 @@ impl Client {
             return Ok(Bytes::new());
         }
         let end = (offset + len).min(size);
+        if let Some(b) = self.read_resident(file, offset, end) {
+            return b;
+        }
         if let Some(b) = self.read_cached(file, offset, end) {
             self.prefetch(file, offset, end);
             return Ok(b);

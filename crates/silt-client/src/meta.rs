@@ -141,6 +141,47 @@ fn find<'a>(list: &'a [Entry], name: &str) -> std::result::Result<&'a Entry, usi
 }
 
 impl Inner {
+    /// `entries`, a listing of `dir` asked for at `at`, corrected by answers about its children
+    /// learned after `at` (a file written or removed through Silt while the listing was in
+    /// flight): those are newer, and the listing must not undo them.
+    fn with_newer_answers(
+        &self,
+        at: Instant,
+        dir: &str,
+        entries: Arc<Vec<Entry>>,
+    ) -> Arc<Vec<Entry>> {
+        let child = |p: &str| parent_and_name(p).is_some_and(|(d, _)| d == dir);
+        let newer: Vec<&Entry> = self
+            .stats
+            .iter()
+            .filter(|(p, (known, _))| *known > at && child(p))
+            .map(|(_, (_, e))| e)
+            .collect();
+        let gone: Vec<&str> = self
+            .negative
+            .iter()
+            .filter(|(p, known)| **known > at && child(p))
+            .filter_map(|(p, _)| parent_and_name(p).map(|(_, n)| n))
+            .collect();
+        if newer.is_empty() && gone.is_empty() {
+            return entries;
+        }
+        let mut entries = entries;
+        let v = Arc::make_mut(&mut entries);
+        for e in newer {
+            match v.binary_search_by(|x| x.name().cmp(e.name())) {
+                Ok(i) => v[i] = e.clone(),
+                Err(i) => v.insert(i, e.clone()),
+            }
+        }
+        for n in gone {
+            if let Ok(i) = v.binary_search_by(|x| x.name().cmp(n)) {
+                v.remove(i);
+            }
+        }
+        entries
+    }
+
     /// Whether the cache holds an answer about `path` itself asked for after `at`.
     fn newer_than(&self, path: &str, at: Instant) -> bool {
         self.stats.get(path).is_some_and(|(known, _)| *known > at)
@@ -366,6 +407,7 @@ impl MetaCache {
         if inner.lists.get(dir).is_some_and(|l| l.at > at) {
             return;
         }
+        let entries = inner.with_newer_answers(at, dir, entries);
         let old_list = inner.lists.get(dir).map(|l| l.entries.clone());
         let mut seen: HashSet<&str> = HashSet::with_capacity(entries.len());
         for e in entries.iter() {

@@ -57,6 +57,13 @@ impl Namespace {
         &self.mounts
     }
 
+    /// Replaces every mount's store by `f(mount)` (e.g. to put resident files in front).
+    pub fn map_stores(&mut self, mut f: impl FnMut(&MountPoint) -> DynStore) {
+        for m in &mut self.mounts {
+            m.store = f(m);
+        }
+    }
+
     /// Resolves a namespace path. Errors: not absolute, or outside every mount.
     pub fn resolve(&self, path: &str) -> Result<Resolved<'_>> {
         let norm = normalize_ns_path(path)

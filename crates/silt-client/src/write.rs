@@ -1,33 +1,150 @@
-//! Files written through Silt. While a file is open for writing its bytes live in a local
-//! spool file without a name (`tempfile`: `O_TMPFILE` where the file system has it), so a
-//! crash leaves nothing behind; `commit` (on close) hands the whole object to the under-store (in parts where the
-//! store has multipart uploads), records the version the store reported for that write in the
-//! metadata cache and, for `through`, caches the bytes as written. Writes may land anywhere
-//! in the spool: a file opened without truncation is first copied into it, so a write into the
-//! middle of an existing object is a rewrite of the whole object on close.
+//! Files written through Silt.
+//!
+//! While a file is open for writing its bytes live in a memory-first write buffer
+//! (`silt_cache::Arena`: memory up to the file's, its job's and the arena's limits, spilled to
+//! disk beyond them, `ENOSPC` when no tier has room). `commit` (on close or fsync) makes the
+//! file what the write type promises:
+//! - `through`: the store gets the whole object (in parts where it has multipart uploads), the
+//!   version it reports is recorded and the bytes are cached as written;
+//! - `store-only`: the same, nothing cached;
+//! - `cache-only`: the buffer itself becomes the file (no copy), resident in Silt until
+//!   `cache_only_ttl` ends or it is removed; the store never sees it;
+//! - `back`: the bytes go to the write-ahead log and are fsynced; the file is then resident
+//!   (read from the log) until the background upload (`persist.rs`) has put it in the store.
+//!
+//! Writes may land anywhere in the buffer: a file opened without truncation is first copied
+//! into it, so a write into the middle of an existing object is a rewrite of the whole object
+//! on close.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
+use silt_cache::{Arena, ArenaConfig, WriteBuffer};
+use silt_common::config::DiskTierSpec;
+use silt_common::write::{WriteRules, WriteType};
 use silt_common::{Error, ErrorKind, PageKey, Result};
 use silt_ufs::{DynStore, ObjectMeta};
 
 use crate::meta::Lookup;
 use crate::namespace::{parent_and_name, Resolved};
+use crate::persist::Persister;
+use crate::resident::{
+    is_resident, Residence, Resident, ResidentData, ResidentFile, ResidentStore,
+};
 use crate::{Client, Entry};
 
 /// Longest S3 object key, in bytes, checked against the path within the mount (a mount's own
 /// prefix makes the full key longer; the store refuses that itself).
 const MAX_KEY_BYTES: usize = 1024;
 
+/// `NameTooLong` for a store key over S3's limit.
+pub(crate) fn check_key_len(path: &str, rel: &str) -> Result<()> {
+    if rel.len() > MAX_KEY_BYTES {
+        return Err(Error::new(
+            ErrorKind::NameTooLong,
+            format!(
+                "{path}: the store key would be {} bytes; object stores allow {MAX_KEY_BYTES}",
+                rel.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// How a client writes: the types per prefix and where written bytes are kept.
+pub struct WriteSetup {
+    pub rules: WriteRules,
+    pub arena: Arena,
+    /// Life of a cache-only file (`None`: until removed).
+    pub cache_only_ttl: Option<Duration>,
+    /// The write-ahead log of `back` writes (`None`: `back` is refused).
+    pub wal_dir: Option<PathBuf>,
+    /// How long a `back` file waits before its upload starts.
+    pub upload_delay: Duration,
+}
+
+impl WriteSetup {
+    /// `rules` with an arena of `memory` bytes spilling into `spill_dir`, no log.
+    pub fn simple(
+        rules: impl Into<WriteRules>,
+        page_size: u64,
+        memory: u64,
+        spill_dir: PathBuf,
+    ) -> Result<WriteSetup> {
+        Ok(WriteSetup {
+            rules: rules.into(),
+            arena: Arena::open(ArenaConfig {
+                chunk_size: page_size,
+                memory_ceiling: memory,
+                file_memory: memory,
+                spill: vec![DiskTierSpec {
+                    dir: spill_dir,
+                    quota: u64::MAX / 2,
+                }],
+                jobs: Vec::new(),
+            })?,
+            cache_only_ttl: None,
+            wal_dir: None,
+            upload_delay: Duration::ZERO,
+        })
+    }
+
+    /// The write part of Silt's configuration; spill space in `spill` (the disk tiers' quota
+    /// dirs), the log in `wal_dir`.
+    pub fn from_config(
+        cfg: &silt_common::config::Config,
+        spill: Vec<DiskTierSpec>,
+        wal_dir: PathBuf,
+    ) -> Result<WriteSetup> {
+        Ok(WriteSetup {
+            rules: WriteRules::new(cfg.write_type, cfg.write_rules.clone()),
+            arena: Arena::open(ArenaConfig {
+                chunk_size: cfg.page_size,
+                memory_ceiling: cfg.write_memory,
+                file_memory: cfg.write_file_memory,
+                spill,
+                jobs: cfg.write_jobs.clone(),
+            })?,
+            cache_only_ttl: (!cfg.cache_only_ttl.is_zero()).then_some(cfg.cache_only_ttl),
+            wal_dir: Some(wal_dir),
+            upload_delay: cfg.upload_delay,
+        })
+    }
+}
+
+/// The client's write state.
+pub(crate) struct Writes {
+    pub rules: WriteRules,
+    pub arena: Option<Arena>,
+    pub resident: Arc<Resident>,
+    pub cache_only_ttl: Option<Duration>,
+    pub back: Option<Arc<Persister>>,
+}
+
+impl Writes {
+    pub fn read_only(clock: crate::Clock) -> Self {
+        Writes {
+            rules: WriteRules::new(WriteType::ReadOnly, Vec::new()),
+            arena: None,
+            resident: Arc::new(Resident::new(clock)),
+            cache_only_ttl: None,
+            back: None,
+        }
+    }
+}
+
 /// A file open for writing.
 pub struct FileWriter {
     path: String,
     rel: String,
+    /// The mount's store (resident files in front of the real one).
     store: DynStore,
-    spool: File,
-    len: u64,
+    write_type: WriteType,
+    buf: WriteBuffer,
+    /// `buf` is the committed content of a cache-only file: copied before it is changed.
+    shared: bool,
     dirty: bool,
 }
 
@@ -36,26 +153,93 @@ impl FileWriter {
         &self.path
     }
     pub fn len(&self) -> u64 {
-        self.len
+        self.buf.len()
     }
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.buf.is_empty()
     }
-    /// Whether there are bytes the store does not have yet.
+    /// Whether there are bytes the store (or Silt, for cache-only and back) does not have yet.
     pub fn is_dirty(&self) -> bool {
         self.dirty
+    }
+    pub fn write_type(&self) -> WriteType {
+        self.write_type
     }
 }
 
 impl Client {
-    /// The store path a write to `path` goes to, after checking that `path` may be written.
-    fn writable_target(&self, path: &str) -> Result<(String, String, DynStore)> {
+    /// Sets how this client writes (see [`WriteSetup`]): wraps every mount's store so files
+    /// resident in Silt are seen, and recovers the write-ahead log (records acknowledged before
+    /// a crash become resident again and are queued for upload).
+    pub fn with_write_setup(mut self, setup: WriteSetup) -> Result<Self> {
+        let back = match &setup.wal_dir {
+            Some(dir) => Some(Persister::open(
+                dir,
+                setup.upload_delay,
+                self.opts.clock.clone(),
+            )?),
+            None => None,
+        };
+        let resident = self.writes.resident.clone();
+        // Called once per client: a second call would stack a second overlay.
+        self.ns.map_stores(|m| {
+            Arc::new(ResidentStore::new(
+                m.store.clone(),
+                m.path.clone(),
+                resident.clone(),
+                back.clone(),
+            ))
+        });
+        self.writes = Writes {
+            rules: setup.rules,
+            arena: Some(setup.arena),
+            resident,
+            cache_only_ttl: setup.cache_only_ttl,
+            back,
+        };
+        if let Some(p) = self.writes.back.clone() {
+            for (rec, file) in p.take_recovered() {
+                self.adopt_logged(&p, rec, Arc::new(file));
+            }
+        }
+        Ok(self)
+    }
+
+    /// Writes of `rules` with a buffer arena of 256 MiB spilling into `spool_dir` and no
+    /// write-ahead log (tests and tools; `silt` itself uses `with_write_setup`).
+    pub fn with_writes(self, rules: impl Into<WriteRules>, spool_dir: PathBuf) -> Result<Self> {
+        let ps = self.worker.page_size();
+        self.with_write_setup(WriteSetup::simple(rules, ps, 256 << 20, spool_dir)?)
+    }
+
+    /// The store path a write to `path` goes to and its write type, after checking that
+    /// `path` may be written (`asked`: a per-open choice among the writable types).
+    fn writable_target(
+        &self,
+        path: &str,
+        asked: Option<WriteType>,
+    ) -> Result<(String, String, DynStore, WriteType)> {
         let path = Self::normalize(path)?;
-        let write_type = self.writes.of(&path);
+        let mut write_type = self.writes.rules.of(&path);
         if !write_type.writable() {
             return Err(Error::new(
                 ErrorKind::ReadOnly,
                 format!("{path}: read-only (write type {write_type})"),
+            ));
+        }
+        if let Some(t) = asked {
+            write_type = t;
+        }
+        if write_type == WriteType::ReadOnly {
+            return Err(Error::new(
+                ErrorKind::ReadOnly,
+                format!("{path}: opened read-only"),
+            ));
+        }
+        if write_type == WriteType::Back && self.writes.back.is_none() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("{path}: write type back needs a write-ahead log (not configured)"),
             ));
         }
         match self.ns.resolve(&path)? {
@@ -68,23 +252,29 @@ impl Client {
                 format!("{path}: the root of a mount"),
             )),
             Resolved::Store { mount, rel } => {
-                if rel.len() > MAX_KEY_BYTES {
-                    return Err(Error::new(ErrorKind::NameTooLong, format!(
-                        "{path}: the store key would be {} bytes; object stores allow {MAX_KEY_BYTES}",
-                        rel.len()
-                    )));
-                }
+                check_key_len(&path, &rel)?;
                 let rel = rel.to_string();
                 let store = mount.store.clone();
-                Ok((path, rel, store))
+                Ok((path, rel, store, write_type))
             }
         }
     }
 
-    /// Opens `path` for writing: empty with `truncate` (or when it does not exist), else with
-    /// the current bytes copied into the spool (read through the cache).
+    /// Opens `path` for writing with the write type its prefix has: empty with `truncate` (or
+    /// when it does not exist), else with the current bytes copied in (read through the cache).
     pub async fn create(&self, path: &str, truncate: bool) -> Result<FileWriter> {
-        let (path, rel, store) = self.writable_target(path)?;
+        self.create_with(path, truncate, None).await
+    }
+
+    /// `create` with a write type chosen for this open (`None`: the prefix's). A path whose
+    /// prefix is read-only stays read-only.
+    pub async fn create_with(
+        &self,
+        path: &str,
+        truncate: bool,
+        write_type: Option<WriteType>,
+    ) -> Result<FileWriter> {
+        let (path, rel, store, write_type) = self.writable_target(path, write_type)?;
         let existing = match self.stat(&path).await {
             Ok(e) if e.is_dir() => {
                 return Err(Error::new(
@@ -96,18 +286,16 @@ impl Client {
             Err(e) if e.kind() == ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
-        let spool = tempfile::tempfile_in(&self.spool_dir).map_err(|e| {
-            Error::from(e).context(format!(
-                "creating a spool file in {}",
-                self.spool_dir.display()
-            ))
-        })?;
+        let Some(arena) = &self.writes.arena else {
+            return Err(Error::internal("writable client without a write arena"));
+        };
         let mut w = FileWriter {
+            buf: arena.buffer(&path),
             path,
             rel,
             store,
-            spool,
-            len: 0,
+            write_type,
+            shared: false,
             // A new file exists once closed, even if nothing was written.
             dirty: existing.is_none() || truncate,
         };
@@ -128,55 +316,194 @@ impl Client {
         Ok(w)
     }
 
-    /// Writes `data` at `offset` of the spool (a gap reads back as zeros).
+    /// A committed cache-only file's buffer is the file: copy it before changing it.
+    fn unshare(&self, w: &mut FileWriter) -> Result<()> {
+        if !w.shared {
+            return Ok(());
+        }
+        let Some(arena) = &self.writes.arena else {
+            return Err(Error::internal("writable client without a write arena"));
+        };
+        let copy = arena.buffer(&w.path);
+        let len = w.buf.len();
+        let step = 1u64 << 20;
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(step) as usize;
+            copy.write_at(off, &w.buf.read_at(off, n)?)?;
+            off += n as u64;
+        }
+        copy.set_len(len)?;
+        w.buf = copy;
+        w.shared = false;
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` (a gap reads back as zeros). `NoSpace` when no tier has room.
     pub fn write_at(&self, w: &mut FileWriter, offset: u64, data: &[u8]) -> Result<()> {
-        w.spool
-            .write_all_at(data, offset)
-            .map_err(|e| Error::from(e).context(format!("{}: spooling a write", w.path)))?;
-        w.len = w.len.max(offset + data.len() as u64);
+        self.unshare(w)?;
+        w.buf
+            .write_at(offset, data)
+            .map_err(|e| e.context(format!("{}: writing", w.path)))?;
         w.dirty = true;
         Ok(())
     }
 
     /// Cuts or extends the file to `len` bytes.
     pub fn set_len(&self, w: &mut FileWriter, len: u64) -> Result<()> {
-        w.spool
+        self.unshare(w)?;
+        w.buf
             .set_len(len)
-            .map_err(|e| Error::from(e).context(format!("{}: truncating the spool", w.path)))?;
-        w.len = len;
+            .map_err(|e| e.context(format!("{}: truncating", w.path)))?;
         w.dirty = true;
         Ok(())
     }
 
-    /// Hands the file to the store if it has unsaved bytes and returns the version the store
-    /// reported for this write. If the store refuses, the object is as it was and the file
-    /// stays dirty (a later commit tries again).
+    /// Reads back what the writer holds (for handles open for reading and writing).
+    pub fn read_written(&self, w: &FileWriter, offset: u64, len: u64) -> Result<Bytes> {
+        let end = offset.saturating_add(len).min(w.buf.len());
+        if offset >= end {
+            return Ok(Bytes::new());
+        }
+        w.buf.read_at(offset, (end - offset) as usize)
+    }
+
+    /// Makes the file what its write type promises (module docs) if it has unsaved bytes, and
+    /// returns its entry. If that fails, nothing changed and the file stays dirty (a later
+    /// commit tries again).
     pub async fn commit(&self, w: &mut FileWriter) -> Result<Entry> {
         if !w.dirty {
             return self.stat(&w.path).await;
         }
-        let asked = self.opts.clock.now();
-        let meta = w
-            .store
-            .write_from(&w.rel, &w.spool, w.len)
-            .await
-            .map_err(|e| e.context(&w.path))?;
+        let len = w.buf.len();
+        if let (WriteType::Through | WriteType::StoreOnly, Some(p)) =
+            (w.write_type, &self.writes.back)
+        {
+            // An upload of an older `back` version in flight must not land after this write.
+            p.settle(&w.path).await;
+        }
+        let meta = match w.write_type {
+            WriteType::Through | WriteType::StoreOnly => w
+                .store
+                .write_from(&w.rel, &w.buf, len)
+                .await
+                .map_err(|e| e.context(&w.path))?,
+            WriteType::CacheOnly => {
+                let meta = self.writes.resident.new_meta(&w.rel, len);
+                let expires = self
+                    .writes
+                    .cache_only_ttl
+                    .map(|t| self.opts.clock.now() + t);
+                let file = ResidentFile {
+                    meta: meta.clone(),
+                    data: ResidentData::Buffer(w.buf.clone()),
+                    residence: Residence::CacheOnly { expires },
+                };
+                self.replace_resident(&w.path, Some(file));
+                w.shared = true;
+                meta
+            }
+            WriteType::Back => self.commit_back(w, len).await?,
+            WriteType::ReadOnly => {
+                return Err(Error::new(
+                    ErrorKind::ReadOnly,
+                    format!("{}: read-only", w.path),
+                ))
+            }
+        };
+        if matches!(w.write_type, WriteType::Through | WriteType::StoreOnly) {
+            // The store's version replaces whatever Silt held at this path.
+            self.replace_resident(&w.path, None);
+        }
         w.dirty = false;
-        let entry = Entry::from_meta(w.path.clone(), &w.store, meta);
-        let mut changes = self.meta.put_stat(asked, entry.clone());
-        self.note_parents(&w.path, &w.rel, &w.store, asked, &mut changes);
-        self.apply(&changes);
-        if self.writes.of(&w.path).caches() && entry.size == w.len {
+        silt_common::metrics::WRITE_COMMITS.inc();
+        // Stamped once the file is visible (in the store, or resident): a listing that started
+        // before then may lack it, and must not win over this record.
+        let at = self.opts.clock.now();
+        let entry = self.record_written(&w.path, &w.rel, &w.store, at, meta);
+        if w.write_type == WriteType::Through && entry.size == len {
             if let Some(obj) = &entry.object {
-                self.cache_written(obj.id, w);
+                self.cache_written(obj.id, &w.buf, len);
             }
         }
         Ok(entry)
     }
 
+    /// Logs the file durably and makes it resident until its upload.
+    async fn commit_back(&self, w: &FileWriter, len: u64) -> Result<ObjectMeta> {
+        let Some(p) = self.writes.back.clone() else {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("{}: write type back needs a write-ahead log", w.path),
+            ));
+        };
+        let (buf, path) = (w.buf.clone(), w.path.clone());
+        let logger = p.clone();
+        // fsync: off the runtime's threads.
+        let (rec, file) =
+            tokio::task::spawn_blocking(move || logger.wal().append(&path, &buf, len))
+                .await
+                .map_err(|e| Error::internal(format!("write-ahead log task: {e}")))??;
+        Ok(self.adopt_logged(&p, rec, Arc::new(file)))
+    }
+
+    /// Makes a logged file resident and queues its upload; its metadata.
+    fn adopt_logged(
+        &self,
+        p: &Arc<Persister>,
+        rec: crate::wal::LogRecord,
+        file: Arc<std::fs::File>,
+    ) -> ObjectMeta {
+        let Ok(Resolved::Store { mount, rel }) = self.ns.resolve(&rec.path) else {
+            tracing::warn!(path = %rec.path, "a logged write outside every mount stays in the log");
+            return ObjectMeta::dir("");
+        };
+        let (store, rel) = (mount.store.clone(), rel.to_string());
+        let meta = self.writes.resident.new_meta(&rel, rec.len);
+        let file_r = ResidentFile {
+            meta: meta.clone(),
+            data: ResidentData::Log(file.clone()),
+            residence: Residence::Back { seq: rec.seq },
+        };
+        self.replace_resident(&rec.path, Some(file_r));
+        p.enqueue(rec, store, rel, file);
+        meta
+    }
+
+    /// Puts `file` (or nothing) at `path` among the resident files; a `back` file it replaces
+    /// is no longer uploaded.
+    fn replace_resident(&self, path: &str, file: Option<ResidentFile>) {
+        let old = match file {
+            Some(f) => self.writes.resident.insert(path.to_string(), f),
+            None => self.writes.resident.remove(path),
+        };
+        if let (Some(old), Some(p)) = (old, &self.writes.back) {
+            if let Residence::Back { seq } = old.residence {
+                p.cancel(seq);
+            }
+        }
+    }
+
+    /// Records a file just written: its entry in the metadata cache, its parents, and the
+    /// changes for listeners.
+    pub(crate) fn record_written(
+        &self,
+        path: &str,
+        rel: &str,
+        store: &DynStore,
+        asked: std::time::Instant,
+        meta: ObjectMeta,
+    ) -> Entry {
+        let entry = Entry::from_meta(path.to_string(), store, meta);
+        let mut changes = self.meta.put_stat(asked, entry.clone());
+        self.note_parents(path, rel, store, asked, &mut changes);
+        self.apply(&changes);
+        entry
+    }
+
     /// A new object implies its parent directories (object stores have no others): records
     /// each one not known as a directory, so cached listings above show it at once.
-    fn note_parents(
+    pub(crate) fn note_parents(
         &self,
         path: &str,
         rel: &str,
@@ -199,29 +526,36 @@ impl Client {
         }
     }
 
-    /// Puts a freshly written file's pages into the page store, read back from the spool a
-    /// page at a time (the local page cache has them); a full cache only costs the caching.
-    fn cache_written(&self, object: silt_common::ObjectId, w: &FileWriter) {
+    /// Puts a freshly written file's pages into the page store, read back from `src` a page at
+    /// a time; a full cache only costs the caching.
+    pub(crate) fn cache_written(
+        &self,
+        object: silt_common::ObjectId,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+    ) {
         let store = self.worker.page_store();
         let ps = self.worker.page_size();
-        let mut buf = vec![0u8; ps as usize];
-        for (index, off) in (0..w.len).step_by(ps as usize).enumerate() {
-            let n = (w.len - off).min(ps) as usize;
-            if let Err(e) = w.spool.read_exact_at(&mut buf[..n], off) {
-                tracing::debug!("not caching written pages: {e}");
-                return;
-            }
-            let page = Bytes::copy_from_slice(&buf[..n]);
-            if let Err(e) = store.put(PageKey::new(object, index as u64), page, w.len) {
+        for (index, off) in (0..len).step_by(ps as usize).enumerate() {
+            let n = (len - off).min(ps) as usize;
+            let page = match src.read_at(off, n) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::debug!("not caching written pages: {e}");
+                    return;
+                }
+            };
+            if let Err(e) = store.put(PageKey::new(object, index as u64), page, len) {
                 tracing::debug!("not caching written pages: {e}");
                 return;
             }
         }
     }
 
-    /// Deletes a file.
+    /// Deletes a file: a resident one from Silt (a pending upload is cancelled), and the
+    /// store's object at the path.
     pub async fn remove_file(&self, path: &str) -> Result<()> {
-        let (path, rel, store) = self.writable_target(path)?;
+        let (path, rel, store, _) = self.writable_target(path, None)?;
         let e = self.stat(&path).await?;
         if e.is_dir() {
             return Err(Error::new(
@@ -229,9 +563,64 @@ impl Client {
                 format!("{path}: is a directory"),
             ));
         }
-        store.delete(&rel).await.map_err(|e| e.context(&path))?;
+        let held = e.object.as_ref().is_some_and(|o| is_resident(&o.meta));
+        if held {
+            if let Some(old) = self.writes.resident.remove(&path) {
+                if let (Residence::Back { seq }, Some(p)) = (old.residence, &self.writes.back) {
+                    p.cancel(seq);
+                }
+            }
+        }
+        if let Some(p) = &self.writes.back {
+            // An upload of an older version in flight must not recreate the file after this.
+            p.settle(&path).await;
+        }
+        // The store may hold an older version under a resident one.
+        match store.delete(&rel).await {
+            Ok(()) => {}
+            Err(e) if held && e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e.context(&path)),
+        }
         let changes = self.meta.put_missing(self.opts.clock.now(), &path);
         self.apply(&changes);
         Ok(())
+    }
+}
+
+/// What written data holds now (`silt report`, `silt memory`).
+#[derive(Debug, Clone, Default)]
+pub struct WriteStats {
+    pub arena: silt_cache::ArenaStats,
+    pub cache_only_files: u64,
+    pub cache_only_bytes: u64,
+    /// `back` files not yet uploaded (resident, read from the log).
+    pub pending_files: u64,
+    pub pending_bytes: u64,
+}
+
+impl Client {
+    /// `None` for a read-only client.
+    pub fn write_stats(&self) -> Option<WriteStats> {
+        let arena = self.writes.arena.as_ref()?.stats();
+        let (c, cb, b, bb) = self.writes.resident.usage();
+        Some(WriteStats {
+            arena,
+            cache_only_files: c,
+            cache_only_bytes: cb,
+            pending_files: b,
+            pending_bytes: bb,
+        })
+    }
+
+    /// Sets the ceiling of write memory (lowering it spills down to it before returning);
+    /// `false` for a read-only client.
+    pub fn set_write_memory(&self, bytes: u64) -> bool {
+        match &self.writes.arena {
+            Some(a) => {
+                a.set_memory_ceiling(bytes);
+                true
+            }
+            None => false,
+        }
     }
 }

@@ -1,12 +1,18 @@
 //! Writes through the client library against a real S3 server (versitygw behind the counting
-//! proxy): `through` and `store-only` end to end, rewrites of existing objects, deletes, and
-//! the errors of a read-only client and of a key the store cannot hold.
+//! proxy): every write type end to end (`through`, `store-only`, `cache-only` with its TTL,
+//! `back` with its log, its upload and its recovery after the client is gone), rewrites of
+//! existing objects, deletes, spilling past the write memory, 1,000 concurrent streams, and the
+//! errors of a read-only client, of a full client and of a key the store cannot hold.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use silt_client::{Client, ClientOptions};
-use silt_common::write::WriteType;
+use std::time::Duration;
+
+use silt_cache::{Arena, ArenaConfig};
+use silt_client::{Client, ClientOptions, Clock, FileState, WriteSetup};
+use silt_common::config::DiskTierSpec;
+use silt_common::write::{WriteRule, WriteRules, WriteType};
 use silt_common::ErrorKind;
 use silt_testkit::{S3Proxy, S3Server};
 use silt_ufs::{OpendalStore, S3Options, UnderStore};
@@ -40,9 +46,10 @@ fn fixture() -> Fx {
     }
 }
 
-fn client(fx: &Fx, write_type: WriteType) -> Client {
+fn bare_client(fx: &Fx, clock: Clock) -> Client {
     let opts = ClientOptions {
         prefetch_max: 0,
+        clock,
         ..ClientOptions::from_config(&silt_common::config::Config::default())
     };
     Client::new(
@@ -51,7 +58,44 @@ fn client(fx: &Fx, write_type: WriteType) -> Client {
         opts,
         tokio::runtime::Handle::current(),
     )
-    .with_writes(write_type, fx.spool.path().to_path_buf())
+}
+
+fn client(fx: &Fx, write_type: WriteType) -> Client {
+    bare_client(fx, Clock::system())
+        .with_writes(write_type, fx.spool.path().to_path_buf())
+        .unwrap()
+}
+
+/// A client writing `rules` with `memory` bytes of write memory spilling into at most `spill`
+/// bytes, a cache-only TTL of an hour, and (with `wal`) a write-ahead log whose uploads wait
+/// `delay`.
+fn setup_client(
+    fx: &Fx,
+    clock: Clock,
+    rules: WriteRules,
+    memory: u64,
+    spill: u64,
+    wal: Option<&std::path::Path>,
+    delay: Duration,
+) -> Client {
+    let setup = WriteSetup {
+        rules,
+        arena: Arena::open(ArenaConfig {
+            chunk_size: PS,
+            memory_ceiling: memory,
+            file_memory: memory,
+            spill: vec![DiskTierSpec {
+                dir: fx.spool.path().join("spill"),
+                quota: spill,
+            }],
+            jobs: Vec::new(),
+        })
+        .unwrap(),
+        cache_only_ttl: Some(Duration::from_secs(3600)),
+        wal_dir: wal.map(|p| p.to_path_buf()),
+        upload_delay: delay,
+    };
+    bare_client(fx, clock).with_write_setup(setup).unwrap()
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
@@ -225,4 +269,335 @@ async fn read_only_and_impossible_names_are_clear_errors() {
     let e = c.create("/d", true).await.err().unwrap();
     assert_eq!(e.kind(), ErrorKind::IsADirectory, "{e}");
     assert_eq!(fx.proxy.counts().put, 0, "nothing was written");
+}
+
+async fn write_with(
+    c: &Client,
+    path: &str,
+    data: &[u8],
+    t: Option<WriteType>,
+) -> silt_client::Entry {
+    let mut w = c.create_with(path, true, t).await.unwrap();
+    for (i, chunk) in data.chunks(1000).enumerate() {
+        c.write_at(&mut w, (i * 1000) as u64, chunk).unwrap();
+    }
+    c.commit(&mut w).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_only_files_never_reach_the_store_and_end_with_their_ttl() {
+    let fx = fixture();
+    let clock = Clock::manual();
+    let rules = WriteRules::new(
+        WriteType::Through,
+        vec![WriteRule {
+            prefix: "/d/shuffle".into(),
+            write_type: WriteType::CacheOnly,
+        }],
+    );
+    let c = setup_client(
+        &fx,
+        clock.clone(),
+        rules,
+        64 * PS,
+        1 << 30,
+        None,
+        Duration::ZERO,
+    );
+    let data = pattern(4, 5 * PS as usize + 7);
+    write_with(&c, "/d/shuffle/p0", &data, None).await;
+    write_with(&c, "/d/shuffle/sub/p1", b"one", None).await;
+    // A through file beside them, to see the listing merge both.
+    write_with(&c, "/d/shuffle-done", b"x", None).await;
+    assert_eq!(
+        fx.proxy.counts().put,
+        1,
+        "only the through file was uploaded"
+    );
+    assert_eq!(
+        fx.store.stat("shuffle/p0").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+
+    fx.proxy.reset_counts();
+    assert_eq!(read_all(&c, "/d/shuffle/p0").await, data);
+    assert_eq!(read_all(&c, "/d/shuffle/sub/p1").await, b"one");
+    assert_eq!(names(&c, "/d/shuffle").await, ["p0", "sub"]);
+    assert_eq!(
+        fx.proxy.counts().get,
+        0,
+        "cache-only reads never go to the store"
+    );
+    // The store's view lists them too once the listing is revalidated.
+    c.sync("/d/shuffle", true).await.unwrap();
+    assert_eq!(names(&c, "/d/shuffle").await, ["p0", "sub"]);
+
+    // An open file keeps its bytes past the TTL; new opens do not find it, even before the
+    // directory is revalidated.
+    let open = c.open("/d/shuffle/p0").await.unwrap();
+    clock.advance(Duration::from_secs(3601));
+    assert_eq!(
+        c.stat("/d/shuffle/p0").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    c.sync("/d/shuffle", true).await.unwrap();
+    assert_eq!(
+        c.stat("/d/shuffle/p0").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(c.read(&open, 0, 10).await.unwrap(), data[..10]);
+    drop(open);
+
+    // Removal of a cache-only file touches only Silt.
+    write_with(&c, "/d/shuffle/p2", b"two", None).await;
+    fx.proxy.reset_counts();
+    c.remove_file("/d/shuffle/p2").await.unwrap();
+    assert_eq!(
+        c.stat("/d/shuffle/p2").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    let stats = c.write_stats().unwrap();
+    assert_eq!(stats.cache_only_files, 0, "{stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn back_files_are_logged_acknowledged_and_uploaded_later() {
+    let fx = fixture();
+    let wal = tempfile::tempdir().unwrap();
+    let c = Arc::new(setup_client(
+        &fx,
+        Clock::system(),
+        WriteType::Back.into(),
+        64 * PS,
+        1 << 30,
+        Some(wal.path()),
+        Duration::from_secs(3600),
+    ));
+    tokio::spawn(c.clone().run_background());
+    let data = pattern(5, 9 * PS as usize + 1);
+    let e = write_with(&c, "/d/out/part-0", &data, None).await;
+    assert_eq!(e.size, data.len() as u64);
+    assert_eq!(fx.proxy.counts().put, 0, "acknowledged before any upload");
+    assert!(matches!(
+        c.persist_status("/d/out/part-0").unwrap()[0].1,
+        FileState::Pending { .. }
+    ));
+    assert_eq!(read_all(&c, "/d/out/part-0").await, data);
+    assert_eq!(names(&c, "/d/out").await, ["part-0"]);
+
+    let states = c.persist("/d/out").await.unwrap();
+    assert_eq!(
+        states,
+        vec![("/d/out/part-0".to_string(), FileState::Persisted)]
+    );
+    let meta = fx.store.stat("out/part-0").await.unwrap();
+    let stored = fx
+        .store
+        .read("out/part-0", 0..meta.size, &meta)
+        .await
+        .unwrap();
+    assert!(stored == data, "the store holds other bytes");
+    // Now a store object, cached from the log as it was uploaded.
+    fx.proxy.reset_counts();
+    assert_eq!(read_all(&c, "/d/out/part-0").await, data);
+    assert_eq!(fx.proxy.counts().get, 0);
+    assert_eq!(
+        std::fs::read_dir(wal.path()).unwrap().count(),
+        0,
+        "log emptied"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_back_files_survive_the_client_and_upload_after_restart() {
+    let fx = fixture();
+    let wal = tempfile::tempdir().unwrap();
+    let files: Vec<(String, Vec<u8>)> = (0..5u8)
+        .map(|i| (format!("/d/job/f{i}"), pattern(i, (i as usize + 1) * 3000)))
+        .collect();
+    {
+        let c = setup_client(
+            &fx,
+            Clock::system(),
+            WriteType::Back.into(),
+            64 * PS,
+            1 << 30,
+            Some(wal.path()),
+            Duration::from_secs(3600),
+        );
+        for (p, d) in &files {
+            write_with(&c, p, d, None).await;
+        }
+        // Rewritten: only the newest version may reach the store.
+        write_with(&c, "/d/job/f0", b"newest", None).await;
+        // Gone without a clean shutdown: no upload ran.
+    }
+    assert_eq!(fx.proxy.counts().put, 0);
+    let c = Arc::new(setup_client(
+        &fx,
+        Clock::system(),
+        WriteType::Back.into(),
+        64 * PS,
+        1 << 30,
+        Some(wal.path()),
+        Duration::from_secs(3600),
+    ));
+    tokio::spawn(c.clone().run_background());
+    // Visible (from the log) before the upload.
+    assert_eq!(read_all(&c, "/d/job/f3").await, files[3].1);
+    for s in c.persist("/d/job").await.unwrap() {
+        assert_eq!(s.1, FileState::Persisted, "{s:?}");
+    }
+    for (p, d) in &files {
+        let rel = p.strip_prefix("/d/").unwrap();
+        let want: &[u8] = if p == "/d/job/f0" { b"newest" } else { d };
+        let meta = fx.store.stat(rel).await.unwrap();
+        let stored = fx.store.read(rel, 0..meta.size, &meta).await.unwrap();
+        assert!(stored == want, "{p}: the store holds other bytes");
+    }
+    assert_eq!(
+        fx.proxy.counts().put,
+        5,
+        "one upload per file, the newest version only"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_spill_past_write_memory_and_read_back_and_a_full_client_says_enospc() {
+    let fx = fixture();
+    // 8 pages of memory, 1 MiB of spill space.
+    let c = setup_client(
+        &fx,
+        Clock::system(),
+        WriteType::CacheOnly.into(),
+        8 * PS,
+        1 << 20,
+        None,
+        Duration::ZERO,
+    );
+    let files: Vec<(String, Vec<u8>)> = (0..4u8)
+        .map(|i| {
+            (
+                format!("/d/s/{i}"),
+                pattern(i, 30 * PS as usize + i as usize),
+            )
+        })
+        .collect();
+    for (p, d) in &files {
+        write_with(&c, p, d, None).await;
+    }
+    let st = c.write_stats().unwrap();
+    assert!(st.arena.memory_peak <= 8 * PS, "{st:?}");
+    assert!(st.arena.spilled > 0, "{st:?}");
+    for (p, d) in &files {
+        assert_eq!(&read_all(&c, p).await, d, "{p}");
+    }
+    // Lower the ceiling at run time: memory goes, data stays.
+    assert!(c.set_write_memory(2 * PS));
+    assert!(c.write_stats().unwrap().arena.memory_used <= 2 * PS);
+    assert_eq!(read_all(&c, "/d/s/2").await, files[2].1);
+
+    // Fill the rest: a clear ENOSPC, not a hang; what was written before stays.
+    let mut w = c.create("/d/s/big", true).await.unwrap();
+    let chunk = vec![9u8; PS as usize];
+    let mut err = None;
+    for i in 0..(2 << 20) / PS {
+        if let Err(e) = c.write_at(&mut w, i * PS, &chunk) {
+            err = Some(e);
+            break;
+        }
+    }
+    let e = err.expect("writing past memory and spill space must fail");
+    assert_eq!(e.kind(), ErrorKind::NoSpace, "{e}");
+    assert_eq!(e.errno(), libc::ENOSPC);
+    drop(w);
+    assert_eq!(read_all(&c, "/d/s/1").await, files[1].1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_open_write_type_and_read_only_prefixes() {
+    let fx = fixture();
+    let rules = WriteRules::new(
+        WriteType::Through,
+        vec![WriteRule {
+            prefix: "/d/frozen".into(),
+            write_type: WriteType::ReadOnly,
+        }],
+    );
+    let c = setup_client(
+        &fx,
+        Clock::system(),
+        rules,
+        64 * PS,
+        1 << 30,
+        None,
+        Duration::ZERO,
+    );
+    write_with(&c, "/d/tmp", b"scratch", Some(WriteType::CacheOnly)).await;
+    assert_eq!(fx.proxy.counts().put, 0);
+    assert_eq!(read_all(&c, "/d/tmp").await, b"scratch");
+    let e = c
+        .create_with("/d/frozen/x", true, Some(WriteType::Through))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.errno(), libc::EROFS, "{e}");
+    let e = c
+        .create_with("/d/y", true, Some(WriteType::Back))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "no log configured: {e}");
+}
+
+/// 1,000 writers then 1,000 readers at once on one client (tasks on two threads, not a thread
+/// each), with write memory far below what they write: every byte back, memory within its
+/// ceiling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_streams_in_bounded_memory() {
+    let fx = fixture();
+    let c = Arc::new(setup_client(
+        &fx,
+        Clock::system(),
+        WriteType::CacheOnly.into(),
+        64 * PS,
+        1 << 30,
+        None,
+        Duration::ZERO,
+    ));
+    const STREAMS: usize = 1000;
+    let size = |i: usize| 2 * PS as usize + i * 7;
+    let mut tasks = Vec::new();
+    for i in 0..STREAMS {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let data = pattern((i % 251) as u8, size(i));
+            let mut w = c.create(&format!("/d/m/{i}"), true).await.unwrap();
+            for (k, chunk) in data.chunks(1500).enumerate() {
+                c.write_at(&mut w, (k * 1500) as u64, chunk).unwrap();
+                tokio::task::yield_now().await;
+            }
+            c.commit(&mut w).await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let mut tasks = Vec::new();
+    for i in 0..STREAMS {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let f = c.open(&format!("/d/m/{i}")).await.unwrap();
+            let got = c.read(&f, 0, f.size()).await.unwrap();
+            assert!(got == pattern((i % 251) as u8, size(i)), "stream {i}");
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let st = c.write_stats().unwrap();
+    assert_eq!(st.cache_only_files, STREAMS as u64);
+    assert!(st.arena.memory_peak <= 64 * PS, "{st:?}");
+    assert!(st.arena.spilled > 0, "{st:?}");
+    assert_eq!(fx.proxy.counts().put, 0, "cache-only: nothing was uploaded");
 }

@@ -391,9 +391,7 @@ impl Config {
             "sync_policy" => self.sync_policy = SyncPolicy::parse(v).map_err(|e| e.context(key))?,
             "sync_rules" => self.sync_rules = parse_sync_rules(v).map_err(|e| e.context(key))?,
             "write_type" => self.write_type = WriteType::parse(v).map_err(|e| e.context(key))?,
-            "write_rules" => {
-                self.write_rules = parse_write_rules(v).map_err(|e| e.context(key))?
-            }
+            "write_rules" => self.write_rules = parse_write_rules(v).map_err(|e| e.context(key))?,
             "write_memory" => self.write_memory = parse_size_opt(key, v)?,
             "write_file_memory" => self.write_file_memory = parse_size_opt(key, v)?,
             "write_jobs" => self.write_jobs = parse_jobs(v).map_err(|e| e.context(key))?,

@@ -56,6 +56,10 @@ define_metrics! {
     READ_BYTES_MEMORY = "silt_read_bytes_memory_total", "Bytes served to readers from the memory tier.";
     READ_BYTES_DISK = "silt_read_bytes_disk_total", "Bytes served to readers from a disk tier.";
     READ_BYTES_UFS = "silt_read_bytes_ufs_total", "Bytes served to readers that had to come from the under-store.";
+    READ_BYTES_RESIDENT = "silt_read_bytes_resident_total", "Bytes served to readers from files resident only in Silt (cache-only, or back and not yet uploaded).";
+    WRITE_COMMITS = "silt_write_commits_total", "Files written through Silt and committed (closed or fsynced with new bytes), any write type.";
+    WRITE_PERSISTED = "silt_write_persisted_total", "`back` files uploaded to the under-store and dropped from the write-ahead log.";
+    WRITE_PERSIST_FAILURES = "silt_write_persist_failures_total", "Failed upload attempts of `back` files (each is retried with backoff; `silt fs status` shows the reason).";
     PAGE_HITS = "silt_page_hits_total", "Page lookups answered by the page store (any tier).";
     PAGE_MISSES = "silt_page_misses_total", "Page lookups that had to fetch from the under-store.";
     SINGLEFLIGHT_JOINS = "silt_singleflight_joins_total", "Page misses that joined a fetch already in flight instead of issuing their own.";
@@ -82,6 +86,8 @@ define_metrics! {
     RPC_READS_SERVED = "silt_rpc_reads_served_total", "Read requests a worker served to clients.";
     RPC_BYTES_SERVED = "silt_rpc_bytes_served_total", "Bytes a worker sent to clients (not counting passed file descriptors).";
     RPC_FILES_LENT = "silt_rpc_files_lent_total", "Cache files a worker lent to same-host clients for FUSE passthrough (pinned until the client lets go).";
+    WRITE_SPILLED_BYTES = "silt_write_spilled_bytes_total", "Bytes of write-buffer chunks placed on a spill disk (moved out of memory under pressure, or allocated there when memory was full), a whole chunk each.";
+    WRITE_NOSPACE = "silt_write_nospace_total", "Write-buffer chunks refused with ENOSPC because neither memory nor any spill tier had room.";
 }
 
 #[cfg(test)]

@@ -224,7 +224,9 @@ mod tests {
         assert_eq!(r.of("/data/x"), WriteType::Through);
         assert_eq!(r.of("/data/shuffle/p0"), WriteType::CacheOnly);
         assert_eq!(r.of("/other"), WriteType::ReadOnly);
-        assert!(r.any_writable() && r.writable_at_or_below("/") && !r.writable_at_or_below("/other"));
+        assert!(
+            r.any_writable() && r.writable_at_or_below("/") && !r.writable_at_or_below("/other")
+        );
         assert!(parse_write_rules("/data=sometimes").is_err());
         let jobs = parse_jobs("/shuffle/a=64MiB@7, /shuffle/b=1GiB").unwrap();
         assert_eq!(jobs[0].memory_quota, 64 << 20);

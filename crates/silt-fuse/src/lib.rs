@@ -1,6 +1,7 @@
 //! The FUSE adapter: a thin layer mapping kernel requests onto `silt-client`.
 //!
-//! Read-only for now. What it adds over the client:
+//! The mount is read-write when the client's write rules make any path writable (else `ro`).
+//! What it adds over the client:
 //! - inode numbers (path ↔ ino, with the kernel's lookup counts),
 //! - kernel caching: long entry/attr TTLs, `readdirplus` so a walk needs no per-file lookup,
 //!   and `FOPEN_KEEP_CACHE` whenever the kernel's cached pages belong to the version being
@@ -8,7 +9,22 @@
 //! - FUSE passthrough: when a file is wholly present in a local disk-tier file and the kernel
 //!   supports passthrough (Linux ≥ 6.9), the open hands the kernel that file so reads bypass
 //!   the daemon. Support is detected in `init`; without it every open falls back to the
-//!   daemon's read path. Each open's mode is recorded for `silt report`.
+//!   daemon's read path. Each open's mode is recorded for `silt report`,
+//! - writes (see [`WriteHandle`]): `create`/`open` for writing give a handle holding the
+//!   client's `FileWriter`; `write` goes to it, `flush` (every `close(2)` by the opening
+//!   process), `fsync` and `release` commit it, so `close` reports a failed upload. Until its first commit a new
+//!   file exists only in this process: lookups, `getattr` and listings show it (with the
+//!   writer's size), and an open for reading commits the file's writers first, so it reads
+//!   what was written so far. `unlink`, `mkdir`, `rmdir` and `rename` call the client and
+//!   keep the inode table in step (a renamed path and everything below it keep their
+//!   numbers); a file open for writing follows a rename, and stops being committed once
+//!   unlinked.
+//! - `setattr` of a size truncates (through the open writer, or by a rewrite for
+//!   `truncate(2)`); mode, owner and times are accepted and ignored (stores keep none of
+//!   them; `cp -p`, `touch` and editors set them), answering the current attributes.
+//!
+//! Errors beside the client's: a name over 255 bytes is `ENAMETOOLONG`; `RENAME_EXCHANGE` is
+//! `EINVAL`; `RENAME_NOREPLACE` onto an existing name is `EEXIST`.
 
 mod inodes;
 
@@ -21,13 +37,14 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    BackingId, Config as FuseConfig, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation,
-    INodeNo, InitFlags, IoctlFlags, KernelConfig, MountOption, OpenAccMode, OpenFlags, ReplyAttr,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
-    ReplyStatfs, Request, SessionACL,
+    BackingId, BsdFileFlags, Config as FuseConfig, Errno, FileAttr, FileHandle, FileType,
+    FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, MountOption, OpenAccMode,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL,
+    TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
-use silt_client::{Change, ChangeKind, Client, Entry, OpenFile};
+use silt_client::{Change, ChangeKind, Client, Entry, FileWriter, OpenFile};
 use silt_common::config::PassthroughMode;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
 use silt_ufs::EntryKind;
@@ -173,6 +190,54 @@ struct Handle {
     passthrough: bool,
 }
 
+/// A file open for writing (or reading and writing).
+///
+/// The writer is created at the open for `O_TRUNC` (empty) and `O_RDWR` (the current bytes
+/// copied in, for reads), and at the first write otherwise, so an open that writes nothing
+/// (`touch`) copies nothing. A rename of the file moves the handle: its bytes are committed
+/// under the old name first, and later writes start from the file at the new name.
+struct WriteHandle {
+    ino: u64,
+    /// `O_APPEND`: every write goes at the end, whatever offset the kernel sends.
+    append: bool,
+    /// The file's namespace path now.
+    path: Mutex<String>,
+    /// The writer's size while `open` (read without the writer's lock, which a commit holds
+    /// for the whole upload).
+    size: AtomicU64,
+    open: AtomicBool,
+    /// Unlinked, or replaced by a rename, while open: nothing is committed any more.
+    unlinked: AtomicBool,
+    /// The process that opened the file (see `flush`), if known.
+    opener: Option<u32>,
+    writer: Mutex<Option<FileWriter>>,
+}
+
+/// The process (thread group) of thread `pid`, from `/proc`; `None` if it cannot be read.
+fn process_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+impl WriteHandle {
+    fn path(&self) -> String {
+        self.path.lock().clone()
+    }
+
+    /// Whether this handle holds a live writer for `path`.
+    fn writes(&self, path: &str) -> bool {
+        !self.unlinked.load(Ordering::Relaxed)
+            && self.open.load(Ordering::Relaxed)
+            && *self.path.lock() == path
+    }
+}
+
+/// Longest name of one path component.
+const NAME_MAX: usize = 255;
+
 /// A passthrough open: the backing, the guard keeping its bytes in place, where it came from.
 type Passthrough = (Arc<BackingId>, Box<dyn Send + Sync>, &'static str);
 
@@ -230,6 +295,8 @@ pub struct SiltFs {
     state: Arc<FuseState>,
     inodes: Arc<Mutex<Inodes>>,
     handles: Mutex<HashMap<u64, Handle>>,
+    /// Handles open for writing, by fh (numbered with the read handles).
+    writers: Mutex<HashMap<u64, Arc<WriteHandle>>>,
     io: Mutex<IoModes>,
     /// The version whose pages the kernel may hold in its page cache, per inode.
     kernel_cached: Mutex<HashMap<u64, ObjectId>>,
@@ -253,6 +320,7 @@ impl SiltFs {
             state,
             inodes: Arc::new(Mutex::new(Inodes::new())),
             handles: Mutex::new(HashMap::new()),
+            writers: Mutex::new(HashMap::new()),
             io: Mutex::new(IoModes::default()),
             kernel_cached: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -271,6 +339,9 @@ impl SiltFs {
     }
 
     fn child_path(&self, parent: INodeNo, name: &OsStr) -> std::result::Result<String, Errno> {
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
         let name = name.to_str().ok_or(Errno::ENOENT)?;
         let dir = self.path_of(parent)?;
         Ok(silt_client::namespace::join(&dir, name))
@@ -283,11 +354,15 @@ impl SiltFs {
         } else {
             e.mtime.unwrap_or(self.started)
         };
-        // Read-only mount: never advertise write bits.
-        let perm = match e.mode {
-            Some(m) => (m & 0o7777 & !0o222) as u16,
-            None if is_dir => 0o555,
-            None => 0o444,
+        // Write bits only where writes are allowed (a directory: where something at or below
+        // it may be written, so the kernel lets a create reach a writable prefix).
+        let perm = match (e.mode, self.writable_attr(&e.path, is_dir)) {
+            (Some(m), true) => (m & 0o7777) as u16,
+            (Some(m), false) => (m & 0o7777 & !0o222) as u16,
+            (None, true) if is_dir => 0o755,
+            (None, true) => 0o644,
+            (None, false) if is_dir => 0o555,
+            (None, false) => 0o444,
         };
         FileAttr {
             ino: INodeNo(ino),
@@ -324,6 +399,250 @@ impl SiltFs {
         self.block(self.client.stat(path))
     }
 
+    /// `stat_path`, with `None` for "no such file".
+    fn stat_opt(&self, path: &str) -> Result<Option<Entry>> {
+        match self.stat_path(path) {
+            Ok(e) => Ok(Some(e)),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether `path` shows write permission (see `attr`).
+    fn writable_attr(&self, path: &str, is_dir: bool) -> bool {
+        let rules = self.client.write_rules();
+        if !rules.any_writable() {
+            return false;
+        }
+        if is_dir {
+            rules.writable_at_or_below(path)
+        } else {
+            rules.of(path).writable()
+        }
+    }
+
+    fn write_handle(&self, fh: u64) -> Option<Arc<WriteHandle>> {
+        self.writers.lock().get(&fh).cloned()
+    }
+
+    /// The open write handles `keep` accepts, with their numbers, in opening order.
+    fn writers_where(&self, keep: impl Fn(&WriteHandle) -> bool) -> Vec<(u64, Arc<WriteHandle>)> {
+        let writers = self.writers.lock();
+        if writers.is_empty() {
+            return Vec::new();
+        }
+        let mut v: Vec<_> = writers
+            .iter()
+            .filter(|(_, h)| keep(h))
+            .map(|(fh, h)| (*fh, h.clone()))
+            .collect();
+        v.sort_by_key(|(fh, _)| *fh);
+        v
+    }
+
+    /// The size of the live writer of `path`, if a handle holds one.
+    fn writer_size_at(&self, path: &str) -> Option<u64> {
+        self.writers_where(|h| h.writes(path))
+            .first()
+            .map(|(_, h)| h.size.load(Ordering::Relaxed))
+    }
+
+    /// A file being written, which the store may not have yet.
+    fn writer_entry(path: &str, size: u64) -> Entry {
+        Entry {
+            path: path.to_string(),
+            kind: EntryKind::File,
+            size,
+            mtime: None,
+            mode: None,
+            object: None,
+        }
+    }
+
+    /// `stat` as open writers see it: a file being written has its writer's size, and a new
+    /// one exists from its create on. The flag: a writer answered (the kernel must not keep
+    /// attributes that change with every write).
+    fn stat_live(&self, path: &str) -> Result<(Entry, bool)> {
+        let size = self.writer_size_at(path);
+        match (self.stat_opt(path)?, size) {
+            (Some(mut e), Some(size)) if !e.is_dir() => {
+                e.size = size;
+                Ok((e, true))
+            }
+            (Some(e), _) => Ok((e, false)),
+            (None, Some(size)) => Ok((Self::writer_entry(path, size), true)),
+            (None, None) => Err(Error::not_found(format!(
+                "{path}: no such file or directory"
+            ))),
+        }
+    }
+
+    /// Attribute and entry TTLs of `e` as `stat_live` answered it.
+    fn live_ttls(&self, e: &Entry, live: bool) -> (Duration, Duration) {
+        let (attr, entry) = self.ttls(e);
+        if live {
+            (Duration::ZERO, entry)
+        } else {
+            (attr, entry)
+        }
+    }
+
+    /// `list` plus the files being created in `dir` that the store does not have yet.
+    fn with_new_files(&self, dir: &str, list: Arc<Vec<Entry>>) -> Arc<Vec<Entry>> {
+        let new: Vec<Entry> = self
+            .writers_where(|h| {
+                h.open.load(Ordering::Relaxed) && !h.unlinked.load(Ordering::Relaxed)
+            })
+            .into_iter()
+            .filter_map(|(_, h)| {
+                let path = h.path();
+                let (d, name) = silt_client::namespace::parent_and_name(&path)?;
+                let missing = d == dir && list.binary_search_by(|e| e.name().cmp(name)).is_err();
+                missing.then(|| Self::writer_entry(&path, h.size.load(Ordering::Relaxed)))
+            })
+            .collect();
+        if new.is_empty() {
+            return list;
+        }
+        let mut v = list.as_ref().clone();
+        v.extend(new);
+        v.sort_by(|a, b| a.name().cmp(b.name()));
+        v.dedup_by(|a, b| a.name() == b.name());
+        Arc::new(v)
+    }
+
+    /// The handle's writer, created now if it has none yet: empty with `truncate`, else with
+    /// the file's current bytes copied in.
+    fn materialize<'a>(
+        &self,
+        h: &WriteHandle,
+        slot: &'a mut Option<FileWriter>,
+        truncate: bool,
+    ) -> Result<&'a mut FileWriter> {
+        if slot.is_none() {
+            let w = self.block(self.client.create(&h.path(), truncate))?;
+            h.size.store(w.len(), Ordering::Relaxed);
+            h.open.store(true, Ordering::Relaxed);
+            *slot = Some(w);
+        }
+        slot.as_mut()
+            .ok_or_else(|| Error::internal("a write handle without its writer"))
+    }
+
+    /// Commits the handle's writer if it has unsaved bytes (the caller holds its lock).
+    fn commit_locked(&self, h: &WriteHandle, slot: &mut Option<FileWriter>) -> Result<()> {
+        if h.unlinked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let Some(w) = slot.as_mut() else {
+            return Ok(());
+        };
+        if !w.is_dirty() {
+            return Ok(());
+        }
+        self.block(self.client.commit(w))?;
+        h.size.store(w.len(), Ordering::Relaxed);
+        // A listing the kernel read while the file was being written may lack it.
+        self.reread_parent(w.path());
+        Ok(())
+    }
+
+    fn commit_handle(&self, h: &WriteHandle) -> Result<()> {
+        let mut slot = h.writer.lock();
+        self.commit_locked(h, &mut slot)
+    }
+
+    /// Has the kernel read `path`'s parent directory again.
+    fn reread_parent(&self, path: &str) {
+        if let (Some((parent, _)), Some(queue)) = (
+            silt_client::namespace::parent_and_name(path),
+            self.state.invalidations.get(),
+        ) {
+            queue.push_reread(parent.to_string());
+        }
+    }
+
+    /// Registers a write handle for `ino` at `path` (an open through the daemon as far as
+    /// the kernel's io modes go).
+    fn add_writer(
+        &self,
+        req: &Request,
+        ino: u64,
+        path: String,
+        append: bool,
+        writer: Option<FileWriter>,
+    ) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let h = WriteHandle {
+            ino,
+            append,
+            path: Mutex::new(path),
+            size: AtomicU64::new(writer.as_ref().map_or(0, |w| w.len())),
+            open: AtomicBool::new(writer.is_some()),
+            unlinked: AtomicBool::new(false),
+            opener: process_of(req.pid()),
+            writer: Mutex::new(writer),
+        };
+        self.writers.lock().insert(fh, Arc::new(h));
+        // The kernel's pages of this inode are not a stored version any more.
+        self.kernel_cached.lock().remove(&ino);
+        fh
+    }
+
+    /// Opens `ino` for writing (`open` with `O_WRONLY`/`O_RDWR`).
+    fn open_write(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let path = match self.path_of(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        if !self.client.write_type_of(&path).writable() {
+            return reply.error(Errno::EROFS);
+        }
+        if !self.open_cached(ino.0) {
+            // Open in passthrough: the kernel would refuse a daemon open with EIO.
+            return reply.error(Errno::EBUSY);
+        }
+        let truncate = flags.0 & libc::O_TRUNC != 0;
+        let append = flags.0 & libc::O_APPEND != 0;
+        // Reads need the bytes now; a write-only open copies them at its first write.
+        let now = truncate || flags.acc_mode() == OpenAccMode::O_RDWR;
+        let writer = if now {
+            match self.block(self.client.create(&path, truncate)) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    self.release_cached(ino.0);
+                    return reply.error(errno(&e));
+                }
+            }
+        } else {
+            None
+        };
+        let fh = self.add_writer(req, ino.0, path, append, writer);
+        reply.opened(FileHandle(fh), FopenFlags::empty());
+    }
+
+    /// `setattr` of the size: through the open writer of the file if there is one, else a
+    /// rewrite of the object (`truncate(2)`).
+    fn truncate(&self, path: &str, fh: Option<FileHandle>, size: u64) -> Result<()> {
+        let handle = fh.and_then(|fh| self.write_handle(fh.0)).or_else(|| {
+            self.writers_where(|h| h.writes(path))
+                .into_iter()
+                .next()
+                .map(|(_, h)| h)
+        });
+        if let Some(h) = handle {
+            let mut slot = h.writer.lock();
+            let w = self.materialize(&h, &mut slot, size == 0)?;
+            self.client.set_len(w, size)?;
+            h.size.store(size, Ordering::Relaxed);
+            return Ok(());
+        }
+        let mut w = self.block(self.client.create(path, size == 0))?;
+        self.client.set_len(&mut w, size)?;
+        self.block(self.client.commit(&mut w))?;
+        Ok(())
+    }
+
     /// The listing readdir serves from `offset`: a pass through a directory starts at offset 0
     /// with a listing its sync policy trusts; later calls of the same pass continue in the
     /// listing the pass began with (offsets stay stable across the calls of a large directory
@@ -339,7 +658,8 @@ impl SiltFs {
         } else {
             self.block(self.client.listing_continued(&path))
         };
-        list.map_err(|e| errno(&e))
+        list.map(|l| self.with_new_files(&path, l))
+            .map_err(|e| errno(&e))
     }
 
     /// A directory's mtime tells the kernel whether the listing in its readdir cache is still
@@ -474,6 +794,9 @@ impl SiltFs {
 impl fuser::Filesystem for SiltFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
+        // O_TRUNC comes with the open (one empty writer) instead of a setattr after it (which
+        // would first copy the whole file in to cut it).
+        let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         // More parallel read-ahead requests in flight: the prefetcher and kernel read-ahead
         // together keep the store busy.
         let _ = config.set_max_background(64);
@@ -510,10 +833,10 @@ impl fuser::Filesystem for SiltFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        match self.stat_path(&path) {
-            Ok(e) => {
+        match self.stat_live(&path) {
+            Ok((e, live)) => {
                 let ino = self.inodes.lock().lookup(&path);
-                let (attr_ttl, entry_ttl) = self.ttls(&e);
+                let (attr_ttl, entry_ttl) = self.live_ttls(&e, live);
                 reply.entry_with_ttls(&attr_ttl, &entry_ttl, &self.attr(ino, &e), Generation(0));
             }
             Err(e) => reply.error(errno(&e)),
@@ -566,20 +889,74 @@ impl fuser::Filesystem for SiltFs {
                 return reply.attr(&self.ttls(&e).0, &self.attr(ino.0, &e));
             }
         }
-        match self.stat_path(&path) {
-            Ok(e) => reply.attr(&self.ttls(&e).0, &self.attr(ino.0, &e)),
+        match self.stat_live(&path) {
+            Ok((e, live)) => reply.attr(&self.live_ttls(&e, live).0, &self.attr(ino.0, &e)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        if flags.acc_mode() != OpenAccMode::O_RDONLY {
-            return reply.error(Errno::EROFS);
+    /// Sizes truncate (see `truncate`). Mode, owner and times are accepted and ignored where
+    /// writes are allowed: stores keep none of them, and `cp -p`, `touch` and editors set
+    /// them; the reply carries the current attributes. Elsewhere they are `EROFS`.
+    #[allow(clippy::too_many_arguments)]
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let path = match self.path_of(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        if let Some(size) = size {
+            if let Err(e) = self.truncate(&path, fh, size) {
+                return reply.error(errno(&e));
+            }
+        } else {
+            let changes = mode.is_some()
+                || uid.is_some()
+                || gid.is_some()
+                || atime.is_some()
+                || mtime.is_some();
+            if changes && !self.client.write_rules().writable_at_or_below(&path) {
+                return reply.error(Errno::EROFS);
+            }
+        }
+        match self.stat_live(&path) {
+            Ok((e, live)) => reply.attr(&self.live_ttls(&e, live).0, &self.attr(ino.0, &e)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // `O_RDONLY|O_TRUNC` truncates too (the kernel sends O_TRUNC with the open).
+        if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+            return self.open_write(req, ino, flags, reply);
         }
         let path = match self.path_of(ino) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
+        // A reader sees what writers of the file have written so far: it goes to the store
+        // first (the store has a file only once committed).
+        for (_, h) in self.writers_where(|h| h.writes(&path)) {
+            if let Err(e) = self.commit_handle(&h) {
+                return reply.error(errno(&e));
+            }
+        }
         let file = match self.block(self.client.open(&path)) {
             Ok(f) => Arc::new(f),
             Err(e) => return reply.error(errno(&e)),
@@ -647,6 +1024,17 @@ impl fuser::Filesystem for SiltFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
+        if let Some(h) = self.write_handle(fh.0) {
+            // Open for reading and writing: what the writer holds.
+            let mut slot = h.writer.lock();
+            let read = self
+                .materialize(&h, &mut slot, false)
+                .and_then(|w| self.client.read_written(w, offset, size as u64));
+            return match read {
+                Ok(bytes) => reply.data(&bytes),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         let file = match self.handles.lock().get(&fh.0) {
             Some(h) => h.file.clone(),
             None => return reply.error(Errno::EBADF),
@@ -677,6 +1065,15 @@ impl fuser::Filesystem for SiltFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let writer = self.writers.lock().remove(&fh.0);
+        if let Some(h) = writer {
+            // Normally committed by the flush of the last close already.
+            if let Err(e) = self.commit_handle(&h) {
+                tracing::error!(path = %h.path(), "closing a written file: {e}; its bytes are lost");
+            }
+            self.release_cached(h.ino);
+            return reply.ok();
+        }
         if let Some(h) = self.handles.lock().remove(&fh.0) {
             if h.passthrough {
                 self.release_backing(h.ino);
@@ -687,15 +1084,266 @@ impl fuser::Filesystem for SiltFs {
         reply.ok();
     }
 
+    /// Every `close(2)` of a file open for writing commits it, so `close` reports a failed
+    /// upload; except a close by another process than the opener's, which is nearly always a
+    /// forked child closing its inherited copy at `exec` (close-on-exec) or exit, in the middle
+    /// of the opener's writes: the opener's own close, or the release after the last close,
+    /// commits then.
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Read-only: nothing to write back.
+        let handle = self
+            .write_handle(fh.0)
+            .filter(|h| match (h.opener, process_of(req.pid())) {
+                (Some(opener), Some(closer)) => opener == closer,
+                _ => true,
+            });
+        match handle.map(|h| self.commit_handle(&h)) {
+            Some(Err(e)) => {
+                tracing::warn!("commit at close failed: {e}");
+                reply.error(errno(&e))
+            }
+            _ => reply.ok(),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.write_handle(fh.0).map(|h| self.commit_handle(&h)) {
+            Some(Err(e)) => reply.error(errno(&e)),
+            _ => reply.ok(),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<fuser::LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let Some(h) = self.write_handle(fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut slot = h.writer.lock();
+        let w = match self.materialize(&h, &mut slot, false) {
+            Ok(w) => w,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let at = if h.append { w.len() } else { offset };
+        match self.client.write_at(w, at, data) {
+            Ok(()) => {
+                h.size.store(w.len(), Ordering::Relaxed);
+                reply.written(data.len() as u32)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// `open(O_CREAT)` of a name the kernel does not know: a new empty file (committed at
+    /// close), or, if the store has the file after all, an open of it as `open` would.
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let path = match self.child_path(parent, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        if !self.client.write_type_of(&path).writable() {
+            return reply.error(Errno::EROFS);
+        }
+        let existing = match self.stat_opt(&path) {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        match &existing {
+            Some(e) if e.is_dir() => return reply.error(Errno::EISDIR),
+            Some(_) if flags & libc::O_EXCL != 0 => return reply.error(Errno::EEXIST),
+            _ => {}
+        }
+        let truncate = existing.is_none() || flags & libc::O_TRUNC != 0;
+        let ino = self.inodes.lock().peek_or_assign(&path);
+        if !self.open_cached(ino) {
+            return reply.error(Errno::EBUSY);
+        }
+        let now = truncate || flags & libc::O_ACCMODE == libc::O_RDWR;
+        let writer = if now {
+            match self.block(self.client.create(&path, truncate)) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    self.release_cached(ino);
+                    return reply.error(errno(&e));
+                }
+            }
+        } else {
+            None
+        };
+        let entry = match (existing, truncate) {
+            (Some(e), false) => e,
+            _ => Self::writer_entry(&path, 0),
+        };
+        let ino = self.inodes.lock().lookup(&path);
+        let fh = self.add_writer(req, ino, path, flags & libc::O_APPEND != 0, writer);
+        let (_, entry_ttl) = self.ttls(&entry);
+        reply.created(
+            &entry_ttl,
+            &self.attr(ino, &entry),
+            Generation(0),
+            FileHandle(fh),
+            FopenFlags::empty(),
+        );
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let path = match self.child_path(parent, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        // Writers of the file stop committing (nothing would be left to write to); their
+        // locks keep a commit from recreating the file meanwhile.
+        let open: Vec<_> =
+            self.writers_where(|h| !h.unlinked.load(Ordering::Relaxed) && *h.path.lock() == path);
+        let guards: Vec<_> = open.iter().map(|(_, h)| h.writer.lock()).collect();
+        let mut uncommitted = false;
+        for (_, h) in &open {
+            uncommitted |= h.open.load(Ordering::Relaxed);
+            h.unlinked.store(true, Ordering::Relaxed);
+        }
+        let result = match self.block(self.client.remove_file(&path)) {
+            // A new file not closed yet: only the handles had it.
+            Err(e) if e.kind() == ErrorKind::NotFound && uncommitted => Ok(()),
+            r => r,
+        };
+        if let Err(e) = result {
+            for (_, h) in &open {
+                h.unlinked.store(false, Ordering::Relaxed);
+            }
+            return reply.error(errno(&e));
+        }
+        drop(guards);
+        self.inodes.lock().detach(&path);
+        reply.ok();
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let path = match self.child_path(parent, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.block(self.client.mkdir(&path)) {
+            Ok(e) => {
+                let ino = self.inodes.lock().lookup(&path);
+                let (attr_ttl, entry_ttl) = self.ttls(&e);
+                reply.entry_with_ttls(&attr_ttl, &entry_ttl, &self.attr(ino, &e), Generation(0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let path = match self.child_path(parent, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.block(self.client.rmdir(&path)) {
+            Ok(()) => {
+                self.inodes.lock().detach(&path);
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// `rename(2)`/`renameat2(2)`: see `Client::rename` for what moves how. Files open for
+    /// writing at or below the old name are committed first and follow the rename.
+    #[allow(clippy::too_many_arguments)]
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if !(flags - RenameFlags::RENAME_NOREPLACE).is_empty() {
+            // RENAME_EXCHANGE (no store can swap two names atomically), RENAME_WHITEOUT.
+            return reply.error(Errno::EINVAL);
+        }
+        let (from, to) = match (
+            self.child_path(parent, name),
+            self.child_path(newparent, newname),
+        ) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+        };
+        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            match self.stat_live(&to) {
+                Ok(_) => return reply.error(Errno::EEXIST),
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return reply.error(errno(&e)),
+            }
+        }
+        let under = |p: &str| silt_common::config::is_at_or_under(p, &from);
+        let moving =
+            self.writers_where(|h| !h.unlinked.load(Ordering::Relaxed) && under(&h.path.lock()));
+        // Locked in opening order (every multi-handle lock goes in that order).
+        let mut guards: Vec<_> = moving.iter().map(|(_, h)| h.writer.lock()).collect();
+        for ((_, h), slot) in moving.iter().zip(guards.iter_mut()) {
+            if let Err(e) = self.commit_locked(h, slot) {
+                return reply.error(errno(&e));
+            }
+        }
+        if let Err(e) = self.block(self.client.rename(&from, &to)) {
+            return reply.error(errno(&e));
+        }
+        // Writers of a file the rename replaced lose it, as an unlink would.
+        for (_, h) in self.writers_where(|h| *h.path.lock() == to) {
+            h.unlinked.store(true, Ordering::Relaxed);
+        }
+        for ((_, h), slot) in moving.iter().zip(guards.iter_mut()) {
+            let mut path = h.path.lock();
+            *path = format!("{to}{}", &path[from.len()..]);
+            // Later writes start from the file at its new name.
+            **slot = None;
+            h.open.store(false, Ordering::Relaxed);
+        }
+        drop(guards);
+        self.inodes.lock().rename(&from, &to);
         reply.ok();
     }
 
@@ -777,9 +1425,14 @@ impl fuser::Filesystem for SiltFs {
                 }
                 _ => {
                     let e = &list[(i - 2) as usize];
-                    // Asked of the client before the inode table is locked.
+                    // Asked of the client before the inode table is locked. A file being
+                    // written: its writer's size, not the stored one.
                     let ttl = self.ttls(e).1;
                     let mut attr = self.attr(0, e);
+                    if let Some(size) = self.writer_size_at(&e.path).filter(|_| !e.is_dir()) {
+                        attr.size = size;
+                        attr.blocks = size.div_ceil(512);
+                    }
                     let mut inodes = self.inodes.lock();
                     let child = inodes.peek_or_assign(&e.path);
                     attr.ino = INodeNo(child);
@@ -821,12 +1474,16 @@ impl fuser::Filesystem for SiltFs {
         );
     }
 
-    fn access(&self, _req: &Request, _ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
+    fn access(&self, _req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
         if mask.contains(fuser::AccessFlags::W_OK) {
-            reply.error(Errno::EROFS)
-        } else {
-            reply.ok()
+            let writable = self
+                .path_of(ino)
+                .is_ok_and(|p| self.client.write_rules().writable_at_or_below(&p));
+            if !writable {
+                return reply.error(Errno::EROFS);
+            }
         }
+        reply.ok()
     }
 }
 
@@ -1033,7 +1690,6 @@ pub fn mount(
     cfg.mount_options = vec![
         MountOption::FSName("silt".into()),
         MountOption::Subtype("silt".into()),
-        MountOption::RO,
         MountOption::NoAtime,
         MountOption::NoDev,
         MountOption::NoSuid,
@@ -1041,6 +1697,9 @@ pub fn mount(
         // private to its owner even though the daemon runs as root and allow_other is on).
         MountOption::DefaultPermissions,
     ];
+    if !client.write_rules().any_writable() {
+        cfg.mount_options.push(MountOption::RO);
+    }
     if opts.allow_other {
         cfg.acl = SessionACL::All;
     }

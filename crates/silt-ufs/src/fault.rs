@@ -13,7 +13,8 @@ use silt_common::{Error, ErrorKind, Result};
 
 use crate::{Capabilities, DynStore, ObjectMeta, UnderStore};
 
-/// One kind of [`UnderStore`] call.
+/// One kind of [`UnderStore`] call (`create_dir`, `rename` and `copy` count as writes,
+/// `remove_dir` as a delete).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FaultOp {
     Stat,
@@ -277,6 +278,29 @@ impl UnderStore for FaultStore {
     async fn delete(&self, path: &str) -> Result<()> {
         self.before(FaultOp::Delete, path).await?;
         self.inner.delete(path).await
+    }
+
+    // Directory operations and renames count as the request kind they make: a write (marker,
+    // copy) or a delete.
+
+    async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
+        self.before(FaultOp::Write, path).await?;
+        self.inner.create_dir(path).await
+    }
+
+    async fn remove_dir(&self, path: &str) -> Result<()> {
+        self.before(FaultOp::Delete, path).await?;
+        self.inner.remove_dir(path).await
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        self.before(FaultOp::Write, from).await?;
+        self.inner.rename(from, to).await
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        self.before(FaultOp::Write, from).await?;
+        self.inner.copy(from, to).await
     }
 }
 

@@ -108,6 +108,9 @@ pub struct Capabilities {
     pub native_recursive_list: bool,
     /// `read` with an expected fingerprint is enforced by the store itself (If-Match).
     pub conditional_read: bool,
+    /// `rename` moves a whole directory in one operation (a local directory). Otherwise
+    /// `rename` takes files only, and a caller moves a directory object by object.
+    pub rename_dirs: bool,
 }
 
 /// An under-store.
@@ -122,8 +125,28 @@ pub struct Capabilities {
 /// - `read(path, range, expected)` returns exactly the bytes `range` of the version of `path`
 ///   that `expected` describes, clamped to its size, or `ErrorKind::ContentChanged` if the object
 ///   no longer matches `expected.content_fingerprint()`. It never returns bytes from two versions.
+/// - `create_dir(path)` makes `path` a directory that `stat` and `list` show even when empty:
+///   a real directory (with its parents) where the store has directories, else a zero-byte
+///   `path/` marker object. Creating an existing directory succeeds. It does not check that no
+///   file has the same path (an object store can hold both `a` and `a/`): callers do.
+/// - `remove_dir(path)` removes an empty directory: `ErrorKind::NotEmpty` if anything lies
+///   below it (nothing is removed then). On an object store it deletes the `path/` marker; a
+///   directory without one (implied by keys) cannot be removed while it has keys, and an empty
+///   one is nothing to delete. Removing a missing directory is not an error (like `delete`).
+/// - `rename(from, to)` moves the file `from` to `to`, replacing a file at `to`, and returns
+///   `to`'s new metadata; afterwards `from` is gone. Where the store renames natively (local
+///   directories) it is one atomic step, and a directory moves whole when
+///   `capabilities().rename_dirs` says so (onto a missing or empty directory only, else
+///   `NotEmpty`); elsewhere it is a server-side copy then a delete (S3): not atomic, a failure
+///   between the two leaves both, and a directory `from` is `IsADirectory`. A missing `from`
+///   is `NotFound`.
+/// - `copy(from, to)` copies the file `from` to `to` (server-side where the store can),
+///   replacing a file at `to`, and returns `to`'s metadata.
 /// - Errors carry a kind whose `is_retryable()` tells whether trying again can help; messages
 ///   never contain credentials.
+/// - The directory and rename methods have defaults that answer `Unsupported`, so wrappers and
+///   test stores that do not need them keep compiling; a wrapper in front of a real store must
+///   forward them.
 #[async_trait]
 pub trait UnderStore: Send + Sync + 'static {
     /// The URI this store was opened from (credentials never included).
@@ -154,6 +177,30 @@ pub trait UnderStore: Send + Sync + 'static {
     }
     /// Deletes an object; deleting a missing object is not an error.
     async fn delete(&self, path: &str) -> Result<()>;
+    /// Makes `path` a directory (see the trait invariants); returns its metadata.
+    async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
+        Err(unsupported(self.uri(), "create_dir", path))
+    }
+    /// Removes the empty directory `path` (see the trait invariants).
+    async fn remove_dir(&self, path: &str) -> Result<()> {
+        Err(unsupported(self.uri(), "remove_dir", path))
+    }
+    /// Moves the file (or, with `rename_dirs`, the directory) `from` to `to`; returns `to`'s
+    /// metadata (see the trait invariants).
+    async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        Err(unsupported(self.uri(), "rename", from).context(format!("to {to}")))
+    }
+    /// Copies the file `from` to `to`; returns `to`'s metadata.
+    async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        Err(unsupported(self.uri(), "copy", from).context(format!("to {to}")))
+    }
+}
+
+fn unsupported(uri: &str, op: &str, path: &str) -> Error {
+    Error::new(
+        silt_common::ErrorKind::Unsupported,
+        format!("{op} {uri}/{path}: not supported by this store"),
+    )
 }
 
 pub type DynStore = Arc<dyn UnderStore>;

@@ -14,8 +14,12 @@ use crate::{normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Unde
 
 /// An in-memory fake of an object store, keeping every [`UnderStore`] invariant.
 ///
-/// Like S3, it stores only objects; directories are implied by the paths of the objects below
-/// them (they vanish with their last object, and a recursive listing returns files only).
+/// Like S3, it stores objects, and directories are implied by the paths of the objects below
+/// them (they vanish with their last object); `create_dir` adds a directory marker (S3's
+/// zero-byte `dir/` object), which keeps an empty directory and which a recursive listing
+/// returns as a directory entry (it returns files otherwise). `rename` of a file is a move
+/// that gives the destination a new ETag, as S3's copy-then-delete does; directories cannot be
+/// renamed (`IsADirectory`: callers move them object by object).
 /// Every write bumps a store-wide counter that becomes the object's ETag, so an overwrite
 /// always changes the fingerprint, even with the same bytes. Reads are conditional on the
 /// expected fingerprint, like If-Match. Objects carry optional permission bits
@@ -35,6 +39,8 @@ pub struct MemStore {
 #[derive(Default)]
 struct State {
     objects: BTreeMap<String, Object>,
+    /// Directory markers (`create_dir`), by path without the trailing `/`.
+    dirs: BTreeSet<String>,
     next_etag: u64,
 }
 
@@ -69,6 +75,7 @@ impl MemStore {
             caps: Capabilities {
                 native_recursive_list: true,
                 conditional_read: true,
+                rename_dirs: false,
             },
         }
     }
@@ -120,7 +127,12 @@ impl MemStore {
         self.state.lock().objects.get(path).map(|o| o.meta(path))
     }
 
-    /// Number of objects.
+    /// Whether `create_dir` left a marker for directory `path`.
+    pub fn has_dir_marker(&self, path: &str) -> bool {
+        normalize_path(path).is_ok_and(|p| self.state.lock().dirs.contains(p))
+    }
+
+    /// Number of objects (directory markers not counted).
     pub fn len(&self) -> usize {
         self.state.lock().objects.len()
     }
@@ -163,14 +175,36 @@ impl State {
 
     /// Objects strictly below `dir` (`""` = everything), as (key, object).
     fn below<'a>(&'a self, dir: &str) -> impl Iterator<Item = (&'a String, &'a Object)> + 'a {
-        let prefix = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
+        let prefix = prefix_of(dir);
         self.objects
             .range(prefix.clone()..)
             .take_while(move |(k, _)| k.starts_with(&prefix))
+    }
+
+    /// Directory markers strictly below `dir`.
+    fn markers_below<'a>(&'a self, dir: &str) -> impl Iterator<Item = &'a String> + 'a {
+        let prefix = prefix_of(dir);
+        self.dirs
+            .range(prefix.clone()..)
+            .take_while(move |k| k.starts_with(&prefix))
+    }
+
+    /// Whether anything (an object or a marker) lies below `dir`.
+    fn has_below(&self, dir: &str) -> bool {
+        self.below(dir).next().is_some() || self.markers_below(dir).next().is_some()
+    }
+
+    /// Whether `path` is a directory: a marker, or something below it.
+    fn is_dir(&self, path: &str) -> bool {
+        path.is_empty() || self.dirs.contains(path) || self.has_below(path)
+    }
+}
+
+fn prefix_of(dir: &str) -> String {
+    if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
     }
 }
 
@@ -194,7 +228,7 @@ impl UnderStore for MemStore {
         if let Some(obj) = state.objects.get(path) {
             return Ok(obj.meta(path));
         }
-        if state.below(path).next().is_some() {
+        if state.is_dir(path) {
             return Ok(ObjectMeta::dir(path));
         }
         Err(Error::not_found(format!(
@@ -218,7 +252,17 @@ impl UnderStore for MemStore {
                 _ => out.push(obj.meta(key)),
             }
         }
-        if out.is_empty() && subdirs.is_empty() && !dir.is_empty() {
+        for key in state.markers_below(dir) {
+            match key[skip..].split_once('/') {
+                Some((child, _)) if !recursive => {
+                    subdirs.insert(key[..skip + child.len()].to_string());
+                }
+                _ => {
+                    subdirs.insert(key.clone());
+                }
+            }
+        }
+        if out.is_empty() && subdirs.is_empty() && !dir.is_empty() && !state.dirs.contains(dir) {
             return Err(if state.objects.contains_key(dir) {
                 Error::new(
                     ErrorKind::NotADirectory,
@@ -272,6 +316,89 @@ impl UnderStore for MemStore {
         let path = normalize_path(path)?;
         self.state.lock().objects.remove(path);
         Ok(())
+    }
+
+    async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
+        self.count();
+        let path = normalize_path(path)?;
+        if path.is_empty() {
+            return Ok(ObjectMeta::dir(""));
+        }
+        let mut state = self.state.lock();
+        if state.objects.contains_key(path) {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("mkdir {}: a file has this path", self.full(path)),
+            ));
+        }
+        state.dirs.insert(path.to_string());
+        Ok(ObjectMeta::dir(path))
+    }
+
+    async fn remove_dir(&self, path: &str) -> Result<()> {
+        self.count();
+        let path = normalize_path(path)?;
+        let mut state = self.state.lock();
+        if state.has_below(path) {
+            return Err(Error::new(
+                ErrorKind::NotEmpty,
+                format!("rmdir {}: directory not empty", self.full(path)),
+            ));
+        }
+        state.dirs.remove(path);
+        Ok(())
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        self.count();
+        let (from, to) = (normalize_path(from)?, normalize_path(to)?);
+        let mut state = self.state.lock();
+        let data = self.file_to_copy(&state, from, to)?;
+        if from == to {
+            return Ok(state.objects[from].meta(from));
+        }
+        state.objects.remove(from);
+        Ok(state.insert(to, data))
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        self.count();
+        let (from, to) = (normalize_path(from)?, normalize_path(to)?);
+        let mut state = self.state.lock();
+        let data = self.file_to_copy(&state, from, to)?;
+        if from == to {
+            return Ok(state.objects[from].meta(from));
+        }
+        Ok(state.insert(to, data))
+    }
+}
+
+impl MemStore {
+    /// The bytes of file `from`, checking that `from` is a file and `to` not a directory.
+    fn file_to_copy(&self, state: &State, from: &str, to: &str) -> Result<Bytes> {
+        if to.is_empty() {
+            return Err(Error::invalid(format!(
+                "rename {}: cannot write the store root",
+                self.full(from)
+            )));
+        }
+        let Some(obj) = state.objects.get(from) else {
+            return Err(if state.is_dir(from) {
+                Error::new(
+                    ErrorKind::IsADirectory,
+                    format!("rename {}: is a directory", self.full(from)),
+                )
+            } else {
+                Error::not_found(format!("rename {}: not found", self.full(from)))
+            });
+        };
+        if to != from && state.is_dir(to) {
+            return Err(Error::new(
+                ErrorKind::IsADirectory,
+                format!("rename to {}: is a directory", self.full(to)),
+            ));
+        }
+        Ok(obj.data.clone())
     }
 }
 

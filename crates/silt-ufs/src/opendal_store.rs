@@ -482,8 +482,12 @@ impl OpendalStore {
             return (kind, format!("cannot reach {where_}: {}", root_cause(e)));
         }
         if let Some(io) = find_io_error(e) {
-            // Local I/O: the same mapping as everywhere else in Silt.
-            let kind = Error::from(std::io::Error::from(io.kind())).kind();
+            // Local I/O: the same mapping as everywhere else in Silt (plus ENOTEMPTY, which
+            // only directory operations meet).
+            let kind = match io.kind() {
+                std::io::ErrorKind::DirectoryNotEmpty => ErrorKind::NotEmpty,
+                k => Error::from(std::io::Error::from(k)).kind(),
+            };
             return (kind, format!("{where_}: {io}"));
         }
         let status = http_status(e);
@@ -638,6 +642,30 @@ impl OpendalStore {
             // store that named no version: asked once.
             _ => self.stat_inner(path).await,
         }
+    }
+
+    /// A server-side copy of the file `from` to `to`; the metadata of the copy.
+    async fn copy_file(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        let src = self.stat_inner(from).await?;
+        if src.kind == EntryKind::Dir {
+            return Err(Error::new(
+                ErrorKind::IsADirectory,
+                format!(
+                    "copy {}: is a directory (moved object by object by the caller)",
+                    self.full(from)
+                ),
+            ));
+        }
+        if from == to {
+            return Ok(src);
+        }
+        UFS_REQUESTS.inc();
+        let copied = self
+            .op
+            .copy(from, to)
+            .await
+            .map_err(|e| self.map_err("copy", from, e))?;
+        self.written_meta(to, &copied, src.size).await
     }
 
     /// Starts a listing of `dir` (one request, counted); returns it with the `dir/` prefix.
@@ -1038,14 +1066,19 @@ impl UnderStore for OpendalStore {
     }
 
     fn capabilities(&self) -> Capabilities {
+        // OpenDAL's native rename (local directories) is `rename(2)`, which moves directories
+        // too; stores without one get the copy-then-delete fallback, for files only.
+        let rename_dirs = self.op.info().capability().rename;
         match self.backend {
             Backend::Fs { .. } => Capabilities {
                 native_recursive_list: false,
                 conditional_read: false,
+                rename_dirs,
             },
             Backend::S3 { .. } => Capabilities {
                 native_recursive_list: true,
                 conditional_read: true,
+                rename_dirs,
             },
         }
     }
@@ -1135,7 +1168,10 @@ impl UnderStore for OpendalStore {
             while off < len {
                 let n = (len - off).min(WRITE_PART as u64) as usize;
                 let part = src.read_at(off, n).map_err(|e| {
-                    e.context(format!("write {}: reading the local bytes", self.full(path)))
+                    e.context(format!(
+                        "write {}: reading the local bytes",
+                        self.full(path)
+                    ))
                 })?;
                 w.write(part)
                     .await
@@ -1166,6 +1202,124 @@ impl UnderStore for OpendalStore {
                 Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(self.map_err("delete", path, e)),
             }
+        })
+        .await
+    }
+
+    async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
+        let path = self.writable(path)?;
+        self.count_errors(async {
+            // Local directories: `create_dir_all`; S3: OpenDAL writes the zero-byte `path/`
+            // marker (its simulated `create_dir`).
+            if !self.op.info().capability().create_dir {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "mkdir {}: the store cannot create directories",
+                        self.full(path)
+                    ),
+                ));
+            }
+            UFS_REQUESTS.inc();
+            self.op
+                .create_dir(&format!("{path}/"))
+                .await
+                .map_err(|e| self.map_err("mkdir", path, e))?;
+            match &self.backend {
+                Backend::Fs { root } => self.fs_stat(root, path).await,
+                Backend::S3 { .. } => Ok(ObjectMeta::dir(path)),
+            }
+        })
+        .await
+    }
+
+    async fn remove_dir(&self, path: &str) -> Result<()> {
+        let path = self.writable(path)?;
+        self.count_errors(async {
+            // Empty? One listing of at most two keys: the directory's own marker and one more.
+            let dir_slash = format!("{path}/");
+            UFS_REQUESTS.inc();
+            let listed = self.op.lister_with(&dir_slash).limit(2).await;
+            let mut lister = match listed {
+                Ok(l) => Some(l),
+                Err(e) if e.kind() == opendal::ErrorKind::NotFound => None,
+                Err(e) => return Err(self.map_err("rmdir", path, e)),
+            };
+            while let Some(l) = lister.as_mut() {
+                match l.next().await {
+                    None => break,
+                    Some(Err(e)) if e.kind() == opendal::ErrorKind::NotFound => break,
+                    Some(Err(e)) => return Err(self.map_err("rmdir", path, e)),
+                    Some(Ok(entry)) if is_listed_dir_itself(entry.path(), &dir_slash) => {}
+                    Some(Ok(_)) => {
+                        return Err(Error::new(
+                            ErrorKind::NotEmpty,
+                            format!("rmdir {}: directory not empty", self.full(path)),
+                        ))
+                    }
+                }
+            }
+            drop(lister);
+            // Local: rmdir (which still refuses a directory filled meanwhile); S3: the marker.
+            UFS_REQUESTS.inc();
+            match self.op.delete(&dir_slash).await {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(self.map_err("rmdir", path, e)),
+            }
+        })
+        .await
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        let from = self.writable(from)?;
+        let to = self.writable(to)?;
+        let cap = self.op.info().capability();
+        self.count_errors(async {
+            if from == to {
+                return self.stat_inner(to).await;
+            }
+            if cap.rename {
+                // Native (local directories): one atomic rename(2), parents of `to` created.
+                UFS_REQUESTS.inc();
+                self.op
+                    .rename(from, to)
+                    .await
+                    .map_err(|e| self.map_err("rename", from, e))?;
+                return self.stat_inner(to).await;
+            }
+            if !cap.copy {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "rename {}: the store has neither rename nor copy",
+                        self.full(from)
+                    ),
+                ));
+            }
+            // S3: copy, then delete the source. Not atomic: a failure in between leaves both.
+            let meta = self.copy_file(from, to).await?;
+            UFS_REQUESTS.inc();
+            match self.op.delete(from).await {
+                Ok(()) => Ok(meta),
+                Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(meta),
+                Err(e) => Err(self.map_err("rename: delete", from, e)),
+            }
+        })
+        .await
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        let from = self.writable(from)?;
+        let to = self.writable(to)?;
+        self.count_errors(async {
+            if !self.op.info().capability().copy {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!("copy {}: the store cannot copy", self.full(from)),
+                ));
+            }
+            self.copy_file(from, to).await
         })
         .await
     }

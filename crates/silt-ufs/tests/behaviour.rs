@@ -338,6 +338,120 @@ mod cases {
         assert_eq!(s.read("w/x", 0..5, &m).await.unwrap(), "again");
     }
 
+    /// `create_dir` makes a directory that shows while empty; `remove_dir` refuses a directory
+    /// with anything below it and removes an empty one.
+    pub async fn create_and_remove_dirs(f: Fixture) {
+        let s = &f.store;
+        let m = s.create_dir("e/sub").await.unwrap();
+        assert_eq!((m.path.as_str(), m.kind), ("e/sub", EntryKind::Dir));
+        s.create_dir("e/sub/").await.expect("an existing directory");
+        assert_eq!(s.stat("e/sub").await.unwrap().kind, EntryKind::Dir);
+        assert_eq!(s.stat("e").await.unwrap().kind, EntryKind::Dir);
+        assert!(s.list("e/sub", false).await.unwrap().is_empty());
+        assert_eq!(
+            sorted(s.list("e", false).await.unwrap()),
+            vec![dir("e/sub")]
+        );
+        let rec = sorted(s.list("e", true).await.unwrap());
+        assert_eq!(rec, vec![dir("e/sub")], "an empty directory is in a sweep");
+        let tree = sorted(s.list_tree("", 100).await.unwrap().unwrap());
+        assert!(tree.contains(&dir("e/sub")), "{tree:?}");
+
+        put(&f, "e/sub/x", b"x").await;
+        for d in ["e/sub", "e"] {
+            let e = s.remove_dir(d).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotEmpty, "{d}: {e}");
+        }
+        assert_eq!(s.stat("e/sub/x").await.unwrap().size, 1, "nothing removed");
+        s.delete("e/sub/x").await.unwrap();
+        s.remove_dir("e/sub").await.unwrap();
+        assert_eq!(
+            s.stat("e/sub").await.unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        match f.backend {
+            // A real directory stays; on an object store `e` was implied by `e/sub/` alone.
+            Backend::Fs => {
+                assert_eq!(s.stat("e").await.unwrap().kind, EntryKind::Dir);
+                s.remove_dir("e").await.unwrap();
+            }
+            Backend::S3 | Backend::Mem => {}
+        }
+        assert_eq!(s.stat("e").await.unwrap_err().kind(), ErrorKind::NotFound);
+        s.remove_dir("never/existed")
+            .await
+            .expect("nothing to remove");
+
+        // A directory implied by keys only cannot be removed while they are there.
+        put(&f, "imp/deep/y", b"y").await;
+        let e = s.remove_dir("imp").await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotEmpty, "{e}");
+        assert_eq!(s.stat("imp/deep/y").await.unwrap().size, 1);
+
+        if f.backend != Backend::S3 {
+            // A file has the path (an object store could hold both `f` and `f/`).
+            put(&f, "afile", b"f").await;
+            assert!(s.create_dir("afile").await.is_err());
+        }
+    }
+
+    /// `rename` moves a file (replacing one at the destination), `copy` copies it; a
+    /// directory moves whole only where the store says it can.
+    pub async fn rename_and_copy(f: Fixture) {
+        let s = &f.store;
+        let data: Vec<u8> = (0..70_000u32).map(|i| (i % 253) as u8).collect();
+        put(&f, "r/a", &data).await;
+        let m = s.rename("r/a", "r2/deep/b").await.unwrap();
+        assert_eq!(
+            (m.path.as_str(), m.kind, m.size),
+            ("r2/deep/b", EntryKind::File, 70_000)
+        );
+        let st = s.stat("r2/deep/b").await.unwrap();
+        assert_eq!(m.content_fingerprint(), st.content_fingerprint());
+        assert!(s.read("r2/deep/b", 0..m.size, &m).await.unwrap() == data);
+        assert_eq!(s.stat("r/a").await.unwrap_err().kind(), ErrorKind::NotFound);
+
+        // Onto an existing file: replaced.
+        put(&f, "r2/other", b"old").await;
+        let m2 = s.rename("r2/deep/b", "r2/other").await.unwrap();
+        assert_eq!(m2.size, 70_000);
+        let st = s.stat("r2/other").await.unwrap();
+        assert!(s.read("r2/other", 0..st.size, &st).await.unwrap() == data);
+        let e = s.rename("r2/missing", "r2/x").await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+
+        let c = s.copy("r2/other", "r3/copy").await.unwrap();
+        assert_eq!(c.size, 70_000);
+        assert!(s.read("r3/copy", 0..c.size, &c).await.unwrap() == data);
+        assert_eq!(
+            s.stat("r2/other").await.unwrap().size,
+            70_000,
+            "source kept"
+        );
+
+        // Directories.
+        put(&f, "d1/x", b"x").await;
+        put(&f, "d1/s/y", b"yy").await;
+        if s.capabilities().rename_dirs {
+            let m = s.rename("d1", "d2").await.unwrap();
+            assert_eq!(m.kind, EntryKind::Dir);
+            let moved: Vec<_> = sorted(s.list("d2", true).await.unwrap())
+                .into_iter()
+                .filter(|(_, k)| *k == EntryKind::File)
+                .collect();
+            assert_eq!(moved, vec![file("d2/s/y"), file("d2/x")]);
+            assert_eq!(s.stat("d1").await.unwrap_err().kind(), ErrorKind::NotFound);
+            // Onto a directory that is not empty: refused.
+            put(&f, "d3/z", b"z").await;
+            let e = s.rename("d2", "d3").await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotEmpty, "{e}");
+        } else {
+            let e = s.rename("d1", "d2").await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::IsADirectory, "{e}");
+            assert_eq!(s.stat("d1/s/y").await.unwrap().size, 2, "nothing moved");
+        }
+    }
+
     pub async fn fault_injection(f: Fixture) {
         put(&f, "f/a.bad", b"bad").await;
         put(&f, "f/b.good", b"good").await;
@@ -380,13 +494,17 @@ mod cases {
         let s = &f.store;
         let caps = s.capabilities();
         match f.backend {
-            Backend::Mem => assert!(caps.conditional_read && caps.native_recursive_list),
+            Backend::Mem => {
+                assert!(caps.conditional_read && caps.native_recursive_list && !caps.rename_dirs)
+            }
             Backend::Fs => {
                 assert!(!caps.conditional_read && !caps.native_recursive_list);
+                assert!(caps.rename_dirs, "rename(2) moves directories");
                 assert!(s.uri().starts_with("file:///"), "{}", s.uri());
             }
             Backend::S3 => {
                 assert!(caps.conditional_read && caps.native_recursive_list);
+                assert!(!caps.rename_dirs, "S3 has no rename");
                 assert!(s.uri().starts_with("s3://bkt/data/set"), "{}", s.uri());
                 assert!(!s.uri().contains("secret"), "{}", s.uri());
             }
@@ -435,6 +553,14 @@ macro_rules! suite {
             #[tokio::test]
             async fn write_delete() {
                 cases::write_delete(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn create_and_remove_dirs() {
+                cases::create_and_remove_dirs(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn rename_and_copy() {
+                cases::rename_and_copy(super::$backend().await).await
             }
             #[tokio::test]
             async fn fault_injection() {

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use silt_common::config::{env_name, flag_name, Config, OPTIONS};
+use silt_common::size::parse_size;
 
 use crate::{control, daemon, ring};
 
@@ -140,6 +141,18 @@ fn command() -> Command {
                         .args(state_args()),
                 )
                 .subcommand(
+                    Command::new("persist")
+                        .about("Upload the `back` files at or below PATH now and wait; exit 1 if one fails")
+                        .arg(path_arg())
+                        .args(state_args()),
+                )
+                .subcommand(
+                    Command::new("state")
+                        .about("Show where the `back` files at or below PATH stand: pending, uploading, persisted, failed (with the reason)")
+                        .arg(path_arg())
+                        .args(state_args()),
+                )
+                .subcommand(
                     Command::new("sync-policy")
                         .about("Show the sync policy of PATH, or set it for PATH and below (never, always, interval=D) until the daemon stops")
                         .arg(path_arg())
@@ -161,6 +174,23 @@ fn command() -> Command {
                         .long("json")
                         .action(ArgAction::SetTrue)
                         .help("Print JSON"),
+                )
+                .args(state_args()),
+        )
+        .subcommand(
+            Command::new("memory")
+                .about("Show memory of the read cache and of written data; --write/--cache lower (or raise) their ceilings at run time")
+                .arg(
+                    Arg::new("write")
+                        .long("write")
+                        .value_name("SIZE")
+                        .help("New ceiling of write memory (data beyond it spills to disk)"),
+                )
+                .arg(
+                    Arg::new("cache")
+                        .long("cache")
+                        .value_name("SIZE")
+                        .help("New quota of the read cache's memory tier (evicts down to it)"),
                 )
                 .args(state_args()),
         )
@@ -253,6 +283,8 @@ pub fn run() -> Result<ExitCode> {
             match op {
                 "sync" => control::sync(&dir, &path, m.get_flag("recursive")),
                 "invalidate" => control::invalidate(&dir, &path),
+                "persist" => control::persist(&dir, &path),
+                "state" => control::persist_state(&dir, &path),
                 "sync-policy" => control::sync_policy(
                     &dir,
                     &path,
@@ -266,6 +298,14 @@ pub fn run() -> Result<ExitCode> {
             control::load(&state_dir(m)?, &path)
         }
         Some(("report", m)) => control::report(&state_dir(m)?, m.get_flag("json")),
+        Some(("memory", m)) => {
+            let size = |k: &str| -> Result<Option<u64>> {
+                m.get_one::<String>(k)
+                    .map(|v| parse_size(v).with_context(|| format!("--{k}")))
+                    .transpose()
+            };
+            control::memory(&state_dir(m)?, size("write")?, size("cache")?)
+        }
         Some(("down", m)) => control::down(&state_dir(m)?),
         Some(("ring", m)) => ring::run(m),
         _ => bail!("unknown command"),

@@ -52,6 +52,11 @@ struct Request {
     /// `sync-policy`: the policy to set (absent: show the current one).
     #[serde(default)]
     policy: Option<String>,
+    /// `memory`: new ceilings in bytes (absent: unchanged).
+    #[serde(default)]
+    write_memory: Option<u64>,
+    #[serde(default)]
+    cache_memory: Option<u64>,
 }
 
 impl Request {
@@ -62,6 +67,8 @@ impl Request {
             path: path.to_string(),
             recursive: false,
             policy: None,
+            write_memory: None,
+            cache_memory: None,
         }
     }
 }
@@ -127,6 +134,32 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
             Err(e) => return write_error(&mut s, &e).await,
         },
         "cat" => return cat(&mut s, d, &req.path).await,
+        "persist" => {
+            let r = d.client.persist(&req.path).await.map(states_json);
+            return answer_after_kernel(&mut s, d, r).await;
+        }
+        "persist-state" => match d.client.persist_status(&req.path) {
+            Ok(v) => write_json(&mut s, &states_json(v)).await,
+            Err(e) => return write_error(&mut s, &e).await,
+        },
+        "memory" => {
+            if let Some(b) = req.cache_memory {
+                d.client.worker().page_store().set_memory_capacity(b);
+            }
+            if let Some(b) = req.write_memory {
+                if !d.client.set_write_memory(b) {
+                    return write_error(
+                        &mut s,
+                        &Error::new(
+                            silt_common::ErrorKind::ReadOnly,
+                            "this Silt does not write (write_type read-only, no write_rules)",
+                        ),
+                    )
+                    .await;
+                }
+            }
+            write_json(&mut s, &memory_json(d)).await
+        }
         "load" => return load_stream(&mut s, d, &req.path).await,
         "down" => {
             d.shutdown.notify_one();
@@ -273,6 +306,47 @@ async fn cluster_json(router: &silt_cluster::Router) -> Value {
     json!({"membership": router.membership().describe(), "workers": workers})
 }
 
+fn states_json(states: Vec<(String, silt_client::FileState)>) -> Value {
+    Value::Array(
+        states
+            .into_iter()
+            .map(|(p, st)| {
+                let mut v = json!(st);
+                v["path"] = json!(p);
+                v
+            })
+            .collect(),
+    )
+}
+
+/// Memory of the read cache and of written data, with their ceilings.
+fn memory_json(d: &Daemon) -> Value {
+    let stats = d.client.worker().stats();
+    let cache = stats.tiers.first();
+    let mut v = json!({
+        "cache": {"capacity": cache.map_or(0, |t| t.capacity), "used": cache.map_or(0, |t| t.used)},
+        "peak_rss_bytes": peak_rss_bytes(),
+    });
+    if let Some(w) = d.client.write_stats() {
+        v["write"] = json!({
+            "ceiling": w.arena.memory_ceiling,
+            "used": w.arena.memory_used,
+            "peak": w.arena.memory_peak,
+            "spilled": w.arena.spilled,
+            "buffers": w.arena.buffers,
+            "cache_only_files": w.cache_only_files,
+            "cache_only_bytes": w.cache_only_bytes,
+            "pending_upload_files": w.pending_files,
+            "pending_upload_bytes": w.pending_bytes,
+            "jobs": w.arena.jobs.iter().map(|j| json!({
+                "prefix": j.prefix, "priority": j.priority, "memory_quota": j.memory_quota,
+                "memory_used": j.memory_used, "spilled": j.spilled,
+            })).collect::<Vec<_>>(),
+        });
+    }
+    v
+}
+
 fn report_json(d: &Daemon) -> Value {
     let stats = d.client.worker().stats();
     let meta_sizes = d.client.metadata_sizes();
@@ -328,6 +402,7 @@ fn report_json(d: &Daemon) -> Value {
             "recent": opens,
         },
         "peak_rss_bytes": peak_rss_bytes(),
+        "memory": memory_json(d),
         "metrics": all,
     })
 }
@@ -458,6 +533,99 @@ fn print_sync_report(verb: &str, path: &str, v: &Value) {
             }
         }
     }
+}
+
+fn print_states(v: &Value) -> bool {
+    let mut failed = false;
+    for s in v.as_array().into_iter().flatten() {
+        let path = s["path"].as_str().unwrap_or("?");
+        let state = s["state"].as_str().unwrap_or("?");
+        match state {
+            "failed" => {
+                failed = true;
+                println!(
+                    "{path}: failed after {} attempts: {}",
+                    s["attempts"].as_u64().unwrap_or(0),
+                    s["reason"].as_str().unwrap_or("?")
+                );
+            }
+            "pending" | "uploading" => {
+                println!(
+                    "{path}: {state} ({})",
+                    format_size(s["bytes"].as_u64().unwrap_or(0))
+                )
+            }
+            "unknown" => {
+                println!("{path}: not a pending back file (in the store, or not written back)")
+            }
+            _ => println!("{path}: {state}"),
+        }
+    }
+    failed
+}
+
+/// `silt fs persist PATH`: uploads the `back` files at or below PATH now and waits; exits 1 if
+/// one failed.
+pub fn persist(state_dir: &Path, path: &str) -> Result<ExitCode> {
+    let v = one_json(state_dir, Request::new("persist", path))?;
+    Ok(if print_states(&v) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `silt fs state PATH`: where the `back` files at or below PATH stand.
+pub fn persist_state(state_dir: &Path, path: &str) -> Result<ExitCode> {
+    let v = one_json(state_dir, Request::new("persist-state", path))?;
+    print_states(&v);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `silt memory [--write SIZE] [--cache SIZE]`: shows (and sets) the memory ceilings.
+pub fn memory(state_dir: &Path, write: Option<u64>, cache: Option<u64>) -> Result<ExitCode> {
+    let v = one_json(
+        state_dir,
+        Request {
+            write_memory: write,
+            cache_memory: cache,
+            ..Request::new("memory", "")
+        },
+    )?;
+    let n = |v: &Value| format_size(v.as_u64().unwrap_or(0));
+    println!(
+        "read cache: {} used of {}",
+        n(&v["cache"]["used"]),
+        n(&v["cache"]["capacity"])
+    );
+    let w = &v["write"];
+    if w.is_object() {
+        println!(
+            "written data: {} in memory of {} (peak {}), {} spilled to disk; {} cache-only files ({}), {} files waiting for upload ({})",
+            n(&w["used"]),
+            n(&w["ceiling"]),
+            n(&w["peak"]),
+            n(&w["spilled"]),
+            w["cache_only_files"].as_u64().unwrap_or(0),
+            n(&w["cache_only_bytes"]),
+            w["pending_upload_files"].as_u64().unwrap_or(0),
+            n(&w["pending_upload_bytes"]),
+        );
+        for j in w["jobs"].as_array().into_iter().flatten() {
+            println!(
+                "  job {} (priority {}): {} in memory of {}, {} spilled",
+                j["prefix"].as_str().unwrap_or("?"),
+                j["priority"].as_u64().unwrap_or(0),
+                n(&j["memory_used"]),
+                n(&j["memory_quota"]),
+                n(&j["spilled"])
+            );
+        }
+    } else {
+        println!("written data: none (this Silt does not write)");
+    }
+    println!("process peak RSS: {}", n(&v["peak_rss_bytes"]));
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `silt fs sync PATH [--recursive]`: revalidates now and reports what changed.

@@ -16,12 +16,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use silt_cache::{PageStore, PageStoreConfig};
-use silt_client::{Client, ClientOptions, MountPoint, Namespace};
+use silt_client::{Client, ClientOptions, MountPoint, Namespace, WriteSetup};
 use silt_cluster::rpc::{FixedStores, Service};
 use silt_cluster::{
     local_host_id, EtcdMembership, Member, Membership, Router, RouterOptions, StaticMembership,
 };
-use silt_common::config::{parse_mount_table, Config, MountSpec};
+use silt_common::config::{parse_mount_table, Config, DiskTierSpec, MountSpec};
+use silt_common::write::WriteRules;
 use silt_common::{Error, ErrorKind};
 use silt_fuse::{FuseOptions, FuseState};
 use silt_ufs::S3Options;
@@ -230,6 +231,31 @@ fn page_store(cfg: &Config, disk: bool) -> Result<Arc<PageStore>> {
     Ok(Arc::new(PageStore::open(pc)?))
 }
 
+/// Where written data goes: memory first (`write_memory`), spilling into a `spill`
+/// directory of each disk tier within its quota (a cluster client, whose near cache has no
+/// disk tiers, spills into STATE_DIR/spill); `back` writes are logged in STATE_DIR/wal.
+fn write_setup(cfg: &Config) -> Result<WriteSetup> {
+    let mut spill: Vec<DiskTierSpec> = cfg
+        .disk_tiers()?
+        .into_iter()
+        .map(|t| DiskTierSpec {
+            dir: t.dir.join("spill"),
+            quota: t.quota,
+        })
+        .collect();
+    if spill.is_empty() || cfg.is_cluster() {
+        spill = vec![DiskTierSpec {
+            dir: cfg.state_dir.join("spill"),
+            quota: u64::MAX / 2,
+        }];
+    }
+    Ok(WriteSetup::from_config(
+        cfg,
+        spill,
+        cfg.state_dir.join("wal"),
+    )?)
+}
+
 /// `silt up` / `silt mount`: a single node, or a cluster client when the configuration names
 /// a cluster.
 pub fn run(cfg: Config) -> Result<ExitCode> {
@@ -275,7 +301,14 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
         // Files whole on a same-host worker open in passthrough from that worker's cache.
         client = client.with_backing_source(router.clone());
     }
+    if WriteRules::new(cfg.write_type, cfg.write_rules.clone()).any_writable() {
+        client = client.with_write_setup(write_setup(&cfg)?)?;
+    }
     let client = Arc::new(client);
+    if client.write_rules().any_writable() {
+        // Uploads of `back` files (those recovered from the log included) and the TTL sweep.
+        rt.spawn(client.clone().run_background());
+    }
 
     // Listings and stats still fresh from before a clean restart (see silt_client::snapshot).
     let snapshot = cfg.state_dir.join(METADATA_SNAPSHOT);

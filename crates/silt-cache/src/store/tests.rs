@@ -860,3 +860,20 @@ fn disk_range_offers_present_pages_at_their_offsets() {
         whole[PS as usize..4 * PS as usize]
     );
 }
+
+#[test]
+fn lowering_the_memory_quota_at_run_time_evicts_down_to_it() {
+    let store = PageStore::open(cfg(16, &[], 1.0, 1.0)).unwrap();
+    let size = 16 * PS;
+    for i in 0..16 {
+        put(&store, 7, i, size);
+    }
+    assert_eq!(store.stats().tiers[0].used, 16 * PS);
+    store.set_memory_capacity(4 * PS);
+    let mem = &store.stats().tiers[0];
+    assert_eq!((mem.capacity, mem.used), (4 * PS, 4 * PS));
+    // The most recently used pages stay, and new pages fit the new quota.
+    expect_page(&store, 7, 15, size);
+    put(&store, 8, 0, PS);
+    assert!(store.stats().tiers[0].used <= 4 * PS);
+}

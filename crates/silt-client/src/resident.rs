@@ -1,0 +1,450 @@
+//! Files whose only copy is inside Silt: `cache-only` files (until their TTL ends or they are
+//! removed) and `back` files between their acknowledgement and their upload.
+//!
+//! Each mount's store is wrapped in a [`ResidentStore`]: an `UnderStore` that answers for the
+//! resident files first and for everything else asks the real store. So stats, listings,
+//! sweeps and reads see one namespace, and no other part of the client has to know where a
+//! file's bytes are. A resident file's version is a tag of Silt's own (`silt-...`) that no
+//! store produces: its pages are never fetched from the store, and reads of it bypass the
+//! page cache (its bytes are already local — the memory-first write buffer or the log record).
+//!
+//! Invariants: a resident file shadows a store object at the same path; a directory exists if
+//! the store has it or a resident file lies below it; an expired cache-only file is gone
+//! (stat says `NotFound`, listings omit it) and its memory is given back when it is next
+//! seen or swept.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use parking_lot::RwLock;
+use silt_cache::WriteBuffer;
+use silt_common::io::ReadAt;
+use silt_common::{Error, ErrorKind, Result};
+use silt_ufs::{Capabilities, DynStore, EntryKind, ObjectMeta, UnderStore};
+
+use crate::clock::Clock;
+use crate::persist::Persister;
+
+/// Prefix of the version tag of resident files.
+pub const RESIDENT_TAG: &str = "silt-";
+
+/// Whether `meta` describes a resident file (its bytes are in Silt, not in the store).
+pub fn is_resident(meta: &ObjectMeta) -> bool {
+    meta.etag
+        .as_deref()
+        .is_some_and(|e| e.starts_with(RESIDENT_TAG))
+}
+
+/// Where a resident file's bytes are.
+#[derive(Clone)]
+pub enum ResidentData {
+    /// The memory-first write buffer it was written into (cache-only).
+    Buffer(WriteBuffer),
+    /// Its write-ahead log record, fsynced (back).
+    Log(Arc<File>),
+}
+
+impl ResidentData {
+    pub fn read(&self, offset: u64, len: usize) -> Result<Bytes> {
+        match self {
+            ResidentData::Buffer(b) => b.read_at(offset, len),
+            ResidentData::Log(f) => f.as_ref().read_at(offset, len),
+        }
+    }
+}
+
+impl ReadAt for ResidentData {
+    fn read_at(&self, offset: u64, len: usize) -> Result<Bytes> {
+        self.read(offset, len)
+    }
+}
+
+/// Why a file is resident.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Residence {
+    /// Cache-only, gone at `expires` (never, if `None`).
+    CacheOnly { expires: Option<Instant> },
+    /// Written `back`, waiting for the upload of log record `seq`.
+    Back { seq: u64 },
+}
+
+pub struct ResidentFile {
+    /// Path relative to the store root; etag = the resident tag.
+    pub meta: ObjectMeta,
+    pub data: ResidentData,
+    pub residence: Residence,
+}
+
+/// Every resident file of the client, by namespace path.
+pub struct Resident {
+    files: RwLock<BTreeMap<String, Arc<ResidentFile>>>,
+    clock: Clock,
+    next_tag: AtomicU64,
+}
+
+impl Resident {
+    pub fn new(clock: Clock) -> Self {
+        // Tags unique across restarts too: a restarted client must not reuse a tag whose
+        // pages or kernel cache may still be around.
+        let start = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Resident {
+            files: RwLock::new(BTreeMap::new()),
+            clock,
+            next_tag: AtomicU64::new(start),
+        }
+    }
+
+    /// Metadata for a new resident file at store path `rel` of `size` bytes.
+    pub fn new_meta(&self, rel: &str, size: u64) -> ObjectMeta {
+        let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
+        ObjectMeta {
+            path: rel.to_string(),
+            kind: EntryKind::File,
+            size,
+            mtime: Some(SystemTime::now()),
+            etag: Some(format!("{RESIDENT_TAG}{tag:x}")),
+            version: None,
+            mode: None,
+        }
+    }
+
+    fn live(&self, f: &ResidentFile) -> bool {
+        match f.residence {
+            Residence::CacheOnly {
+                expires: Some(at), ..
+            } => self.clock.now() < at,
+            _ => true,
+        }
+    }
+
+    /// Adds (or replaces) the file at namespace path `path`; returns the one it replaced.
+    pub fn insert(&self, path: String, file: ResidentFile) -> Option<Arc<ResidentFile>> {
+        self.files.write().insert(path, Arc::new(file))
+    }
+
+    /// The live resident file at `path`.
+    pub fn get(&self, path: &str) -> Option<Arc<ResidentFile>> {
+        let f = self.files.read().get(path).cloned()?;
+        if self.live(&f) {
+            return Some(f);
+        }
+        self.remove_if(path, |g| Arc::ptr_eq(g, &f));
+        None
+    }
+
+    /// Removes the file at `path` if `pred` holds for it; returns it.
+    pub fn remove_if(
+        &self,
+        path: &str,
+        pred: impl FnOnce(&Arc<ResidentFile>) -> bool,
+    ) -> Option<Arc<ResidentFile>> {
+        let mut files = self.files.write();
+        if !files.get(path).is_some_and(pred) {
+            return None;
+        }
+        files.remove(path)
+    }
+
+    pub fn remove(&self, path: &str) -> Option<Arc<ResidentFile>> {
+        self.remove_if(path, |_| true)
+    }
+
+    /// Live files strictly below directory `dir`, with their paths.
+    pub fn below(&self, dir: &str) -> Vec<(String, Arc<ResidentFile>)> {
+        let prefix = dir_prefix(dir);
+        self.files
+            .read()
+            .range(prefix.clone()..)
+            .take_while(|(p, _)| p.starts_with(&prefix))
+            .filter(|(_, f)| self.live(f))
+            .map(|(p, f)| (p.clone(), f.clone()))
+            .collect()
+    }
+
+    /// Drops expired cache-only files (their memory and spill space go back); how many.
+    pub fn sweep(&self) -> usize {
+        let mut files = self.files.write();
+        let before = files.len();
+        files.retain(|_, f| self.live(f));
+        before - files.len()
+    }
+
+    /// (files, bytes) resident now: cache-only and waiting for upload.
+    pub fn usage(&self) -> (u64, u64, u64, u64) {
+        let files = self.files.read();
+        let (mut c, mut cb, mut b, mut bb) = (0, 0, 0, 0);
+        for f in files.values().filter(|f| self.live(f)) {
+            match f.residence {
+                Residence::CacheOnly { .. } => (c, cb) = (c + 1, cb + f.meta.size),
+                Residence::Back { .. } => (b, bb) = (b + 1, bb + f.meta.size),
+            }
+        }
+        (c, cb, b, bb)
+    }
+}
+
+fn dir_prefix(dir: &str) -> String {
+    if dir == "/" {
+        "/".to_string()
+    } else {
+        format!("{dir}/")
+    }
+}
+
+/// A mount's store with the resident files in front of it.
+pub struct ResidentStore {
+    base: DynStore,
+    /// The mount's namespace path.
+    mount: String,
+    resident: Arc<Resident>,
+    /// Uploads of `back` files (a renamed one is logged again under its new name).
+    back: Option<Arc<Persister>>,
+}
+
+impl ResidentStore {
+    pub fn new(
+        base: DynStore,
+        mount: String,
+        resident: Arc<Resident>,
+        back: Option<Arc<Persister>>,
+    ) -> Self {
+        ResidentStore {
+            base,
+            mount,
+            resident,
+            back,
+        }
+    }
+
+    /// Moves a resident file to `to` (rel): a cache-only file keeps its bytes under the new
+    /// name; a `back` file is logged again under it (durable before the rename returns) and
+    /// the old record is dropped.
+    async fn rename_resident(
+        &self,
+        f: Arc<ResidentFile>,
+        from_ns: &str,
+        to: &str,
+    ) -> Result<ObjectMeta> {
+        let to_ns = self.ns(to);
+        let mut meta = self.resident.new_meta(to, f.meta.size);
+        meta.mtime = f.meta.mtime;
+        let moved = match f.residence {
+            Residence::CacheOnly { expires } => ResidentFile {
+                meta: meta.clone(),
+                data: f.data.clone(),
+                residence: Residence::CacheOnly { expires },
+            },
+            Residence::Back { seq } => {
+                let Some(p) = self.back.clone() else {
+                    return Err(Error::internal("a back file without a write-ahead log"));
+                };
+                let (data, len, path) = (f.data.clone(), f.meta.size, to_ns.clone());
+                let logger = p.clone();
+                let (rec, file) =
+                    tokio::task::spawn_blocking(move || logger.wal().append(&path, &data, len))
+                        .await
+                        .map_err(|e| Error::internal(format!("write-ahead log task: {e}")))??;
+                let file = Arc::new(file);
+                p.enqueue(rec.clone(), self.base.clone(), to.to_string(), file.clone());
+                p.cancel(seq);
+                ResidentFile {
+                    meta: meta.clone(),
+                    data: ResidentData::Log(file),
+                    residence: Residence::Back { seq: rec.seq },
+                }
+            }
+        };
+        if let Some(Residence::Back { seq }) =
+            self.resident.insert(to_ns, moved).map(|o| o.residence)
+        {
+            if let Some(p) = &self.back {
+                p.cancel(seq);
+            }
+        }
+        self.resident.remove_if(from_ns, |g| Arc::ptr_eq(g, &f));
+        Ok(meta)
+    }
+
+    pub fn base(&self) -> &DynStore {
+        &self.base
+    }
+
+    fn ns(&self, rel: &str) -> String {
+        crate::ns_path(&self.mount, rel.trim_matches('/'))
+    }
+
+    fn rel_of(&self, ns: &str) -> String {
+        ns[self.mount.len()..].trim_start_matches('/').to_string()
+    }
+
+    /// Resident entries below `dir` (rel): every file when `recursive`, else the direct
+    /// children (files, and the directories files lie in).
+    fn resident_entries(&self, dir: &str, recursive: bool) -> Vec<ObjectMeta> {
+        let ns_dir = self.ns(dir);
+        let prefix = dir_prefix(&ns_dir);
+        let mut out: Vec<ObjectMeta> = Vec::new();
+        for (path, f) in self.resident.below(&ns_dir) {
+            let rest = &path[prefix.len()..];
+            match rest.split_once('/') {
+                None => out.push(f.meta.clone()),
+                Some((sub, _)) => {
+                    if recursive {
+                        out.push(f.meta.clone());
+                    } else {
+                        let rel = self.rel_of(&format!("{prefix}{sub}"));
+                        if !out.iter().any(|m| m.path == rel) {
+                            out.push(ObjectMeta::dir(&rel));
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// `base` entries merged with the resident ones `extra` (a resident file replaces a store
+    /// object at its path). `base` failing with NotFound counts as empty if resident files
+    /// exist. `extra` must be taken before `base` is asked: a file uploaded meanwhile is then
+    /// in one or the other (in both, the resident version wins and is found gone later),
+    /// never in neither.
+    fn merge(
+        &self,
+        extra: Vec<ObjectMeta>,
+        base: Result<Vec<ObjectMeta>>,
+    ) -> Result<Vec<ObjectMeta>> {
+        let mut base = match base {
+            Ok(v) => v,
+            Err(e) if e.kind() == ErrorKind::NotFound && !extra.is_empty() => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        if extra.is_empty() {
+            return Ok(base);
+        }
+        base.retain(|m| !extra.iter().any(|x| x.path == m.path.trim_end_matches('/')));
+        base.extend(extra);
+        Ok(base)
+    }
+}
+
+#[async_trait]
+impl UnderStore for ResidentStore {
+    fn uri(&self) -> &str {
+        self.base.uri()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.base.capabilities()
+    }
+
+    async fn stat(&self, path: &str) -> Result<ObjectMeta> {
+        if let Some(f) = self.resident.get(&self.ns(path)) {
+            return Ok(f.meta.clone());
+        }
+        // Taken first, for the reason `merge` gives.
+        let below = !self.resident.below(&self.ns(path)).is_empty();
+        match self.base.stat(path).await {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                if !below {
+                    Err(e)
+                } else {
+                    Ok(ObjectMeta::dir(path.trim_matches('/')))
+                }
+            }
+            r => r,
+        }
+    }
+
+    async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
+        let extra = self.resident_entries(dir, recursive);
+        let base = self.base.list(dir, recursive).await;
+        self.merge(extra, base)
+    }
+
+    async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
+        let extra = self.resident_entries(dir, true);
+        match self.base.list_tree(dir, max).await {
+            Ok(None) => Ok(None),
+            Ok(Some(v)) => self.merge(extra, Ok(v)).map(Some),
+            Err(e) => self.merge(extra, Err(e)).map(Some),
+        }
+    }
+
+    async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
+        if !is_resident(expected) {
+            return self.base.read(path, range, expected).await;
+        }
+        match self.resident.get(&self.ns(path)) {
+            Some(f) if f.meta.etag == expected.etag => read_resident(&f, range),
+            _ => Err(Error::new(
+                ErrorKind::ContentChanged,
+                format!("{path}: the version Silt held was replaced or persisted"),
+            )),
+        }
+    }
+
+    async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
+        self.base.write(path, data).await
+    }
+
+    async fn write_from(&self, path: &str, src: &dyn ReadAt, len: u64) -> Result<ObjectMeta> {
+        self.base.write_from(path, src, len).await
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        self.base.delete(path).await
+    }
+
+    async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
+        self.base.create_dir(path).await
+    }
+
+    async fn remove_dir(&self, path: &str) -> Result<()> {
+        if !self.resident.below(&self.ns(path)).is_empty() {
+            return Err(Error::new(
+                ErrorKind::NotEmpty,
+                format!("{}: holds files kept in Silt", self.ns(path)),
+            ));
+        }
+        self.base.remove_dir(path).await
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        let from_ns = self.ns(from);
+        if let Some(f) = self.resident.get(&from_ns) {
+            return self.rename_resident(f, &from_ns, to).await;
+        }
+        if !self.resident.below(&from_ns).is_empty() {
+            return Err(Error::new(
+                ErrorKind::CrossDevice,
+                format!("{from_ns}: a directory holding files kept in Silt moves file by file"),
+            ));
+        }
+        self.base.rename(from, to).await
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        match self.resident.get(&self.ns(from)) {
+            Some(f) => self.base.write_from(to, &f.data, f.meta.size).await,
+            None => self.base.copy(from, to).await,
+        }
+    }
+}
+
+/// The bytes `range` of a resident file, clamped to its size.
+pub fn read_resident(f: &ResidentFile, range: Range<u64>) -> Result<Bytes> {
+    let end = range.end.min(f.meta.size);
+    if range.start >= end {
+        return Ok(Bytes::new());
+    }
+    let len = usize::try_from(end - range.start)
+        .map_err(|_| Error::invalid(format!("{}: read too large", f.meta.path)))?;
+    f.data.read(range.start, len)
+}
