@@ -540,7 +540,7 @@ def shuffle_gbps(r):
     return 2 * r["bytes"] / (r["write_s"] + r["read_s"]) / 1e9
 
 
-def _tmpfs_shuffle(ctx, p, root):
+def _tmpfs_shuffle(p, root):
     size = p["writers"] * p["partitions"] * p["part_size"] * 2
     os.makedirs(root, exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", root], check=True)
@@ -581,7 +581,7 @@ def b5(ctx):
     store_uri = f"s3://{ctx.store.bucket}/b5"
     os.makedirs(ctx.store.local_dir, exist_ok=True)  # the bucket (versitygw's posix backend), if no data made it
     for rep in range(ctx.reps):
-        r = _tmpfs_shuffle(ctx, p, os.path.join(ctx.work, "tmpfs"))
+        r = _tmpfs_shuffle(p, os.path.join(ctx.work, "tmpfs"))
         ctx.add("b5_tmpfs", shuffle_gbps(r), "GB/s")
         ctx.counter("b5 tmpfs: write GB/s", r["write_gbps"])
         ctx.counter("b5 tmpfs: read GB/s", r["read_gbps"])
@@ -597,9 +597,11 @@ def b5(ctx):
         ctx.add("b5_client_peak_rss_over_budget", r["peak_rss"] / budget, "ratio")
         ctx.counter("b5 client: write memory peak / write memory", r["memory_peak"] / p["write_memory"])
         ctx.counter("b5 client: spilled (MiB)", r["spilled"] / 2**20)
+        ctx.counter("b5 client: read cache used at the end (MiB)", (r.get("read_cache_used") or 0) / 2**20)
         ctx.counter("b5 client: store requests", r["store_requests"])
         ctx.counter("b5 client: write GB/s", r["write_gbps"])
         ctx.counter("b5 client: read GB/s", r["read_gbps"])
+        _phase_counters(ctx, "client", r)
         runs = {"direct": ["--mode", "direct", "--store", store_uri],
                 "through": ["--mode", "client", "--write-type", "through"] + common,
                 "back": ["--mode", "client", "--write-type", "back"] + common}
@@ -609,11 +611,19 @@ def b5(ctx):
             shutil.rmtree(state, ignore_errors=True)
             ctx.add("b5_direct_upload" if name == "direct" else f"b5_{name}", r["gbps"], "GB/s")
             ctx.counter(f"b5 {name}: store requests", r["store_requests"])
+            _phase_counters(ctx, name, r)
             if name == "back":
                 ctx.add("b5_back_ack", r["ack_gbps"], "GB/s")
                 # A failed attempt waits 1 s, 2 s, ... before its retry: it shows in b5_back.
                 ctx.counter("b5 back: failed upload attempts", r.get("persist_failures", 0))
         print(f"B5 rep {rep + 1}/{ctx.reps} done", flush=True)
+
+
+def _phase_counters(ctx, name, r):
+    """Where a client run's writers spent their time: seconds in create (with mkdir),
+    write_at and commit, summed over the writer tasks."""
+    for phase, secs in (r.get("write_phases") or {}).items():
+        ctx.counter(f"b5 {name}: task-seconds in {phase}", secs)
 
 
 def _b5_mount(ctx, p, rep, budget):
@@ -638,6 +648,9 @@ def _b5_mount(ctx, p, rep, budget):
     if w:
         ctx.counter("b5 mount: write memory peak / write memory", w["peak"] / p["write_memory"])
         ctx.counter("b5 mount: spilled at the end (MiB)", w["spilled"] / 2**20)
+    cache = rep_.get("memory", {}).get("cache", {})
+    if "used" in cache:
+        ctx.counter("b5 mount: read cache used at the end (MiB)", cache["used"] / 2**20)
     ctx.counter("b5 mount: write GB/s", r["write_gbps"])
     ctx.counter("b5 mount: read GB/s", r["read_gbps"])
     return True

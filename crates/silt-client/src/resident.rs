@@ -12,13 +12,18 @@
 //! the store has it or a resident file lies below it; an expired cache-only file is gone
 //! (stat says `NotFound`, listings omit it) and its memory is given back when it is next
 //! seen or swept.
+//!
+//! In a cluster with `cache_only_replicas = N > 0`, cache-only files are kept by N workers
+//! instead (a [`ResidentRemote`], implemented in `silt-cluster`): the table then holds only a
+//! *pointer* per file ([`ResidentData::Remote`]), and stats, listings and reads ask the
+//! workers, so every client of the cluster sees the files any of them wrote.
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -41,6 +46,77 @@ pub fn is_resident(meta: &ObjectMeta) -> bool {
         .is_some_and(|e| e.starts_with(RESIDENT_TAG))
 }
 
+/// A replicated cache-only file as the workers keeping it describe it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteMeta {
+    pub size: u64,
+    /// Its version tag (`silt-...`, made by the client that wrote it).
+    pub tag: String,
+    pub mtime: Option<SystemTime>,
+    /// What is left of its life (`None`: until removed).
+    pub expires_in: Option<Duration>,
+}
+
+/// Where cache-only files are kept when the writing client does not keep them itself: the
+/// workers of a cluster (`silt_cluster::replica`). Paths are namespace paths.
+#[async_trait]
+pub trait ResidentRemote: Send + Sync {
+    /// Keeps the `meta.size` bytes of `data` as the file `path` on its replicas; an error
+    /// unless every replica acknowledged.
+    async fn put(&self, path: &str, meta: &RemoteMeta, data: &dyn ReadAt) -> Result<()>;
+    /// Exactly the bytes `range` (inside the file) of version `tag` of `path`;
+    /// `ContentChanged` when no replica holds that version any more.
+    async fn read(&self, path: &str, tag: &str, range: Range<u64>) -> Result<Bytes>;
+    /// The file at `path`, if a replica holds one.
+    async fn stat(&self, path: &str) -> Result<Option<RemoteMeta>>;
+    /// Every file strictly below directory `dir`, with its path.
+    async fn list(&self, dir: &str) -> Result<Vec<(String, RemoteMeta)>>;
+    /// Removes the file at `path` from every worker that holds it.
+    async fn delete(&self, path: &str) -> Result<()>;
+}
+
+/// A pointer to a file kept by [`ResidentRemote`] workers.
+pub struct RemoteFile {
+    remote: Arc<dyn ResidentRemote>,
+    /// Namespace path.
+    path: String,
+    tag: String,
+    rt: tokio::runtime::Handle,
+}
+
+impl RemoteFile {
+    fn read(&self, offset: u64, len: usize) -> Result<Bytes> {
+        let fut = self
+            .remote
+            .read(&self.path, &self.tag, offset..offset + len as u64);
+        let b = match tokio::runtime::Handle::try_current() {
+            // A FUSE thread, outside the runtime.
+            Err(_) => self.rt.block_on(fut),
+            Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread => {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "{}: replicated cache-only files are read synchronously only off a current-thread runtime",
+                        self.path
+                    ),
+                ))
+            }
+            Ok(_) => tokio::task::block_in_place(|| self.rt.block_on(fut)),
+        }?;
+        if b.len() != len {
+            return Err(Error::new(
+                ErrorKind::Corrupted,
+                format!(
+                    "{}: a replica sent {} bytes, expected {len}",
+                    self.path,
+                    b.len()
+                ),
+            ));
+        }
+        Ok(b)
+    }
+}
+
 /// Where a resident file's bytes are.
 #[derive(Clone)]
 pub enum ResidentData {
@@ -48,6 +124,8 @@ pub enum ResidentData {
     Buffer(WriteBuffer),
     /// Its write-ahead log record, fsynced (back).
     Log(Arc<File>),
+    /// On the workers replicating it (cache-only in a cluster): read over the network.
+    Remote(Arc<RemoteFile>),
 }
 
 impl ResidentData {
@@ -55,6 +133,7 @@ impl ResidentData {
         match self {
             ResidentData::Buffer(b) => b.read_at(offset, len),
             ResidentData::Log(f) => f.as_ref().read_at(offset, len),
+            ResidentData::Remote(r) => r.read(offset, len),
         }
     }
 }
@@ -81,11 +160,20 @@ pub struct ResidentFile {
     pub residence: Residence,
 }
 
+impl ResidentFile {
+    /// A pointer to a file kept by workers, not bytes of this process.
+    pub fn is_remote(&self) -> bool {
+        matches!(self.data, ResidentData::Remote(_))
+    }
+}
+
 /// Every resident file of the client, by namespace path.
 pub struct Resident {
     files: RwLock<BTreeMap<String, Arc<ResidentFile>>>,
     clock: Clock,
     next_tag: AtomicU64,
+    /// Where cache-only files go instead of this table (set once, in a cluster client).
+    remote: OnceLock<Arc<dyn ResidentRemote>>,
 }
 
 impl Resident {
@@ -99,7 +187,57 @@ impl Resident {
             files: RwLock::new(BTreeMap::new()),
             clock,
             next_tag: AtomicU64::new(start),
+            remote: OnceLock::new(),
         }
+    }
+
+    /// Keeps cache-only files on `remote` from now on (once; a second call is ignored).
+    pub fn set_remote(&self, remote: Arc<dyn ResidentRemote>) {
+        let _ = self.remote.set(remote);
+    }
+
+    pub fn remote(&self) -> Option<&Arc<dyn ResidentRemote>> {
+        self.remote.get()
+    }
+
+    /// The pointer to the remote file `rm` at namespace path `path` (store path `rel`).
+    /// Must be called inside the runtime (reads through it block on it).
+    pub fn remote_file(&self, path: &str, rel: &str, rm: &RemoteMeta) -> Option<ResidentFile> {
+        let remote = self.remote.get()?.clone();
+        Some(ResidentFile {
+            meta: ObjectMeta {
+                path: rel.trim_matches('/').to_string(),
+                kind: EntryKind::File,
+                size: rm.size,
+                mtime: rm.mtime,
+                etag: Some(rm.tag.clone()),
+                version: None,
+                mode: None,
+            },
+            data: ResidentData::Remote(Arc::new(RemoteFile {
+                remote,
+                path: path.to_string(),
+                tag: rm.tag.clone(),
+                rt: tokio::runtime::Handle::current(),
+            })),
+            residence: Residence::CacheOnly {
+                expires: rm.expires_in.map(|d| self.clock.now() + d),
+            },
+        })
+    }
+
+    /// Records the remote file `rm` at `path` unless the same version is recorded; its
+    /// metadata.
+    fn note_remote(&self, path: &str, rel: &str, rm: &RemoteMeta) -> Option<ObjectMeta> {
+        if let Some(f) = self.get(path) {
+            if f.is_remote() && f.meta.etag.as_deref() == Some(rm.tag.as_str()) {
+                return Some(f.meta.clone());
+            }
+        }
+        let f = self.remote_file(path, rel, rm)?;
+        let meta = f.meta.clone();
+        self.insert(path.to_string(), f);
+        Some(meta)
     }
 
     /// Metadata for a new resident file at store path `rel` of `size` bytes.
@@ -181,7 +319,7 @@ impl Resident {
     pub fn usage(&self) -> (u64, u64, u64, u64) {
         let files = self.files.read();
         let (mut c, mut cb, mut b, mut bb) = (0, 0, 0, 0);
-        for f in files.values().filter(|f| self.live(f)) {
+        for f in files.values().filter(|f| self.live(f) && !f.is_remote()) {
             match f.residence {
                 Residence::CacheOnly { .. } => (c, cb) = (c + 1, cb + f.meta.size),
                 Residence::Back { .. } => (b, bb) = (b + 1, bb + f.meta.size),
@@ -285,19 +423,76 @@ impl ResidentStore {
         ns[self.mount.len()..].trim_start_matches('/').to_string()
     }
 
+    /// Resident files below `dir` (rel) with their namespace paths: this process's, and
+    /// those the workers keep (their pointers refreshed; the pointers alone if no worker
+    /// answers).
+    async fn resident_files(&self, dir: &str) -> Vec<(String, ObjectMeta)> {
+        let ns_dir = self.ns(dir);
+        let below = self.resident.below(&ns_dir);
+        let remote = match self.resident.remote() {
+            Some(r) => match r.list(&ns_dir).await {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::warn!(dir = %ns_dir, "listing replicated cache-only files: {e}");
+                    None
+                }
+            },
+            None => None,
+        };
+        let mut out: Vec<(String, ObjectMeta)> = below
+            .into_iter()
+            .filter(|(_, f)| remote.is_none() || !f.is_remote())
+            .map(|(p, f)| (p, f.meta.clone()))
+            .collect();
+        for (path, rm) in remote.unwrap_or_default() {
+            if out.iter().any(|(p, _)| *p == path) {
+                continue;
+            }
+            let rel = self.rel_of(&path);
+            if let Some(meta) = self.resident.note_remote(&path, &rel, &rm) {
+                out.push((path, meta));
+            }
+        }
+        out
+    }
+
+    /// Whether a resident file (here or on the workers) lies below `dir` (rel).
+    async fn any_below(&self, dir: &str) -> bool {
+        !self.resident.below(&self.ns(dir)).is_empty()
+            || (self.resident.remote().is_some() && !self.resident_files(dir).await.is_empty())
+    }
+
+    /// The replicated file at `path` (rel) if the workers have one (its pointer refreshed,
+    /// or dropped when they have none). Not knowing (no worker answers) counts as none.
+    async fn remote_stat(&self, path: &str) -> Option<ObjectMeta> {
+        let r = self.resident.remote()?;
+        let ns = self.ns(path);
+        match r.stat(&ns).await {
+            Ok(Some(rm)) => self.resident.note_remote(&ns, path, &rm),
+            Ok(None) => {
+                self.resident.remove_if(&ns, |f| f.is_remote());
+                None
+            }
+            Err(e) => {
+                tracing::warn!(path = %ns, "asking for a replicated cache-only file: {e}");
+                None
+            }
+        }
+    }
+
     /// Resident entries below `dir` (rel): every file when `recursive`, else the direct
     /// children (files, and the directories files lie in).
-    fn resident_entries(&self, dir: &str, recursive: bool) -> Vec<ObjectMeta> {
+    async fn resident_entries(&self, dir: &str, recursive: bool) -> Vec<ObjectMeta> {
         let ns_dir = self.ns(dir);
         let prefix = dir_prefix(&ns_dir);
         let mut out: Vec<ObjectMeta> = Vec::new();
-        for (path, f) in self.resident.below(&ns_dir) {
+        for (path, meta) in self.resident_files(dir).await {
             let rest = &path[prefix.len()..];
             match rest.split_once('/') {
-                None => out.push(f.meta.clone()),
+                None => out.push(meta),
                 Some((sub, _)) => {
                     if recursive {
-                        out.push(f.meta.clone());
+                        out.push(meta);
                     } else {
                         let rel = self.rel_of(&format!("{prefix}{sub}"));
                         if !out.iter().any(|m| m.path == rel) {
@@ -346,13 +541,19 @@ impl UnderStore for ResidentStore {
 
     async fn stat(&self, path: &str) -> Result<ObjectMeta> {
         if let Some(f) = self.resident.get(&self.ns(path)) {
-            return Ok(f.meta.clone());
+            // A pointer to workers' copy is asked again: another client may have changed it.
+            if !f.is_remote() {
+                return Ok(f.meta.clone());
+            }
+        }
+        if let Some(meta) = self.remote_stat(path).await {
+            return Ok(meta);
         }
         // Taken first, for the reason `merge` gives.
         let below = !self.resident.below(&self.ns(path)).is_empty();
         match self.base.stat(path).await {
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                if !below {
+                if !below && !self.any_below(path).await {
                     Err(e)
                 } else {
                     Ok(ObjectMeta::dir(path.trim_matches('/')))
@@ -363,13 +564,13 @@ impl UnderStore for ResidentStore {
     }
 
     async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
-        let extra = self.resident_entries(dir, recursive);
+        let extra = self.resident_entries(dir, recursive).await;
         let base = self.base.list(dir, recursive).await;
         self.merge(extra, base)
     }
 
     async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
-        let extra = self.resident_entries(dir, true);
+        let extra = self.resident_entries(dir, true).await;
         match self.base.list_tree(dir, max).await {
             Ok(None) => Ok(None),
             Ok(Some(v)) => self.merge(extra, Ok(v)).map(Some),
@@ -382,7 +583,18 @@ impl UnderStore for ResidentStore {
             return self.base.read(path, range, expected).await;
         }
         match self.resident.get(&self.ns(path)) {
-            Some(f) if f.meta.etag == expected.etag => read_resident(&f, range),
+            Some(f) if f.meta.etag == expected.etag && !f.is_remote() => read_resident(&f, range),
+            _ if self.resident.remote().is_some() => {
+                let (Some(r), Some(tag)) = (self.resident.remote(), expected.etag.as_deref())
+                else {
+                    return Err(Error::internal("a resident version without a tag"));
+                };
+                let end = range.end.min(expected.size);
+                if range.start >= end {
+                    return Ok(Bytes::new());
+                }
+                r.read(&self.ns(path), tag, range.start..end).await
+            }
             _ => Err(Error::new(
                 ErrorKind::ContentChanged,
                 format!("{path}: the version Silt held was replaced or persisted"),
@@ -407,7 +619,7 @@ impl UnderStore for ResidentStore {
     }
 
     async fn remove_dir(&self, path: &str) -> Result<()> {
-        if !self.resident.below(&self.ns(path)).is_empty() {
+        if self.any_below(path).await {
             return Err(Error::new(
                 ErrorKind::NotEmpty,
                 format!("{}: holds files kept in Silt", self.ns(path)),
@@ -418,6 +630,15 @@ impl UnderStore for ResidentStore {
 
     async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
         let from_ns = self.ns(from);
+        let replicated = self.resident.remote().is_some()
+            && (self.remote_stat(from).await.is_some() || self.any_below(from).await);
+        if replicated {
+            // Its replicas are chosen by its path: a new name means other workers.
+            return Err(Error::new(
+                ErrorKind::CrossDevice,
+                format!("{from_ns}: files kept on workers are moved by copying"),
+            ));
+        }
         if let Some(f) = self.resident.get(&from_ns) {
             return self.rename_resident(f, &from_ns, to).await;
         }
@@ -432,8 +653,15 @@ impl UnderStore for ResidentStore {
 
     async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
         match self.resident.get(&self.ns(from)) {
-            Some(f) => self.base.write_from(to, &f.data, f.meta.size).await,
-            None => self.base.copy(from, to).await,
+            Some(f) if !f.is_remote() => self.base.write_from(to, &f.data, f.meta.size).await,
+            _ => match (self.resident.remote(), self.remote_stat(from).await) {
+                (Some(r), Some(meta)) => {
+                    let tag = meta.etag.clone().unwrap_or_default();
+                    let data = r.read(&self.ns(from), &tag, 0..meta.size).await?;
+                    self.base.write(to, data).await
+                }
+                _ => self.base.copy(from, to).await,
+            },
         }
     }
 }

@@ -8,7 +8,8 @@
 //!   version it reports is recorded and the bytes are cached as written;
 //! - `store-only`: the same, nothing cached;
 //! - `cache-only`: the buffer itself becomes the file (no copy), resident in Silt until
-//!   `cache_only_ttl` ends or it is removed; the store never sees it;
+//!   `cache_only_ttl` ends or it is removed; the store never sees it (in a cluster with
+//!   `cache_only_replicas`, it is sent to that many workers instead: see `with_resident_remote`);
 //! - `back`: the bytes go to the write-ahead log and are fsynced; the file is then resident
 //!   (read from the log) until the background upload (`persist.rs`) has put it in the store.
 //!
@@ -31,7 +32,8 @@ use crate::meta::Lookup;
 use crate::namespace::{parent_and_name, Resolved};
 use crate::persist::Persister;
 use crate::resident::{
-    is_resident, Residence, Resident, ResidentData, ResidentFile, ResidentStore,
+    is_resident, RemoteMeta, Residence, Resident, ResidentData, ResidentFile, ResidentRemote,
+    ResidentStore,
 };
 use crate::{Client, Entry};
 
@@ -203,6 +205,13 @@ impl Client {
             }
         }
         Ok(self)
+    }
+
+    /// Keeps cache-only files on `remote` (the workers of a cluster) instead of in this
+    /// process: a commit sends the file to its replicas and keeps only a pointer to them.
+    pub fn with_resident_remote(self, remote: Arc<dyn ResidentRemote>) -> Self {
+        self.writes.resident.set_remote(remote);
+        self
     }
 
     /// Writes of `rules` with a buffer arena of 256 MiB spilling into `spool_dir` and no
@@ -388,6 +397,9 @@ impl Client {
                 .write_from(&w.rel, &w.buf, len)
                 .await
                 .map_err(|e| e.context(&w.path))?,
+            WriteType::CacheOnly if self.writes.resident.remote().is_some() => {
+                self.commit_remote(w, len).await?
+            }
             WriteType::CacheOnly => {
                 let meta = self.writes.resident.new_meta(&w.rel, len);
                 let expires = self
@@ -415,6 +427,12 @@ impl Client {
             // The store's version replaces whatever Silt held at this path.
             self.replace_resident(&w.path, None);
         }
+        if w.write_type != WriteType::CacheOnly {
+            if let Some(r) = self.writes.resident.remote() {
+                // Workers' copy of an older cache-only version would shadow this one.
+                r.delete(&w.path).await.map_err(|e| e.context(&w.path))?;
+            }
+        }
         w.dirty = false;
         silt_common::metrics::WRITE_COMMITS.inc();
         // Stamped once the file is visible (in the store, or resident): a listing that started
@@ -427,6 +445,32 @@ impl Client {
             }
         }
         Ok(entry)
+    }
+
+    /// Sends a cache-only file to the workers replicating it; only a pointer stays here (the
+    /// buffer is not the file, so the writer may go on changing it).
+    async fn commit_remote(&self, w: &FileWriter, len: u64) -> Result<ObjectMeta> {
+        let resident = &self.writes.resident;
+        let Some(remote) = resident.remote() else {
+            return Err(Error::internal("no workers for cache-only files"));
+        };
+        let meta = resident.new_meta(&w.rel, len);
+        let rm = RemoteMeta {
+            size: len,
+            tag: meta.etag.clone().unwrap_or_default(),
+            mtime: meta.mtime,
+            expires_in: self.writes.cache_only_ttl,
+        };
+        remote
+            .put(&w.path, &rm, &w.buf)
+            .await
+            .map_err(|e| e.context(&w.path))?;
+        let pointer = resident
+            .remote_file(&w.path, &w.rel, &rm)
+            .ok_or_else(|| Error::internal("no workers for cache-only files"))?;
+        let meta = pointer.meta.clone();
+        self.replace_resident(&w.path, Some(pointer));
+        Ok(meta)
     }
 
     /// Logs the file durably and makes it resident until its upload.
@@ -569,6 +613,9 @@ impl Client {
                 if let (Residence::Back { seq }, Some(p)) = (old.residence, &self.writes.back) {
                     p.cancel(seq);
                 }
+            }
+            if let Some(r) = self.writes.resident.remote() {
+                r.delete(&path).await.map_err(|e| e.context(&path))?;
             }
         }
         if let Some(p) = &self.writes.back {

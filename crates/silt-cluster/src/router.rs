@@ -102,6 +102,11 @@ impl Router {
         &self.membership
     }
 
+    /// Deadline of one call to one worker.
+    pub fn timeout(&self) -> Duration {
+        self.opts.timeout
+    }
+
     pub fn group_size(&self) -> u64 {
         self.opts.group_size
     }
@@ -109,9 +114,14 @@ impl Router {
     /// The workers to try for group `group` of `object`, in order: placement rank, with
     /// workers that failed recently moved to the end.
     pub fn candidates(&self, object: ObjectId, group: u64) -> Vec<Member> {
+        self.ranked(placement::key(object, group), self.opts.candidates)
+    }
+
+    /// The first `n` members of the view for placement key `key` in rendezvous order, with
+    /// workers that failed recently moved to the end.
+    pub(crate) fn ranked(&self, key: u64, n: usize) -> Vec<Member> {
         let view = self.membership.view();
-        let key = placement::key(object, group);
-        let mut c: Vec<Member> = placement::candidates(&view, key, self.opts.candidates)
+        let mut c: Vec<Member> = placement::candidates(&view, key, n)
             .into_iter()
             .cloned()
             .collect();
@@ -125,7 +135,7 @@ impl Router {
         c
     }
 
-    fn client(&self, m: &Member) -> Arc<WorkerClient> {
+    pub(crate) fn client(&self, m: &Member) -> Arc<WorkerClient> {
         let mut clients = self.clients.lock();
         if let Some((known, c)) = clients.get(&m.id) {
             if known == m {
@@ -143,7 +153,7 @@ impl Router {
         c
     }
 
-    fn mark_failed(&self, m: &Member, e: &Error) {
+    pub(crate) fn mark_failed(&self, m: &Member, e: &Error) {
         tracing::warn!(worker = %m.id, addr = %m.addr, error = %e, "worker failed; trying the next candidate");
         metrics::FAILOVERS.inc();
         self.suspect
@@ -155,7 +165,7 @@ impl Router {
     }
 
     /// One call to one worker, bounded by `deadline`; running out of time is a link failure.
-    async fn attempt<T>(
+    pub(crate) async fn attempt<T>(
         &self,
         m: &Member,
         deadline: Duration,

@@ -15,6 +15,11 @@
 //! can never punch a hole under a read in progress. Otherwise the worker sends bytes.
 //! For FUSE passthrough (`hold`) a client needs a file for the whole life of an open, so the
 //! worker lends a private copy instead (see `hold`).
+//!
+//! Replicated cache-only files (`crate::replica`): `rput` (the file's bytes follow the request
+//! as `Data` frames closed by `End`; answered `{"stored": size}`), `rget` (bytes of a range of
+//! one version, by path and tag), `rstat`, `rlist` (every file below a directory) and `rdel`.
+//! They name files by namespace path; a worker keeps them in its own resident table.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
@@ -27,6 +32,8 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use silt_client::resident::RemoteMeta;
+use silt_common::io::ReadAt;
 use silt_common::{metrics, Error, ErrorKind, Result};
 use silt_proto::{
     decode_json, decode_request, read_frame, write_error, write_frame, write_json, ErrorBody,
@@ -34,6 +41,8 @@ use silt_proto::{
 };
 use silt_ufs::{DynStore, EntryKind, ObjectMeta};
 use silt_worker::{ObjectRef, Worker};
+
+use crate::replica::ResidentTable;
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
@@ -106,6 +115,55 @@ struct Request {
     /// Ask for a file descriptor instead of bytes (Unix socket only).
     #[serde(default)]
     fd: bool,
+    /// A replicated cache-only file (`r*` ops): its namespace path (a directory for `rlist`).
+    #[serde(default)]
+    path: Option<String>,
+    /// ... and its version: `rput` describes it, `rget` asks for that version.
+    #[serde(default)]
+    file: Option<WireResident>,
+}
+
+/// A replicated cache-only file as it travels between processes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct WireResident {
+    #[serde(default)]
+    pub path: String,
+    pub size: u64,
+    pub tag: String,
+    #[serde(default)]
+    pub mtime_ns: Option<u64>,
+    /// What is left of its life, in milliseconds (`None`: until removed).
+    #[serde(default)]
+    pub expires_in_ms: Option<u64>,
+}
+
+impl WireResident {
+    pub fn from_meta(path: &str, m: &RemoteMeta) -> WireResident {
+        WireResident {
+            path: path.to_string(),
+            size: m.size,
+            tag: m.tag.clone(),
+            mtime_ns: m
+                .mtime
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .and_then(|d| u64::try_from(d.as_nanos()).ok()),
+            expires_in_ms: m
+                .expires_in
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        }
+    }
+
+    pub fn into_meta(self) -> (String, RemoteMeta) {
+        let meta = RemoteMeta {
+            size: self.size,
+            tag: self.tag,
+            mtime: self
+                .mtime_ns
+                .map(|n| SystemTime::UNIX_EPOCH + Duration::from_nanos(n)),
+            expires_in: self.expires_in_ms.map(Duration::from_millis),
+        };
+        (self.path, meta)
+    }
 }
 
 impl Request {
@@ -118,6 +176,22 @@ impl Request {
             offset: range.start,
             len: range.end.saturating_sub(range.start),
             fd,
+            path: None,
+            file: None,
+        }
+    }
+
+    /// A request about the replicated cache-only file (or directory) `path`.
+    fn resident(
+        op: &str,
+        path: &str,
+        file: Option<WireResident>,
+        range: std::ops::Range<u64>,
+    ) -> Request {
+        Request {
+            path: Some(path.to_string()),
+            file,
+            ..Request::new(op, None, range, false)
         }
     }
 }
@@ -159,6 +233,8 @@ pub struct Service {
     reads_served: AtomicU64,
     bytes_served: AtomicU64,
     files_lent: AtomicU64,
+    /// Replicated cache-only files kept here (`None`: the `r*` ops are refused).
+    resident: Option<Arc<ResidentTable>>,
 }
 
 /// Adds `n` to one of a service's own counters and to its process-wide metric.
@@ -198,7 +274,23 @@ impl Service {
             reads_served: AtomicU64::new(0),
             bytes_served: AtomicU64::new(0),
             files_lent: AtomicU64::new(0),
+            resident: None,
         }
+    }
+
+    /// Keeps replicated cache-only files in `table`.
+    pub fn with_resident(mut self, table: Arc<ResidentTable>) -> Service {
+        self.resident = Some(table);
+        self
+    }
+
+    fn resident_table(&self) -> Result<&Arc<ResidentTable>> {
+        self.resident.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unsupported,
+                "this worker keeps no cache-only files",
+            )
+        })
     }
 
     async fn object(&self, op: &str, wire: Option<WireObject>) -> Result<ObjectRef> {
@@ -245,6 +337,8 @@ impl Service {
             "bytes_served": self.bytes_served.load(Ordering::Relaxed),
             "files_lent": self.files_lent.load(Ordering::Relaxed),
             "ufs_read_bytes": metrics::UFS_READ_BYTES.get(),
+            "cache_only_files": self.resident.as_ref().map_or(0, |t| t.usage().0),
+            "cache_only_bytes": self.resident.as_ref().map_or(0, |t| t.usage().1),
         })
     }
 }
@@ -336,8 +430,14 @@ async fn serve_one(
         offset,
         len,
         fd,
+        path,
+        file,
         ..
     } = req;
+    if matches!(op.as_str(), "rput" | "rget" | "rstat" | "rlist" | "rdel") {
+        let path = path.ok_or_else(|| Error::invalid(format!("{op}: request without a path")))?;
+        return serve_resident(s, svc.resident_table()?, &op, path, file, offset, len).await;
+    }
     match op.as_str() {
         "stats" => write_json(s, &svc.stats()).await.map_err(broken),
         "read" => {
@@ -386,6 +486,114 @@ async fn serve_one(
             let obj = svc.object(&op, object).await?;
             svc.worker.page_store().remove_object(obj.id);
             write_json(s, &json!({"forgot": true}))
+                .await
+                .map_err(broken)
+        }
+        other => Err(Error::invalid(format!("unknown operation {other:?}")).into()),
+    }
+}
+
+/// Bytes of a replicated file travel in frames of this size.
+const RESIDENT_CHUNK: usize = 1 << 20;
+
+/// The `r*` ops: replicated cache-only files (see the module docs).
+async fn serve_resident(
+    s: &mut Conn,
+    t: &ResidentTable,
+    op: &str,
+    path: String,
+    file: Option<WireResident>,
+    offset: u64,
+    len: u64,
+) -> std::result::Result<(), ServeError> {
+    match op {
+        "rput" => {
+            let file = file.ok_or_else(|| Error::invalid("rput: request without a file"))?;
+            let size = file.size;
+            let buf = t.buffer(&path);
+            let (mut at, mut failed) = (0u64, None);
+            // Read to the end of the bytes whatever happens, so the connection stays usable.
+            loop {
+                match read_frame(s).await.map_err(broken)? {
+                    Some((FrameKind::Data, p)) => {
+                        if failed.is_none() {
+                            if at + p.len() as u64 > size {
+                                failed = Some(Error::invalid(format!(
+                                    "{path}: more bytes than the {size} announced"
+                                )));
+                            } else if let Err(e) = buf.write_at(at, &p) {
+                                failed = Some(e.context(&path));
+                            }
+                        }
+                        at += p.len() as u64;
+                    }
+                    Some((FrameKind::End, _)) => break,
+                    _ => {
+                        return Err(broken(Error::invalid(format!(
+                            "{path}: the file's bytes ended early"
+                        ))))
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                return Err(e.into());
+            }
+            if at != size {
+                return Err(Error::invalid(format!(
+                    "{path}: {at} bytes arrived, {size} announced"
+                ))
+                .into());
+            }
+            buf.set_len(size)?;
+            t.insert(path, file, buf);
+            write_json(s, &json!({"stored": size}))
+                .await
+                .map_err(broken)
+        }
+        "rget" => {
+            let want = file.ok_or_else(|| Error::invalid("rget: request without a version"))?;
+            let f = t.get(&path, &want.tag)?;
+            if len > MAX_RANGE {
+                return Err(Error::invalid(format!(
+                    "range of {len} bytes is larger than a worker serves at once ({MAX_RANGE})"
+                ))
+                .into());
+            }
+            let end = offset
+                .checked_add(len)
+                .filter(|&e| e <= f.meta.size)
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "range {offset}+{len} is outside {path} ({} bytes)",
+                        f.meta.size
+                    ))
+                })?;
+            write_json(s, &json!({"size": len})).await.map_err(broken)?;
+            let mut at = offset;
+            while at < end {
+                let n = (end - at).min(RESIDENT_CHUNK as u64) as usize;
+                let b = f.data.read(at, n).map_err(broken)?;
+                count(&t.bytes_served, &metrics::RPC_BYTES_SERVED, n as u64);
+                write_frame(s, FrameKind::Data, &b).await.map_err(broken)?;
+                at += n as u64;
+            }
+            Ok(())
+        }
+        "rstat" => {
+            let found = t.stat(&path);
+            write_json(s, &json!({ "file": found }))
+                .await
+                .map_err(broken)
+        }
+        "rlist" => {
+            let files = t.list(&path);
+            write_json(s, &json!({ "files": files }))
+                .await
+                .map_err(broken)
+        }
+        "rdel" => {
+            let deleted = t.delete(&path);
+            write_json(s, &json!({ "deleted": deleted }))
                 .await
                 .map_err(broken)
         }
@@ -833,6 +1041,140 @@ impl WorkerClient {
         .await
     }
 
+    /// One JSON answer to `req` (`rstat`, `rlist`, `rdel`).
+    async fn call_req(&self, req: &Request) -> std::result::Result<Value, CallError> {
+        self.with_conn(|mut c| async move {
+            write_json(&mut c, req).await?;
+            let v = expect_json(&mut c).await?;
+            expect_end(&mut c).await?;
+            self.put_back(c);
+            Ok(v)
+        })
+        .await
+    }
+
+    /// Keeps the `meta.size` bytes of `data` on this worker as the replicated cache-only file
+    /// `path`. A failure to read `data` here is returned as the worker's answer (final).
+    pub async fn resident_put(
+        &self,
+        path: &str,
+        meta: &RemoteMeta,
+        data: &dyn ReadAt,
+    ) -> std::result::Result<(), CallError> {
+        let req = Request::resident(
+            "rput",
+            path,
+            Some(WireResident::from_meta(path, meta)),
+            0..0,
+        );
+        self.with_conn(|mut c| {
+            let req = &req;
+            async move {
+                write_json(&mut c, req).await?;
+                let mut at = 0u64;
+                while at < meta.size {
+                    let n = (meta.size - at).min(RESIDENT_CHUNK as u64) as usize;
+                    let b = data.read_at(at, n).map_err(CallError::Worker)?;
+                    write_frame(&mut c, FrameKind::Data, &b).await?;
+                    at += n as u64;
+                }
+                write_frame(&mut c, FrameKind::End, &[]).await?;
+                expect_json(&mut c).await?;
+                expect_end(&mut c).await?;
+                self.put_back(c);
+                Ok(())
+            }
+        })
+        .await
+    }
+
+    /// Bytes `range` (at most [`MAX_RANGE`]) of version `tag` of the replicated file `path`.
+    pub async fn resident_get(
+        &self,
+        path: &str,
+        tag: &str,
+        range: std::ops::Range<u64>,
+    ) -> std::result::Result<Bytes, CallError> {
+        let want = WireResident {
+            path: path.to_string(),
+            size: 0,
+            tag: tag.to_string(),
+            mtime_ns: None,
+            expires_in_ms: None,
+        };
+        let req = Request::resident("rget", path, Some(want), range.clone());
+        let len = range.end.saturating_sub(range.start) as usize;
+        self.with_conn(|mut c| {
+            let req = &req;
+            async move {
+                write_json(&mut c, req).await?;
+                expect_json(&mut c).await?;
+                let mut out = BytesMut::with_capacity(len);
+                loop {
+                    match read_frame(&mut c).await? {
+                        Some((FrameKind::Data, p)) if out.len() + p.len() <= len => {
+                            out.extend_from_slice(&p)
+                        }
+                        Some((FrameKind::End, _)) => break,
+                        Some((FrameKind::Error, p)) => return Err(worker_error(&p)),
+                        _ => {
+                            return Err(Error::new(
+                                ErrorKind::Corrupted,
+                                "worker sent a garbled replicated file",
+                            )
+                            .into())
+                        }
+                    }
+                }
+                self.put_back(c);
+                if out.len() != len {
+                    return Err(Error::new(
+                        ErrorKind::Corrupted,
+                        format!("worker sent {} bytes, expected {len}", out.len()),
+                    )
+                    .into());
+                }
+                Ok(out.freeze())
+            }
+        })
+        .await
+    }
+
+    /// The replicated file at `path`, if this worker holds one.
+    pub async fn resident_stat(
+        &self,
+        path: &str,
+    ) -> std::result::Result<Option<RemoteMeta>, CallError> {
+        let v = self
+            .call_req(&Request::resident("rstat", path, None, 0..0))
+            .await?;
+        if v["file"].is_null() {
+            return Ok(None);
+        }
+        let w: WireResident = garbled(serde_json::from_value(v["file"].clone()))?;
+        Ok(Some(w.into_meta().1))
+    }
+
+    /// Every replicated file this worker holds strictly below directory `dir`.
+    pub async fn resident_list(
+        &self,
+        dir: &str,
+    ) -> std::result::Result<Vec<(String, RemoteMeta)>, CallError> {
+        let v = self
+            .call_req(&Request::resident("rlist", dir, None, 0..0))
+            .await?;
+        let files: Vec<WireResident> = garbled(serde_json::from_value(v["files"].clone()))?;
+        Ok(files.into_iter().map(WireResident::into_meta).collect())
+    }
+
+    /// Drops the replicated file at `path` here; whether there was one.
+    pub async fn resident_delete(&self, path: &str) -> std::result::Result<bool, CallError> {
+        let v = self
+            .call_req(&Request::resident("rdel", path, None, 0..0))
+            .await?;
+        Ok(v["deleted"].as_bool().unwrap_or(false))
+    }
+
     /// A JSON call (`stats`, `ping`, `load`): the one JSON answer.
     pub async fn call(
         &self,
@@ -895,6 +1237,15 @@ fn worker_error(payload: &[u8]) -> CallError {
             format!("unreadable error from worker: {e}"),
         )),
     }
+}
+
+fn garbled<T>(r: serde_json::Result<T>) -> std::result::Result<T, CallError> {
+    r.map_err(|e| {
+        CallError::Link(Error::new(
+            ErrorKind::Corrupted,
+            format!("garbled worker answer: {e}"),
+        ))
+    })
 }
 
 fn finish(bytes: Bytes, len: u64) -> Result<Bytes> {

@@ -137,7 +137,7 @@ async fn passed_descriptors_are_read_and_checked() {
     let stats = c.call("stats", None, 0..0).await.unwrap();
     assert_eq!(stats["reads_served"], 2, "{stats}");
     // Flip a byte of page 2 in the worker's cache file: the next read through it is refused.
-    let file = walk(&dir.path().join("cache"))
+    let file = silt_testkit::files_below(&dir.path().join("cache"))
         .into_iter()
         .find(|p| p.extension().is_some_and(|e| e == "data"))
         .expect("the worker's data file");
@@ -148,17 +148,4 @@ async fn passed_descriptors_are_read_and_checked() {
         Err(CallError::Link(e)) => assert_eq!(e.kind(), ErrorKind::Corrupted, "{e}"),
         other => panic!("expected a checksum failure, got {other:?}"),
     }
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }

@@ -235,6 +235,10 @@ impl WriteHandle {
     }
 }
 
+/// How long a write open waits for readers' passthrough handles to be released (see
+/// `open_cached_for_write`); past it, `EBUSY`.
+const PASSTHROUGH_RELEASE_WAIT: Duration = Duration::from_secs(2);
+
 /// Longest name of one path component.
 const NAME_MAX: usize = 255;
 
@@ -298,6 +302,8 @@ pub struct SiltFs {
     /// Handles open for writing, by fh (numbered with the read handles).
     writers: Mutex<HashMap<u64, Arc<WriteHandle>>>,
     io: Mutex<IoModes>,
+    /// Signalled when an inode's last passthrough handle is released (a write open waits).
+    io_released: parking_lot::Condvar,
     /// The version whose pages the kernel may hold in its page cache, per inode.
     kernel_cached: Mutex<HashMap<u64, ObjectId>>,
     next_fh: AtomicU64,
@@ -322,6 +328,7 @@ impl SiltFs {
             handles: Mutex::new(HashMap::new()),
             writers: Mutex::new(HashMap::new()),
             io: Mutex::new(IoModes::default()),
+            io_released: parking_lot::Condvar::new(),
             kernel_cached: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             uid,
@@ -598,7 +605,7 @@ impl SiltFs {
         if !self.client.write_type_of(&path).writable() {
             return reply.error(Errno::EROFS);
         }
-        if !self.open_cached(ino.0) {
+        if !self.open_cached_for_write(ino.0) {
             // Open in passthrough: the kernel would refuse a daemon open with EIO.
             return reply.error(Errno::EBUSY);
         }
@@ -765,8 +772,24 @@ impl SiltFs {
             b.handles -= 1;
             if b.handles == 0 {
                 io.backings.remove(&ino);
+                self.io_released.notify_all();
             }
         }
+    }
+
+    /// `open_cached` for an open that writes: a reader's passthrough handle that is closed
+    /// but not yet released (the kernel sends RELEASE after close(2) returns) is waited for,
+    /// up to `PASSTHROUGH_RELEASE_WAIT`; a file still open in passthrough then is `false`.
+    fn open_cached_for_write(&self, ino: u64) -> bool {
+        let deadline = std::time::Instant::now() + PASSTHROUGH_RELEASE_WAIT;
+        let mut io = self.io.lock();
+        while io.backings.contains_key(&ino) {
+            if self.io_released.wait_until(&mut io, deadline).timed_out() {
+                return false;
+            }
+        }
+        *io.cached.entry(ino).or_insert(0) += 1;
+        true
     }
 
     /// Records a handle opened through the daemon; `false` if the inode has a passthrough
@@ -1188,7 +1211,7 @@ impl fuser::Filesystem for SiltFs {
         }
         let truncate = existing.is_none() || flags & libc::O_TRUNC != 0;
         let ino = self.inodes.lock().peek_or_assign(&path);
-        if !self.open_cached(ino) {
+        if !self.open_cached_for_write(ino) {
             return reply.error(Errno::EBUSY);
         }
         let now = truncate || flags & libc::O_ACCMODE == libc::O_RDWR;

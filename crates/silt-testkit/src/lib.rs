@@ -14,7 +14,7 @@ pub use s3proxy::{FaultAction, ProxyCounts, S3Op, S3Proxy};
 
 use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -528,4 +528,21 @@ mod etcd_tests {
         assert!(!dir.exists(), "temporary directory removed");
         assert!(!etcd_healthy(ip, port), "process killed");
     }
+}
+
+/// Every file below `dir`, recursively (none if `dir` does not exist).
+pub fn files_below(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_below(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

@@ -19,7 +19,8 @@ use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{Client, ClientOptions, MountPoint, Namespace, WriteSetup};
 use silt_cluster::rpc::{FixedStores, Service};
 use silt_cluster::{
-    local_host_id, EtcdMembership, Member, Membership, Router, RouterOptions, StaticMembership,
+    local_host_id, EtcdMembership, Member, Membership, Replicas, ResidentTable, Router,
+    RouterOptions, StaticMembership,
 };
 use silt_common::config::{parse_mount_table, Config, DiskTierSpec, MountSpec};
 use silt_common::write::WriteRules;
@@ -303,6 +304,19 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
     }
     if WriteRules::new(cfg.write_type, cfg.write_rules.clone()).any_writable() {
         client = client.with_write_setup(write_setup(&cfg)?)?;
+        match &cluster {
+            // Cache-only files are kept by workers, not by this process.
+            Some(router) if cfg.cache_only_replicas > 0 => {
+                client = client.with_resident_remote(Arc::new(Replicas::new(
+                    router.clone(),
+                    cfg.cache_only_replicas,
+                )));
+            }
+            None if cfg.cache_only_replicas > 0 => {
+                warn!("cache_only_replicas applies to cluster clients; a single node keeps cache-only files itself")
+            }
+            _ => {}
+        }
     }
     let client = Arc::new(client);
     if client.write_rules().any_writable() {
@@ -473,11 +487,17 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
         uds: Some(uds_path.display().to_string()),
         capacity,
     };
-    let svc = Arc::new(Service::new(
-        worker.clone(),
-        Arc::new(stores),
-        serde_json::json!({"id": id, "addr": addr}),
-    ));
+    // Cache-only files clients replicate here: memory first, spilling like written data.
+    let resident = Arc::new(ResidentTable::new(write_setup(&cfg)?.arena));
+    rt.spawn(resident.clone().sweep_forever(Duration::from_secs(30)));
+    let svc = Arc::new(
+        Service::new(
+            worker.clone(),
+            Arc::new(stores),
+            serde_json::json!({"id": id, "addr": addr}),
+        )
+        .with_resident(resident),
+    );
     rt.spawn(silt_cluster::rpc::serve_tcp(tcp, svc.clone()));
     rt.spawn(silt_cluster::rpc::serve_unix(uds, svc));
     let registration = rt.block_on(m.register(me))?;
