@@ -123,6 +123,9 @@ pub(crate) struct Writes {
     pub resident: Arc<Resident>,
     pub cache_only_ttl: Option<Duration>,
     pub back: Option<Arc<Persister>>,
+    /// Uploads of `through`/`store-only` commits in flight at once (each holds one part,
+    /// 8 MiB, in memory): with 1,000 writers closing together, the rest wait here.
+    pub uploads: Arc<tokio::sync::Semaphore>,
 }
 
 impl Writes {
@@ -133,6 +136,7 @@ impl Writes {
             resident: Arc::new(Resident::new(clock)),
             cache_only_ttl: None,
             back: None,
+            uploads: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 }
@@ -198,6 +202,9 @@ impl Client {
             resident,
             cache_only_ttl: setup.cache_only_ttl,
             back,
+            uploads: Arc::new(tokio::sync::Semaphore::new(
+                self.opts.fetch_concurrency.max(1),
+            )),
         };
         if let Some(p) = self.writes.back.clone() {
             for (rec, file) in p.take_recovered() {
@@ -392,11 +399,18 @@ impl Client {
             p.settle(&w.path).await;
         }
         let meta = match w.write_type {
-            WriteType::Through | WriteType::StoreOnly => w
-                .store
-                .write_from(&w.rel, &w.buf, len)
-                .await
-                .map_err(|e| e.context(&w.path))?,
+            WriteType::Through | WriteType::StoreOnly => {
+                let _permit = self
+                    .writes
+                    .uploads
+                    .acquire()
+                    .await
+                    .map_err(|_| Error::internal("upload permits closed"))?;
+                w.store
+                    .write_from(&w.rel, &w.buf, len)
+                    .await
+                    .map_err(|e| e.context(&w.path))?
+            }
             WriteType::CacheOnly if self.writes.resident.remote().is_some() => {
                 self.commit_remote(w, len).await?
             }

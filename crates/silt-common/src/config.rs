@@ -50,7 +50,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "entry_ttl", default: "1h", help: "Kernel directory-entry cache TTL given to FUSE." },
     OptionSpec { name: "prefetch_max", default: "64MiB", help: "Largest read-ahead window of the sequential prefetcher; the window starts at two pages and doubles while reads stay sequential." },
     OptionSpec { name: "request_size", default: "8MiB", help: "Largest ranged request to an under-store: runs of consecutive missing pages are fetched with one request of up to this size (object stores pay a large fixed cost per request)." },
-    OptionSpec { name: "fetch_concurrency", default: "32", help: "Most concurrent ranged requests to under-stores." },
+    OptionSpec { name: "fetch_concurrency", default: "32", help: "Most concurrent ranged requests to under-stores; also the most uploads of closed `through`/`store-only` files at once (each holds an 8 MiB part in memory), so many writers closing together wait instead of growing memory." },
     OptionSpec { name: "buffer_memory", default: "256MiB", help: "Bound on bytes in flight from under-stores (fetch buffers); readers wait when it is reached." },
     OptionSpec { name: "fuse_threads", default: "8", help: "FUSE worker threads." },
     OptionSpec { name: "fuse_max_read", default: "1MiB", help: "Largest FUSE read request asked of the kernel." },
