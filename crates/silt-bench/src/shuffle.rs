@@ -38,7 +38,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{Client, ClientOptions, FileState, MountPoint, Namespace, WriteSetup};
-use silt_common::config::{Config, DiskTierSpec};
+use silt_common::config::Config;
 use silt_common::write::WriteType;
 use silt_ufs::{DynStore, S3Options};
 use silt_worker::{Worker, WorkerOptions};
@@ -344,14 +344,7 @@ pub async fn build_client(spec: &ClientSpec) -> Result<Arc<Client>> {
         rt.clone(),
     ));
     // As the daemon's write_setup: spill into each disk tier's `spill` directory.
-    let spill = cfg
-        .disk_tiers()?
-        .into_iter()
-        .map(|t| DiskTierSpec {
-            dir: t.dir.join("spill"),
-            quota: t.quota,
-        })
-        .collect();
+    let spill = WriteSetup::tier_spill_dirs(&cfg)?;
     let setup = WriteSetup::from_config(&cfg, spill, cfg.state_dir.join("wal"))?;
     let client = Arc::new(
         Client::new(ns, worker, ClientOptions::from_config(&cfg), rt.clone())

@@ -93,6 +93,19 @@ impl WriteSetup {
         })
     }
 
+    /// Where written data spills: a `spill` directory in each disk tier of `cfg`, within the
+    /// tier's quota.
+    pub fn tier_spill_dirs(cfg: &silt_common::config::Config) -> Result<Vec<DiskTierSpec>> {
+        Ok(cfg
+            .disk_tiers()?
+            .into_iter()
+            .map(|t| DiskTierSpec {
+                dir: t.dir.join("spill"),
+                quota: t.quota,
+            })
+            .collect())
+    }
+
     /// The write part of Silt's configuration; spill space in `spill` (the disk tiers' quota
     /// dirs), the log in `wal_dir`.
     pub fn from_config(

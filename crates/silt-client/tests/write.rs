@@ -104,6 +104,12 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// The object `rel` as the store holds it (read directly, not through Silt).
+async fn in_store(fx: &Fx, rel: &str) -> bytes::Bytes {
+    let meta = fx.store.stat(rel).await.unwrap();
+    fx.store.read(rel, 0..meta.size, &meta).await.unwrap()
+}
+
 async fn read_all(c: &Client, path: &str) -> Vec<u8> {
     let f = c.open(path).await.unwrap();
     c.read(&f, 0, f.size() + 1).await.unwrap().to_vec()
@@ -161,13 +167,10 @@ async fn through_writes_on_close_and_reads_back_from_the_cache() {
     let e = write_file(&fx, &c, "/d/a/new.bin", &data).await;
     assert_eq!(e.size, data.len() as u64);
     // The store has exactly the bytes.
-    let meta = fx.store.stat("a/new.bin").await.unwrap();
-    let from_store = fx
-        .store
-        .read("a/new.bin", 0..meta.size, &meta)
-        .await
-        .unwrap();
-    assert!(from_store == data, "the store holds other bytes");
+    assert!(
+        in_store(&fx, "a/new.bin").await == data,
+        "the store holds other bytes"
+    );
 
     fx.proxy.reset_counts();
     assert_eq!(read_all(&c, "/d/a/new.bin").await, data);
@@ -390,13 +393,10 @@ async fn back_files_are_logged_acknowledged_and_uploaded_later() {
         states,
         vec![("/d/out/part-0".to_string(), FileState::Persisted)]
     );
-    let meta = fx.store.stat("out/part-0").await.unwrap();
-    let stored = fx
-        .store
-        .read("out/part-0", 0..meta.size, &meta)
-        .await
-        .unwrap();
-    assert!(stored == data, "the store holds other bytes");
+    assert!(
+        in_store(&fx, "out/part-0").await == data,
+        "the store holds other bytes"
+    );
     // Now a store object, cached from the log as it was uploaded.
     fx.proxy.reset_counts();
     assert_eq!(read_all(&c, "/d/out/part-0").await, data);
@@ -451,9 +451,10 @@ async fn acknowledged_back_files_survive_the_client_and_upload_after_restart() {
     for (p, d) in &files {
         let rel = p.strip_prefix("/d/").unwrap();
         let want: &[u8] = if p == "/d/job/f0" { b"newest" } else { d };
-        let meta = fx.store.stat(rel).await.unwrap();
-        let stored = fx.store.read(rel, 0..meta.size, &meta).await.unwrap();
-        assert!(stored == want, "{p}: the store holds other bytes");
+        assert!(
+            in_store(&fx, rel).await == want,
+            "{p}: the store holds other bytes"
+        );
     }
     assert_eq!(
         fx.proxy.counts().put,

@@ -236,14 +236,7 @@ fn page_store(cfg: &Config, disk: bool) -> Result<Arc<PageStore>> {
 /// directory of each disk tier within its quota (a cluster client, whose near cache has no
 /// disk tiers, spills into STATE_DIR/spill); `back` writes are logged in STATE_DIR/wal.
 fn write_setup(cfg: &Config) -> Result<WriteSetup> {
-    let mut spill: Vec<DiskTierSpec> = cfg
-        .disk_tiers()?
-        .into_iter()
-        .map(|t| DiskTierSpec {
-            dir: t.dir.join("spill"),
-            quota: t.quota,
-        })
-        .collect();
+    let mut spill = WriteSetup::tier_spill_dirs(cfg)?;
     if spill.is_empty() || cfg.is_cluster() {
         spill = vec![DiskTierSpec {
             dir: cfg.state_dir.join("spill"),
