@@ -428,7 +428,15 @@ impl MetaCache {
                 }
                 None => {}
             }
-            inner.stats.remove(&e.path);
+            // An answer newer than this listing (merged into it above) stays, so a second
+            // listing older than it cannot undo it either.
+            if inner
+                .stats
+                .get(&e.path)
+                .is_none_or(|(known, _)| *known <= at)
+            {
+                inner.stats.remove(&e.path);
+            }
             inner.negative.remove(&e.path);
         }
         // Answers about children from HEADs that the listing does not have: gone too.

@@ -69,6 +69,8 @@ struct State {
     in_flight: HashMap<String, (u64, u64)>,
     /// In-flight uploads whose record became obsolete meanwhile.
     cancelled: HashSet<u64>,
+    /// Paths whose uploads may not start now (a write to the store of the path is running).
+    held: HashMap<String, usize>,
     done: HashMap<String, FileState>,
     done_order: std::collections::VecDeque<String>,
     recovered: Vec<(LogRecord, File)>,
@@ -156,11 +158,26 @@ impl Persister {
         if st.queued.remove(&seq).is_some() {
             drop(st);
             self.wal.remove(seq);
+            // A `persist` waiting for it has its answer.
+            self.ended.send_modify(|n| *n += 1);
             return;
         }
         if st.in_flight.values().any(|&(s, _)| s == seq) {
             st.cancelled.insert(seq);
         }
+    }
+
+    /// Keeps uploads of `path` from starting while the guard lives, then waits for one in
+    /// flight: a write of the path to the store, made meanwhile, is then never overtaken by an
+    /// older `back` version.
+    pub async fn hold(self: &Arc<Self>, path: &str) -> HoldGuard {
+        *self.state.lock().held.entry(path.to_string()).or_insert(0) += 1;
+        let guard = HoldGuard {
+            p: self.clone(),
+            path: path.to_string(),
+        };
+        self.settle(path).await;
+        guard
     }
 
     /// Waits until no upload of `path` is in flight (a write to the store must not be
@@ -290,6 +307,26 @@ impl Persister {
                 }
             }
         }
+    }
+}
+
+/// See [`Persister::hold`].
+pub struct HoldGuard {
+    p: Arc<Persister>,
+    path: String,
+}
+
+impl Drop for HoldGuard {
+    fn drop(&mut self) {
+        let mut st = self.p.state.lock();
+        if let Some(n) = st.held.get_mut(&self.path) {
+            *n -= 1;
+            if *n == 0 {
+                st.held.remove(&self.path);
+            }
+        }
+        drop(st);
+        self.p.wake.notify_one();
     }
 }
 

@@ -408,7 +408,32 @@ impl ResidentStore {
             }
         }
         self.resident.remove_if(from_ns, |g| Arc::ptr_eq(g, &f));
-        Ok(meta)
+        // The store may hold the old name too (an object the resident file shadowed, or an
+        // upload of it that was in flight): after a rename nothing is left there.
+        let _hold = match &self.back {
+            Some(p) => Some(p.hold(from_ns).await),
+            None => None,
+        };
+        match self.base.delete(&self.rel_of(from_ns)).await {
+            Err(e) if e.kind() != ErrorKind::NotFound => Err(e.context(from_ns)),
+            _ => Ok(meta),
+        }
+    }
+
+    /// A store rename onto `to`: whatever Silt held at `to` is replaced, so it goes (a
+    /// pending upload of it would otherwise overwrite the renamed file later).
+    async fn drop_resident_target(&self, to: &str) {
+        let to_ns = self.ns(to);
+        if let Some(old) = self.resident.remove(&to_ns) {
+            if let (Residence::Back { seq }, Some(p)) = (old.residence, &self.back) {
+                p.cancel(seq);
+            }
+        }
+        if let Some(r) = self.resident.remote() {
+            if let Err(e) = r.delete(&to_ns).await {
+                tracing::warn!(path = %to_ns, error = %e, "could not delete replicas of a renamed-over file");
+            }
+        }
     }
 
     pub fn base(&self) -> &DynStore {
@@ -648,7 +673,13 @@ impl UnderStore for ResidentStore {
                 format!("{from_ns}: a directory holding files kept in Silt moves file by file"),
             ));
         }
-        self.base.rename(from, to).await
+        let _hold = match &self.back {
+            Some(p) => Some(p.hold(&self.ns(to)).await),
+            None => None,
+        };
+        let meta = self.base.rename(from, to).await?;
+        self.drop_resident_target(to).await;
+        Ok(meta)
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {

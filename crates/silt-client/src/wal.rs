@@ -6,7 +6,8 @@
 //! fsynced, renamed to `SEQ.json`, and the directory fsynced. So a `SEQ.json` exists only for
 //! a complete, durable file, and a crash at any point leaves either a whole record or leftovers
 //! recovery removes (the writer had not been acknowledged). A record whose bytes fail their
-//! checksum at recovery is kept aside (`SEQ.bad`) and reported, never uploaded.
+//! checksum at recovery is kept aside (`SEQ.bad`, `SEQ.bad-data`) and reported, never
+//! uploaded; any other recovery error stops the start.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -80,9 +81,19 @@ impl Wal {
         for seq in &records {
             match wal.recover_one(*seq) {
                 Ok(r) => out.push(r),
-                Err(e) => {
+                // Only a record proven wrong is set aside; any other failure (no fds, I/O)
+                // stops the start rather than risk dropping an acknowledged file.
+                Err(e) if e.kind() == silt_common::ErrorKind::Corrupted => {
                     warn!(seq, error = %e, "write-ahead log record kept aside as .bad, not uploaded");
                     let _ = fs::rename(wal.json_path(*seq), wal.dir.join(format!("{seq}.bad")));
+                    let _ =
+                        fs::rename(wal.data_path(*seq), wal.dir.join(format!("{seq}.bad-data")));
+                }
+                Err(e) => {
+                    return Err(e.context(format!(
+                        "recovering write-ahead log record {seq} in {}",
+                        dir.display()
+                    )))
                 }
             }
         }
@@ -176,6 +187,11 @@ impl Wal {
     /// in between leaves only bytes that recovery removes.
     pub fn remove(&self, seq: u64) {
         let _ = fs::remove_file(self.json_path(seq));
+        // Durably gone before the caller acts on it (a delete or a newer write of the path):
+        // a record back after a power loss would be uploaded again over them.
+        if let Err(e) = File::open(&self.dir).and_then(|d| d.sync_all()) {
+            warn!(seq, error = %e, "could not sync the write-ahead log directory");
+        }
         let _ = fs::remove_file(self.data_path(seq));
     }
 }
@@ -235,5 +251,6 @@ mod tests {
         let (_, recs) = Wal::open(dir.path()).unwrap();
         assert!(recs.is_empty());
         assert!(dir.path().join(format!("{}.bad", r.seq)).exists());
+        assert!(dir.path().join(format!("{}.bad-data", r.seq)).exists());
     }
 }

@@ -405,12 +405,11 @@ impl Client {
             return self.stat(&w.path).await;
         }
         let len = w.buf.len();
-        if let (WriteType::Through | WriteType::StoreOnly, Some(p)) =
-            (w.write_type, &self.writes.back)
-        {
-            // An upload of an older `back` version in flight must not land after this write.
-            p.settle(&w.path).await;
-        }
+        // An upload of an older `back` version must not start, or land, after this write.
+        let _hold = match (w.write_type, &self.writes.back) {
+            (WriteType::Through | WriteType::StoreOnly, Some(p)) => Some(p.hold(&w.path).await),
+            _ => None,
+        };
         let meta = match w.write_type {
             WriteType::Through | WriteType::StoreOnly => {
                 let _permit = self
@@ -635,8 +634,10 @@ impl Client {
             ));
         }
         let held = e.object.as_ref().is_some_and(|o| is_resident(&o.meta));
+        let mut back = false;
         if held {
             if let Some(old) = self.writes.resident.remove(&path) {
+                back = matches!(old.residence, Residence::Back { .. });
                 if let (Residence::Back { seq }, Some(p)) = (old.residence, &self.writes.back) {
                     p.cancel(seq);
                 }
@@ -645,10 +646,18 @@ impl Client {
                 r.delete(&path).await.map_err(|e| e.context(&path))?;
             }
         }
-        if let Some(p) = &self.writes.back {
-            // An upload of an older version in flight must not recreate the file after this.
-            p.settle(&path).await;
+        if held && !back {
+            // Cache-only: the store never sees it, nor its removal. An object of the store it
+            // shadowed shows again once asked for.
+            let changes = self.meta.invalidate(&path);
+            self.apply(&changes);
+            return Ok(());
         }
+        // An upload of an older version must not recreate the file after this.
+        let _hold = match &self.writes.back {
+            Some(p) => Some(p.hold(&path).await),
+            None => None,
+        };
         // The store may hold an older version under a resident one.
         match store.delete(&rel).await {
             Ok(()) => {}

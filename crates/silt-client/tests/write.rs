@@ -356,6 +356,11 @@ async fn cache_only_files_never_reach_the_store_and_end_with_their_ttl() {
     fx.proxy.reset_counts();
     c.remove_file("/d/shuffle/p2").await.unwrap();
     assert_eq!(
+        fx.proxy.counts().delete,
+        0,
+        "removing a cache-only file asked the store"
+    );
+    assert_eq!(
         c.stat("/d/shuffle/p2").await.unwrap_err().kind(),
         ErrorKind::NotFound
     );

@@ -911,6 +911,14 @@ impl fuser::Filesystem for SiltFs {
             if let Some(e) = entry {
                 return reply.attr(&self.ttls(&e).0, &self.attr(ino.0, &e));
             }
+            // A handle open for writing answers with its own size, also once its file was
+            // unlinked or renamed over (the temp-file pattern: open, unlink, write, read).
+            if let Some(h) = self.write_handle(fh.0) {
+                if h.unlinked.load(Ordering::Relaxed) {
+                    let e = Self::writer_entry(&path, h.size.load(Ordering::Relaxed));
+                    return reply.attr(&Duration::ZERO, &self.attr(ino.0, &e));
+                }
+            }
         }
         match self.stat_live(&path) {
             Ok((e, live)) => reply.attr(&self.live_ttls(&e, live).0, &self.attr(ino.0, &e)),
