@@ -274,6 +274,19 @@ async fn read_only_and_impossible_names_are_clear_errors() {
     assert_eq!(fx.proxy.counts().put, 0, "nothing was written");
 }
 
+/// A `back` client logging in `wal`, whose uploads wait an hour (unless persisted).
+fn back_client(fx: &Fx, wal: &std::path::Path) -> Client {
+    setup_client(
+        fx,
+        Clock::system(),
+        WriteType::Back.into(),
+        64 * PS,
+        1 << 30,
+        Some(wal),
+        Duration::from_secs(3600),
+    )
+}
+
 async fn write_with(
     c: &Client,
     path: &str,
@@ -372,15 +385,7 @@ async fn cache_only_files_never_reach_the_store_and_end_with_their_ttl() {
 async fn back_files_are_logged_acknowledged_and_uploaded_later() {
     let fx = fixture();
     let wal = tempfile::tempdir().unwrap();
-    let c = Arc::new(setup_client(
-        &fx,
-        Clock::system(),
-        WriteType::Back.into(),
-        64 * PS,
-        1 << 30,
-        Some(wal.path()),
-        Duration::from_secs(3600),
-    ));
+    let c = Arc::new(back_client(&fx, wal.path()));
     tokio::spawn(c.clone().run_background());
     let data = pattern(5, 9 * PS as usize + 1);
     let e = write_with(&c, "/d/out/part-0", &data, None).await;
@@ -421,15 +426,7 @@ async fn acknowledged_back_files_survive_the_client_and_upload_after_restart() {
         .map(|i| (format!("/d/job/f{i}"), pattern(i, (i as usize + 1) * 3000)))
         .collect();
     {
-        let c = setup_client(
-            &fx,
-            Clock::system(),
-            WriteType::Back.into(),
-            64 * PS,
-            1 << 30,
-            Some(wal.path()),
-            Duration::from_secs(3600),
-        );
+        let c = back_client(&fx, wal.path());
         for (p, d) in &files {
             write_with(&c, p, d, None).await;
         }
@@ -438,15 +435,7 @@ async fn acknowledged_back_files_survive_the_client_and_upload_after_restart() {
         // Gone without a clean shutdown: no upload ran.
     }
     assert_eq!(fx.proxy.counts().put, 0);
-    let c = Arc::new(setup_client(
-        &fx,
-        Clock::system(),
-        WriteType::Back.into(),
-        64 * PS,
-        1 << 30,
-        Some(wal.path()),
-        Duration::from_secs(3600),
-    ));
+    let c = Arc::new(back_client(&fx, wal.path()));
     tokio::spawn(c.clone().run_background());
     // Visible (from the log) before the upload.
     assert_eq!(read_all(&c, "/d/job/f3").await, files[3].1);

@@ -317,6 +317,23 @@ pub fn parse_path_entry<'a>(text: &'a str, what: &str, example: &str) -> Result<
     Ok((path, value))
 }
 
+/// Parses comma-separated `PATH=VALUE` entries (sync rules, write rules, jobs): each path
+/// normalised, each value by `value`.
+pub fn parse_path_rules<T>(
+    text: &str,
+    what: &str,
+    example: &str,
+    value: impl Fn(&str, &str) -> Result<T>,
+) -> Result<Vec<T>> {
+    text.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|entry| {
+            let (path, v) = parse_path_entry(entry.trim(), what, example)?;
+            value(&path, v).map_err(|e| e.context(format!("{what} {entry:?}")))
+        })
+        .collect()
+}
+
 /// Parses `PATH=URI`.
 pub fn parse_mount_spec(text: &str) -> Result<MountSpec> {
     let (path, uri) = parse_path_entry(text, "mount", "/data=s3://bucket/prefix")?;

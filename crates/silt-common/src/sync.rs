@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::config::{is_at_or_under, parse_path_entry};
+use crate::config::{is_at_or_under, parse_path_rules};
 use crate::{Error, Result};
 
 /// When cached metadata is revalidated against the under-store.
@@ -95,16 +95,12 @@ pub struct SyncRule {
 
 /// Parses `PREFIX=POLICY` entries, comma-separated (the `sync_rules` option's syntax).
 pub fn parse_sync_rules(text: &str) -> Result<Vec<SyncRule>> {
-    text.split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|entry| {
-            let (prefix, policy) = parse_path_entry(entry, "sync rule", "/data/imagenet=never")?;
-            Ok(SyncRule {
-                prefix,
-                policy: SyncPolicy::parse(policy)?,
-            })
+    parse_path_rules(text, "sync rule", "/data/imagenet=never", |prefix, v| {
+        Ok(SyncRule {
+            prefix: prefix.to_string(),
+            policy: SyncPolicy::parse(v)?,
         })
-        .collect()
+    })
 }
 
 /// The default policy plus per-prefix rules; the longest matching prefix wins.

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::config::{is_at_or_under, parse_path_entry};
+use crate::config::{is_at_or_under, parse_path_rules};
 use crate::size::parse_size;
 use crate::{Error, Result};
 
@@ -95,16 +95,17 @@ pub struct WriteRule {
 
 /// Parses `PREFIX=TYPE` entries, comma-separated (the `write_rules` option's syntax).
 pub fn parse_write_rules(text: &str) -> Result<Vec<WriteRule>> {
-    text.split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|entry| {
-            let (prefix, t) = parse_path_entry(entry, "write rule", "/data/shuffle=cache-only")?;
+    parse_path_rules(
+        text,
+        "write rule",
+        "/data/shuffle=cache-only",
+        |prefix, t| {
             Ok(WriteRule {
-                prefix,
+                prefix: prefix.to_string(),
                 write_type: WriteType::parse(t)?,
             })
-        })
-        .collect()
+        },
+    )
 }
 
 /// The mount's write type plus per-prefix rules; the longest matching prefix wins.
@@ -176,28 +177,23 @@ pub const DEFAULT_PRIORITY: u8 = 5;
 /// Parses `PREFIX=QUOTA@PRIORITY` entries, comma-separated (the `write_jobs` option's syntax).
 pub fn parse_jobs(text: &str) -> Result<Vec<JobSpec>> {
     const EXAMPLE: &str = "/shuffle/etl=2GiB@7";
-    text.split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|entry| {
-            let (prefix, v) = parse_path_entry(entry.trim(), "write job", EXAMPLE)?;
-            let (quota, prio) = v.split_once('@').unwrap_or((v, "5"));
-            let memory_quota = parse_size(quota)
-                .map_err(|e| e.context(format!("write job {entry:?}: quota")))?;
-            let priority = match prio.trim().parse::<u8>() {
-                Ok(p @ 1..=9) => p,
-                _ => {
-                    return Err(Error::invalid(format!(
-                        "write job {entry:?}: priority must be 1 (lowest) to 9, got {prio:?} (e.g. {EXAMPLE})"
-                    )))
-                }
-            };
-            Ok(JobSpec {
-                prefix,
-                memory_quota,
-                priority,
-            })
+    parse_path_rules(text, "write job", EXAMPLE, |prefix, v| {
+        let (quota, prio) = v.split_once('@').unwrap_or((v, "5"));
+        let memory_quota = parse_size(quota).map_err(|e| e.context("quota"))?;
+        let priority = match prio.trim().parse::<u8>() {
+            Ok(p @ 1..=9) => p,
+            _ => {
+                return Err(Error::invalid(format!(
+                    "priority must be 1 (lowest) to 9, got {prio:?} (e.g. {EXAMPLE})"
+                )))
+            }
+        };
+        Ok(JobSpec {
+            prefix: prefix.to_string(),
+            memory_quota,
+            priority,
         })
-        .collect()
+    })
 }
 
 #[cfg(test)]

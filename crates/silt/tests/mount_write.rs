@@ -14,43 +14,9 @@ use std::path::Path;
 
 use common::*;
 use silt_common::ErrorKind;
-use silt_testkit::S3Server;
 use silt_ufs::EntryKind;
 
-const BUCKET: &str = "silt-test";
-const PREFIX: &str = "ds";
-
-/// A real S3 server and a store that reads it directly (behind Silt's back).
-struct S3Fx {
-    server: S3Server,
-    rt: tokio::runtime::Runtime,
-    store: silt_ufs::DynStore,
-}
-
 impl S3Fx {
-    fn start() -> S3Fx {
-        let server = S3Server::start();
-        server.create_bucket(BUCKET);
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let store = rt
-            .block_on(silt_ufs::open_store(
-                &server.uri(BUCKET, PREFIX),
-                &server.s3_options(),
-            ))
-            .unwrap();
-        S3Fx { server, rt, store }
-    }
-
-    /// `silt up` with `/data` = this store and `extra` options.
-    fn up(&self, extra: &[&str], dir: &Path) -> Silt {
-        Silt::up_data(
-            &self.server.uri(BUCKET, PREFIX),
-            s3_args(&self.server),
-            extra,
-            dir,
-        )
-    }
-
     /// The object's bytes, or `None` if the store has no such object.
     fn get(&self, path: &str) -> Option<Vec<u8>> {
         self.rt.block_on(async {
@@ -76,12 +42,6 @@ impl S3Fx {
             Err(e) if e.kind() == ErrorKind::NotFound => None,
             Err(e) => panic!("stat {path} in the store: {e}"),
         }
-    }
-
-    fn put(&self, path: &str, data: &[u8]) {
-        self.rt
-            .block_on(self.store.write(path, bytes::Bytes::copy_from_slice(data)))
-            .unwrap_or_else(|e| panic!("out-of-band write {path}: {e}"));
     }
 
     /// Every file path of the store below `dir` ("" for all).
@@ -169,7 +129,7 @@ fn create_file(path: &Path, data: &[u8]) {
 
 #[test]
 fn through_writes_reach_the_store_and_read_back_s3() {
-    let fx = S3Fx::start();
+    let fx = S3Fx::start(false);
     let dir = tempfile::tempdir().unwrap();
     let silt = fx.up(&["--write-type", "through"], dir.path());
     let root = silt.path("data");
@@ -231,7 +191,7 @@ fn through_writes_reach_the_store_and_read_back_s3() {
 
 #[test]
 fn truncate_rewrite_and_append_s3() {
-    let fx = S3Fx::start();
+    let fx = S3Fx::start(false);
     let dir = tempfile::tempdir().unwrap();
     let silt = fx.up(&["--write-type", "through"], dir.path());
     let p = silt.path("data/t.txt");
@@ -310,7 +270,7 @@ fn put_and_reopen(fx: &S3Fx, p: &Path) {
 
 #[test]
 fn unlink_mkdir_rmdir_and_rename_s3() {
-    let fx = S3Fx::start();
+    let fx = S3Fx::start(false);
     let dir = tempfile::tempdir().unwrap();
     let silt = fx.up(&["--write-type", "through"], dir.path());
     let root = silt.path("data");
@@ -414,7 +374,7 @@ fn unlink_mkdir_rmdir_and_rename_s3() {
 
 #[test]
 fn store_only_writes_land_in_the_store_s3() {
-    let fx = S3Fx::start();
+    let fx = S3Fx::start(false);
     let dir = tempfile::tempdir().unwrap();
     let silt = fx.up(&["--write-type", "store-only"], dir.path());
     let data = bytes(7, (2 << 20) + 77);
@@ -426,7 +386,7 @@ fn store_only_writes_land_in_the_store_s3() {
 
 #[test]
 fn read_only_mount_and_a_writable_prefix_s3() {
-    let fx = S3Fx::start();
+    let fx = S3Fx::start(false);
     fx.put("in.txt", b"inside");
     fx.put("out/old.txt", b"old");
 
@@ -514,7 +474,7 @@ fn read_only_mount_and_a_writable_prefix_s3() {
 
 #[test]
 fn names_and_paths_over_the_limits_s3() {
-    let fx = S3Fx::start();
+    let fx = S3Fx::start(false);
     let dir = tempfile::tempdir().unwrap();
     let silt = fx.up(&["--write-type", "through"], dir.path());
     let root = silt.path("data");

@@ -14,69 +14,13 @@ use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant, SystemTime};
 
-use bytes::Bytes;
 use common::*;
-use silt_testkit::{FaultAction, S3Op, S3Proxy, S3Server};
+use silt_testkit::{FaultAction, S3Op, S3Proxy};
 use silt_ufs::{EntryKind, ObjectMeta};
 
-const BUCKET: &str = "silt-test";
-const PREFIX: &str = "ds";
-
-/// A real S3 server, optionally behind a counting / fault-injecting proxy, and a store that
-/// writes to the server directly (behind Silt's back).
-struct S3Fx {
-    /// Declared first: dropped (its connections closed) before the server is killed.
-    proxy: Option<S3Proxy>,
-    server: S3Server,
-    rt: tokio::runtime::Runtime,
-    store: silt_ufs::DynStore,
-}
-
 impl S3Fx {
-    fn start(with_proxy: bool) -> S3Fx {
-        let server = S3Server::start();
-        server.create_bucket(BUCKET);
-        let proxy = with_proxy.then(|| {
-            let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], server.port()));
-            S3Proxy::start(upstream).expect("starting the S3 proxy")
-        });
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let store = rt
-            .block_on(silt_ufs::open_store(
-                &server.uri(BUCKET, PREFIX),
-                &server.s3_options(),
-            ))
-            .unwrap();
-        S3Fx {
-            proxy,
-            server,
-            rt,
-            store,
-        }
-    }
-
     fn proxy(&self) -> &S3Proxy {
         self.proxy.as_ref().expect("started without a proxy")
-    }
-
-    fn uri(&self) -> String {
-        self.server.uri(BUCKET, PREFIX)
-    }
-
-    /// `silt up` with `/data` = this store (through the proxy, if there is one) and `extra`
-    /// options.
-    fn up(&self, extra: &[&str], dir: &Path) -> Silt {
-        let args = match &self.proxy {
-            Some(p) => s3_args_via(&p.endpoint(), &self.server),
-            None => s3_args(&self.server),
-        };
-        Silt::up_data(&self.uri(), args, extra, dir)
-    }
-
-    fn put(&self, path: &str, data: &[u8]) {
-        self.rt
-            .block_on(self.store.write(path, Bytes::copy_from_slice(data)))
-            .unwrap_or_else(|e| panic!("out-of-band write {path}: {e}"));
     }
 
     fn put_all(&self, files: &BTreeMap<String, Vec<u8>>) {

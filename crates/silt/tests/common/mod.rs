@@ -268,3 +268,63 @@ pub fn s3_args_via(endpoint: &str, s3: &S3Server) -> Vec<String> {
     .map(|s| s.to_string())
     .collect()
 }
+
+/// Bucket and prefix of [`S3Fx`]'s store.
+pub const BUCKET: &str = "silt-test";
+pub const PREFIX: &str = "ds";
+
+/// A real S3 server, optionally behind a counting / fault-injecting proxy, and a store that
+/// reads and writes the server directly (behind Silt's back). Test files add their own
+/// helpers in `impl S3Fx` blocks.
+pub struct S3Fx {
+    /// Declared first: dropped (its connections closed) before the server is killed.
+    pub proxy: Option<silt_testkit::S3Proxy>,
+    pub server: S3Server,
+    pub rt: tokio::runtime::Runtime,
+    pub store: silt_ufs::DynStore,
+}
+
+impl S3Fx {
+    pub fn start(with_proxy: bool) -> S3Fx {
+        let server = S3Server::start();
+        server.create_bucket(BUCKET);
+        let proxy = with_proxy.then(|| {
+            let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], server.port()));
+            silt_testkit::S3Proxy::start(upstream).expect("starting the S3 proxy")
+        });
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let store = rt
+            .block_on(silt_ufs::open_store(
+                &server.uri(BUCKET, PREFIX),
+                &server.s3_options(),
+            ))
+            .unwrap();
+        S3Fx {
+            proxy,
+            server,
+            rt,
+            store,
+        }
+    }
+
+    pub fn uri(&self) -> String {
+        self.server.uri(BUCKET, PREFIX)
+    }
+
+    /// `silt up` with `/data` = this store (through the proxy, if there is one) and `extra`
+    /// options.
+    pub fn up(&self, extra: &[&str], dir: &Path) -> Silt {
+        let args = match &self.proxy {
+            Some(p) => s3_args_via(&p.endpoint(), &self.server),
+            None => s3_args(&self.server),
+        };
+        Silt::up_data(&self.uri(), args, extra, dir)
+    }
+
+    /// An out-of-band write of `path`.
+    pub fn put(&self, path: &str, data: &[u8]) {
+        self.rt
+            .block_on(self.store.write(path, bytes::Bytes::copy_from_slice(data)))
+            .unwrap_or_else(|e| panic!("out-of-band write {path}: {e}"));
+    }
+}
