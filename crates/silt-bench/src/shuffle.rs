@@ -524,19 +524,19 @@ async fn write_file(
     phases: &Phases,
 ) -> Result<()> {
     let t = Instant::now();
-    let mut w = c
+    let w = c
         .create(path, true)
         .await
         .with_context(|| format!("create {path}"))?;
     Phases::add(&phases.create, t);
     let t = Instant::now();
     for (i, piece) in data.chunks(chunk.max(1)).enumerate() {
-        c.write_at(&mut w, (i * chunk) as u64, piece)
+        c.write_at(&w, (i * chunk) as u64, piece)
             .with_context(|| format!("write {path}"))?;
     }
     Phases::add(&phases.write, t);
     let t = Instant::now();
-    c.commit(&mut w)
+    c.commit(&w)
         .await
         .with_context(|| format!("commit {path}"))?;
     Phases::add(&phases.commit, t);

@@ -145,7 +145,7 @@ impl Client {
     }
 
     /// Removes the empty directory `path`.
-    pub async fn rmdir(&self, path: &str) -> Result<()> {
+    pub(crate) async fn rmdir_stored(&self, path: &str) -> Result<()> {
         let t = self.dir_target(path, ErrorKind::Busy)?;
         let e = self.stat(&t.path).await?;
         if !e.is_dir() {
@@ -175,7 +175,7 @@ impl Client {
     }
 
     /// Renames the file or directory `from` to `to` (see the module docs); returns `to`'s entry.
-    pub async fn rename(&self, from: &str, to: &str) -> Result<Entry> {
+    pub(crate) async fn rename_stored(&self, from: &str, to: &str) -> Result<Entry> {
         let a = self.dir_target(from, ErrorKind::Busy)?;
         let b = self.dir_target(to, ErrorKind::Busy)?;
         if a.path == b.path {
@@ -421,9 +421,9 @@ mod tests {
     }
 
     async fn write(c: &Client, path: &str, data: &[u8]) {
-        let mut w = c.create(path, true).await.unwrap();
-        c.write_at(&mut w, 0, data).unwrap();
-        c.commit(&mut w).await.unwrap();
+        let w = c.create(path, true).await.unwrap();
+        c.write_at(&w, 0, data).unwrap();
+        c.commit(&w).await.unwrap();
     }
 
     async fn read(c: &Client, path: &str) -> Vec<u8> {

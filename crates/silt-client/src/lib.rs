@@ -16,6 +16,7 @@ pub mod namespace;
 mod persist;
 mod prefetch;
 pub mod resident;
+mod session;
 mod snapshot;
 mod wal;
 mod write;
@@ -42,8 +43,9 @@ use namespace::{join, parent_and_name, Resolved};
 pub use namespace::{MountPoint, Namespace};
 pub use persist::FileState;
 use prefetch::SeqState;
+pub use session::{FileWriter, OpenOptions, Session};
 use silt_common::config::is_at_or_under;
-pub use write::{FileWriter, WriteSetup, WriteStats};
+pub use write::{WriteSetup, WriteStats};
 
 /// Client tuning (from `Config`).
 #[derive(Debug, Clone)]

@@ -21,7 +21,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use silt_cache::{Arena, ArenaConfig, WriteBuffer};
 use silt_common::config::DiskTierSpec;
 use silt_common::write::{WriteRules, WriteType};
@@ -35,6 +34,7 @@ use crate::resident::{
     is_resident, RemoteMeta, Residence, Resident, ResidentData, ResidentFile, ResidentRemote,
     ResidentStore,
 };
+use crate::session::{FileWriter, OpenOptions, SessionTable, Target};
 use crate::{Client, Entry};
 
 /// Longest S3 object key, in bytes, checked against the path within the mount (a mount's own
@@ -139,6 +139,8 @@ pub(crate) struct Writes {
     /// Uploads of `through`/`store-only` commits in flight at once (each holds one part,
     /// 8 MiB, in memory): with 1,000 writers closing together, the rest wait here.
     pub uploads: Arc<tokio::sync::Semaphore>,
+    /// Files open for writing (`session.rs`).
+    pub sessions: Arc<SessionTable>,
 }
 
 impl Writes {
@@ -150,39 +152,8 @@ impl Writes {
             cache_only_ttl: None,
             back: None,
             uploads: Arc::new(tokio::sync::Semaphore::new(1)),
+            sessions: Arc::default(),
         }
-    }
-}
-
-/// A file open for writing.
-pub struct FileWriter {
-    path: String,
-    rel: String,
-    /// The mount's store (resident files in front of the real one).
-    store: DynStore,
-    write_type: WriteType,
-    buf: WriteBuffer,
-    /// `buf` is the committed content of a cache-only file: copied before it is changed.
-    shared: bool,
-    dirty: bool,
-}
-
-impl FileWriter {
-    pub fn path(&self) -> &str {
-        &self.path
-    }
-    pub fn len(&self) -> u64 {
-        self.buf.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
-    }
-    /// Whether there are bytes the store (or Silt, for cache-only and back) does not have yet.
-    pub fn is_dirty(&self) -> bool {
-        self.dirty
-    }
-    pub fn write_type(&self) -> WriteType {
-        self.write_type
     }
 }
 
@@ -218,6 +189,7 @@ impl Client {
             uploads: Arc::new(tokio::sync::Semaphore::new(
                 self.opts.fetch_concurrency.max(1),
             )),
+            sessions: self.writes.sessions.clone(),
         };
         if let Some(p) = self.writes.back.clone() {
             for (rec, file) in p.take_recovered() {
@@ -243,11 +215,7 @@ impl Client {
 
     /// The store path a write to `path` goes to and its write type, after checking that
     /// `path` may be written (`asked`: a per-open choice among the writable types).
-    fn writable_target(
-        &self,
-        path: &str,
-        asked: Option<WriteType>,
-    ) -> Result<(String, String, DynStore, WriteType)> {
+    pub(crate) fn writable_target(&self, path: &str, asked: Option<WriteType>) -> Result<Target> {
         let path = Self::normalize(path)?;
         let mut write_type = self.writes.rules.of(&path);
         if !write_type.writable() {
@@ -282,15 +250,20 @@ impl Client {
             )),
             Resolved::Store { mount, rel } => {
                 check_key_len(&path, &rel)?;
-                let rel = rel.to_string();
-                let store = mount.store.clone();
-                Ok((path, rel, store, write_type))
+                let target = Target {
+                    rel: rel.to_string(),
+                    store: mount.store.clone(),
+                    path,
+                    write_type,
+                };
+                Ok(target)
             }
         }
     }
 
     /// Opens `path` for writing with the write type its prefix has: empty with `truncate` (or
-    /// when it does not exist), else with the current bytes copied in (read through the cache).
+    /// when it does not exist), else with the current bytes loaded (read through the cache).
+    /// A file already open for writing here is joined (`session.rs`).
     pub async fn create(&self, path: &str, truncate: bool) -> Result<FileWriter> {
         self.create_with(path, truncate, None).await
     }
@@ -303,114 +276,39 @@ impl Client {
         truncate: bool,
         write_type: Option<WriteType>,
     ) -> Result<FileWriter> {
-        let (path, rel, store, write_type) = self.writable_target(path, write_type)?;
-        let existing = match self.stat(&path).await {
-            Ok(e) if e.is_dir() => {
-                return Err(Error::new(
-                    ErrorKind::IsADirectory,
-                    format!("{path}: is a directory"),
-                ))
-            }
-            Ok(e) => Some(e),
-            Err(e) if e.kind() == ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
-        let Some(arena) = &self.writes.arena else {
-            return Err(Error::internal("writable client without a write arena"));
-        };
-        let mut w = FileWriter {
-            buf: arena.buffer(&path),
+        self.open_write(
+            path,
+            OpenOptions {
+                create: true,
+                truncate,
+                load_now: true,
+                write_type,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// Makes `len` bytes of `buf` what `target`'s write type promises (module docs) and
+    /// records the result; the file's entry.
+    pub(crate) async fn commit_buffer(
+        &self,
+        target: &Target,
+        buf: &WriteBuffer,
+        len: u64,
+    ) -> Result<Entry> {
+        let Target {
             path,
             rel,
             store,
             write_type,
-            shared: false,
-            // A new file exists once closed, even if nothing was written.
-            dirty: existing.is_none() || truncate,
-        };
-        if let (Some(_), false) = (&existing, truncate) {
-            let file = self.open(&w.path).await?;
-            let chunk = (self.worker.page_size() * 16).max(1 << 20);
-            let mut off = 0;
-            while off < file.size() {
-                let b = self.read(&file, off, chunk).await?;
-                if b.is_empty() {
-                    break;
-                }
-                self.write_at(&mut w, off, &b)?;
-                off += b.len() as u64;
-            }
-            w.dirty = false;
-        }
-        Ok(w)
-    }
-
-    /// A committed cache-only file's buffer is the file: copy it before changing it.
-    fn unshare(&self, w: &mut FileWriter) -> Result<()> {
-        if !w.shared {
-            return Ok(());
-        }
-        let Some(arena) = &self.writes.arena else {
-            return Err(Error::internal("writable client without a write arena"));
-        };
-        let copy = arena.buffer(&w.path);
-        let len = w.buf.len();
-        let step = 1u64 << 20;
-        let mut off = 0;
-        while off < len {
-            let n = (len - off).min(step) as usize;
-            copy.write_at(off, &w.buf.read_at(off, n)?)?;
-            off += n as u64;
-        }
-        copy.set_len(len)?;
-        w.buf = copy;
-        w.shared = false;
-        Ok(())
-    }
-
-    /// Writes `data` at `offset` (a gap reads back as zeros). `NoSpace` when no tier has room.
-    pub fn write_at(&self, w: &mut FileWriter, offset: u64, data: &[u8]) -> Result<()> {
-        self.unshare(w)?;
-        w.buf
-            .write_at(offset, data)
-            .map_err(|e| e.context(format!("{}: writing", w.path)))?;
-        w.dirty = true;
-        Ok(())
-    }
-
-    /// Cuts or extends the file to `len` bytes.
-    pub fn set_len(&self, w: &mut FileWriter, len: u64) -> Result<()> {
-        self.unshare(w)?;
-        w.buf
-            .set_len(len)
-            .map_err(|e| e.context(format!("{}: truncating", w.path)))?;
-        w.dirty = true;
-        Ok(())
-    }
-
-    /// Reads back what the writer holds (for handles open for reading and writing).
-    pub fn read_written(&self, w: &FileWriter, offset: u64, len: u64) -> Result<Bytes> {
-        let end = offset.saturating_add(len).min(w.buf.len());
-        if offset >= end {
-            return Ok(Bytes::new());
-        }
-        w.buf.read_at(offset, (end - offset) as usize)
-    }
-
-    /// Makes the file what its write type promises (module docs) if it has unsaved bytes, and
-    /// returns its entry. If that fails, nothing changed and the file stays dirty (a later
-    /// commit tries again).
-    pub async fn commit(&self, w: &mut FileWriter) -> Result<Entry> {
-        if !w.dirty {
-            return self.stat(&w.path).await;
-        }
-        let len = w.buf.len();
+        } = target;
         // An upload of an older `back` version must not start, or land, after this write.
-        let _hold = match (w.write_type, &self.writes.back) {
-            (WriteType::Through | WriteType::StoreOnly, Some(p)) => Some(p.hold(&w.path).await),
+        let _hold = match (write_type, &self.writes.back) {
+            (WriteType::Through | WriteType::StoreOnly, Some(p)) => Some(p.hold(path).await),
             _ => None,
         };
-        let meta = match w.write_type {
+        let meta = match write_type {
             WriteType::Through | WriteType::StoreOnly => {
                 let _permit = self
                     .writes
@@ -418,56 +316,54 @@ impl Client {
                     .acquire()
                     .await
                     .map_err(|_| Error::internal("upload permits closed"))?;
-                w.store
-                    .write_from(&w.rel, &w.buf, len)
+                store
+                    .write_from(rel, buf, len)
                     .await
-                    .map_err(|e| e.context(&w.path))?
+                    .map_err(|e| e.context(path))?
             }
             WriteType::CacheOnly if self.writes.resident.remote().is_some() => {
-                self.commit_remote(w, len).await?
+                self.commit_remote(path, rel, buf, len).await?
             }
             WriteType::CacheOnly => {
-                let meta = self.writes.resident.new_meta(&w.rel, len);
+                let meta = self.writes.resident.new_meta(rel, len);
                 let expires = self
                     .writes
                     .cache_only_ttl
                     .map(|t| self.opts.clock.now() + t);
                 let file = ResidentFile {
                     meta: meta.clone(),
-                    data: ResidentData::Buffer(w.buf.clone()),
+                    data: ResidentData::Buffer(buf.clone()),
                     residence: Residence::CacheOnly { expires },
                 };
-                self.replace_resident(&w.path, Some(file));
-                w.shared = true;
+                self.replace_resident(path, Some(file));
                 meta
             }
-            WriteType::Back => self.commit_back(w, len).await?,
+            WriteType::Back => self.commit_back(path, buf, len).await?,
             WriteType::ReadOnly => {
                 return Err(Error::new(
                     ErrorKind::ReadOnly,
-                    format!("{}: read-only", w.path),
+                    format!("{path}: read-only"),
                 ))
             }
         };
-        if matches!(w.write_type, WriteType::Through | WriteType::StoreOnly) {
+        if matches!(write_type, WriteType::Through | WriteType::StoreOnly) {
             // The store's version replaces whatever Silt held at this path.
-            self.replace_resident(&w.path, None);
+            self.replace_resident(path, None);
         }
-        if w.write_type != WriteType::CacheOnly {
+        if *write_type != WriteType::CacheOnly {
             if let Some(r) = self.writes.resident.remote() {
                 // Workers' copy of an older cache-only version would shadow this one.
-                r.delete(&w.path).await.map_err(|e| e.context(&w.path))?;
+                r.delete(path).await.map_err(|e| e.context(path))?;
             }
         }
-        w.dirty = false;
         silt_common::metrics::WRITE_COMMITS.inc();
         // Stamped once the file is visible (in the store, or resident): a listing that started
         // before then may lack it, and must not win over this record.
         let at = self.opts.clock.now();
-        let entry = self.record_written(&w.path, &w.rel, &w.store, at, meta);
-        if w.write_type == WriteType::Through && entry.size == len {
+        let entry = self.record_written(path, rel, store, at, meta);
+        if *write_type == WriteType::Through && entry.size == len {
             if let Some(obj) = &entry.object {
-                self.cache_written(obj.id, &w.buf, len);
+                self.cache_written(obj.id, buf, len);
             }
         }
         Ok(entry)
@@ -475,12 +371,18 @@ impl Client {
 
     /// Sends a cache-only file to the workers replicating it; only a pointer stays here (the
     /// buffer is not the file, so the writer may go on changing it).
-    async fn commit_remote(&self, w: &FileWriter, len: u64) -> Result<ObjectMeta> {
+    async fn commit_remote(
+        &self,
+        path: &str,
+        rel: &str,
+        buf: &WriteBuffer,
+        len: u64,
+    ) -> Result<ObjectMeta> {
         let resident = &self.writes.resident;
         let Some(remote) = resident.remote() else {
             return Err(Error::internal("no workers for cache-only files"));
         };
-        let meta = resident.new_meta(&w.rel, len);
+        let meta = resident.new_meta(rel, len);
         let rm = RemoteMeta {
             size: len,
             tag: meta.etag.clone().unwrap_or_default(),
@@ -488,26 +390,26 @@ impl Client {
             expires_in: self.writes.cache_only_ttl,
         };
         remote
-            .put(&w.path, &rm, &w.buf)
+            .put(path, &rm, buf)
             .await
-            .map_err(|e| e.context(&w.path))?;
+            .map_err(|e| e.context(path))?;
         let pointer = resident
-            .remote_file(&w.path, &w.rel, &rm)
+            .remote_file(path, rel, &rm)
             .ok_or_else(|| Error::internal("no workers for cache-only files"))?;
         let meta = pointer.meta.clone();
-        self.replace_resident(&w.path, Some(pointer));
+        self.replace_resident(path, Some(pointer));
         Ok(meta)
     }
 
     /// Logs the file durably and makes it resident until its upload.
-    async fn commit_back(&self, w: &FileWriter, len: u64) -> Result<ObjectMeta> {
+    async fn commit_back(&self, path: &str, buf: &WriteBuffer, len: u64) -> Result<ObjectMeta> {
         let Some(p) = self.writes.back.clone() else {
             return Err(Error::new(
                 ErrorKind::Unsupported,
-                format!("{}: write type back needs a write-ahead log", w.path),
+                format!("{path}: write type back needs a write-ahead log"),
             ));
         };
-        let (buf, path) = (w.buf.clone(), w.path.clone());
+        let (buf, path) = (buf.clone(), path.to_string());
         let logger = p.clone();
         // fsync: off the runtime's threads.
         let (rec, file) =
@@ -623,9 +525,11 @@ impl Client {
     }
 
     /// Deletes a file: a resident one from Silt (a pending upload is cancelled), and the
-    /// store's object at the path.
-    pub async fn remove_file(&self, path: &str) -> Result<()> {
-        let (path, rel, store, _) = self.writable_target(path, None)?;
+    /// store's object at the path (`remove_file` detaches a session of it first).
+    pub(crate) async fn remove_stored(&self, path: &str) -> Result<()> {
+        let Target {
+            path, rel, store, ..
+        } = self.writable_target(path, None)?;
         let e = self.stat(&path).await?;
         if e.is_dir() {
             return Err(Error::new(

@@ -126,10 +126,10 @@ async fn names(c: &Client, dir: &str) -> Vec<String> {
 async fn write_file(fx: &Fx, c: &Client, path: &str, data: &[u8]) -> silt_client::Entry {
     let rel = path.strip_prefix("/d/").unwrap();
     let puts = fx.proxy.counts().put;
-    let mut w = c.create(path, true).await.unwrap();
+    let w = c.create(path, true).await.unwrap();
     // In pieces, as a FUSE mount delivers them.
     for (i, chunk) in data.chunks(1000).enumerate() {
-        c.write_at(&mut w, (i * 1000) as u64, chunk).unwrap();
+        c.write_at(&w, (i * 1000) as u64, chunk).unwrap();
     }
     assert_eq!(
         fx.proxy.counts().put,
@@ -144,7 +144,7 @@ async fn write_file(fx: &Fx, c: &Client, path: &str, data: &[u8]) -> silt_client
     );
 
     let before = fx.proxy.counts();
-    let entry = c.commit(&mut w).await.unwrap();
+    let entry = c.commit(&w).await.unwrap();
     let after = fx.proxy.counts();
     assert_eq!(after.put - before.put, 1, "{path}: {before} -> {after}");
     assert_eq!(
@@ -202,12 +202,12 @@ async fn an_existing_object_is_rewritten_whole_and_truncated() {
     write_file(&fx, &c, "/d/f", &first).await;
 
     // Open without truncation, write into the middle and past the end.
-    let mut w = c.create("/d/f", false).await.unwrap();
+    let w = c.create("/d/f", false).await.unwrap();
     assert_eq!(w.len(), first.len() as u64);
     assert!(!w.is_dirty());
-    c.write_at(&mut w, 5000, b"MIDDLE").unwrap();
-    c.write_at(&mut w, 12_000, b"END").unwrap();
-    let e = c.commit(&mut w).await.unwrap();
+    c.write_at(&w, 5000, b"MIDDLE").unwrap();
+    c.write_at(&w, 12_000, b"END").unwrap();
+    let e = c.commit(&w).await.unwrap();
     let mut want = first.clone();
     want[5000..5006].copy_from_slice(b"MIDDLE");
     want.resize(12_000, 0);
@@ -216,16 +216,16 @@ async fn an_existing_object_is_rewritten_whole_and_truncated() {
     assert_eq!(read_all(&c, "/d/f").await, want);
 
     // Truncate to 0 and write again.
-    let mut w = c.create("/d/f", false).await.unwrap();
-    c.set_len(&mut w, 0).unwrap();
-    c.write_at(&mut w, 0, b"short").unwrap();
-    c.commit(&mut w).await.unwrap();
+    let w = c.create("/d/f", false).await.unwrap();
+    c.set_len(&w, 0).unwrap();
+    c.write_at(&w, 0, b"short").unwrap();
+    c.commit(&w).await.unwrap();
     assert_eq!(read_all(&c, "/d/f").await, b"short");
     let meta = fx.store.stat("f").await.unwrap();
     assert_eq!(meta.size, 5);
     // An empty file opened and closed exists in the store.
-    let mut w = c.create("/d/empty", true).await.unwrap();
-    c.commit(&mut w).await.unwrap();
+    let w = c.create("/d/empty", true).await.unwrap();
+    c.commit(&w).await.unwrap();
     assert_eq!(fx.store.stat("empty").await.unwrap().size, 0);
 }
 
@@ -293,11 +293,11 @@ async fn write_with(
     data: &[u8],
     t: Option<WriteType>,
 ) -> silt_client::Entry {
-    let mut w = c.create_with(path, true, t).await.unwrap();
+    let w = c.create_with(path, true, t).await.unwrap();
     for (i, chunk) in data.chunks(1000).enumerate() {
-        c.write_at(&mut w, (i * 1000) as u64, chunk).unwrap();
+        c.write_at(&w, (i * 1000) as u64, chunk).unwrap();
     }
-    c.commit(&mut w).await.unwrap()
+    c.commit(&w).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -493,11 +493,11 @@ async fn writes_spill_past_write_memory_and_read_back_and_a_full_client_says_eno
     assert_eq!(read_all(&c, "/d/s/2").await, files[2].1);
 
     // Fill the rest: a clear ENOSPC, not a hang; what was written before stays.
-    let mut w = c.create("/d/s/big", true).await.unwrap();
+    let w = c.create("/d/s/big", true).await.unwrap();
     let chunk = vec![9u8; PS as usize];
     let mut err = None;
     for i in 0..(2 << 20) / PS {
-        if let Err(e) = c.write_at(&mut w, i * PS, &chunk) {
+        if let Err(e) = c.write_at(&w, i * PS, &chunk) {
             err = Some(e);
             break;
         }
@@ -567,12 +567,12 @@ async fn a_thousand_concurrent_streams_in_bounded_memory() {
         let c = c.clone();
         tasks.push(tokio::spawn(async move {
             let data = pattern((i % 251) as u8, size(i));
-            let mut w = c.create(&format!("/d/m/{i}"), true).await.unwrap();
+            let w = c.create(&format!("/d/m/{i}"), true).await.unwrap();
             for (k, chunk) in data.chunks(1500).enumerate() {
-                c.write_at(&mut w, (k * 1500) as u64, chunk).unwrap();
+                c.write_at(&w, (k * 1500) as u64, chunk).unwrap();
                 tokio::task::yield_now().await;
             }
-            c.commit(&mut w).await.unwrap();
+            c.commit(&w).await.unwrap();
         }));
     }
     for t in tasks {

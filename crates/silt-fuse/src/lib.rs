@@ -10,17 +10,17 @@
 //!   supports passthrough (Linux ≥ 6.9), the open hands the kernel that file so reads bypass
 //!   the daemon. Support is detected in `init`; without it every open falls back to the
 //!   daemon's read path. Each open's mode is recorded for `silt report`,
-//! - writes (see [`WriteHandle`]): `create`/`open` for writing give a handle holding the
-//!   client's `FileWriter`; `write` goes to it, `flush` (every `close(2)` by the opening
-//!   process), `fsync` and `release` commit it, so `close` reports a failed upload. Until its first commit a new
-//!   file exists only in this process: lookups, `getattr` and listings show it (with the
-//!   writer's size), and an open for reading commits the file's writers first, so it reads
-//!   what was written so far. `unlink`, `mkdir`, `rmdir` and `rename` call the client and
-//!   keep the inode table in step (a renamed path and everything below it keep their
-//!   numbers); a file open for writing follows a rename, and stops being committed once
-//!   unlinked.
-//! - `setattr` of a size truncates (through the open writer, or by a rewrite for
-//!   `truncate(2)`); mode, owner and times are accepted and ignored (stores keep none of
+//! - writes: every handle open for writing holds one of the client's `FileWriter`s, and all
+//!   handles of a file share the client's write session of it (`silt_client::Session`: one
+//!   buffer, live size, commit, unlink and rename rules — the adapter adds none of its own).
+//!   `write` goes to it, `flush` (every `close(2)` by the opening process) and `fsync`
+//!   commit, `release` closes (the last close commits), so `close` reports a failed upload.
+//!   Lookups, `getattr` and listings answer from the client's live view (`stat_live`,
+//!   `list_live`), and a reader of a file open for writing here reads the session's bytes.
+//!   `unlink`, `mkdir`, `rmdir` and `rename` call the client and keep the inode table in
+//!   step (a renamed path and everything below it keep their numbers).
+//! - `setattr` of a size truncates (through the handle's session, or `Client::truncate_path`
+//!   for `truncate(2)`); mode, owner and times are accepted and ignored (stores keep none of
 //!   them; `cp -p`, `touch` and editors set them), answering the current attributes.
 //!
 //! Errors beside the client's: a name over 255 bytes is `ENAMETOOLONG`; `RENAME_EXCHANGE` is
@@ -44,7 +44,7 @@ use fuser::{
     TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
-use silt_client::{Change, ChangeKind, Client, Entry, FileWriter, OpenFile};
+use silt_client::{Change, ChangeKind, Client, Entry, FileWriter, OpenFile, OpenOptions};
 use silt_common::config::PassthroughMode;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
 use silt_ufs::EntryKind;
@@ -182,7 +182,13 @@ impl FuseState {
 }
 
 struct Handle {
-    file: Arc<OpenFile>,
+    /// The version this handle reads (`None`: a file not in the store yet, see `live`);
+    /// replaced when the file was rewritten through this client since (see `current_file`).
+    file: Mutex<(Option<Arc<OpenFile>>, u64)>,
+    /// The write session of the file when this handle opened it: read while no newer one
+    /// is open (its bytes outlive an unlink, as an open file does).
+    live: Option<Arc<silt_client::Session>>,
+    path: String,
     ino: u64,
     /// Keeps the object's disk pages from eviction while the kernel reads the backing file
     /// (a local pin, or a same-host worker's pin held over its socket).
@@ -190,27 +196,13 @@ struct Handle {
     passthrough: bool,
 }
 
-/// A file open for writing (or reading and writing).
-///
-/// The writer is created at the open for `O_TRUNC` (empty) and `O_RDWR` (the current bytes
-/// copied in, for reads), and at the first write otherwise, so an open that writes nothing
-/// (`touch`) copies nothing. A rename of the file moves the handle: its bytes are committed
-/// under the old name first, and later writes start from the file at the new name.
+/// A file open for writing (or reading and writing): the client's handle on the file's
+/// write session.
 struct WriteHandle {
     ino: u64,
-    /// `O_APPEND`: every write goes at the end, whatever offset the kernel sends.
-    append: bool,
-    /// The file's namespace path now.
-    path: Mutex<String>,
-    /// The writer's size while `open` (read without the writer's lock, which a commit holds
-    /// for the whole upload).
-    size: AtomicU64,
-    open: AtomicBool,
-    /// Unlinked, or replaced by a rename, while open: nothing is committed any more.
-    unlinked: AtomicBool,
     /// The process that opened the file (see `flush`), if known.
     opener: Option<u32>,
-    writer: Mutex<Option<FileWriter>>,
+    writer: FileWriter,
 }
 
 /// The process (thread group) of thread `pid`, from `/proc`; `None` if it cannot be read.
@@ -220,19 +212,6 @@ fn process_of(pid: u32) -> Option<u32> {
         .lines()
         .find_map(|l| l.strip_prefix("Tgid:"))
         .and_then(|v| v.trim().parse().ok())
-}
-
-impl WriteHandle {
-    fn path(&self) -> String {
-        self.path.lock().clone()
-    }
-
-    /// Whether this handle holds a live writer for `path`.
-    fn writes(&self, path: &str) -> bool {
-        !self.unlinked.load(Ordering::Relaxed)
-            && self.open.load(Ordering::Relaxed)
-            && *self.path.lock() == path
-    }
 }
 
 /// How long a write open waits for readers' passthrough handles to be released (see
@@ -432,56 +411,9 @@ impl SiltFs {
         self.writers.lock().get(&fh).cloned()
     }
 
-    /// The open write handles `keep` accepts, with their numbers, in opening order.
-    fn writers_where(&self, keep: impl Fn(&WriteHandle) -> bool) -> Vec<(u64, Arc<WriteHandle>)> {
-        let writers = self.writers.lock();
-        if writers.is_empty() {
-            return Vec::new();
-        }
-        let mut v: Vec<_> = writers
-            .iter()
-            .filter(|(_, h)| keep(h))
-            .map(|(fh, h)| (*fh, h.clone()))
-            .collect();
-        v.sort_by_key(|(fh, _)| *fh);
-        v
-    }
-
-    /// The size of the live writer of `path`, if a handle holds one.
-    fn writer_size_at(&self, path: &str) -> Option<u64> {
-        self.writers_where(|h| h.writes(path))
-            .first()
-            .map(|(_, h)| h.size.load(Ordering::Relaxed))
-    }
-
-    /// A file being written, which the store may not have yet.
-    fn writer_entry(path: &str, size: u64) -> Entry {
-        Entry {
-            path: path.to_string(),
-            kind: EntryKind::File,
-            size,
-            mtime: None,
-            mode: None,
-            object: None,
-        }
-    }
-
-    /// `stat` as open writers see it: a file being written has its writer's size, and a new
-    /// one exists from its create on. The flag: a writer answered (the kernel must not keep
-    /// attributes that change with every write).
+    /// `stat` as the file's writers see it (`Client::stat_live`).
     fn stat_live(&self, path: &str) -> Result<(Entry, bool)> {
-        let size = self.writer_size_at(path);
-        match (self.stat_opt(path)?, size) {
-            (Some(mut e), Some(size)) if !e.is_dir() => {
-                e.size = size;
-                Ok((e, true))
-            }
-            (Some(e), _) => Ok((e, false)),
-            (None, Some(size)) => Ok((Self::writer_entry(path, size), true)),
-            (None, None) => Err(Error::not_found(format!(
-                "{path}: no such file or directory"
-            ))),
-        }
+        self.block(self.client.stat_live(path))
     }
 
     /// Attribute and entry TTLs of `e` as `stat_live` answered it.
@@ -494,69 +426,45 @@ impl SiltFs {
         }
     }
 
-    /// `list` plus the files being created in `dir` that the store does not have yet.
-    fn with_new_files(&self, dir: &str, list: Arc<Vec<Entry>>) -> Arc<Vec<Entry>> {
-        let new: Vec<Entry> = self
-            .writers_where(|h| {
-                h.open.load(Ordering::Relaxed) && !h.unlinked.load(Ordering::Relaxed)
-            })
-            .into_iter()
-            .filter_map(|(_, h)| {
-                let path = h.path();
-                let (d, name) = silt_client::namespace::parent_and_name(&path)?;
-                let missing = d == dir && list.binary_search_by(|e| e.name().cmp(name)).is_err();
-                missing.then(|| Self::writer_entry(&path, h.size.load(Ordering::Relaxed)))
-            })
-            .collect();
-        if new.is_empty() {
-            return list;
-        }
-        let mut v = list.as_ref().clone();
-        v.extend(new);
-        v.sort_by(|a, b| a.name().cmp(b.name()));
-        v.dedup_by(|a, b| a.name() == b.name());
-        Arc::new(v)
-    }
-
-    /// The handle's writer, created now if it has none yet: empty with `truncate`, else with
-    /// the file's current bytes copied in.
-    fn materialize<'a>(
-        &self,
-        h: &WriteHandle,
-        slot: &'a mut Option<FileWriter>,
-        truncate: bool,
-    ) -> Result<&'a mut FileWriter> {
-        if slot.is_none() {
-            let w = self.block(self.client.create(&h.path(), truncate))?;
-            h.size.store(w.len(), Ordering::Relaxed);
-            h.open.store(true, Ordering::Relaxed);
-            *slot = Some(w);
-        }
-        slot.as_mut()
-            .ok_or_else(|| Error::internal("a write handle without its writer"))
-    }
-
-    /// Commits the handle's writer if it has unsaved bytes (the caller holds its lock).
-    fn commit_locked(&self, h: &WriteHandle, slot: &mut Option<FileWriter>) -> Result<()> {
-        if h.unlinked.load(Ordering::Relaxed) {
+    /// Commits the handle's file (flush, fsync); a listing the kernel read while the file was
+    /// being written may lack it.
+    fn commit_handle(&self, h: &WriteHandle) -> Result<()> {
+        if !h.writer.is_dirty() {
             return Ok(());
         }
-        let Some(w) = slot.as_mut() else {
-            return Ok(());
-        };
-        if !w.is_dirty() {
-            return Ok(());
-        }
-        self.block(self.client.commit(w))?;
-        h.size.store(w.len(), Ordering::Relaxed);
-        // A listing the kernel read while the file was being written may lack it.
-        self.reread_parent(w.path());
+        self.block(self.client.commit(&h.writer))?;
+        self.reread_parent(&h.writer.path());
         Ok(())
     }
 
-    fn commit_handle(&self, h: &WriteHandle) -> Result<()> {
-        let mut slot = h.writer.lock();
-        self.commit_locked(h, &mut slot)
+    /// The version a read handle reads now: the one it opened, unless the file was committed
+    /// through this client since and its current version is another (a process reading a
+    /// file it rewrote through another descriptor reads the new bytes, as POSIX has it).
+    fn current_file(
+        &self,
+        fh: u64,
+        path: &str,
+        (file, seen): (Option<Arc<OpenFile>>, u64),
+    ) -> Result<Arc<OpenFile>> {
+        let commits = self.client.commit_count();
+        if let (Some(f), true) = (&file, seen == commits) {
+            return Ok(f.clone());
+        }
+        let current = self.stat_opt(path)?;
+        let newer = match (&current, &file) {
+            (Some(e), Some(f)) => e.object.as_ref().map(|o| o.id) != Some(f.object().id),
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        let file = match (newer, file) {
+            (true, _) => Arc::new(self.block(self.client.open(path))?),
+            (false, Some(f)) => f,
+            (false, None) => return Err(Error::not_found(format!("{path}: no such file"))),
+        };
+        if let Some(h) = self.handles.lock().get(&fh) {
+            *h.file.lock() = (Some(file.clone()), commits);
+        }
+        Ok(file)
     }
 
     /// Has the kernel read `path`'s parent directory again.
@@ -569,34 +477,36 @@ impl SiltFs {
         }
     }
 
-    /// Registers a write handle for `ino` at `path` (an open through the daemon as far as
-    /// the kernel's io modes go).
-    fn add_writer(
-        &self,
-        req: &Request,
-        ino: u64,
-        path: String,
-        append: bool,
-        writer: Option<FileWriter>,
-    ) -> u64 {
+    /// Opens `path` (inode `ino`) for writing through the client and registers the handle
+    /// (an open through the daemon as far as the kernel's io modes go).
+    fn open_writer(&self, req: &Request, ino: u64, path: &str, opts: OpenOptions) -> Result<u64> {
+        if !self.open_cached_for_write(ino) {
+            // Open in passthrough: the kernel would refuse a daemon open with EIO.
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!("{path}: open for reading in passthrough mode"),
+            ));
+        }
+        let writer = match self.block(self.client.open_write(path, opts)) {
+            Ok(w) => w,
+            Err(e) => {
+                self.release_cached(ino);
+                return Err(e);
+            }
+        };
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let h = WriteHandle {
             ino,
-            append,
-            path: Mutex::new(path),
-            size: AtomicU64::new(writer.as_ref().map_or(0, |w| w.len())),
-            open: AtomicBool::new(writer.is_some()),
-            unlinked: AtomicBool::new(false),
             opener: process_of(req.pid()),
-            writer: Mutex::new(writer),
+            writer,
         };
         self.writers.lock().insert(fh, Arc::new(h));
         // The kernel's pages of this inode are not a stored version any more.
         self.kernel_cached.lock().remove(&ino);
-        fh
+        Ok(fh)
     }
 
-    /// Opens `ino` for writing (`open` with `O_WRONLY`/`O_RDWR`).
+    /// Opens `ino` for writing (`open` with `O_WRONLY`/`O_RDWR`, or `O_TRUNC`).
     fn open_write(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let path = match self.path_of(ino) {
             Ok(p) => p,
@@ -605,49 +515,24 @@ impl SiltFs {
         if !self.client.write_type_of(&path).writable() {
             return reply.error(Errno::EROFS);
         }
-        if !self.open_cached_for_write(ino.0) {
-            // Open in passthrough: the kernel would refuse a daemon open with EIO.
-            return reply.error(Errno::EBUSY);
-        }
-        let truncate = flags.0 & libc::O_TRUNC != 0;
-        let append = flags.0 & libc::O_APPEND != 0;
-        // Reads need the bytes now; a write-only open copies them at its first write.
-        let now = truncate || flags.acc_mode() == OpenAccMode::O_RDWR;
-        let writer = if now {
-            match self.block(self.client.create(&path, truncate)) {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    self.release_cached(ino.0);
-                    return reply.error(errno(&e));
-                }
-            }
-        } else {
-            None
+        let opts = OpenOptions {
+            truncate: flags.0 & libc::O_TRUNC != 0,
+            append: flags.0 & libc::O_APPEND != 0,
+            ..Default::default()
         };
-        let fh = self.add_writer(req, ino.0, path, append, writer);
-        reply.opened(FileHandle(fh), FopenFlags::empty());
+        match self.open_writer(req, ino.0, &path, opts) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
-    /// `setattr` of the size: through the open writer of the file if there is one, else a
-    /// rewrite of the object (`truncate(2)`).
+    /// `setattr` of the size: through the handle's session if it is open for writing, else
+    /// `truncate(2)` of the path (which joins the file's session if another handle has one).
     fn truncate(&self, path: &str, fh: Option<FileHandle>, size: u64) -> Result<()> {
-        let handle = fh.and_then(|fh| self.write_handle(fh.0)).or_else(|| {
-            self.writers_where(|h| h.writes(path))
-                .into_iter()
-                .next()
-                .map(|(_, h)| h)
-        });
-        if let Some(h) = handle {
-            let mut slot = h.writer.lock();
-            let w = self.materialize(&h, &mut slot, size == 0)?;
-            self.client.set_len(w, size)?;
-            h.size.store(size, Ordering::Relaxed);
-            return Ok(());
+        match fh.and_then(|fh| self.write_handle(fh.0)) {
+            Some(h) => self.block(self.client.truncate(&h.writer, size)),
+            None => self.block(self.client.truncate_path(path, size)),
         }
-        let mut w = self.block(self.client.create(path, size == 0))?;
-        self.client.set_len(&mut w, size)?;
-        self.block(self.client.commit(&mut w))?;
-        Ok(())
     }
 
     /// The listing readdir serves from `offset`: a pass through a directory starts at offset 0
@@ -661,12 +546,11 @@ impl SiltFs {
     ) -> std::result::Result<Arc<Vec<Entry>>, Errno> {
         let path = self.path_of(ino)?;
         let list = if offset == 0 {
-            self.block(self.client.list(&path))
+            self.block(self.client.list_live(&path))
         } else {
             self.block(self.client.listing_continued(&path))
         };
-        list.map(|l| self.with_new_files(&path, l))
-            .map_err(|e| errno(&e))
+        list.map_err(|e| errno(&e))
     }
 
     /// A directory's mtime tells the kernel whether the listing in its readdir cache is still
@@ -701,6 +585,11 @@ impl SiltFs {
             } else {
                 "kernel does not support passthrough"
             });
+        }
+        if self.client.write_type_of(&file.entry.path).writable() {
+            // The kernel refuses a daemon open of an inode with a passthrough backing, so a
+            // reader in passthrough would make every open for writing of the file fail.
+            return Err("writable prefix: read through the daemon");
         }
         let store = self.client.worker().page_store();
         let obj = file.object();
@@ -905,20 +794,42 @@ impl fuser::Filesystem for SiltFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        // fstat of an open file: the version that handle reads, without asking the store.
+        // fstat of an open file: the version that handle reads, without asking the store
+        // (unless the file is open for writing here: then its live size).
         if let Some(fh) = fh {
-            let entry = self.handles.lock().get(&fh.0).map(|h| h.file.entry.clone());
-            if let Some(e) = entry {
+            let entry = self
+                .handles
+                .lock()
+                .get(&fh.0)
+                .and_then(|h| h.file.lock().0.as_ref().map(|f| f.entry.clone()));
+            if let Some(e) = entry.filter(|_| self.client.session(&path).is_none()) {
                 return reply.attr(&self.ttls(&e).0, &self.attr(ino.0, &e));
             }
-            // A handle open for writing answers with its own size, also once its file was
-            // unlinked or renamed over (the temp-file pattern: open, unlink, write, read).
-            if let Some(h) = self.write_handle(fh.0) {
-                if h.unlinked.load(Ordering::Relaxed) {
-                    let e = Self::writer_entry(&path, h.size.load(Ordering::Relaxed));
-                    return reply.attr(&Duration::ZERO, &self.attr(ino.0, &e));
-                }
-            }
+        }
+        // A file unlinked (or renamed over) while open for writing answers with its handles'
+        // size (the temp-file pattern: open, unlink, write, fstat; the kernel sends fstat
+        // without the handle).
+        let detached = fh
+            .and_then(|fh| self.write_handle(fh.0))
+            .filter(|h| h.ino == ino.0)
+            .or_else(|| {
+                self.writers
+                    .lock()
+                    .values()
+                    .find(|h| h.ino == ino.0)
+                    .cloned()
+            })
+            .filter(|h| h.writer.is_detached());
+        if let Some(h) = detached {
+            let e = Entry {
+                path: path.clone(),
+                kind: EntryKind::File,
+                size: h.writer.len(),
+                mtime: None,
+                mode: None,
+                object: None,
+            };
+            return reply.attr(&Duration::ZERO, &self.attr(ino.0, &e));
         }
         match self.stat_live(&path) {
             Ok((e, live)) => reply.attr(&self.live_ttls(&e, live).0, &self.attr(ino.0, &e)),
@@ -981,21 +892,49 @@ impl fuser::Filesystem for SiltFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        // A reader sees what writers of the file have written so far: it goes to the store
-        // first (the store has a file only once committed).
-        for (_, h) in self.writers_where(|h| h.writes(&path)) {
-            if let Err(e) = self.commit_handle(&h) {
-                return reply.error(errno(&e));
-            }
-        }
+        // A file open for writing here is read from its session (see `read`); it may not be
+        // in the store yet.
+        let session = self.client.session(&path);
+        let live = session.is_some();
         let file = match self.block(self.client.open(&path)) {
-            Ok(f) => Arc::new(f),
+            Ok(f) => Some(Arc::new(f)),
+            Err(e) if live && e.kind() == ErrorKind::NotFound => None,
             Err(e) => return reply.error(errno(&e)),
+        };
+        // Only a file the store has can be passed through.
+        let file = match (file, session) {
+            (Some(f), None) => f,
+            (file, session) => {
+                if !self.open_cached(ino.0) {
+                    self.state
+                        .record(&path, "refused", "file open in passthrough");
+                    return reply.error(Errno::EBUSY);
+                }
+                metrics::FUSE_OPENS_DAEMON.inc();
+                self.state
+                    .record(&path, "daemon", "file open for writing here");
+                self.kernel_cached.lock().remove(&ino.0);
+                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                let commits = self.client.commit_count();
+                self.handles.lock().insert(
+                    fh,
+                    Handle {
+                        file: Mutex::new((file, commits)),
+                        live: session,
+                        path,
+                        ino: ino.0,
+                        _pin: None,
+                        passthrough: false,
+                    },
+                );
+                return reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
         };
         // If this open learned of a change, the kernel must drop the old attributes (size)
         // before reading, or it would cut the new version at the old size.
         self.state.wait_for_invalidations();
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        let commits = self.client.commit_count();
         match self.try_passthrough(ino.0, &file, &reply) {
             Ok((backing, pin, origin)) => {
                 metrics::FUSE_OPENS_PASSTHROUGH.inc();
@@ -1005,7 +944,9 @@ impl fuser::Filesystem for SiltFs {
                 self.handles.lock().insert(
                     fh,
                     Handle {
-                        file,
+                        file: Mutex::new((Some(file), commits)),
+                        live: None,
+                        path: path.clone(),
                         ino: ino.0,
                         _pin: Some(pin),
                         passthrough: true,
@@ -1028,7 +969,9 @@ impl fuser::Filesystem for SiltFs {
                 self.handles.lock().insert(
                     fh,
                     Handle {
-                        file,
+                        file: Mutex::new((Some(file), commits)),
+                        live: None,
+                        path: path.clone(),
                         ino: ino.0,
                         _pin: None,
                         passthrough: false,
@@ -1047,7 +990,7 @@ impl fuser::Filesystem for SiltFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -1056,19 +999,28 @@ impl fuser::Filesystem for SiltFs {
         reply: ReplyData,
     ) {
         if let Some(h) = self.write_handle(fh.0) {
-            // Open for reading and writing: what the writer holds.
-            let mut slot = h.writer.lock();
-            let read = self
-                .materialize(&h, &mut slot, false)
-                .and_then(|w| self.client.read_written(w, offset, size as u64));
-            return match read {
+            // Open for reading and writing: what the file's handles wrote.
+            return match self.block(self.client.read_written(&h.writer, offset, size as u64)) {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => reply.error(errno(&e)),
             };
         }
-        let file = match self.handles.lock().get(&fh.0) {
-            Some(h) => h.file.clone(),
+        // A file open for writing here: its session's bytes, committed or not (the session
+        // open now, else the one open when this handle opened the file).
+        let (held, path, pinned) = match self.handles.lock().get(&fh.0) {
+            Some(h) => (h.live.clone(), h.path.clone(), h.file.lock().clone()),
             None => return reply.error(Errno::EBADF),
+        };
+        let now = self.path_of(ino).ok().and_then(|p| self.client.session(&p));
+        if let Some(s) = now.or(held) {
+            return match self.block(self.client.read_session(&s, offset, size as u64)) {
+                Ok(bytes) => reply.data(&bytes),
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
+        let file = match self.current_file(fh.0, &path, pinned) {
+            Ok(f) => f,
+            Err(e) => return reply.error(errno(&e)),
         };
         match self.client.read_blocking(&file, offset, size as u64) {
             Ok(bytes) => {
@@ -1098,11 +1050,19 @@ impl fuser::Filesystem for SiltFs {
     ) {
         let writer = self.writers.lock().remove(&fh.0);
         if let Some(h) = writer {
-            // Normally committed by the flush of the last close already.
-            if let Err(e) = self.commit_handle(&h) {
-                tracing::error!(path = %h.path(), "closing a written file: {e}; its bytes are lost");
+            let ino = h.ino;
+            match Arc::try_unwrap(h) {
+                // The last close of the file commits (normally done by its flush already).
+                Ok(h) => {
+                    let path = h.writer.path();
+                    if let Err(e) = self.block(self.client.close(h.writer)) {
+                        tracing::error!(path = %path, "closing a written file: {e}; its bytes are lost");
+                    }
+                }
+                // A request still using the handle: it closes when that one drops it.
+                Err(h) => drop(h),
             }
-            self.release_cached(h.ino);
+            self.release_cached(ino);
             return reply.ok();
         }
         if let Some(h) = self.handles.lock().remove(&fh.0) {
@@ -1173,17 +1133,8 @@ impl fuser::Filesystem for SiltFs {
         let Some(h) = self.write_handle(fh.0) else {
             return reply.error(Errno::EBADF);
         };
-        let mut slot = h.writer.lock();
-        let w = match self.materialize(&h, &mut slot, false) {
-            Ok(w) => w,
-            Err(e) => return reply.error(errno(&e)),
-        };
-        let at = if h.append { w.len() } else { offset };
-        match self.client.write_at(w, at, data) {
-            Ok(()) => {
-                h.size.store(w.len(), Ordering::Relaxed);
-                reply.written(data.len() as u32)
-            }
+        match self.block(self.client.write(&h.writer, offset, data)) {
+            Ok(_) => reply.written(data.len() as u32),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -1208,38 +1159,28 @@ impl fuser::Filesystem for SiltFs {
         if !self.client.write_type_of(&path).writable() {
             return reply.error(Errno::EROFS);
         }
-        let existing = match self.stat_opt(&path) {
-            Ok(e) => e,
+        let opts = OpenOptions {
+            create: true,
+            exclusive: flags & libc::O_EXCL != 0,
+            truncate: flags & libc::O_TRUNC != 0,
+            append: flags & libc::O_APPEND != 0,
+            ..Default::default()
+        };
+        let ino = self.inodes.lock().peek_or_assign(&path);
+        let fh = match self.open_writer(req, ino, &path, opts) {
+            Ok(fh) => fh,
             Err(e) => return reply.error(errno(&e)),
         };
-        match &existing {
-            Some(e) if e.is_dir() => return reply.error(Errno::EISDIR),
-            Some(_) if flags & libc::O_EXCL != 0 => return reply.error(Errno::EEXIST),
-            _ => {}
-        }
-        let truncate = existing.is_none() || flags & libc::O_TRUNC != 0;
-        let ino = self.inodes.lock().peek_or_assign(&path);
-        if !self.open_cached_for_write(ino) {
-            return reply.error(Errno::EBUSY);
-        }
-        let now = truncate || flags & libc::O_ACCMODE == libc::O_RDWR;
-        let writer = if now {
-            match self.block(self.client.create(&path, truncate)) {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    self.release_cached(ino);
-                    return reply.error(errno(&e));
+        let entry = match self.stat_live(&path) {
+            Ok((e, _)) => e,
+            Err(e) => {
+                if let Some(h) = self.writers.lock().remove(&fh) {
+                    self.release_cached(h.ino);
                 }
+                return reply.error(errno(&e));
             }
-        } else {
-            None
-        };
-        let entry = match (existing, truncate) {
-            (Some(e), false) => e,
-            _ => Self::writer_entry(&path, 0),
         };
         let ino = self.inodes.lock().lookup(&path);
-        let fh = self.add_writer(req, ino, path, flags & libc::O_APPEND != 0, writer);
         let (_, entry_ttl) = self.ttls(&entry);
         reply.created(
             &entry_ttl,
@@ -1255,28 +1196,11 @@ impl fuser::Filesystem for SiltFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        // Writers of the file stop committing (nothing would be left to write to); their
-        // locks keep a commit from recreating the file meanwhile.
-        let open: Vec<_> =
-            self.writers_where(|h| !h.unlinked.load(Ordering::Relaxed) && *h.path.lock() == path);
-        let guards: Vec<_> = open.iter().map(|(_, h)| h.writer.lock()).collect();
-        let mut uncommitted = false;
-        for (_, h) in &open {
-            uncommitted |= h.open.load(Ordering::Relaxed);
-            h.unlinked.store(true, Ordering::Relaxed);
-        }
-        let result = match self.block(self.client.remove_file(&path)) {
-            // A new file not closed yet: only the handles had it.
-            Err(e) if e.kind() == ErrorKind::NotFound && uncommitted => Ok(()),
-            r => r,
-        };
-        if let Err(e) = result {
-            for (_, h) in &open {
-                h.unlinked.store(false, Ordering::Relaxed);
-            }
+        // The client detaches the file's write session (after a commit in flight), so no
+        // write of it can recreate the file.
+        if let Err(e) = self.block(self.client.remove_file(&path)) {
             return reply.error(errno(&e));
         }
-        drop(guards);
         self.inodes.lock().detach(&path);
         reply.ok();
     }
@@ -1349,31 +1273,10 @@ impl fuser::Filesystem for SiltFs {
                 Err(e) => return reply.error(errno(&e)),
             }
         }
-        let under = |p: &str| silt_common::config::is_at_or_under(p, &from);
-        let moving =
-            self.writers_where(|h| !h.unlinked.load(Ordering::Relaxed) && under(&h.path.lock()));
-        // Locked in opening order (every multi-handle lock goes in that order).
-        let mut guards: Vec<_> = moving.iter().map(|(_, h)| h.writer.lock()).collect();
-        for ((_, h), slot) in moving.iter().zip(guards.iter_mut()) {
-            if let Err(e) = self.commit_locked(h, slot) {
-                return reply.error(errno(&e));
-            }
-        }
+        // Files open for writing at or below `from` follow the rename (`Client::rename`).
         if let Err(e) = self.block(self.client.rename(&from, &to)) {
             return reply.error(errno(&e));
         }
-        // Writers of a file the rename replaced lose it, as an unlink would.
-        for (_, h) in self.writers_where(|h| *h.path.lock() == to) {
-            h.unlinked.store(true, Ordering::Relaxed);
-        }
-        for ((_, h), slot) in moving.iter().zip(guards.iter_mut()) {
-            let mut path = h.path.lock();
-            *path = format!("{to}{}", &path[from.len()..]);
-            // Later writes start from the file at its new name.
-            **slot = None;
-            h.open.store(false, Ordering::Relaxed);
-        }
-        drop(guards);
         self.inodes.lock().rename(&from, &to);
         reply.ok();
     }
@@ -1457,13 +1360,13 @@ impl fuser::Filesystem for SiltFs {
                 _ => {
                     let e = &list[(i - 2) as usize];
                     // Asked of the client before the inode table is locked. A file being
-                    // written: its writer's size, not the stored one.
-                    let ttl = self.ttls(e).1;
+                    // written (its live size is in the listing) is not cached by the kernel.
+                    let ttl = if !e.is_dir() && self.client.session(&e.path).is_some() {
+                        Duration::ZERO
+                    } else {
+                        self.ttls(e).1
+                    };
                     let mut attr = self.attr(0, e);
-                    if let Some(size) = self.writer_size_at(&e.path).filter(|_| !e.is_dir()) {
-                        attr.size = size;
-                        attr.blocks = size.div_ceil(512);
-                    }
                     let mut inodes = self.inodes.lock();
                     let child = inodes.peek_or_assign(&e.path);
                     attr.ino = INodeNo(child);

@@ -1,0 +1,810 @@
+//! Write sessions: the one model of a file being written, shared by every front end.
+//!
+//! A file open for writing in this client has exactly one [`Session`], whatever the number of
+//! handles ([`FileWriter`]s) open on it: every handle writes into, reads from and truncates
+//! the same buffer, so any sequence of POSIX calls over several descriptors of one process
+//! gives the POSIX answer (`pwrite` through fd1 and fd2 then two closes keeps both writes; two
+//! `O_APPEND` writers interleave whole writes; a handle sees another's unclosed writes; an
+//! `ftruncate` through one handle is the file's size for all of them).
+//!
+//! - **Commit** (`Client::commit`: close, fsync, flush) makes the session's bytes what its
+//!   write type promises (`write.rs`). Commits of one session run one at a time, in order,
+//!   and the buffer is frozen while one reads it: a write arriving during an upload goes to a
+//!   copy, so the upload sends one consistent state and the newer bytes stay dirty.
+//! - **Last close** commits what is still dirty and ends the session (its table entry goes
+//!   only after that commit, so nothing can slip between them).
+//! - **Unlink** (`remove_file`) and a **rename over** the file wait for a commit in flight,
+//!   then detach the session: it is never committed again (its handles go on reading and
+//!   writing the orphaned buffer, as POSIX lets an unlinked open file live). No upload of an
+//!   older state can land after the unlink: the session's order lock is held across both.
+//! - **Rename** of the file (or of a directory above it) commits its dirty bytes, renames in
+//!   the store and moves the session to the new name: later writes and commits go there.
+//! - **Listings and stats** show live sessions (`stat_live`, `list_live`): a new file exists
+//!   from its create on, with the size its handles see.
+//!
+//! Across clients (processes, hosts) there is no coordination: each commit writes the whole
+//! object and the last commit wins (docs/SEMANTICS.md).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use silt_cache::WriteBuffer;
+use silt_common::config::is_at_or_under;
+use silt_common::write::WriteType;
+use silt_common::{Error, ErrorKind, Result};
+use silt_ufs::{DynStore, EntryKind};
+
+use crate::namespace::parent_and_name;
+use crate::{Client, Entry};
+
+/// How a file is opened for writing ([`Client::open_write`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenOptions {
+    /// Create the file if it does not exist (`O_CREAT`).
+    pub create: bool,
+    /// Fail if it exists (`O_EXCL`, with `create`).
+    pub exclusive: bool,
+    /// Cut it to zero bytes (`O_TRUNC`).
+    pub truncate: bool,
+    /// Every write goes at the end (`O_APPEND`).
+    pub append: bool,
+    /// Load the current bytes now instead of at the first write or read (the library's
+    /// `create` does; a FUSE open that may write nothing, like `touch`, does not).
+    pub load_now: bool,
+    /// A write type for this open (`None`: the prefix's). A file already open for writing
+    /// keeps the type of its session.
+    pub write_type: Option<WriteType>,
+}
+
+/// Where a session's bytes go: its namespace path and the store path under its mount.
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub path: String,
+    pub rel: String,
+    pub store: DynStore,
+    pub write_type: WriteType,
+}
+
+/// The mutable part of a session, under its state lock (held briefly, never across I/O).
+pub(crate) struct State {
+    /// `None` until the file's current bytes are loaded (lazily: see [`OpenOptions`]).
+    pub buf: Option<WriteBuffer>,
+    /// `buf` is also read by someone else (a commit uploading it, or the committed
+    /// cache-only file it became): a change goes to a copy first.
+    pub shared: bool,
+    /// Bytes the store (or Silt, for cache-only and back) does not have yet.
+    pub dirty: bool,
+    /// Counts replacements of `buf`, so a commit knows whether the buffer it froze is
+    /// still the session's.
+    pub generation: u64,
+}
+
+/// One file being written through this client (module docs).
+pub struct Session {
+    id: u64,
+    table: Weak<SessionTable>,
+    pub(crate) target: Mutex<Target>,
+    pub(crate) state: Mutex<State>,
+    /// Held by whatever changes the file's stored state (loading, commits, the unlink or
+    /// rename that ends or moves the session), so they happen one at a time and in order.
+    pub(crate) order: tokio::sync::Mutex<()>,
+    /// Open handles that may write.
+    writers: AtomicUsize,
+    /// Live size once loaded (read without the state lock by stat and listings).
+    size: AtomicU64,
+    loaded: AtomicBool,
+    /// Unlinked, or replaced by a rename: never committed again.
+    detached: AtomicBool,
+}
+
+impl Session {
+    pub fn path(&self) -> String {
+        self.target.lock().path.clone()
+    }
+
+    pub fn write_type(&self) -> WriteType {
+        self.target.lock().write_type
+    }
+
+    /// The size every handle sees, once the bytes are loaded.
+    pub fn live_size(&self) -> Option<u64> {
+        self.loaded
+            .load(Ordering::Acquire)
+            .then(|| self.size.load(Ordering::Acquire))
+    }
+
+    pub fn is_detached(&self) -> bool {
+        self.detached.load(Ordering::Acquire)
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.state.lock().dirty
+    }
+
+    /// The entry a stat shows for the file while the session lives: `stored` (the store's
+    /// entry, if any) with the live size.
+    fn live_entry(&self, stored: Option<Entry>) -> Option<Entry> {
+        let size = self.live_size();
+        match stored {
+            Some(mut e) if !e.is_dir() => {
+                if let Some(size) = size {
+                    e.size = size;
+                }
+                Some(e)
+            }
+            Some(_) => None,
+            None => Some(Entry {
+                path: self.path(),
+                kind: EntryKind::File,
+                size: size.unwrap_or(0),
+                mtime: None,
+                mode: None,
+                object: None,
+            }),
+        }
+    }
+
+    /// Sets the buffer's length under the state lock and keeps `size` in step.
+    fn note_len(&self, len: u64) {
+        self.size.store(len, Ordering::Release);
+    }
+}
+
+/// The live sessions of a client, by current path.
+#[derive(Default)]
+pub(crate) struct SessionTable {
+    by_path: Mutex<HashMap<String, Arc<Session>>>,
+    /// Quick "none at all" check for the read path.
+    count: AtomicUsize,
+    next_id: AtomicU64,
+    /// Commits made through this client: a reader pinned to a version checks whether the
+    /// file it reads was rewritten here since it opened.
+    commits: AtomicU64,
+}
+
+impl SessionTable {
+    pub fn get(&self, path: &str) -> Option<Arc<Session>> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.by_path.lock().get(path).cloned()
+    }
+
+    /// Sessions at or below `path`, ordered by id (the order every multi-session lock takes).
+    pub fn at_or_under(&self, path: &str) -> Vec<Arc<Session>> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        let mut v: Vec<_> = self
+            .by_path
+            .lock()
+            .iter()
+            .filter(|(p, _)| is_at_or_under(p, path))
+            .map(|(_, s)| s.clone())
+            .collect();
+        v.sort_by_key(|s| s.id);
+        v
+    }
+
+    /// Sessions of files directly in directory `dir`.
+    fn children(&self, dir: &str) -> Vec<Arc<Session>> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        self.by_path
+            .lock()
+            .iter()
+            .filter(|(p, _)| parent_and_name(p).is_some_and(|(d, _)| d == dir))
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+
+    /// Removes `s` from the table if no writer holds it (a writer joins under the same lock).
+    fn remove_idle(&self, s: &Arc<Session>) {
+        let mut map = self.by_path.lock();
+        let path = s.path();
+        let idle = s.writers.load(Ordering::Acquire) == 0;
+        if idle && map.get(&path).is_some_and(|cur| Arc::ptr_eq(cur, s)) {
+            map.remove(&path);
+            self.count.store(map.len(), Ordering::Release);
+        }
+    }
+
+    /// Removes `s` from the table if it is still the session at its path.
+    fn remove(&self, s: &Arc<Session>) {
+        let mut map = self.by_path.lock();
+        let path = s.path();
+        if map.get(&path).is_some_and(|cur| Arc::ptr_eq(cur, s)) {
+            map.remove(&path);
+            self.count.store(map.len(), Ordering::Release);
+        }
+    }
+
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Acquire)
+    }
+
+    pub fn note_commit(&self) {
+        self.commits.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// One open handle on a session. Dropping it without [`Client::close`] closes it without
+/// the last-close commit (what was not committed is lost, as when a process is killed).
+pub struct FileWriter {
+    session: Arc<Session>,
+    append: bool,
+    closed: AtomicBool,
+}
+
+impl FileWriter {
+    /// The file's namespace path now (it follows renames).
+    pub fn path(&self) -> String {
+        self.session.path()
+    }
+
+    /// The size every handle of the file sees (0 until its bytes are loaded).
+    pub fn len(&self) -> u64 {
+        self.session.live_size().unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether there are bytes the store (or Silt, for cache-only and back) does not have yet.
+    pub fn is_dirty(&self) -> bool {
+        self.session.is_dirty()
+    }
+
+    pub fn write_type(&self) -> WriteType {
+        self.session.write_type()
+    }
+
+    /// Unlinked or replaced by a rename: its writes are never committed.
+    pub fn is_detached(&self) -> bool {
+        self.session.is_detached()
+    }
+
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
+    /// Lets go of the handle; the last writer gone ends the session. Returns whether this
+    /// was the last writer.
+    fn let_go(&self) -> bool {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.session.writers.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+impl Drop for FileWriter {
+    fn drop(&mut self) {
+        if self.let_go() {
+            if let Some(t) = self.session.table.upgrade() {
+                t.remove_idle(&self.session);
+            }
+        }
+    }
+}
+
+impl Client {
+    /// Opens `path` for writing (module docs): joins the file's live session if it has one,
+    /// else starts one. `NotFound` without `create`, `AlreadyExists` with `exclusive`,
+    /// `IsADirectory` for a directory, `ReadOnly` where no write rule allows writing.
+    pub async fn open_write(&self, path: &str, opts: OpenOptions) -> Result<FileWriter> {
+        let target = self.writable_target(path, opts.write_type)?;
+        let table = &self.writes.sessions;
+        let existing = table.get(&target.path);
+        let session = match existing {
+            Some(s) => {
+                if opts.exclusive {
+                    return Err(Error::new(
+                        ErrorKind::AlreadyExists,
+                        format!("{}: file exists", target.path),
+                    ));
+                }
+                s
+            }
+            None => {
+                let stored = match self.stat(&target.path).await {
+                    Ok(e) if e.is_dir() => {
+                        return Err(Error::new(
+                            ErrorKind::IsADirectory,
+                            format!("{}: is a directory", target.path),
+                        ))
+                    }
+                    Ok(_) if opts.exclusive && opts.create => {
+                        return Err(Error::new(
+                            ErrorKind::AlreadyExists,
+                            format!("{}: file exists", target.path),
+                        ))
+                    }
+                    Ok(e) => Some(e),
+                    Err(e) if e.kind() == ErrorKind::NotFound && opts.create => None,
+                    Err(e) => return Err(e),
+                };
+                self.join_or_start(target, stored.is_none())?
+            }
+        };
+        let w = FileWriter {
+            session,
+            append: opts.append,
+            closed: AtomicBool::new(false),
+        };
+        if opts.truncate {
+            self.truncate(&w, 0).await?;
+        } else if opts.load_now {
+            self.load_session(&w.session).await?;
+        }
+        Ok(w)
+    }
+
+    /// The live session at `target.path` with one more writer, or a new one (`new_file`: the
+    /// store has no such file, so it starts loaded, empty and dirty: it exists once closed).
+    fn join_or_start(&self, target: Target, new_file: bool) -> Result<Arc<Session>> {
+        let table = &self.writes.sessions;
+        let mut map = table.by_path.lock();
+        if let Some(s) = map.get(&target.path) {
+            // Started by a concurrent open meanwhile.
+            s.writers.fetch_add(1, Ordering::AcqRel);
+            return Ok(s.clone());
+        }
+        let buf = if new_file {
+            Some(self.arena()?.buffer(&target.path))
+        } else {
+            None
+        };
+        let s = Arc::new(Session {
+            id: table.next_id.fetch_add(1, Ordering::Relaxed),
+            table: Arc::downgrade(table),
+            target: Mutex::new(target.clone()),
+            state: Mutex::new(State {
+                buf,
+                shared: false,
+                dirty: new_file,
+                generation: 0,
+            }),
+            order: tokio::sync::Mutex::new(()),
+            writers: AtomicUsize::new(1),
+            size: AtomicU64::new(0),
+            loaded: AtomicBool::new(new_file),
+            detached: AtomicBool::new(false),
+        });
+        map.insert(target.path, s.clone());
+        table.count.store(map.len(), Ordering::Release);
+        Ok(s)
+    }
+
+    fn arena(&self) -> Result<&silt_cache::Arena> {
+        self.writes
+            .arena
+            .as_ref()
+            .ok_or_else(|| Error::internal("writable client without a write arena"))
+    }
+
+    /// Loads the file's current bytes into the session (read through the cache), once.
+    async fn load_session(&self, s: &Arc<Session>) -> Result<()> {
+        if s.loaded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _order = s.order.lock().await;
+        if s.loaded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let path = s.path();
+        let buf = self.arena()?.buffer(&path);
+        match self.open(&path).await {
+            Ok(file) => {
+                let chunk = (self.worker.page_size() * 16).max(1 << 20);
+                let mut off = 0;
+                while off < file.size() {
+                    let b = self.read(&file, off, chunk).await?;
+                    if b.is_empty() {
+                        break;
+                    }
+                    buf.write_at(off, &b)
+                        .map_err(|e| e.context(format!("{path}: loading")))?;
+                    off += b.len() as u64;
+                }
+                buf.set_len(file.size())?;
+            }
+            // Removed in the store meanwhile: the file starts empty (and exists once closed).
+            Err(e) if e.kind() == ErrorKind::NotFound => s.state.lock().dirty = true,
+            Err(e) => return Err(e),
+        }
+        let mut st = s.state.lock();
+        s.note_len(buf.len());
+        st.buf = Some(buf);
+        st.generation += 1;
+        s.loaded.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Runs `f` on the session's buffer for a change: copied first if shared, marked dirty.
+    fn change<R>(&self, s: &Session, f: impl FnOnce(&WriteBuffer) -> Result<R>) -> Result<R> {
+        let mut st = s.state.lock();
+        let Some(buf) = st.buf.clone() else {
+            return Err(Error::internal(format!(
+                "{}: written before its bytes were loaded",
+                s.path()
+            )));
+        };
+        let buf = if st.shared {
+            let copy = self.copy_buffer(&s.path(), &buf)?;
+            st.buf = Some(copy.clone());
+            st.shared = false;
+            st.generation += 1;
+            copy
+        } else {
+            buf
+        };
+        let r = f(&buf)?;
+        st.dirty = true;
+        s.note_len(buf.len());
+        Ok(r)
+    }
+
+    /// A private copy of `buf` (its reader, an upload or a committed cache-only file, keeps
+    /// the original).
+    fn copy_buffer(&self, path: &str, buf: &WriteBuffer) -> Result<WriteBuffer> {
+        let copy = self.arena()?.buffer(path);
+        let len = buf.len();
+        let step = 1u64 << 20;
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(step) as usize;
+            copy.write_at(off, &buf.read_at(off, n)?)?;
+            off += n as u64;
+        }
+        copy.set_len(len)?;
+        Ok(copy)
+    }
+
+    /// Writes `data` at `offset` (at the end for an `O_APPEND` handle), loading the file's
+    /// bytes first if needed; returns the offset written at. A gap reads back as zeros.
+    pub async fn write(&self, w: &FileWriter, offset: u64, data: &[u8]) -> Result<u64> {
+        self.load_session(&w.session).await?;
+        self.write_loaded(w, offset, data)
+    }
+
+    /// `write` for a handle whose bytes are loaded (the library's `create` loads them).
+    /// `NoSpace` when no tier has room.
+    pub fn write_at(&self, w: &FileWriter, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_loaded(w, offset, data).map(drop)
+    }
+
+    fn write_loaded(&self, w: &FileWriter, offset: u64, data: &[u8]) -> Result<u64> {
+        let s = &w.session;
+        self.change(s, |buf| {
+            // The end is read under the state lock: appends of two handles never overlap.
+            let at = if w.append { buf.len() } else { offset };
+            buf.write_at(at, data)
+                .map_err(|e| e.context(format!("{}: writing", s.path())))?;
+            Ok(at)
+        })
+    }
+
+    /// Cuts or extends the file to `len` bytes, for every handle of it.
+    pub async fn truncate(&self, w: &FileWriter, len: u64) -> Result<()> {
+        let s = &w.session;
+        if len == 0 && !s.loaded.load(Ordering::Acquire) {
+            // Nothing to load for an empty file.
+            let _order = s.order.lock().await;
+            if !s.loaded.load(Ordering::Acquire) {
+                let mut st = s.state.lock();
+                st.buf = Some(self.arena()?.buffer(&s.path()));
+                st.generation += 1;
+                st.dirty = true;
+                s.note_len(0);
+                s.loaded.store(true, Ordering::Release);
+                return Ok(());
+            }
+        }
+        self.load_session(s).await?;
+        self.set_len(w, len)
+    }
+
+    /// `truncate` for a handle whose bytes are loaded.
+    pub fn set_len(&self, w: &FileWriter, len: u64) -> Result<()> {
+        let s = &w.session;
+        self.change(s, |buf| {
+            buf.set_len(len)
+                .map_err(|e| e.context(format!("{}: truncating", s.path())))
+        })
+    }
+
+    /// Reads what the file's handles have written (loading its bytes first if needed).
+    pub async fn read_written(&self, w: &FileWriter, offset: u64, len: u64) -> Result<Bytes> {
+        self.read_session(&w.session, offset, len).await
+    }
+
+    /// Reads a session's bytes (a reader of a file open for writing here sees what its
+    /// writers wrote, committed or not).
+    pub async fn read_session(&self, s: &Arc<Session>, offset: u64, len: u64) -> Result<Bytes> {
+        self.load_session(s).await?;
+        let buf = s.state.lock().buf.clone();
+        let Some(buf) = buf else {
+            return Err(Error::internal("a loaded session without its buffer"));
+        };
+        let end = offset.saturating_add(len).min(buf.len());
+        if offset >= end {
+            return Ok(Bytes::new());
+        }
+        buf.read_at(offset, (end - offset) as usize)
+    }
+
+    /// The live session of the file at `path`, if one is open for writing here.
+    pub fn session(&self, path: &str) -> Option<Arc<Session>> {
+        self.writes.sessions.get(path)
+    }
+
+    /// How many commits this client has made: it changes whenever a file written here may
+    /// have a new version (a reader pinned to an older one may look again).
+    pub fn commit_count(&self) -> u64 {
+        self.writes.sessions.commits()
+    }
+
+    /// Makes the file what its write type promises (`write.rs`) if it has unsaved bytes;
+    /// returns its entry. If that fails nothing changed and the bytes stay dirty (a later
+    /// commit tries again). A detached (unlinked) file is not committed.
+    pub async fn commit(&self, w: &FileWriter) -> Result<Entry> {
+        self.commit_session(&w.session).await
+    }
+
+    pub(crate) async fn commit_session(&self, s: &Arc<Session>) -> Result<Entry> {
+        let _order = s.order.lock().await;
+        self.commit_ordered(s).await
+    }
+
+    /// `commit_session` for a caller holding the session's order lock.
+    async fn commit_ordered(&self, s: &Arc<Session>) -> Result<Entry> {
+        let frozen = {
+            let mut st = s.state.lock();
+            match (&st.buf, st.dirty && !s.is_detached()) {
+                (Some(buf), true) => {
+                    let frozen = (buf.clone(), st.generation);
+                    st.shared = true;
+                    st.dirty = false;
+                    Some(frozen)
+                }
+                _ => None,
+            }
+        };
+        let Some((buf, generation)) = frozen else {
+            let path = s.path();
+            return match self.stat(&path).await {
+                Ok(e) => Ok(s.live_entry(Some(e)).unwrap_or_else(|| Entry {
+                    path,
+                    kind: EntryKind::File,
+                    size: 0,
+                    mtime: None,
+                    mode: None,
+                    object: None,
+                })),
+                Err(e) if e.kind() == ErrorKind::NotFound || s.is_detached() => s
+                    .live_entry(None)
+                    .ok_or_else(|| Error::not_found(format!("{path}: no such file"))),
+                Err(e) => Err(e),
+            };
+        };
+        let target = s.target.lock().clone();
+        let len = buf.len();
+        let result = self.commit_buffer(&target, &buf, len).await;
+        {
+            let mut st = s.state.lock();
+            let same = st.generation == generation;
+            match &result {
+                Err(_) => {
+                    st.dirty = true;
+                    if same {
+                        st.shared = false;
+                    }
+                }
+                // A cache-only file's buffer is the file now; an upload is done reading it.
+                Ok(_) if same => st.shared = target.write_type == WriteType::CacheOnly,
+                Ok(_) => {}
+            }
+        }
+        self.writes.sessions.note_commit();
+        let entry = result?;
+        Ok(s.live_entry(Some(entry.clone())).unwrap_or(entry))
+    }
+
+    /// Closes a handle: the last writer of a file commits what is still dirty and ends the
+    /// session. A failed last commit ends it too (reported here; the bytes are lost).
+    pub async fn close(&self, w: FileWriter) -> Result<()> {
+        if !w.let_go() {
+            return Ok(());
+        }
+        let s = w.session.clone();
+        let _order = s.order.lock().await;
+        // A writer that joined meanwhile keeps the session (and commits at its close).
+        if s.writers.load(Ordering::Acquire) > 0 {
+            return Ok(());
+        }
+        let r = self.commit_ordered(&s).await.map(drop);
+        self.writes.sessions.remove_idle(&s);
+        r
+    }
+
+    /// `stat` as the file's writers see it: a file open for writing here has their size, and
+    /// a new one exists from its create on. The flag says a live session answered (its size
+    /// changes with every write: a kernel must not cache it).
+    pub async fn stat_live(&self, path: &str) -> Result<(Entry, bool)> {
+        let path = Self::normalize(path)?;
+        let session = self.session(&path);
+        let stored = match self.stat(&path).await {
+            Ok(e) => Some(e),
+            Err(e) if e.kind() == ErrorKind::NotFound && session.is_some() => None,
+            Err(e) => return Err(e),
+        };
+        match session.and_then(|s| s.live_entry(stored.clone())) {
+            Some(e) => Ok((e, true)),
+            None => stored
+                .map(|e| (e, false))
+                .ok_or_else(|| Error::not_found(format!("{path}: no such file or directory"))),
+        }
+    }
+
+    /// `list` with the live sizes of files open for writing here and the new files not
+    /// committed yet.
+    pub async fn list_live(&self, path: &str) -> Result<Arc<Vec<Entry>>> {
+        let list = self.list(path).await?;
+        let dir = Self::normalize(path)?;
+        let live = self.writes.sessions.children(&dir);
+        if live.is_empty() {
+            return Ok(list);
+        }
+        let mut v = list.as_ref().clone();
+        for s in live {
+            let p = s.path();
+            let Some((_, name)) = parent_and_name(&p) else {
+                continue;
+            };
+            match v.binary_search_by(|e| e.name().cmp(name)) {
+                Ok(i) => {
+                    if let Some(e) = s.live_entry(Some(v[i].clone())) {
+                        v[i] = e;
+                    }
+                }
+                Err(i) => {
+                    if let Some(e) = s.live_entry(None) {
+                        v.insert(i, e);
+                    }
+                }
+            }
+        }
+        Ok(Arc::new(v))
+    }
+
+    /// Truncates the file at `path` (`truncate(2)`): through its live session if it has one
+    /// (every handle sees the new size; committed at their close), else as a rewrite now.
+    pub async fn truncate_path(&self, path: &str, len: u64) -> Result<()> {
+        let w = self
+            .open_write(
+                path,
+                OpenOptions {
+                    truncate: len == 0,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        let others = w.session.writers.load(Ordering::Acquire) > 1;
+        let r = match self.truncate(&w, len).await {
+            Ok(()) if others => Ok(()),
+            Ok(()) => self.commit(&w).await.map(drop),
+            Err(e) => Err(e),
+        };
+        let closed = self.close(w).await;
+        r.and(closed)
+    }
+
+    /// Deletes a file (`unlink`): a session of it is detached first (after any commit in
+    /// flight), so nothing written before can land after the delete.
+    pub async fn remove_file(&self, path: &str) -> Result<()> {
+        let path = Self::normalize(path)?;
+        let Some(s) = self.session(&path) else {
+            return self.remove_stored(&path).await;
+        };
+        let _order = s.order.lock().await;
+        s.detached.store(true, Ordering::Release);
+        self.writes.sessions.remove(&s);
+        match self.remove_stored(&path).await {
+            // A new file not committed yet: only its handles had it.
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => {
+                s.detached.store(false, Ordering::Release);
+                self.writes.sessions.reinsert(&s);
+                Err(e)
+            }
+            Ok(()) => Ok(()),
+        }
+    }
+
+    /// Removes the empty directory `path`; a file being created below it makes it not empty.
+    pub async fn rmdir(&self, path: &str) -> Result<()> {
+        let p = Self::normalize(path)?;
+        if self
+            .writes
+            .sessions
+            .at_or_under(&p)
+            .iter()
+            .any(|s| s.path() != p)
+        {
+            return Err(Error::new(
+                ErrorKind::NotEmpty,
+                format!("{p}: directory not empty (a file in it is open for writing)"),
+            ));
+        }
+        self.rmdir_stored(&p).await
+    }
+
+    /// Renames a file or directory (`Client::rename_stored` for the store side). Files open
+    /// for writing at or below `from` commit their dirty bytes first and follow the rename;
+    /// a file open for writing at `to` is replaced (detached, as by an unlink).
+    pub async fn rename(&self, from: &str, to: &str) -> Result<Entry> {
+        let from = Self::normalize(from)?;
+        let to = Self::normalize(to)?;
+        if from == to {
+            return self.stat(&from).await;
+        }
+        let table = &self.writes.sessions;
+        let moving = table.at_or_under(&from);
+        let below_to: Vec<_> = table
+            .at_or_under(&to)
+            .into_iter()
+            .filter(|s| !is_at_or_under(&s.path(), &from))
+            .collect();
+        if below_to.iter().any(|s| s.path() != to) {
+            return Err(Error::new(
+                ErrorKind::NotEmpty,
+                format!("rename {from} to {to}: the target is not empty (a file in it is open for writing)"),
+            ));
+        }
+        // Every involved session's order lock, in id order (as every multi-session lock).
+        let mut all: Vec<&Arc<Session>> = moving.iter().chain(below_to.iter()).collect();
+        all.sort_by_key(|s| s.id);
+        let mut guards = Vec::with_capacity(all.len());
+        for s in &all {
+            guards.push(s.order.lock().await);
+        }
+        for s in &moving {
+            self.commit_ordered(s).await?;
+        }
+        let entry = self.rename_stored(&from, &to).await?;
+        for s in &below_to {
+            s.detached.store(true, Ordering::Release);
+            table.remove(s);
+        }
+        for s in &moving {
+            let old = s.path();
+            let new = format!("{to}{}", &old[from.len()..]);
+            let write_type = s.write_type();
+            let mut target = self.writable_target(&new, Some(write_type))?;
+            target.write_type = write_type;
+            table.remove(s);
+            *s.target.lock() = target;
+            table.reinsert(s);
+        }
+        drop(guards);
+        Ok(entry)
+    }
+}
+
+impl SessionTable {
+    /// Puts `s` back at its current path (after a failed unlink, or a rename).
+    fn reinsert(&self, s: &Arc<Session>) {
+        if s.is_detached() {
+            return;
+        }
+        let mut map = self.by_path.lock();
+        map.insert(s.path(), s.clone());
+        self.count.store(map.len(), Ordering::Release);
+    }
+}
