@@ -101,7 +101,7 @@ impl Client {
 
     /// Creates the directory `path`; its parent must exist. `AlreadyExists` if anything has
     /// the path.
-    pub async fn mkdir(&self, path: &str) -> Result<Entry> {
+    pub(crate) async fn mkdir_stored(&self, path: &str) -> Result<Entry> {
         let t = self.dir_target(path, ErrorKind::AlreadyExists)?;
         if self.stat_opt(&t.path).await?.is_some() {
             return Err(Error::new(

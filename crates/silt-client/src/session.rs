@@ -302,15 +302,15 @@ impl Client {
         let table = &self.writes.sessions;
         let existing = table.get(&target.path);
         let session = match existing {
-            Some(s) => {
-                if opts.exclusive {
-                    return Err(Error::new(
-                        ErrorKind::AlreadyExists,
-                        format!("{}: file exists", target.path),
-                    ));
-                }
-                s
+            Some(_) if opts.exclusive && opts.create => {
+                // O_EXCL means something only with O_CREAT (Linux ignores it otherwise).
+                return Err(Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("{}: file exists", target.path),
+                ));
             }
+            // Joined under the table's lock (or started anew if it ended meanwhile).
+            Some(_) => self.join_or_start(target, false)?,
             None => {
                 let stored = match self.stat(&target.path).await {
                     Ok(e) if e.is_dir() => {
@@ -727,9 +727,27 @@ impl Client {
         }
     }
 
+    /// Makes directory `path`; a file being created there (not committed yet) exists.
+    pub async fn mkdir(&self, path: &str) -> Result<Entry> {
+        let p = Self::normalize(path)?;
+        if self.session(&p).is_some() {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("{p}: file exists (open for writing)"),
+            ));
+        }
+        self.mkdir_stored(&p).await
+    }
+
     /// Removes the empty directory `path`; a file being created below it makes it not empty.
     pub async fn rmdir(&self, path: &str) -> Result<()> {
         let p = Self::normalize(path)?;
+        if self.session(&p).is_some() {
+            return Err(Error::new(
+                ErrorKind::NotADirectory,
+                format!("{p}: not a directory (a file open for writing)"),
+            ));
+        }
         if self
             .writes
             .sessions
@@ -761,11 +779,10 @@ impl Client {
             .into_iter()
             .filter(|s| !is_at_or_under(&s.path(), &from))
             .collect();
-        if below_to.iter().any(|s| s.path() != to) {
-            return Err(Error::new(
-                ErrorKind::NotEmpty,
-                format!("rename {from} to {to}: the target is not empty (a file in it is open for writing)"),
-            ));
+        if !moving.is_empty() || !below_to.is_empty() {
+            // Commits below are not undone: a rename that will fail must fail before them
+            // (and a file being created in the target directory makes it not empty).
+            self.rename_precheck(&from, &to).await?;
         }
         // Every involved session's order lock, in id order (as every multi-session lock).
         let mut all: Vec<&Arc<Session>> = moving.iter().chain(below_to.iter()).collect();
@@ -773,6 +790,15 @@ impl Client {
         let mut guards = Vec::with_capacity(all.len());
         for s in &all {
             guards.push(s.order.lock().await);
+        }
+        // Where each moving session goes, known (and allowed) before anything changes.
+        let mut targets = Vec::with_capacity(moving.len());
+        for s in &moving {
+            let new = format!("{to}{}", &s.path()[from.len()..]);
+            let write_type = s.write_type();
+            let mut target = self.writable_target(&new, Some(write_type))?;
+            target.write_type = write_type;
+            targets.push(target);
         }
         for s in &moving {
             self.commit_ordered(s).await?;
@@ -782,18 +808,45 @@ impl Client {
             s.detached.store(true, Ordering::Release);
             table.remove(s);
         }
-        for s in &moving {
-            let old = s.path();
-            let new = format!("{to}{}", &old[from.len()..]);
-            let write_type = s.write_type();
-            let mut target = self.writable_target(&new, Some(write_type))?;
-            target.write_type = write_type;
+        for (s, target) in moving.iter().zip(targets) {
             table.remove(s);
             *s.target.lock() = target;
             table.reinsert(s);
         }
         drop(guards);
         Ok(entry)
+    }
+}
+
+impl Client {
+    /// The errors `rename_stored` would give for reasons other than the store's, from the live
+    /// view (files being created count).
+    async fn rename_precheck(&self, from: &str, to: &str) -> Result<()> {
+        let fail = |kind, why: &str| Err(Error::new(kind, format!("rename {from} to {to}: {why}")));
+        if is_at_or_under(to, from) {
+            return fail(
+                ErrorKind::InvalidInput,
+                "a directory cannot move into itself",
+            );
+        }
+        let (src, _) = self.stat_live(from).await?;
+        let dst = match self.stat_live(to).await {
+            Ok((e, _)) => Some(e),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        match (src.is_dir(), dst) {
+            (false, Some(d)) if d.is_dir() => {
+                fail(ErrorKind::IsADirectory, "the target is a directory")
+            }
+            (true, Some(d)) if !d.is_dir() => {
+                fail(ErrorKind::NotADirectory, "the target is not a directory")
+            }
+            (true, Some(_)) if !self.list_live(to).await?.is_empty() => {
+                fail(ErrorKind::NotEmpty, "the target is not empty")
+            }
+            _ => Ok(()),
+        }
     }
 }
 
