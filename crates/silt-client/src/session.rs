@@ -232,8 +232,9 @@ impl SessionTable {
     }
 }
 
-/// One open handle on a session. Dropping it without [`Client::close`] closes it without
-/// the last-close commit (what was not committed is lost, as when a process is killed).
+/// One open handle on a session. [`Client::close`] closes it (once; later calls do nothing);
+/// dropping it unclosed closes it without the last-close commit (what was not committed is
+/// lost, as when a process is killed).
 pub struct FileWriter {
     session: Arc<Session>,
     append: bool,
@@ -618,7 +619,7 @@ impl Client {
 
     /// Closes a handle: the last writer of a file commits what is still dirty and ends the
     /// session. A failed last commit ends it too (reported here; the bytes are lost).
-    pub async fn close(&self, w: FileWriter) -> Result<()> {
+    pub async fn close(&self, w: &FileWriter) -> Result<()> {
         if !w.let_go() {
             return Ok(());
         }
@@ -701,7 +702,7 @@ impl Client {
             Ok(()) => self.commit(&w).await.map(drop),
             Err(e) => Err(e),
         };
-        let closed = self.close(w).await;
+        let closed = self.close(&w).await;
         r.and(closed)
     }
 

@@ -440,7 +440,7 @@ async fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) -> u
             63..=72 if !ids.is_empty() => {
                 let id = pick(&mut rng).unwrap_or_default();
                 let w = handles.remove(&id).expect("handle");
-                let got = kind(c.close(w).await).map(|_| Vec::new());
+                let got = kind(c.close(&w).await).map(|_| Vec::new());
                 let want = m.close(id);
                 (format!("close h{id}"), got, want)
             }
@@ -494,7 +494,7 @@ async fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) -> u
                 ids.sort_unstable();
                 for id in ids {
                     let w = handles.remove(&id).expect("handle");
-                    if let Err(e) = c.close(w).await {
+                    if let Err(e) = c.close(&w).await {
                         got = Err(e.kind());
                     }
                     let _ = m.close(id);

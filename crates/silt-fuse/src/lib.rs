@@ -1050,19 +1050,12 @@ impl fuser::Filesystem for SiltFs {
     ) {
         let writer = self.writers.lock().remove(&fh.0);
         if let Some(h) = writer {
-            let ino = h.ino;
-            match Arc::try_unwrap(h) {
-                // The last close of the file commits (normally done by its flush already).
-                Ok(h) => {
-                    let path = h.writer.path();
-                    if let Err(e) = self.block(self.client.close(h.writer)) {
-                        tracing::error!(path = %path, "closing a written file: {e}; its bytes are lost");
-                    }
-                }
-                // A request still using the handle: it closes when that one drops it.
-                Err(h) => drop(h),
+            // The last close of the file commits (normally done by its flush already).
+            if let Err(e) = self.block(self.client.close(&h.writer)) {
+                let path = h.writer.path();
+                tracing::error!(path = %path, "closing a written file: {e}; its bytes are lost");
             }
-            self.release_cached(ino);
+            self.release_cached(h.ino);
             return reply.ok();
         }
         if let Some(h) = self.handles.lock().remove(&fh.0) {
