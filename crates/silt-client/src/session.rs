@@ -98,6 +98,8 @@ pub struct Session {
     loaded: AtomicBool,
     /// Unlinked, or replaced by a rename: never committed again.
     detached: AtomicBool,
+    /// When a handle last changed the bytes (ns since the epoch; 0: not since the open).
+    modified: AtomicU64,
 }
 
 impl Session {
@@ -128,11 +130,16 @@ impl Session {
     /// entry, if any) with the live size.
     fn live_entry(&self, stored: Option<Entry>) -> Option<Entry> {
         let size = self.live_size();
+        let modified = match self.modified.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns)),
+        };
         match stored {
             Some(mut e) if !e.is_dir() => {
                 if let Some(size) = size {
                     e.size = size;
                 }
+                e.mtime = modified.or(e.mtime);
                 Some(e)
             }
             Some(_) => None,
@@ -140,7 +147,7 @@ impl Session {
                 path: self.path(),
                 kind: EntryKind::File,
                 size: size.unwrap_or(0),
-                mtime: None,
+                mtime: modified,
                 mode: None,
                 object: None,
             }),
@@ -376,6 +383,7 @@ impl Client {
             size: AtomicU64::new(0),
             loaded: AtomicBool::new(new_file),
             detached: AtomicBool::new(false),
+            modified: AtomicU64::new(0),
         });
         map.insert(target.path, s.clone());
         table.count.store(map.len(), Ordering::Release);
@@ -448,6 +456,10 @@ impl Client {
         let r = f(&buf)?;
         st.dirty = true;
         s.note_len(buf.len());
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos().max(1) as u64);
+        s.modified.store(now, Ordering::Release);
         Ok(r)
     }
 

@@ -63,8 +63,15 @@ async fn two_handles_keep_both_writes_and_an_ftruncate() {
     // pwrite(fd1, "11", 0); pwrite(fd2, "22", 8); close(fd1); close(fd2): both land.
     let fd1 = c.open_write("/d/f", wr()).await.unwrap();
     let fd2 = c.open_write("/d/f", wr()).await.unwrap();
+    let before = std::time::SystemTime::now();
     c.write(&fd1, 0, b"11").await.unwrap();
     c.write(&fd2, 8, b"22").await.unwrap();
+    let (live, is_live) = c.stat_live("/d/f").await.unwrap();
+    assert!(is_live);
+    assert!(
+        live.mtime.is_some_and(|t| t >= before),
+        "a file being written shows the time of its last write"
+    );
     c.close(&fd1).await.unwrap();
     c.close(&fd2).await.unwrap();
     assert_eq!(stored(&*mem, "f").await.unwrap(), b"11......22");
