@@ -528,6 +528,32 @@ impl SiltFs {
 
     /// `setattr` of the size: through the handle's session if it is open for writing, else
     /// `truncate(2)` of the path (which joins the file's session if another handle has one).
+    /// The attributes of a file unlinked (or renamed over) while open for writing: its
+    /// handles' size (the temp-file pattern: open, unlink, write, fstat or ftruncate; the
+    /// kernel may send these without the handle). `None` for any other file.
+    fn detached_attr(&self, ino: INodeNo, fh: Option<FileHandle>, path: &str) -> Option<FileAttr> {
+        let h = fh
+            .and_then(|fh| self.write_handle(fh.0))
+            .filter(|h| h.ino == ino.0)
+            .or_else(|| {
+                self.writers
+                    .lock()
+                    .values()
+                    .find(|h| h.ino == ino.0)
+                    .cloned()
+            })
+            .filter(|h| h.writer.is_detached())?;
+        let e = Entry {
+            path: path.to_string(),
+            kind: EntryKind::File,
+            size: h.writer.len(),
+            mtime: None,
+            mode: None,
+            object: None,
+        };
+        Some(self.attr(ino.0, &e))
+    }
+
     fn truncate(&self, path: &str, fh: Option<FileHandle>, size: u64) -> Result<()> {
         match fh.and_then(|fh| self.write_handle(fh.0)) {
             Some(h) => self.block(self.client.truncate(&h.writer, size)),
@@ -806,30 +832,8 @@ impl fuser::Filesystem for SiltFs {
                 return reply.attr(&self.ttls(&e).0, &self.attr(ino.0, &e));
             }
         }
-        // A file unlinked (or renamed over) while open for writing answers with its handles'
-        // size (the temp-file pattern: open, unlink, write, fstat; the kernel sends fstat
-        // without the handle).
-        let detached = fh
-            .and_then(|fh| self.write_handle(fh.0))
-            .filter(|h| h.ino == ino.0)
-            .or_else(|| {
-                self.writers
-                    .lock()
-                    .values()
-                    .find(|h| h.ino == ino.0)
-                    .cloned()
-            })
-            .filter(|h| h.writer.is_detached());
-        if let Some(h) = detached {
-            let e = Entry {
-                path: path.clone(),
-                kind: EntryKind::File,
-                size: h.writer.len(),
-                mtime: None,
-                mode: None,
-                object: None,
-            };
-            return reply.attr(&Duration::ZERO, &self.attr(ino.0, &e));
+        if let Some(attr) = self.detached_attr(ino, fh, &path) {
+            return reply.attr(&Duration::ZERO, &attr);
         }
         match self.stat_live(&path) {
             Ok((e, live)) => reply.attr(&self.live_ttls(&e, live).0, &self.attr(ino.0, &e)),
@@ -876,6 +880,9 @@ impl fuser::Filesystem for SiltFs {
             if changes && !self.client.write_rules().writable_at_or_below(&path) {
                 return reply.error(Errno::EROFS);
             }
+        }
+        if let Some(attr) = self.detached_attr(ino, fh, &path) {
+            return reply.attr(&Duration::ZERO, &attr);
         }
         match self.stat_live(&path) {
             Ok((e, live)) => reply.attr(&self.live_ttls(&e, live).0, &self.attr(ino.0, &e)),

@@ -1,0 +1,574 @@
+//! Differential test of the write path through real FUSE mounts: one seeded random sequence
+//! of system calls (open with every flag mix, write, pwrite past the end, read, pread,
+//! ftruncate, truncate, fsync, close over several open descriptors at once; rename of files
+//! and of directories, also non-empty and onto existing names; unlink, mkdir, rmdir) is
+//! applied to a Silt mount and to a plain local directory, and every answer is compared:
+//! return values, errnos, bytes read. After every step the whole tree (names, kinds, sizes,
+//! contents read afresh) must be the same on both sides; whenever no descriptor is open, the
+//! store itself (the local directory behind `file://`, or the bucket read straight from the
+//! S3 server) must hold exactly that tree too; at the end a fresh Silt over the same store
+//! must show it again.
+//!
+//! The local directory is the reference: the comparison follows what POSIX requires of one
+//! process. The only answers treated as equal are those POSIX itself leaves open (`EEXIST` or
+//! `ENOTEMPTY` for a non-empty directory as a rename target or rmdir). Times, modes and
+//! directory sizes are not compared (see docs/SEMANTICS.md).
+//!
+//! `SILT_DIFF_SEED` replays one seed, `SILT_DIFF_OPS` sets the number of operations.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use silt_common::ErrorKind;
+use silt_ufs::EntryKind;
+
+/// Names the operations draw from: a file name may also become a directory and the other way
+/// round, and paths below a missing or non-directory parent are drawn too.
+const FILES: &[&str] = &["a", "b", "d/a", "d/b", "d/x/a", "d/x/b", "e/a", "e/z/a"];
+const DIRS: &[&str] = &["d", "d/x", "d/y", "e", "e/z", "a/q"];
+
+const OPEN_FLAGS: &[(i32, &str)] = &[
+    (libc::O_RDONLY, "RDONLY"),
+    (libc::O_WRONLY | libc::O_CREAT, "WRONLY|CREAT"),
+    (libc::O_RDWR | libc::O_CREAT, "RDWR|CREAT"),
+    (libc::O_RDWR, "RDWR"),
+    (
+        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        "WRONLY|CREAT|TRUNC",
+    ),
+    (
+        libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        "WRONLY|CREAT|APPEND",
+    ),
+    (libc::O_RDWR | libc::O_APPEND, "RDWR|APPEND"),
+    (
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        "WRONLY|CREAT|EXCL",
+    ),
+];
+
+/// Largest offset a write or truncate reaches: a few MiB, so holes span several pages and
+/// chunks but the test stays quick.
+const MAX_OFFSET: u64 = 5 << 20;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Open {
+        path: &'static str,
+        flags: usize,
+    },
+    Write {
+        fd: usize,
+        len: usize,
+        seed: u64,
+    },
+    Pwrite {
+        fd: usize,
+        off: u64,
+        len: usize,
+        seed: u64,
+    },
+    Read {
+        fd: usize,
+        len: usize,
+    },
+    Pread {
+        fd: usize,
+        off: u64,
+        len: usize,
+    },
+    Ftruncate {
+        fd: usize,
+        len: u64,
+    },
+    Truncate {
+        path: &'static str,
+        len: u64,
+    },
+    Fsync {
+        fd: usize,
+    },
+    Close {
+        fd: usize,
+    },
+    Rename {
+        from: &'static str,
+        to: &'static str,
+    },
+    Unlink {
+        path: &'static str,
+    },
+    Mkdir {
+        path: &'static str,
+    },
+    Rmdir {
+        path: &'static str,
+    },
+}
+
+/// One side's answer to an operation.
+#[derive(Debug, Clone, PartialEq)]
+enum Answer {
+    Done(i64),
+    Data(Vec<u8>),
+    Errno(i32),
+}
+
+fn any_path(rng: &mut StdRng) -> &'static str {
+    if rng.gen_bool(0.6) {
+        FILES[rng.gen_range(0..FILES.len())]
+    } else {
+        DIRS[rng.gen_range(0..DIRS.len())]
+    }
+}
+
+fn offset(rng: &mut StdRng) -> u64 {
+    match rng.gen_range(0..4) {
+        0 => 0,
+        1 => rng.gen_range(0..8192),
+        2 => rng.gen_range(0..(1 << 20)),
+        _ => rng.gen_range(0..MAX_OFFSET),
+    }
+}
+
+fn length(rng: &mut StdRng) -> usize {
+    if rng.gen_bool(0.1) {
+        rng.gen_range(1..(300 << 10))
+    } else {
+        rng.gen_range(1..9000)
+    }
+}
+
+/// A random operation; `open` is the number of descriptors open now.
+fn random_op(rng: &mut StdRng, open: usize) -> Op {
+    let fd = |rng: &mut StdRng| rng.gen_range(0..open.max(1));
+    loop {
+        let kind = rng.gen_range(0..100);
+        let needs_fd = (20..75).contains(&kind);
+        if needs_fd && open == 0 {
+            continue;
+        }
+        // Many descriptors make every sequence long; close more often when there are.
+        if open >= 6 && kind < 20 {
+            continue;
+        }
+        return match kind {
+            0..=19 => Op::Open {
+                path: if rng.gen_bool(0.9) {
+                    FILES[rng.gen_range(0..FILES.len())]
+                } else {
+                    any_path(rng)
+                },
+                flags: rng.gen_range(0..OPEN_FLAGS.len()),
+            },
+            20..=32 => Op::Write {
+                fd: fd(rng),
+                len: length(rng),
+                seed: rng.r#gen(),
+            },
+            33..=42 => Op::Pwrite {
+                fd: fd(rng),
+                off: offset(rng),
+                len: length(rng),
+                seed: rng.r#gen(),
+            },
+            43..=47 => Op::Read {
+                fd: fd(rng),
+                len: length(rng),
+            },
+            48..=54 => Op::Pread {
+                fd: fd(rng),
+                off: offset(rng),
+                len: length(rng),
+            },
+            55..=59 => Op::Ftruncate {
+                fd: fd(rng),
+                len: offset(rng),
+            },
+            60..=62 => Op::Fsync { fd: fd(rng) },
+            63..=74 => Op::Close { fd: fd(rng) },
+            75..=77 => Op::Truncate {
+                path: FILES[rng.gen_range(0..FILES.len())],
+                len: offset(rng),
+            },
+            78..=85 => Op::Rename {
+                from: any_path(rng),
+                to: any_path(rng),
+            },
+            86..=89 => Op::Unlink {
+                path: any_path(rng),
+            },
+            90..=95 => Op::Mkdir {
+                path: if rng.gen_bool(0.85) {
+                    DIRS[rng.gen_range(0..DIRS.len())]
+                } else {
+                    any_path(rng)
+                },
+            },
+            _ => Op::Rmdir {
+                path: any_path(rng),
+            },
+        };
+    }
+}
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn answer(rc: i64) -> Answer {
+    if rc < 0 {
+        Answer::Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        Answer::Done(rc)
+    }
+}
+
+/// Applies `op` to the tree at `root` with this side's descriptors `fds` (index → fd; a
+/// successful open appends, a close removes).
+fn apply(op: &Op, root: &Path, fds: &mut Vec<i32>) -> Answer {
+    let p = |rel: &str| cstr(&root.join(rel));
+    // SAFETY (every call below): valid C strings and buffers of the lengths passed; the
+    // descriptors are this side's own, open until the `Close` that removes them.
+    unsafe {
+        match *op {
+            Op::Open { path, flags } => {
+                let fd = libc::open(
+                    p(path).as_ptr(),
+                    OPEN_FLAGS[flags].0 | libc::O_CLOEXEC,
+                    0o644,
+                );
+                if fd < 0 {
+                    return answer(-1);
+                }
+                fds.push(fd);
+                Answer::Done(0)
+            }
+            Op::Write { fd, len, seed } => {
+                let data = bytes(seed, len);
+                answer(libc::write(fds[fd], data.as_ptr().cast(), len) as i64)
+            }
+            Op::Pwrite { fd, off, len, seed } => {
+                let data = bytes(seed, len);
+                answer(libc::pwrite(fds[fd], data.as_ptr().cast(), len, off as i64) as i64)
+            }
+            Op::Read { fd, len } => {
+                let mut buf = vec![0u8; len];
+                let n = libc::read(fds[fd], buf.as_mut_ptr().cast(), len);
+                read_answer(n, buf)
+            }
+            Op::Pread { fd, off, len } => {
+                let mut buf = vec![0u8; len];
+                let n = libc::pread(fds[fd], buf.as_mut_ptr().cast(), len, off as i64);
+                read_answer(n, buf)
+            }
+            Op::Ftruncate { fd, len } => answer(libc::ftruncate(fds[fd], len as i64) as i64),
+            Op::Truncate { path, len } => {
+                answer(libc::truncate(p(path).as_ptr(), len as i64) as i64)
+            }
+            Op::Fsync { fd } => answer(libc::fsync(fds[fd]) as i64),
+            Op::Close { fd } => answer(libc::close(fds.remove(fd)) as i64),
+            Op::Rename { from, to } => {
+                answer(libc::rename(p(from).as_ptr(), p(to).as_ptr()) as i64)
+            }
+            Op::Unlink { path } => answer(libc::unlink(p(path).as_ptr()) as i64),
+            Op::Mkdir { path } => answer(libc::mkdir(p(path).as_ptr(), 0o755) as i64),
+            Op::Rmdir { path } => answer(libc::rmdir(p(path).as_ptr()) as i64),
+        }
+    }
+}
+
+fn read_answer(n: isize, mut buf: Vec<u8>) -> Answer {
+    if n < 0 {
+        return answer(-1);
+    }
+    buf.truncate(n as usize);
+    Answer::Data(buf)
+}
+
+/// Answers POSIX leaves open between two values, made one.
+fn normalised(op: &Op, a: Answer) -> Answer {
+    if !matches!(op, Op::Rename { .. } | Op::Rmdir { .. }) {
+        return a;
+    }
+    match a {
+        Answer::Errno(libc::EEXIST) | Answer::Errno(libc::ENOTEMPTY) => {
+            Answer::Errno(libc::ENOTEMPTY)
+        }
+        other => other,
+    }
+}
+
+/// A tree: relative path → `None` for a directory, the bytes for a file.
+type Tree = BTreeMap<String, Option<Vec<u8>>>;
+
+fn local_tree(root: &Path) -> Tree {
+    fn walk(root: &Path, dir: &Path, out: &mut Tree) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("listing {}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let meta =
+                std::fs::symlink_metadata(&path).unwrap_or_else(|e| panic!("stat {rel}: {e}"));
+            if meta.is_dir() {
+                out.insert(rel, None);
+                walk(root, &path, out);
+            } else {
+                let data = std::fs::read(&path).unwrap_or_else(|e| panic!("reading {rel}: {e}"));
+                assert_eq!(
+                    data.len() as u64,
+                    meta.len(),
+                    "{rel}: stat size and bytes read differ"
+                );
+                out.insert(rel, Some(data));
+            }
+        }
+    }
+    let mut out = Tree::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// What differs between two trees, for a failure message (sizes instead of bytes).
+fn tree_diff(want: &Tree, got: &Tree) -> String {
+    let show = |v: Option<&Option<Vec<u8>>>| match v {
+        None => "absent".to_string(),
+        Some(None) => "directory".to_string(),
+        Some(Some(b)) => format!("file of {} bytes", b.len()),
+    };
+    let mut out = String::new();
+    for k in want
+        .keys()
+        .chain(got.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let (w, g) = (want.get(k), got.get(k));
+        if w != g {
+            let same_size = matches!((w, g), (Some(Some(a)), Some(Some(b))) if a.len() == b.len());
+            let note = if same_size {
+                let at = w
+                    .unwrap()
+                    .as_ref()
+                    .unwrap()
+                    .iter()
+                    .zip(g.unwrap().as_ref().unwrap())
+                    .position(|(a, b)| a != b);
+                format!(" (bytes differ from offset {at:?})")
+            } else {
+                String::new()
+            };
+            out += &format!("  {k}: local {}, silt {}{note}\n", show(w), show(g));
+        }
+    }
+    out
+}
+
+/// The store behind a mount, read without Silt.
+enum Store<'a> {
+    Dir(PathBuf),
+    S3(&'a S3Fx),
+}
+
+impl Store<'_> {
+    fn tree(&self) -> Tree {
+        match self {
+            Store::Dir(d) => local_tree(d),
+            Store::S3(fx) => fx.rt.block_on(async {
+                let list = match fx.store.list("", true).await {
+                    Ok(l) => l,
+                    Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+                    Err(e) => panic!("listing the bucket: {e}"),
+                };
+                let mut t = Tree::new();
+                for m in list {
+                    let path = m.path.trim_matches('/').to_string();
+                    // Every parent of a key (object or marker) is a directory, marker or not.
+                    let mut parent = Path::new(&path).parent();
+                    while let Some(d) = parent.filter(|d| !d.as_os_str().is_empty()) {
+                        t.insert(d.to_string_lossy().into_owned(), None);
+                        parent = d.parent();
+                    }
+                    if m.kind == EntryKind::Dir {
+                        t.insert(path, None);
+                        continue;
+                    }
+                    let data = fx
+                        .store
+                        .read(&m.path, 0..m.size, &m)
+                        .await
+                        .unwrap_or_else(|e| panic!("reading {path}: {e}"));
+                    t.insert(path, Some(data.to_vec()));
+                }
+                t
+            }),
+        }
+    }
+}
+
+/// Runs `ops` random operations with `seed` on the mount at `mnt` (backed by `store`) and on a
+/// fresh local directory; returns the local directory with the final tree.
+fn differential(seed: u64, ops: usize, mnt: &Path, store: &Store) -> tempfile::TempDir {
+    let local = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (mut mfds, mut lfds) = (Vec::new(), Vec::new());
+    let mut history: Vec<String> = Vec::new();
+    let fail = |history: &[String], what: String| -> ! {
+        let tail = history.len().saturating_sub(60);
+        panic!(
+            "differential test, seed {seed} (SILT_DIFF_SEED={seed} replays it), step {}: {what}\nlast operations:\n{}",
+            history.len(),
+            history[tail..].join("\n")
+        )
+    };
+    for step in 0..ops {
+        let op = random_op(&mut rng, lfds.len());
+        let want = normalised(&op, apply(&op, local.path(), &mut lfds));
+        let got = normalised(&op, apply(&op, mnt, &mut mfds));
+        history.push(format!("{step}: {op:?} -> {}", short(&want)));
+        if want != got {
+            fail(
+                &history,
+                format!(
+                    "local answered {}, silt answered {}",
+                    short(&want),
+                    short(&got)
+                ),
+            );
+        }
+        let (lt, mt) = (local_tree(local.path()), local_tree(mnt));
+        if lt != mt {
+            fail(
+                &history,
+                format!("trees differ after the operation:\n{}", tree_diff(&lt, &mt)),
+            );
+        }
+        if lfds.is_empty() {
+            let st = store.tree();
+            if st != lt {
+                fail(
+                    &history,
+                    format!(
+                        "the store differs from the tree (no descriptor open):\n{}",
+                        tree_diff(&lt, &st)
+                    ),
+                );
+            }
+        }
+    }
+    // Close whatever is still open; every close must succeed on both sides.
+    while !lfds.is_empty() {
+        let op = Op::Close { fd: 0 };
+        let want = apply(&op, local.path(), &mut lfds);
+        let got = apply(&op, mnt, &mut mfds);
+        history.push(format!("end: {op:?} -> {}", short(&want)));
+        if want != got {
+            fail(
+                &history,
+                format!(
+                    "local answered {}, silt answered {}",
+                    short(&want),
+                    short(&got)
+                ),
+            );
+        }
+    }
+    let (lt, mt, st) = (local_tree(local.path()), local_tree(mnt), store.tree());
+    if lt != mt {
+        fail(
+            &history,
+            format!("trees differ at the end:\n{}", tree_diff(&lt, &mt)),
+        );
+    }
+    if lt != st {
+        fail(
+            &history,
+            format!("the store differs at the end:\n{}", tree_diff(&lt, &st)),
+        );
+    }
+    println!("differential test, seed {seed}: {ops} operations, every answer and tree equal");
+    local
+}
+
+fn short(a: &Answer) -> String {
+    match a {
+        Answer::Done(v) => format!("{v}"),
+        Answer::Data(d) => format!("{} bytes", d.len()),
+        Answer::Errno(e) => format!("errno {e} ({})", std::io::Error::from_raw_os_error(*e)),
+    }
+}
+
+/// The seeds to run (`SILT_DIFF_SEED` for one) and the operations per seed
+/// (`SILT_DIFF_OPS`).
+fn seeds_and_ops() -> (Vec<u64>, usize) {
+    let seeds = match std::env::var("SILT_DIFF_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(seed) => vec![seed],
+        None => vec![1, 2, 3],
+    };
+    let ops = std::env::var("SILT_DIFF_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(500);
+    (seeds, ops)
+}
+
+#[test]
+fn differential_local_directory() {
+    let (seeds, ops) = seeds_and_ops();
+    for seed in seeds {
+        let backing = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("file://{}", backing.path().display());
+        let silt = Silt::up_data(&uri, Vec::new(), &["--write-type", "through"], dir.path());
+        let store = Store::Dir(backing.path().into());
+        let local = differential(seed, ops, &silt.path("data"), &store);
+        silt.stop();
+        // A fresh Silt over the same store shows the same tree.
+        let dir2 = tempfile::tempdir().unwrap();
+        let again = Silt::up_data(&uri, Vec::new(), &[], dir2.path());
+        let (lt, mt) = (local_tree(local.path()), local_tree(&again.path("data")));
+        assert!(
+            lt == mt,
+            "seed {seed}: a fresh mount differs:\n{}",
+            tree_diff(&lt, &mt)
+        );
+        again.stop();
+    }
+}
+
+#[test]
+fn differential_s3() {
+    let (seeds, ops) = seeds_and_ops();
+    for seed in seeds {
+        let fx = S3Fx::start(false);
+        let dir = tempfile::tempdir().unwrap();
+        let silt = fx.up(&["--write-type", "through"], dir.path());
+        let local = differential(seed, ops, &silt.path("data"), &Store::S3(&fx));
+        silt.stop();
+        let dir2 = tempfile::tempdir().unwrap();
+        let again = fx.up(&[], dir2.path());
+        let (lt, mt) = (local_tree(local.path()), local_tree(&again.path("data")));
+        assert!(
+            lt == mt,
+            "seed {seed}: a fresh mount differs:\n{}",
+            tree_diff(&lt, &mt)
+        );
+        again.stop();
+    }
+}
