@@ -219,9 +219,11 @@ impl Client {
             _ => {}
         }
         let context = |e: Error| e.context(format!("rename {} to {}", a.path, b.path));
-        let asked = self.opts.clock.now();
         if !src.is_dir() {
             let meta = a.store.rename(&a.rel, &b.rel).await.map_err(context)?;
+            // Stamped when the rename is done, not when it began: an upload of the old name
+            // that ended meanwhile (and recorded it) must not outlive the rename.
+            let asked = self.opts.clock.now();
             let mut changes = self.meta.put_missing(asked, &a.path);
             let entry = Entry::from_meta(b.path.clone(), &b.store, meta);
             changes.extend(self.meta.put_stat(asked, entry.clone()));
@@ -234,6 +236,7 @@ impl Client {
         } else {
             self.move_tree(&a, &b).await.map_err(context)?
         };
+        let asked = self.opts.clock.now();
         // What was cached below either name is gone; `to` is a directory whose listing is
         // asked for when next needed.
         self.too_big

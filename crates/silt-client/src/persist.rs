@@ -280,7 +280,8 @@ impl Persister {
             let Some(j) = st.queued.get(&seq) else {
                 continue;
             };
-            if st.in_flight.contains_key(&j.rec.path) {
+            // A held path waits for its guard (whose drop wakes the loop).
+            if st.in_flight.contains_key(&j.rec.path) || st.held.contains_key(&j.rec.path) {
                 continue;
             }
             if j.due > now {

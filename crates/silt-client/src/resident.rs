@@ -362,6 +362,32 @@ impl ResidentStore {
         }
     }
 
+    /// Moves directory `from` (rel) to `to` holding files kept here: the directory moves in
+    /// the store, then each file kept here moves under the new name (a `back` file is logged
+    /// again). Uploads of the old names are held off from the start, so none can land in the
+    /// old directory afterwards. A failure after the store's rename leaves the files not yet
+    /// moved at their old names (still kept here, uploaded there).
+    async fn rename_dir_with_residents(
+        &self,
+        from: &str,
+        to: &str,
+        from_ns: &str,
+        below: Vec<(String, Arc<ResidentFile>)>,
+    ) -> Result<ObjectMeta> {
+        let mut holds = Vec::with_capacity(below.len());
+        if let Some(p) = &self.back {
+            for (path, _) in &below {
+                holds.push(p.hold(path).await);
+            }
+        }
+        let meta = self.base.rename(from, to).await?;
+        for (path, f) in below {
+            let to_rel = format!("{to}{}", &path[from_ns.len()..]);
+            self.rename_resident(f, &path, &to_rel).await?;
+        }
+        Ok(meta)
+    }
+
     /// Moves a resident file to `to` (rel): a cache-only file keeps its bytes under the new
     /// name; a `back` file is logged again under it (durable before the rename returns) and
     /// the old record is dropped.
@@ -667,11 +693,11 @@ impl UnderStore for ResidentStore {
         if let Some(f) = self.resident.get(&from_ns) {
             return self.rename_resident(f, &from_ns, to).await;
         }
-        if !self.resident.below(&from_ns).is_empty() {
-            return Err(Error::new(
-                ErrorKind::CrossDevice,
-                format!("{from_ns}: a directory holding files kept in Silt moves file by file"),
-            ));
+        let below = self.resident.below(&from_ns);
+        if !below.is_empty() {
+            return self
+                .rename_dir_with_residents(from, to, &from_ns, below)
+                .await;
         }
         let _hold = match &self.back {
             Some(p) => Some(p.hold(&self.ns(to)).await),

@@ -596,3 +596,24 @@ async fn a_thousand_concurrent_streams_in_bounded_memory() {
     assert!(st.arena.spilled > 0, "{st:?}");
     assert_eq!(fx.proxy.counts().put, 0, "cache-only: nothing was uploaded");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renamed_back_file_leaves_nothing_at_its_old_name() {
+    let fx = fixture();
+    let wal = tempfile::tempdir().unwrap();
+    let c = back_client(&fx, wal.path());
+    write_with(&c, "/d/h", b"hello", None).await;
+    c.rename("/d/h", "/d/h2").await.unwrap();
+    let names: Vec<String> = c
+        .list("/d")
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.path.clone())
+        .collect();
+    assert_eq!(names, ["/d/h2"]);
+    assert_eq!(
+        c.stat("/d/h").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+}

@@ -420,8 +420,16 @@ impl Store<'_> {
 }
 
 /// Runs `ops` random operations with `seed` on the mount at `mnt` (backed by `store`) and on a
-/// fresh local directory; returns the local directory with the final tree.
-fn differential(seed: u64, ops: usize, mnt: &Path, store: &Store) -> tempfile::TempDir {
+/// fresh local directory; returns the local directory with the final tree. Whenever no
+/// descriptor is open, `quiet(step)` runs before the store is compared (to wait for `back`
+/// uploads, or to restart the daemon).
+fn differential(
+    seed: u64,
+    ops: usize,
+    mnt: &Path,
+    store: &Store,
+    quiet: &mut dyn FnMut(usize),
+) -> tempfile::TempDir {
     let local = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
     let (mut mfds, mut lfds) = (Vec::new(), Vec::new());
@@ -457,6 +465,7 @@ fn differential(seed: u64, ops: usize, mnt: &Path, store: &Store) -> tempfile::T
             );
         }
         if lfds.is_empty() {
+            quiet(step);
             let st = store.tree();
             if st != lt {
                 fail(
@@ -486,6 +495,7 @@ fn differential(seed: u64, ops: usize, mnt: &Path, store: &Store) -> tempfile::T
             );
         }
     }
+    quiet(ops);
     let (lt, mt, st) = (local_tree(local.path()), local_tree(mnt), store.tree());
     if lt != mt {
         fail(
@@ -528,20 +538,35 @@ fn seeds_and_ops() -> (Vec<u64>, usize) {
     (seeds, ops)
 }
 
-#[test]
-fn differential_local_directory() {
+/// Runs every seed on a fresh Silt with `write_type` over a local directory (`s3: false`) or
+/// the S3 server; for `back`, waits for the uploads before each comparison with the store.
+fn run(s3: bool, write_type: &str) {
     let (seeds, ops) = seeds_and_ops();
     for seed in seeds {
         let backing = tempfile::tempdir().unwrap();
-        let dir = tempfile::tempdir().unwrap();
         let uri = format!("file://{}", backing.path().display());
-        let silt = Silt::up_data(&uri, Vec::new(), &["--write-type", "through"], dir.path());
-        let store = Store::Dir(backing.path().into());
-        let local = differential(seed, ops, &silt.path("data"), &store);
+        let fx = s3.then(|| S3Fx::start(false));
+        let up = |extra: &[&str], dir: &Path| match &fx {
+            Some(fx) => fx.up(extra, dir),
+            None => Silt::up_data(&uri, Vec::new(), extra, dir),
+        };
+        let store = match &fx {
+            Some(fx) => Store::S3(fx),
+            None => Store::Dir(backing.path().into()),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let silt = up(&["--write-type", write_type], dir.path());
+        let mut quiet = |_step: usize| {
+            if write_type == "back" {
+                let o = silt.cli(&["fs", "persist", "/data"]);
+                assert!(o.status.success(), "persist: {}", stderr(&o));
+            }
+        };
+        let local = differential(seed, ops, &silt.path("data"), &store, &mut quiet);
         silt.stop();
         // A fresh Silt over the same store shows the same tree.
         let dir2 = tempfile::tempdir().unwrap();
-        let again = Silt::up_data(&uri, Vec::new(), &[], dir2.path());
+        let again = up(&[], dir2.path());
         let (lt, mt) = (local_tree(local.path()), local_tree(&again.path("data")));
         assert!(
             lt == mt,
@@ -553,22 +578,21 @@ fn differential_local_directory() {
 }
 
 #[test]
-fn differential_s3() {
-    let (seeds, ops) = seeds_and_ops();
-    for seed in seeds {
-        let fx = S3Fx::start(false);
-        let dir = tempfile::tempdir().unwrap();
-        let silt = fx.up(&["--write-type", "through"], dir.path());
-        let local = differential(seed, ops, &silt.path("data"), &Store::S3(&fx));
-        silt.stop();
-        let dir2 = tempfile::tempdir().unwrap();
-        let again = fx.up(&[], dir2.path());
-        let (lt, mt) = (local_tree(local.path()), local_tree(&again.path("data")));
-        assert!(
-            lt == mt,
-            "seed {seed}: a fresh mount differs:\n{}",
-            tree_diff(&lt, &mt)
-        );
-        again.stop();
-    }
+fn differential_local_directory_through() {
+    run(false, "through");
+}
+
+#[test]
+fn differential_local_directory_back() {
+    run(false, "back");
+}
+
+#[test]
+fn differential_s3_through() {
+    run(true, "through");
+}
+
+#[test]
+fn differential_s3_back() {
+    run(true, "back");
 }
