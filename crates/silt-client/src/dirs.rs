@@ -251,8 +251,10 @@ impl Client {
         Ok(entry)
     }
 
-    /// Moves directory `a` to `b` object by object: copies every file (and a marker for every
-    /// empty directory), then deletes the originals. A failed copy deletes the copies made.
+    /// Moves directory `a` to `b` object by object: copies every file and makes a marker for
+    /// every directory (`b` included), then deletes the originals. Everything that can refuse
+    /// is checked before the first copy; a failed copy deletes the copies made, so the source
+    /// is whole and the target as before.
     async fn move_tree(&self, a: &Target, b: &Target) -> Result<ObjectMeta> {
         let store = &a.store;
         let Some(entries) = store.list_tree(&a.rel, MAX_DIR_RENAME).await? else {
@@ -269,16 +271,24 @@ impl Client {
         };
         let dest = |p: &str| format!("{}{}", b.rel, &p[a.rel.len()..]);
         let entries: Vec<ObjectMeta> = entries.into_iter().filter(|m| inside(&m.path)).collect();
-        if entries.iter().any(is_resident) {
-            // Their bytes are in Silt, not in the store: each moves with a rename of its own.
+        // Files kept in Silt (cache-only, or written back and not uploaded yet) are not in the
+        // store: each moves with a rename of its own, after the copies. Replicated ones cannot
+        // (their workers follow the path), checked before anything changes.
+        let (resident, entries): (Vec<ObjectMeta>, Vec<ObjectMeta>) =
+            entries.into_iter().partition(is_resident);
+        if !resident.is_empty() && self.writes.resident.remote().is_some() {
             return Err(Error::new(
                 ErrorKind::CrossDevice,
-                format!(
-                    "{}: a directory holding files kept in Silt (cache-only, or written back \
-                     and not uploaded yet) moves file by file",
-                    a.path
-                ),
+                format!("{}: files kept on workers are moved by copying", a.path),
             ));
+        }
+        let ns = |rel: &str| format!("{}{}", a.path, &rel[a.rel.len()..]);
+        // No upload of a resident file may land under its old name once it moved.
+        let mut holds = Vec::with_capacity(resident.len());
+        if let Some(p) = &self.writes.back {
+            for m in &resident {
+                holds.push(p.hold(&ns(&m.path)).await);
+            }
         }
         let files: Vec<&str> = entries
             .iter()
@@ -293,25 +303,25 @@ impl Client {
         // Deepest first, for the removal of the originals.
         dirs.sort_by(|x, y| y.len().cmp(&x.len()).then(x.cmp(y)));
         dirs.dedup();
-        let empty: Vec<&str> = dirs
-            .iter()
-            .copied()
-            .filter(|d| {
-                !entries
-                    .iter()
-                    .any(|m| is_at_or_under(&m.path, d) && m.path != *d)
-            })
-            .collect();
-
-        // Copies: every file, and a marker for each empty directory (the others are implied
-        // by the files below them) and for `b` itself when the tree is empty.
+        // Copies: every file, a marker for every directory below (a directory that had only
+        // files under it gets one too: after a rename, removing those files must not make it
+        // vanish, as it would not on a file system), and one for `b` itself.
         // (destination, source file): `None` makes a directory marker.
         let mut jobs: Vec<(String, Option<&str>)> =
             files.iter().map(|f| (dest(f), Some(*f))).collect();
-        jobs.extend(empty.iter().map(|d| (dest(d), None)));
-        if jobs.is_empty() {
-            jobs.push((b.rel.clone(), None));
+        jobs.extend(dirs.iter().map(|d| (dest(d), None)));
+        for m in &resident {
+            let mut parent = m.path.rsplit_once('/').map(|(d, _)| d);
+            while let Some(d) = parent.filter(|d| inside(d) && !dirs.contains(d)) {
+                jobs.push((dest(d), None));
+                parent = d.rsplit_once('/').map(|(d, _)| d);
+            }
         }
+        jobs.sort();
+        jobs.dedup();
+        jobs.push((b.rel.clone(), None));
+        // An empty directory renamed over keeps its marker if the move is undone.
+        let b_existed = matches!(store.stat(&b.rel).await, Ok(m) if m.kind == EntryKind::Dir);
         let results: Vec<(&str, bool, Result<()>)> = stream::iter(jobs.iter())
             .map(|(to, from)| async move {
                 let r = match from {
@@ -326,8 +336,15 @@ impl Client {
         let failed = results.iter().find_map(|(_, _, r)| r.as_ref().err());
         if let Some(err) = failed {
             let err = Error::new(err.kind(), err.to_string());
-            for (p, marker, _) in results.iter().filter(|(_, _, r)| r.is_ok()) {
-                let undo = if *marker {
+            // Files first, then markers deepest first (a marker goes only once empty).
+            let mut made: Vec<(&str, bool)> = results
+                .iter()
+                .filter(|(p, _, r)| r.is_ok() && !(b_existed && *p == b.rel))
+                .map(|(p, marker, _)| (*p, *marker))
+                .collect();
+            made.sort_by(|x, y| x.1.cmp(&y.1).then(y.0.len().cmp(&x.0.len())));
+            for (p, marker) in made {
+                let undo = if marker {
                     store.remove_dir(p).await
                 } else {
                     store.delete(p).await
@@ -338,6 +355,14 @@ impl Client {
             }
             return Err(err);
         }
+
+        for m in &resident {
+            store
+                .rename(&m.path, &dest(&m.path))
+                .await
+                .map_err(|e| e.context("copied; moving the files kept in Silt"))?;
+        }
+        drop(holds);
 
         // Originals: files, then directories deepest first, then `a` itself. A directory that
         // something new was written into meanwhile stays.

@@ -289,3 +289,55 @@ fn a_configured_max_file_size_refuses_larger_files() {
     assert_eq!(std::fs::metadata(&p).unwrap().len(), 1 << 20);
     silt.stop();
 }
+
+/// A directory rename on S3 whose copies fail part-way changes nothing: the source keeps every
+/// object and marker, the target has none.
+#[test]
+fn a_failed_directory_rename_on_s3_changes_nothing() {
+    let fx = S3Fx::start(true);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = fx.up(
+        &["--write-type", "through", "--ufs-retries", "0"],
+        dir.path(),
+    );
+    let root = silt.path("data");
+    std::fs::create_dir_all(root.join("t/a/b")).unwrap();
+    std::fs::create_dir_all(root.join("t/empty")).unwrap();
+    for i in 0..6 {
+        std::fs::write(root.join(format!("t/a/f{i}")), bytes(i, 1000 + i as usize)).unwrap();
+    }
+    let before = store_keys(&fx);
+    // Copies are PUTs: the third and later fail.
+    let proxy = fx.proxy.as_ref().unwrap();
+    proxy.inject(S3Op::Put, 2, usize::MAX, FaultAction::internal_error());
+    let e = std::fs::rename(root.join("t"), root.join("u")).unwrap_err();
+    proxy.clear_faults();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert_eq!(store_keys(&fx), before, "the store changed");
+    assert!(!root.join("u").exists());
+    for i in 0..6 {
+        let data = std::fs::read(root.join(format!("t/a/f{i}"))).unwrap();
+        assert!(data == bytes(i, 1000 + i as usize));
+    }
+    assert!(root.join("t/a/b").is_dir() && root.join("t/empty").is_dir());
+    silt.stop();
+}
+
+/// Every key of the bucket below the fixture's prefix, markers included.
+fn store_keys(fx: &S3Fx) -> Vec<String> {
+    let mut v: Vec<String> = fx
+        .rt
+        .block_on(fx.store.list("", true))
+        .unwrap()
+        .into_iter()
+        .map(|m| {
+            format!(
+                "{}{}",
+                m.path,
+                if m.kind == EntryKind::Dir { "/" } else { "" }
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
