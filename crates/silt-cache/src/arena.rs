@@ -60,6 +60,8 @@ use crate::disk::punch_hole;
 
 /// Largest buffer length: spill files are addressed with `off_t`.
 const MAX_LEN: u64 = i64::MAX as u64;
+/// Default largest file: S3's largest object (5 TiB).
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 5 << 40;
 /// Largest chunk: one chunk is one allocation.
 const MAX_CHUNK: u64 = 1 << 30;
 /// Victim candidates examined per allocation that needs room.
@@ -130,6 +132,8 @@ struct Shared {
     jobs: Vec<JobInfo>,
     /// Job indices, lowest priority first: the order victims are looked for in.
     by_priority: Vec<usize>,
+    /// Largest length a buffer may reach (`max_file_size`).
+    max_len: std::sync::atomic::AtomicU64,
     state: Mutex<State>,
 }
 
@@ -346,9 +350,24 @@ impl Arena {
                 tiers: cfg.spill,
                 jobs,
                 by_priority,
+                max_len: std::sync::atomic::AtomicU64::new(DEFAULT_MAX_FILE_SIZE),
                 state: Mutex::new(state),
             }),
         })
+    }
+
+    /// Sets the largest length a buffer may reach (at most `i64::MAX`): a write or truncate
+    /// past it fails with [`ErrorKind::FileTooLarge`] (`EFBIG`), before anything changes.
+    pub fn set_max_file_size(&self, bytes: u64) {
+        self.shared
+            .max_len
+            .store(bytes.min(MAX_LEN), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn max_file_size(&self) -> u64 {
+        self.shared
+            .max_len
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A new empty buffer for the file at `path` (a normalised namespace path).
@@ -529,16 +548,11 @@ impl WriteBuffer {
         if data.is_empty() {
             return Ok(());
         }
+        let b = &*self.inner;
         let end = offset
             .checked_add(data.len() as u64)
-            .filter(|&e| e <= MAX_LEN)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "writing {} bytes at {offset}: past the largest file size",
-                    data.len()
-                ))
-            })?;
-        let b = &*self.inner;
+            .filter(|&e| e <= b.max_len())
+            .ok_or_else(|| b.too_large(format!("writing {} bytes at {offset}", data.len())))?;
         let cs = b.shared.chunk;
         let mut st = b.state.write();
         // Every chunk is placed before any byte is copied, so running out of room changes no
@@ -630,12 +644,10 @@ impl WriteBuffer {
     /// Truncates or extends. Shrinking frees the chunks wholly past the new end and zeroes
     /// the cut-off tail of the last one; growing adds a gap of zeros.
     pub fn set_len(&self, len: u64) -> Result<()> {
-        if len > MAX_LEN {
-            return Err(Error::invalid(format!(
-                "length {len}: past the largest file size"
-            )));
-        }
         let b = &*self.inner;
+        if len > b.max_len() {
+            return Err(b.too_large(format!("truncating to {len} bytes")));
+        }
         let cs = b.shared.chunk;
         let mut st = b.state.write();
         if len >= st.len {
@@ -682,6 +694,22 @@ impl ReadAt for WriteBuffer {
     fn read_at(&self, offset: u64, len: usize) -> Result<Bytes> {
         WriteBuffer::read_at(self, offset, len)
     }
+
+    /// No chunk of the range was ever written (or all were truncated away).
+    fn is_hole(&self, offset: u64, len: u64) -> bool {
+        if len == 0 {
+            return true;
+        }
+        let cs = self.inner.shared.chunk;
+        let last = offset.saturating_add(len - 1) / cs;
+        self.inner
+            .state
+            .read()
+            .chunks
+            .range(offset / cs..=last)
+            .next()
+            .is_none()
+    }
 }
 
 impl fmt::Debug for WriteBuffer {
@@ -694,6 +722,23 @@ impl fmt::Debug for WriteBuffer {
 }
 
 impl BufInner {
+    fn max_len(&self) -> u64 {
+        self.shared
+            .max_len
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn too_large(&self, what: String) -> Error {
+        Error::new(
+            ErrorKind::FileTooLarge,
+            format!(
+                "{}: {what}: past the largest file size, {} bytes (max_file_size)",
+                self.path,
+                self.max_len()
+            ),
+        )
+    }
+
     /// Finds room for new chunk `idx` of this buffer (whose lock the caller holds) and
     /// reserves it; for disk, the slot is ready to be written.
     fn place(&self, st: &mut BufState, idx: u64) -> Result<Place> {

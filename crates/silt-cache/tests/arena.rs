@@ -509,3 +509,58 @@ fn ceiling_changes_while_writers_run_lose_nothing() {
         assert_eq!(&read_all(b), d);
     }
 }
+
+/// Growing a buffer makes a hole: nothing is allocated, holes read as zeros and say so, and a
+/// write far out allocates only the chunk it touches.
+#[test]
+fn holes_cost_nothing_and_read_as_zeros() {
+    let spill = tempfile::tempdir().unwrap();
+    let a = arena(4, 4, vec![tier(spill.path(), 4)], vec![]);
+    let b = a.buffer("/f");
+    b.write_at(0, b"head").unwrap();
+    b.set_len(4 << 40).unwrap();
+    assert_eq!(b.len(), 4 << 40);
+    assert_eq!(b.memory_bytes(), CS, "only the first chunk is held");
+    assert_eq!(b.spilled_bytes(), 0);
+    assert!(b.is_hole(CS, (4 << 40) - CS));
+    assert!(!b.is_hole(0, CS));
+    assert!(b.read_at(3 << 40, 100).unwrap().iter().all(|&x| x == 0));
+    b.write_at((2 << 40) + 10, b"far").unwrap();
+    assert_eq!(b.memory_bytes(), 2 * CS);
+    assert!(!b.is_hole(2 << 40, CS));
+    assert_eq!(&b.read_at((2 << 40) + 8, 6).unwrap()[..], b"\0\0far\0");
+    // Shrinking into the head and growing again: the cut bytes read as zeros.
+    b.set_len(2).unwrap();
+    b.set_len(CS * 3).unwrap();
+    assert_eq!(&b.read_at(0, 6).unwrap()[..], b"he\0\0\0\0");
+    assert_eq!(b.memory_bytes(), CS);
+    assert_eq!(a.stats().memory_used, CS);
+}
+
+/// Past the largest file size, a write or a truncate is `FileTooLarge` (EFBIG) and changes
+/// nothing.
+#[test]
+fn past_the_max_file_size_is_efbig() {
+    let a = arena(4, 4, vec![], vec![]);
+    assert_eq!(
+        a.max_file_size(),
+        5 << 40,
+        "the default is S3's largest object"
+    );
+    let b = a.buffer("/f");
+    let e = b.set_len(999_999_999_999_999).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FileTooLarge);
+    assert_eq!(e.errno(), libc::EFBIG);
+    assert_eq!(b.len(), 0);
+    a.set_max_file_size(CS * 2);
+    b.write_at(CS * 2 - 3, b"end").unwrap();
+    let e = b.write_at(CS * 2 - 3, b"end!").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::FileTooLarge);
+    assert!(e.to_string().contains("max_file_size"), "{e}");
+    assert_eq!(b.len(), CS * 2);
+    assert_eq!(&b.read_at(CS * 2 - 3, 3).unwrap()[..], b"end");
+    assert_eq!(
+        b.set_len(CS * 2 + 1).unwrap_err().kind(),
+        ErrorKind::FileTooLarge
+    );
+}

@@ -142,6 +142,14 @@ impl ReadAt for ResidentData {
     fn read_at(&self, offset: u64, len: usize) -> Result<Bytes> {
         self.read(offset, len)
     }
+
+    fn is_hole(&self, offset: u64, len: u64) -> bool {
+        match self {
+            ResidentData::Buffer(b) => b.is_hole(offset, len),
+            ResidentData::Log(f) => f.as_ref().is_hole(offset, len),
+            ResidentData::Remote(_) => false,
+        }
+    }
 }
 
 /// Why a file is resident.

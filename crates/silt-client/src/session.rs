@@ -417,8 +417,11 @@ impl Client {
                     if b.is_empty() {
                         break;
                     }
-                    buf.write_at(off, &b)
-                        .map_err(|e| e.context(format!("{path}: loading")))?;
+                    // Zeros stay holes (a sparse file loads in the space of its data).
+                    if b.iter().any(|&x| x != 0) {
+                        buf.write_at(off, &b)
+                            .map_err(|e| e.context(format!("{path}: loading")))?;
+                    }
                     off += b.len() as u64;
                 }
                 buf.set_len(file.size())?;
@@ -468,13 +471,9 @@ impl Client {
     fn copy_buffer(&self, path: &str, buf: &WriteBuffer) -> Result<WriteBuffer> {
         let copy = self.arena()?.buffer(path);
         let len = buf.len();
-        let step = 1u64 << 20;
-        let mut off = 0;
-        while off < len {
-            let n = (len - off).min(step) as usize;
-            copy.write_at(off, &buf.read_at(off, n)?)?;
-            off += n as u64;
-        }
+        // Holes stay holes: a sparse file's copy costs only its data.
+        let step = self.worker.page_size().max(1 << 20);
+        silt_common::io::copy_sparse(buf, len, step, |off, piece| copy.write_at(off, piece))?;
         copy.set_len(len)?;
         Ok(copy)
     }

@@ -145,15 +145,11 @@ impl Wal {
                 .create_new(true)
                 .open(&data_path)
                 .map_err(what)?;
-            let mut crc = 0u32;
-            let mut off = 0u64;
-            while off < len {
-                let n = (len - off).min(COPY_CHUNK as u64) as usize;
-                let chunk = src.read_at(off, n)?;
-                file.write_all_at(&chunk, off).map_err(what)?;
-                crc = crc32c::crc32c_append(crc, &chunk);
-                off += n as u64;
-            }
+            // Holes are skipped: the log's copy of a sparse file is sparse too.
+            let crc = silt_common::io::copy_sparse(src, len, COPY_CHUNK as u64, |off, chunk| {
+                file.write_all_at(chunk, off).map_err(what)
+            })?;
+            file.set_len(len).map_err(what)?;
             file.sync_data().map_err(what)?;
             let rec = LogRecord {
                 seq,

@@ -113,15 +113,19 @@ impl WriteSetup {
         spill: Vec<DiskTierSpec>,
         wal_dir: PathBuf,
     ) -> Result<WriteSetup> {
+        let arena = Arena::open(ArenaConfig {
+            chunk_size: cfg.page_size,
+            memory_ceiling: cfg.write_memory,
+            file_memory: cfg.write_file_memory,
+            spill,
+            jobs: cfg.write_jobs.clone(),
+        })?;
+        if cfg.max_file_size > 0 {
+            arena.set_max_file_size(cfg.max_file_size);
+        }
         Ok(WriteSetup {
             rules: WriteRules::new(cfg.write_type, cfg.write_rules.clone()),
-            arena: Arena::open(ArenaConfig {
-                chunk_size: cfg.page_size,
-                memory_ceiling: cfg.write_memory,
-                file_memory: cfg.write_file_memory,
-                spill,
-                jobs: cfg.write_jobs.clone(),
-            })?,
+            arena,
             cache_only_ttl: (!cfg.cache_only_ttl.is_zero()).then_some(cfg.cache_only_ttl),
             wal_dir: Some(wal_dir),
             upload_delay: cfg.upload_delay,
@@ -510,6 +514,10 @@ impl Client {
         let ps = self.worker.page_size();
         for (index, off) in (0..len).step_by(ps as usize).enumerate() {
             let n = (len - off).min(ps) as usize;
+            // A hole's zeros are not worth memory: read, they come from the store.
+            if src.is_hole(off, n as u64) {
+                continue;
+            }
             let page = match src.read_at(off, n) {
                 Ok(p) => p,
                 Err(e) => {

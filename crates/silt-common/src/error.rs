@@ -42,6 +42,8 @@ pub enum ErrorKind {
     NameTooLong,
     /// The operation would cross stores (a rename between mounts).
     CrossDevice,
+    /// A file would grow past the largest size allowed (`max_file_size`).
+    FileTooLarge,
     /// A bug or an unexpected condition.
     Internal,
 }
@@ -76,6 +78,7 @@ impl ErrorKind {
             ErrorKind::NotEmpty => libc::ENOTEMPTY,
             ErrorKind::NameTooLong => libc::ENAMETOOLONG,
             ErrorKind::CrossDevice => libc::EXDEV,
+            ErrorKind::FileTooLarge => libc::EFBIG,
             ErrorKind::Internal => libc::EIO,
         }
     }
@@ -100,6 +103,7 @@ impl ErrorKind {
             ErrorKind::NotEmpty => "directory not empty",
             ErrorKind::NameTooLong => "name too long",
             ErrorKind::CrossDevice => "cross-device",
+            ErrorKind::FileTooLarge => "file too large",
             ErrorKind::Internal => "internal error",
         }
     }

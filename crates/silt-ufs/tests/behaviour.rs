@@ -94,8 +94,69 @@ fn dir(p: &str) -> (String, EntryKind) {
     (p.to_string(), EntryKind::Dir)
 }
 
+/// `len` bytes that are zeros except `head` at 0 and `tail` at the end, and say so: the
+/// middle is a hole (as a sparse write buffer or log record reports it).
+struct Holey {
+    len: u64,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+impl silt_common::io::ReadAt for Holey {
+    fn read_at(&self, offset: u64, len: usize) -> silt_common::Result<Bytes> {
+        assert!(offset + len as u64 <= self.len, "read past the end");
+        let tail_at = self.len - self.tail.len() as u64;
+        let out: Vec<u8> = (offset..offset + len as u64)
+            .map(|i| {
+                if i < self.head.len() as u64 {
+                    self.head[i as usize]
+                } else if i >= tail_at {
+                    self.tail[(i - tail_at) as usize]
+                } else {
+                    0
+                }
+            })
+            .collect();
+        Ok(Bytes::from(out))
+    }
+
+    fn is_hole(&self, offset: u64, len: u64) -> bool {
+        offset >= self.head.len() as u64 && offset + len <= self.len - self.tail.len() as u64
+    }
+}
+
 mod cases {
     use super::*;
+
+    /// A source with a hole is written whole: zeros where the hole was (S3 materialises them)
+    /// and, in a local directory, a sparse file.
+    pub async fn sparse_write_from(f: Fixture) {
+        let len = 40u64 << 20;
+        let src = Holey {
+            len,
+            head: b"head".to_vec(),
+            tail: b"tail".to_vec(),
+        };
+        let m = f.store.write_from("sp/arse", &src, len).await.unwrap();
+        assert_eq!(m.size, len);
+        let m = f.store.stat("sp/arse").await.unwrap();
+        let all = f.store.read("sp/arse", 0..len, &m).await.unwrap();
+        assert_eq!(all.len() as u64, len);
+        assert_eq!(&all[..4], b"head");
+        assert_eq!(&all[all.len() - 4..], b"tail");
+        assert!(all[4..all.len() - 4].iter().all(|&b| b == 0));
+        if f.backend == Backend::Fs {
+            use std::os::unix::fs::MetadataExt;
+            let dir = f._guard.downcast_ref::<tempfile::TempDir>().unwrap();
+            let md = std::fs::metadata(dir.path().join("sp/arse")).unwrap();
+            assert_eq!(md.len(), len);
+            assert!(
+                md.blocks() * 512 < 4 << 20,
+                "{} bytes on disk for 8 bytes of data",
+                md.blocks() * 512
+            );
+        }
+    }
 
     pub async fn stat_file_dir_missing(f: Fixture) {
         let s = &f.store;
@@ -565,6 +626,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn fault_injection() {
                 cases::fault_injection(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn sparse_write_from() {
+                cases::sparse_write_from(super::$backend().await).await
             }
             #[tokio::test]
             async fn capabilities_uri_and_metrics() {
