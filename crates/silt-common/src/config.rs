@@ -53,7 +53,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "request_size", default: "8MiB", help: "Largest ranged request to an under-store: runs of consecutive missing pages are fetched with one request of up to this size (object stores pay a large fixed cost per request)." },
     OptionSpec { name: "fetch_concurrency", default: "32", help: "Most concurrent ranged requests to under-stores; also the most uploads of closed `through`/`store-only` files at once (each holds an 8 MiB part in memory), so many writers closing together wait instead of growing memory." },
     OptionSpec { name: "buffer_memory", default: "256MiB", help: "Bound on bytes in flight from under-stores (fetch buffers); readers wait when it is reached." },
-    OptionSpec { name: "fuse_threads", default: "8", help: "FUSE worker threads." },
+    OptionSpec { name: "fuse_threads", default: "8", help: "FUSE worker threads (1 to 1024, and fewer than the system lets a process start)." },
     OptionSpec { name: "fuse_max_read", default: "1MiB", help: "Largest FUSE read request asked of the kernel." },
     OptionSpec { name: "passthrough", default: "auto", help: "FUSE passthrough for files fully present in the local disk tier: `auto` (use when the kernel supports it), `on` (fail start-up if unsupported), `off`." },
     OptionSpec { name: "allow_other", default: "true", help: "Let users other than the mounting one use the mount." },
@@ -258,6 +258,46 @@ fn parse_count(key: &str, v: &str, min: usize) -> Result<usize> {
         _ => Err(Error::invalid(format!(
             "{key}: expected an integer >= {min}, got {v:?}"
         ))),
+    }
+}
+
+/// Most FUSE threads: the kernel keeps at most a few hundred requests in flight per mount
+/// (`max_background` and the congestion threshold are far lower), so more threads only cost
+/// memory and start-up time.
+pub const MAX_FUSE_THREADS: usize = 1024;
+
+/// Refuses a count of OS threads past `ceiling` or past what this system lets the process
+/// start (RLIMIT_NPROC, kernel.threads-max), with a message saying which.
+fn check_thread_count(key: &str, n: usize, ceiling: usize) -> Result<()> {
+    if n > ceiling {
+        return Err(Error::invalid(format!(
+            "{key} = {n}: at most {ceiling} (more threads cannot be used)"
+        )));
+    }
+    let mut limit = None;
+    // SAFETY: getrlimit writes into the struct passed.
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut rl) } == 0
+        && rl.rlim_cur != libc::RLIM_INFINITY
+    {
+        limit = Some((rl.rlim_cur as u64, "the process limit (ulimit -u)"));
+    }
+    if let Some(max) = std::fs::read_to_string("/proc/sys/kernel/threads-max")
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+    {
+        if limit.is_none_or(|(l, _)| max < l) {
+            limit = Some((max, "kernel.threads-max"));
+        }
+    }
+    match limit {
+        Some((l, what)) if n as u64 >= l => Err(Error::invalid(format!(
+            "{key} = {n}: this system allows at most {l} threads ({what})"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -618,6 +658,7 @@ impl Config {
             ));
         }
         self.disk_tiers()?;
+        check_thread_count("fuse_threads", self.fuse_threads, MAX_FUSE_THREADS)?;
         if !self.etcd.is_empty() && !self.workers.is_empty() {
             return Err(Error::invalid(
                 "etcd and workers are two ways to name the cluster: give one of them",

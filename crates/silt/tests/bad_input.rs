@@ -436,3 +436,41 @@ fn cluster_options_and_unreachable_cluster() {
         Some(mp),
     );
 }
+
+/// Thread counts that cannot work are refused at start, before mounting (30000 FUSE threads
+/// used to hang after the mount).
+#[test]
+fn impossible_thread_counts_are_refused() {
+    let d = dirs();
+    let mount = format!("/d=file://{}", d.data);
+    for n in ["30000", "1025"] {
+        fails_with(
+            &[
+                "up",
+                "--mount",
+                &mount,
+                "--mountpoint",
+                &d.mp,
+                "--state-dir",
+                &d.state,
+                "--fuse-threads",
+                n,
+            ],
+            "fuse_threads",
+            Some(Path::new(&d.mp)),
+        );
+    }
+    fails_with(
+        &[
+            "mount",
+            &format!("file://{}", d.data),
+            &d.mp,
+            "--state-dir",
+            &d.state,
+            "--fuse-threads",
+            "0",
+        ],
+        "fuse_threads",
+        Some(Path::new(&d.mp)),
+    );
+}
