@@ -283,7 +283,7 @@ fn check_thread_count(key: &str, n: usize, ceiling: usize) -> Result<()> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut rl) } == 0
         && rl.rlim_cur != libc::RLIM_INFINITY
     {
-        limit = Some((rl.rlim_cur as u64, "the process limit (ulimit -u)"));
+        limit = Some((rl.rlim_cur, "the process limit (ulimit -u)"));
     }
     if let Some(max) = std::fs::read_to_string("/proc/sys/kernel/threads-max")
         .ok()
