@@ -62,7 +62,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "s3_path_style", default: "true", help: "Address buckets as ENDPOINT/BUCKET (true) or BUCKET.ENDPOINT (false)." },
     OptionSpec { name: "s3_access_key_id", default: "", help: "S3 access key; empty: AWS_ACCESS_KEY_ID or the AWS config/credentials files." },
     OptionSpec { name: "s3_secret_access_key", default: "", help: "S3 secret key; empty: AWS_SECRET_ACCESS_KEY or the AWS config/credentials files. Never logged." },
-    OptionSpec { name: "ufs_timeout", default: "30s", help: "Deadline of one under-store request." },
+    OptionSpec { name: "ufs_timeout", default: "30s", help: "Deadline of one under-store request. A read waits at most `ufs_timeout × (ufs_retries + 1)` plus backoff; once a request ran out of it with no other request answered meanwhile, the store counts as stalled: requests fail at once (`ETIMEDOUT`) for one `ufs_timeout`, then one at a time probes it, until it answers." },
     OptionSpec { name: "ufs_retries", default: "3", help: "Retries of a retryable under-store failure (with backoff)." },
     OptionSpec { name: "etcd", default: "", help: "etcd endpoints (http://HOST:PORT, comma-separated) for cluster membership and the shared mount table. Empty: no etcd." },
     OptionSpec { name: "cluster_name", default: "silt", help: "Key prefix of this cluster in etcd (/NAME/members/, /NAME/mounts): several clusters can share one etcd." },

@@ -11,6 +11,7 @@ use std::ops::Range;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -132,6 +133,61 @@ pub struct OpendalStore {
     retries: usize,
     /// Keys per listing page (S3 max-keys).
     list_page: usize,
+    /// Whether the store answers (see [`Stall`]); shared by clones.
+    stall: Arc<Stall>,
+}
+
+/// A store that stopped answering: once a request ran out of its deadline (retries
+/// included) with no other request answered since it began, requests fail at once with
+/// `Timeout` for one deadline (the kernel retries a failed read at once, and each retry would
+/// wait a whole deadline again); then one request at a time probes it, the others still
+/// failing fast, and the first answer of any kind ends the stall.
+#[derive(Default)]
+struct Stall {
+    state: parking_lot::Mutex<StallState>,
+}
+
+#[derive(Default)]
+struct StallState {
+    since: Option<std::time::Instant>,
+    probing: bool,
+    last_answer: Option<std::time::Instant>,
+}
+
+enum Admit {
+    Go,
+    Probe,
+    FailFast(std::time::Instant),
+}
+
+impl Stall {
+    fn admit(&self, quiet: Duration) -> Admit {
+        let mut st = self.state.lock();
+        match st.since {
+            None => Admit::Go,
+            Some(t) if t.elapsed() < quiet || st.probing => Admit::FailFast(t),
+            Some(_) => {
+                st.probing = true;
+                Admit::Probe
+            }
+        }
+    }
+
+    /// Records how a request that began at `began` ended.
+    fn record(&self, began: std::time::Instant, timed_out: bool, probe: bool) {
+        let mut st = self.state.lock();
+        if probe {
+            st.probing = false;
+        }
+        let now = std::time::Instant::now();
+        if !timed_out {
+            st.since = None;
+            st.last_answer = Some(now);
+        } else if probe || st.last_answer.is_none_or(|a| a < began) {
+            // Nothing answered while it waited: the store, not this request, is stuck.
+            st.since = Some(now);
+        }
+    }
 }
 
 /// Floor of the retry backoff; OpenDAL's default (1s) makes a flapping connection slow to
@@ -208,6 +264,7 @@ impl OpendalStore {
             timeout,
             retries: 0,
             list_page: 1000,
+            stall: Arc::default(),
         })
     }
 
@@ -295,6 +352,7 @@ impl OpendalStore {
             timeout: opts.timeout,
             retries: opts.retries,
             list_page: opts.list_page.max(1),
+            stall: Arc::default(),
         })
     }
 
@@ -956,7 +1014,26 @@ impl OpendalStore {
         &self,
         fut: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
+        let probe = match self.stall.admit(self.timeout) {
+            Admit::Go => false,
+            Admit::Probe => true,
+            Admit::FailFast(since) => {
+                UFS_ERRORS.inc();
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{} has not answered for {:?} (a request ran out of its deadline); \
+                         failing at once until it answers again",
+                        self.endpoint_display(),
+                        since.elapsed()
+                    ),
+                ));
+            }
+        };
+        let began = std::time::Instant::now();
         let r = fut.await;
+        let timed_out = matches!(&r, Err(e) if e.kind() == ErrorKind::Timeout);
+        self.stall.record(began, timed_out, probe);
         if r.is_err() {
             UFS_ERRORS.inc();
         }

@@ -234,9 +234,104 @@ async fn a_hanging_head_times_out() {
     assert!(e.kind().is_retryable());
     assert_eq!(f.proxy.counts().head, 1);
 
-    // Clearing the fault closes the hanging connection; the store works again.
+    // Clearing the fault closes the hanging connection; the store works again (after the
+    // stall's quiet period, requests failing at once meanwhile).
     f.proxy.clear_faults();
+    until_it_answers(&store).await;
+}
+
+/// Polls `stat` until the store answers (bounded by [`NO_HANG`]); while it is known stalled
+/// each try fails at once without a request.
+async fn until_it_answers(store: &OpendalStore) {
+    let deadline = tokio::time::Instant::now() + NO_HANG;
+    loop {
+        match store.stat(&name(0)).await {
+            Ok(_) => return,
+            Err(e) if e.kind() == ErrorKind::Timeout => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "never answered: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// A store that stops answering costs one deadline, not one per try: once a read ran out of
+/// its deadline, the next reads (the kernel retries a failed read at once) and other requests
+/// fail at once without reaching the server, until a probe finds it answering again.
+#[tokio::test]
+async fn a_frozen_store_fails_fast_until_it_answers() {
+    let f = Fixture::start();
+    let store = f.store(0, Duration::from_secs(2));
+    setup(&f, &store, 1).await;
+    let meta = store.stat(&name(0)).await.unwrap();
+    f.proxy.reset_counts();
+
+    f.proxy.inject(S3Op::Get, 0, usize::MAX, FaultAction::Hang);
+    let e = tokio::time::timeout(NO_HANG, store.read(&name(0), 0..4, &meta))
+        .await
+        .expect("a read must give up")
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert_eq!(f.proxy.counts().get, 1);
+    for _ in 0..3 {
+        let e = store.read(&name(0), 0..4, &meta).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        assert!(e.to_string().contains("failing at once"), "{e}");
+    }
+    let e = store.stat(&name(0)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert_eq!(
+        f.proxy.counts(),
+        ProxyCounts {
+            get: 1,
+            ..ProxyCounts::default()
+        },
+        "tries during the stall reach the server"
+    );
+
+    f.proxy.clear_faults();
+    until_it_answers(&store).await;
+    assert_eq!(
+        &store.read(&name(0), 0..4, &meta).await.unwrap()[..],
+        b"obje"
+    );
+}
+
+/// One request that hangs while others are answered is that request's problem: it times out,
+/// and the store is not treated as stalled.
+#[tokio::test]
+async fn one_hanging_request_does_not_stall_the_store() {
+    let f = Fixture::start();
+    let store = std::sync::Arc::new(f.store(0, Duration::from_secs(2)));
+    setup(&f, &store, 1).await;
+    let meta = store.stat(&name(0)).await.unwrap();
+    f.proxy.reset_counts();
+
+    f.proxy.inject(S3Op::Get, 0, 1, FaultAction::Hang);
+    let hung = {
+        let (store, meta) = (store.clone(), meta.clone());
+        tokio::spawn(async move { store.read(&name(0), 0..4, &meta).await })
+    };
+    // Once the GET hangs at the proxy, another request is answered.
+    let deadline = tokio::time::Instant::now() + NO_HANG;
+    while f.proxy.counts().get == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the read never started"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     store.stat(&name(0)).await.unwrap();
+    let e = hung.await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert_eq!(
+        &store.read(&name(0), 0..4, &meta).await.unwrap()[..],
+        b"obje"
+    );
 }
 
 /// A recursive listing of a tree with a few subdirectories is split: one delimited request

@@ -341,3 +341,74 @@ fn store_keys(fx: &S3Fx) -> Vec<String> {
     v.sort();
     v
 }
+
+/// A read against a store that stopped answering returns an error after one deadline, not one
+/// per kernel retry: once it timed out, the next reads fail without reaching the server, and
+/// after the server answers again reads succeed.
+#[test]
+fn a_frozen_store_fails_reads_within_one_deadline() {
+    let fx = S3Fx::start(true);
+    let data = bytes(9, 3 << 20);
+    fx.put("cold.bin", &data);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = fx.up(&["--ufs-timeout", "2s", "--ufs-retries", "0"], dir.path());
+    let p = silt.path("data/cold.bin");
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), data.len() as u64);
+    let proxy = fx.proxy.as_ref().unwrap();
+    proxy.inject(S3Op::Get, 0, usize::MAX, FaultAction::Hang);
+    proxy.reset_counts();
+
+    // Off the test thread, so a regression that never returns fails instead of hanging.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = p.clone();
+    std::thread::spawn(move || {
+        let f = std::fs::File::open(&path).unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = tx.send(f.read_at(&mut buf, 0).map_err(|e| e.raw_os_error()));
+    });
+    let r = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("a read against a frozen store did not return");
+    let errno = r.expect_err("a read against a frozen store succeeded");
+    assert!(
+        [Some(libc::ETIMEDOUT), Some(libc::EIO)].contains(&errno),
+        "errno {errno:?}"
+    );
+    let gets = proxy.counts().get;
+    assert!(gets >= 1, "no GET reached the server");
+    // The kernel (and users) retry at once: no new request reaches the frozen server.
+    let f = std::fs::File::open(&p).unwrap();
+    let mut buf = [0u8; 4096];
+    for _ in 0..3 {
+        let e = f.read_at(&mut buf, 0).unwrap_err();
+        assert!(
+            [Some(libc::ETIMEDOUT), Some(libc::EIO)].contains(&e.raw_os_error()),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        proxy.counts().get,
+        gets,
+        "retries reached the frozen server"
+    );
+
+    proxy.clear_faults();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match f.read_at(&mut buf, 0) {
+            Ok(n) => {
+                assert_eq!(&buf[..n], &data[..n]);
+                break;
+            }
+            Err(e) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "never read again: {e}"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    }
+    drop(f);
+    silt.stop();
+}
