@@ -43,12 +43,17 @@
 //!
 //! Passthrough hands whole data files to the kernel, which checks nothing, so the store trusts
 //! a page's bytes without reading them back only when they cannot be torn: pages written by
-//! this process, and pages recovered after a clean shutdown ([`DiskTier::mark_clean`]: every
+//! this process; pages recovered after a clean shutdown ([`DiskTier::mark_clean`]: every
 //! byte synced and the journal complete, then the `clean-shutdown` marker written; opening
 //! the tier removes the marker durably before anything else, so a crash is never mistaken for
-//! a clean shutdown). A failed journal append leaves the journal incomplete (a lost removal
-//! would revive a punched page), so it withholds the marker until a compaction rewrites the
-//! journal from the index.
+//! a clean shutdown); and pages recovered after the process died within the same boot (the
+//! `boot-id` file names the boot the journal was complete in: every write the dead process
+//! completed is in the OS page cache, a page's bytes before its record, so nothing can be
+//! torn; only a reboot can lose unsynced bytes). A failed journal append leaves the journal
+//! incomplete (a lost removal would revive a punched page), so it withholds the marker and
+//! removes the boot record until a compaction rewrites the journal from the index. Pages
+//! recovered suspect (after a reboot) keep the boot record away until the next restart, so a
+//! crash meanwhile cannot launder them.
 //!
 //! In the running process the index and the files are kept in step: a page's bytes are
 //! written through a handle to the file that was at the object's path when the page was
@@ -88,6 +93,19 @@ const HEADER_MAGIC: &str = "silt page store tier";
 const JOURNAL_FILE: &str = "journal";
 /// Present only between a clean shutdown (data synced) and the next open.
 const CLEAN_FILE: &str = "clean-shutdown";
+/// The boot (`/proc/sys/kernel/random/boot_id`) the running process opened the tier in, while
+/// its journal is complete. After the process dies within the same boot, every write it
+/// completed is in the OS page cache, pages before their journal records, so a recovered page
+/// cannot be torn: only a reboot (or a failed journal append, which removes the file) makes
+/// recovered pages suspect.
+const BOOT_FILE: &str = "boot-id";
+
+fn current_boot_id() -> Option<String> {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
 const JOURNAL_TMP: &str = "journal.tmp";
 const OBJECTS_DIR: &str = "objects";
 const DATA_SUFFIX: &str = ".data";
@@ -201,6 +219,8 @@ struct Journal {
     /// An append failed: the journal may have lost a record, so it may not be trusted after a
     /// clean shutdown (see [`DiskTier::mark_clean`]).
     failed: bool,
+    /// The tier's [`BOOT_FILE`], removed when an append fails (nor after a crash, then).
+    boot_file: Option<PathBuf>,
 }
 
 impl Journal {
@@ -211,12 +231,21 @@ impl Journal {
             file,
             records,
             failed: false,
+            boot_file: None,
         })
+    }
+
+    /// The journal may have lost a record: no restart may trust it without reading pages back.
+    fn distrust(&mut self) {
+        self.failed = true;
+        if let Some(p) = self.boot_file.take() {
+            let _ = fs::remove_file(p);
+        }
     }
 
     fn append(&mut self, rec: &Record) -> io::Result<()> {
         if let Err(e) = self.file.write_all(&rec.encode()) {
-            self.failed = true;
+            self.distrust();
             // Cut a partial record off so later appends stay aligned and readable.
             let _ = self.file.set_len(self.records * RECORD_LEN as u64);
             return Err(e);
@@ -278,6 +307,16 @@ fn sync_fs(f: &File) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Records `boot` as the boot the tier's journal is complete in; the file's path, or `None`
+/// if it could not be written (then a crash restart reads pages back).
+fn write_boot_file(dir: &Path, boot: Option<&str>) -> Option<PathBuf> {
+    let boot = boot?;
+    let (tmp, path) = (dir.join("boot-id.tmp"), dir.join(BOOT_FILE));
+    // No fsync: the file only speaks for this boot, whose page cache holds it.
+    fs::write(&tmp, boot).and_then(|()| fs::rename(&tmp, &path)).ok()?;
+    Some(path)
 }
 
 /// Makes changes to `dir`'s entries durable, or fails: fsync on the directory, or where the
@@ -357,6 +396,9 @@ pub(crate) struct DiskTier {
     /// Journal length at the last failed compaction, so a failing disk is not retried on
     /// every operation.
     compact_failed_at: u64,
+    /// Every page this run holds is trusted (none recovered suspect after a reboot): a
+    /// complete journal may then vouch for them at a restart within this boot.
+    boot_trusted: bool,
 }
 
 struct ReplayObject {
@@ -387,6 +429,16 @@ impl DiskTier {
         if was_clean {
             sync_dir_strict(dir).map_err(ctx)?;
         }
+        // The last run's process died (or stopped) within this boot, its journal complete:
+        // as trustworthy as a clean shutdown. The file is consumed here and written again
+        // once this run's journal is rebuilt.
+        let boot = current_boot_id();
+        let same_boot = boot.is_some()
+            && fs::read_to_string(dir.join(BOOT_FILE))
+                .ok()
+                .map(|s| s.trim().to_string())
+                == boot;
+        let _ = fs::remove_file(dir.join(BOOT_FILE));
         check_header(dir, page_size).map_err(ctx)?;
         fs::create_dir_all(dir.join(OBJECTS_DIR)).map_err(ctx)?;
         let mut objects = replay(&dir.join(JOURNAL_FILE), page_size).map_err(ctx)?;
@@ -421,7 +473,13 @@ impl DiskTier {
             ))
             .map_err(ctx)?;
         }
-        let journal = w.finish().map_err(ctx)?;
+        let mut journal = w.finish().map_err(ctx)?;
+        // Pages recovered after a reboot stay suspect until read back: until then a crash of
+        // this run must not make them look trusted, so no boot is recorded.
+        let trusted = was_clean || same_boot || live.is_empty();
+        if trusted {
+            journal.boot_file = write_boot_file(dir, boot.as_deref());
+        }
         info!(
             tier = %name,
             dir = %dir.display(),
@@ -441,9 +499,10 @@ impl DiskTier {
                 journal,
                 files: [None, None],
                 compact_failed_at: 0,
+                boot_trusted: trusted,
             },
             live,
-            was_clean,
+            was_clean || same_boot,
         ))
     }
 
@@ -596,7 +655,7 @@ impl DiskTier {
         let r = self.try_compact(resolve);
         if r.is_err() {
             // The rename may have happened, leaving `journal` a handle to the replaced file.
-            self.journal.failed = true;
+            self.journal.distrust();
             self.compact_failed_at = self.journal.records;
             let _ = fs::remove_file(self.dir.join(JOURNAL_TMP));
         }
@@ -626,6 +685,10 @@ impl DiskTier {
         }
         let before = self.journal.records;
         self.journal = w.finish()?;
+        // The journal is complete again.
+        if self.boot_trusted {
+            self.journal.boot_file = write_boot_file(&self.dir, current_boot_id().as_deref());
+        }
         debug!(tier = %self.name, before, after = self.journal.records, "compacted cache journal");
         Ok(())
     }
@@ -906,21 +969,31 @@ mod tests {
             let policy = crate::policy::new_policy("lru").unwrap();
             DiskTier::open("t".into(), dir.path(), 1 << 20, 4096, policy).unwrap()
         };
+        // What a reboot changes: the boot id no longer matches the tier's.
+        let reboot = || fs::remove_file(dir.path().join(BOOT_FILE)).unwrap();
         let (t, _, clean) = open();
-        assert!(!clean);
+        assert!(!clean, "a new tier has nothing to trust");
         t.mark_clean().unwrap();
         drop(t);
+        reboot();
         let (t, _, clean) = open();
-        assert!(clean);
-        // Dropping a tier without mark_clean is a crash: the marker was consumed by open.
+        assert!(clean, "a clean shutdown is trusted across a reboot");
+        // Dropping a tier without mark_clean is a crash of the process: within the same
+        // boot every completed write survives it, so the pages are trusted...
         drop(t);
+        let (t, _, clean) = open();
+        assert!(clean, "a process crash within the boot");
+        // ... not after a reboot (the marker was consumed by open).
+        drop(t);
+        reboot();
         let (mut t, _, clean) = open();
-        assert!(!clean);
-        t.journal.failed = true;
+        assert!(!clean, "a crash, then a reboot");
+        // A failed journal append: neither a clean shutdown nor a crash may be trusted.
+        t.journal.distrust();
         assert!(t.mark_clean().is_err());
         drop(t);
         let (_, _, clean) = open();
-        assert!(!clean);
+        assert!(!clean, "the journal lost a record");
     }
 
     #[test]
