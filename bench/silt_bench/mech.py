@@ -216,7 +216,16 @@ class Silt:
             out += [os.path.join(d, n) for n in names if n.endswith(".data")]
         return out
 
+    def crash(self):
+        """SIGKILL: no clean-up by silt; the next start on the same mountpoint and state must
+        cope (take the mount over or detach it)."""
+        self.p.kill()
+        self.p.wait()
+
     def stop(self):
+        if self.p.poll() is not None:
+            # Crashed on purpose: its mount is the next start's to take over or detach.
+            return
         subprocess.run([SILT, "down", "--state-dir", self.state], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:

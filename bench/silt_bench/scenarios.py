@@ -191,6 +191,18 @@ def b1_b2(ctx, want):
                 ctx.add("b1_warm_1", _gb(mech.timed_read([s.path(k) for k in large], 1)), "GB/s")
                 ctx.counter("b1_warm_1 store requests", s.metric(UFS_REQUESTS) - req)
                 ctx.add("b1_hot_1", _gb(mech.timed_read([s.path(k) for k in large], 1)), "GB/s")
+            # The same after the disk tier's files were read once, as the local baseline's
+            # files are: both sides then read from the page cache, which this machine's
+            # proactive reclaim (DAMON pageout of pages idle ~1 min) may have emptied of the
+            # disk tier meanwhile. Once after a clean restart, once after SIGKILL.
+            with ctx.silt(state) as s:
+                mech.timed_read(s.data_files(), 4)
+                ctx.add("b1_warm_resident_1", _gb(mech.timed_read([s.path(k) for k in large], 1)), "GB/s")
+                s.crash()
+            with ctx.silt(state) as s:
+                mech.timed_read(s.data_files(), 4)
+                ctx.add("b1_warm_crash_1", _gb(mech.timed_read([s.path(k) for k in large], 1)), "GB/s")
+                ctx.counter("b1_warm_crash_1 store requests", s.metric(UFS_REQUESTS))
         with ctx.silt(state) as s:
             if b1:
                 ctx.add("b1_warm_4", _gb(mech.timed_read([s.path(k) for k in large], 4)), "GB/s")
@@ -739,6 +751,8 @@ def ratios(ctx):
     r("B1 warm", "b1_warm_1", "b1_local_1")
     r("B1 warm 4 readers", "b1_warm_4", "b1_local_4")
     r("B1 warm ÷ local disk", "b1_warm_1", "b1_local_disk_1")
+    r("B1 warm, disk tier resident", "b1_warm_resident_1", "b1_local_1")
+    r("B1 warm after a crash, disk tier resident", "b1_warm_crash_1", "b1_local_1")
     r("B1 hot", "b1_hot_1", "b1_local_1")
     r("B1 cold", "b1_cold_4", "b1_direct_parallel")
     r("B1 cold single", "b1_cold_1", "b1_direct_single")
