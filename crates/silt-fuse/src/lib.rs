@@ -1472,6 +1472,11 @@ fn invalidate_path(
 
 /// Checks that `mountpoint` exists, is a directory and is not already a mount point.
 pub fn check_mountpoint(mountpoint: &Path) -> Result<()> {
+    // The kernel may answer a stat of a dead mount's root from its attribute cache; statfs
+    // always asks the connection, so it tells a dead one (ENOTCONN) from a live one.
+    if statfs_errno(mountpoint) == Some(libc::ENOTCONN) {
+        remove_dead_silt_mount(mountpoint);
+    }
     let meta = match std::fs::metadata(mountpoint) {
         Err(e)
             if e.raw_os_error() == Some(libc::ENOTCONN) && remove_dead_silt_mount(mountpoint) =>
@@ -1519,16 +1524,27 @@ fn raise_read_ahead(mountpoint: &Path, bytes: u64) {
     }
 }
 
+/// The errno of statfs(2) on `path`, `None` if it succeeds.
+fn statfs_errno(path: &Path) -> Option<i32> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: a valid C string and a zeroed out-struct.
+    let rc = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st)
+    };
+    (rc != 0).then(|| {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    })
+}
+
 /// A silt mount whose process died answers ENOTCONN; nothing can use it, so a new silt may
 /// detach it. Only silt's own mounts are touched. Returns whether one was removed.
 fn remove_dead_silt_mount(mountpoint: &Path) -> bool {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let target = mountpoint.to_string_lossy();
-    let ours = mounts.lines().any(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        f.len() > 4 && unescape_mountinfo(f[4]) == target && l.contains(" - fuse.silt ")
-    });
-    if !ours {
+    if !mounts.lines().any(|l| is_silt_mount_of(l, &target)) {
         return false;
     }
     let Ok(c) = std::ffi::CString::new(target.as_bytes()) else {
@@ -1540,6 +1556,24 @@ fn remove_dead_silt_mount(mountpoint: &Path) -> bool {
         tracing::warn!(mountpoint = %target, "removed the dead mount of an earlier silt process");
     }
     rc == 0
+}
+
+/// Whether a `/proc/self/mountinfo` line is a silt FUSE mount at `target`: mounted by silt
+/// itself it reads `... - fuse.silt silt ...`; mounted by `fuser` (earlier versions) the
+/// subtype is dropped and it reads `... - fuse silt ...` (type `fuse`, source `silt`).
+fn is_silt_mount_of(line: &str, target: &str) -> bool {
+    let Some((head, tail)) = line.split_once(" - ") else {
+        return false;
+    };
+    // Field 5 is the mount point; after the separator come type and source.
+    if head.split(' ').nth(4).map(unescape_mountinfo).as_deref() != Some(target) {
+        return false;
+    }
+    let mut t = tail.split(' ');
+    matches!(
+        (t.next(), t.next()),
+        (Some("fuse.silt"), _) | (Some("fuse"), Some("silt"))
+    )
 }
 
 fn unescape_mountinfo(s: &str) -> String {
@@ -1672,4 +1706,25 @@ pub fn mount(
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silt_mounts_are_recognised_in_mountinfo() {
+        // As this kernel writes them for a fuser mount and for silt's own mount(2).
+        let fuser = "612 29 0:70 / /tmp/t\\040x/mnt rw,nosuid,nodev,noatime shared:327 - fuse silt rw,user_id=0,group_id=0,default_permissions,allow_other";
+        let own =
+            "612 29 0:70 / /tmp/m rw,nosuid,nodev,noatime - fuse.silt silt rw,user_id=0,group_id=0";
+        assert!(is_silt_mount_of(fuser, "/tmp/t x/mnt"));
+        assert!(is_silt_mount_of(own, "/tmp/m"));
+        assert!(!is_silt_mount_of(own, "/tmp/m/x"));
+        let other = "612 29 0:70 / /tmp/m rw - fuse sshfs rw,user_id=0";
+        assert!(!is_silt_mount_of(other, "/tmp/m"));
+        let other = "612 29 0:70 / /tmp/m rw - fuse.sshfs silt rw";
+        assert!(!is_silt_mount_of(other, "/tmp/m"));
+        assert!(!is_silt_mount_of("garbage", "/tmp/m"));
+    }
 }

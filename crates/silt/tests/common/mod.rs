@@ -184,6 +184,20 @@ impl Silt {
         );
     }
 
+    /// SIGKILL of the daemon (a crash), keeping this guard, so the mount is still cleaned up
+    /// when the test ends.
+    pub fn crash(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The daemon's process id (while it runs).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGKILL: no clean-up by silt itself (a crash).
     pub fn kill(mut self) {
         if let Some(mut c) = self.child.take() {
