@@ -27,6 +27,9 @@ pub struct Inodes {
     by_path: HashMap<String, u64>,
     next: u64,
     log: Option<std::fs::File>,
+    /// File handles open for writing (logged, so a takeover knows which of the kernel's
+    /// handles lost their unwritten bytes with the dead daemon).
+    writers: std::collections::HashSet<u64>,
 }
 
 /// Log records (tag, then fields: numbers as u64 LE, paths as u32 LE length + bytes).
@@ -36,6 +39,8 @@ const REC_RENAME: u8 = b'R';
 const REC_DETACH: u8 = b'D';
 const REC_DROP: u8 = b'F';
 const REC_NEXT: u8 = b'N';
+const REC_WRITER: u8 = b'W';
+const REC_CLOSED: u8 = b'C';
 
 /// The lookup count of an inode restored from the log (the kernel's count is unknown).
 const PINNED: u64 = u64::MAX / 2;
@@ -90,6 +95,7 @@ impl Inodes {
             by_path: HashMap::new(),
             next: ROOT + 1,
             log: None,
+            writers: Default::default(),
         };
         t.by_ino.insert(
             ROOT,
@@ -208,6 +214,8 @@ impl Inodes {
                 REC_DETACH => r.str().map(|p| t.detach(&p)).is_some(),
                 REC_DROP => r.u64().map(|ino| t.drop_ino(ino)).is_some(),
                 REC_NEXT => r.u64().map(|n| t.next = t.next.max(n)).is_some(),
+                REC_WRITER => r.u64().map(|fh| t.writers.insert(fh)).is_some(),
+                REC_CLOSED => r.u64().map(|fh| t.writers.remove(&fh)).is_some(),
                 _ => false,
             };
             if !ok {
@@ -236,11 +244,35 @@ impl Inodes {
             put_u64(&mut out, *ino);
             put_str(&mut out, &n.path);
         }
+        for fh in &t.writers {
+            out.push(REC_WRITER);
+            put_u64(&mut out, *fh);
+        }
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, &out)?;
         std::fs::rename(&tmp, path)?;
         t.log = Some(std::fs::OpenOptions::new().append(true).open(path)?);
         Ok(t)
+    }
+
+    /// Records that handle `fh` was opened for writing (`open`) or released.
+    pub fn write_handle(&mut self, fh: u64, open: bool) {
+        let changed = if open {
+            self.writers.insert(fh)
+        } else {
+            self.writers.remove(&fh)
+        };
+        if changed {
+            self.append(|r| {
+                r.push(if open { REC_WRITER } else { REC_CLOSED });
+                put_u64(r, fh);
+            });
+        }
+    }
+
+    /// Whether `fh` is a handle open for writing (by this daemon or one before a takeover).
+    pub fn is_write_handle(&self, fh: u64) -> bool {
+        self.writers.contains(&fh)
     }
 
     /// Drops inode `ino` (its last kernel reference went).
@@ -353,7 +385,12 @@ mod tests {
         t.rename("/m/d", "/m/e");
         t.detach("/m/g"); // unlinked but still open: the kernel holds g
         let h = t.peek_or_assign("/m/h");
+        t.write_handle(7, true);
+        t.write_handle(8, true);
+        t.write_handle(8, false);
         let mut r = Inodes::replay(&log).unwrap();
+        assert!(r.is_write_handle(7));
+        assert!(!r.is_write_handle(8));
         assert_eq!(r.path(d).as_deref(), Some("/m/e"));
         assert_eq!(r.path(f).as_deref(), Some("/m/e/f"));
         assert_eq!(r.ino("/m/e/f"), Some(f));
@@ -372,6 +409,10 @@ mod tests {
         assert_eq!(r2.path(f).as_deref(), Some("/m/z/f"));
         assert_eq!(r2.ino("/m/new"), Some(new));
         assert_eq!(r2.path(g).as_deref(), Some("/m/g"));
+        assert!(
+            r2.is_write_handle(7),
+            "still unreleased after the second takeover"
+        );
         // A torn tail is ignored.
         let mut b = std::fs::read(&log).unwrap();
         b.extend_from_slice(&[REC_ASSIGN, 1, 2]);

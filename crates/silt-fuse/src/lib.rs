@@ -383,6 +383,12 @@ impl SiltFs {
         Ok((h.live.clone(), h.path.clone(), pinned))
     }
 
+    /// A handle an earlier daemon opened for writing: what it had not committed died with it,
+    /// so flush and fsync answer EIO (close(2) reports the loss).
+    fn lost_writer(&self, fh: u64) -> bool {
+        fh < self.fh_base && self.inodes.lock().is_write_handle(fh)
+    }
+
     fn block<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
         self.client.runtime().block_on(f)
     }
@@ -568,6 +574,7 @@ impl SiltFs {
             writer,
         };
         self.writers.lock().insert(fh, Arc::new(h));
+        self.inodes.lock().write_handle(fh, true);
         // The kernel's pages of this inode are not a stored version any more.
         self.kernel_cached.lock().remove(&ino);
         Ok(fh)
@@ -1124,6 +1131,7 @@ impl fuser::Filesystem for SiltFs {
         reply: ReplyEmpty,
     ) {
         let writer = self.writers.lock().remove(&fh.0);
+        self.inodes.lock().write_handle(fh.0, false);
         if let Some(h) = writer {
             // The last close of the file commits (normally done by its flush already).
             if let Err(e) = self.block(self.client.close(&h.writer)) {
@@ -1162,6 +1170,9 @@ impl fuser::Filesystem for SiltFs {
                 (Some(opener), Some(closer)) => opener == closer,
                 _ => true,
             });
+        if self.lost_writer(fh.0) {
+            return reply.error(Errno::EIO);
+        }
         match handle.map(|h| self.commit_handle(&h)) {
             Some(Err(e)) => {
                 tracing::warn!("commit at close failed: {e}");
@@ -1179,6 +1190,9 @@ impl fuser::Filesystem for SiltFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if self.lost_writer(fh.0) {
+            return reply.error(Errno::EIO);
+        }
         match self.write_handle(fh.0).map(|h| self.commit_handle(&h)) {
             Some(Err(e)) => reply.error(errno(&e)),
             _ => reply.ok(),

@@ -100,6 +100,18 @@ pub fn detach(mountpoint: &Path) {
     }
 }
 
+/// `mountpoint` with its parent resolved, without touching the mount itself: a mount whose
+/// daemon is gone would block the caller until a daemon serves it.
+pub fn resolved(mountpoint: &Path) -> std::path::PathBuf {
+    let abs = std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    match (abs.parent(), abs.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent)
+            .map(|p| p.join(name))
+            .unwrap_or(abs),
+        _ => abs,
+    }
+}
+
 /// Reads the kernel's INIT request (the first request of a new mount).
 pub fn read_init(dev: BorrowedFd<'_>) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; DEV_READ_BUF];
@@ -234,10 +246,7 @@ pub fn take_from_holder(state_dir: &Path, mountpoint: &Path) -> Result<Option<He
     }
     let generation = u64::from_le_bytes(payload[..8].try_into().unwrap_or_default());
     let held_mp = String::from_utf8_lossy(&payload[8..]).into_owned();
-    let ours = std::fs::canonicalize(mountpoint)
-        .unwrap_or_else(|_| mountpoint.to_path_buf())
-        .to_string_lossy()
-        .into_owned();
+    let ours = resolved(mountpoint).to_string_lossy().into_owned();
     if held_mp != ours {
         return Err(Error::new(
             ErrorKind::Busy,
@@ -273,7 +282,7 @@ pub fn spawn_holder(
         .create(true)
         .append(true)
         .open(state_dir.join("fuse-holder.log"))?;
-    let mp = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let mp = resolved(mountpoint);
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("fuse-holder")
         .arg("--state-dir")
