@@ -35,6 +35,9 @@ const FUSE_NOTIFY_RESEND: i32 = 7;
 const CMD_GET: u8 = b'G';
 const CMD_QUIT: u8 = b'Q';
 
+/// Longest a holder conversation may stall (it is a few bytes both ways).
+const IO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A read of `/dev/fuse` must offer room for the largest request (fuser's buffer size).
 const DEV_READ_BUF: usize = 16 * 1024 * 1024 + 4096;
 
@@ -230,6 +233,8 @@ pub fn take_from_holder(state_dir: &Path, mountpoint: &Path) -> Result<Option<He
     let Ok(mut s) = UnixStream::connect(state_dir.join(HOLDER_SOCKET)) else {
         return Ok(None);
     };
+    let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = s.set_write_timeout(Some(IO_TIMEOUT));
     s.write_all(&[CMD_GET])?;
     let (payload, fd) = recv_with_fd(s.as_raw_fd())?;
     let Some(dev) = fd else {
@@ -262,6 +267,7 @@ pub fn take_from_holder(state_dir: &Path, mountpoint: &Path) -> Result<Option<He
 /// ends with the last one.
 pub fn release_holder(state_dir: &Path) {
     if let Ok(mut s) = UnixStream::connect(state_dir.join(HOLDER_SOCKET)) {
+        let _ = s.set_read_timeout(Some(IO_TIMEOUT));
         let _ = s.write_all(&[CMD_QUIT]);
         // Wait for its answer (the socket closing), so it is gone when this returns.
         let mut b = [0u8; 1];
@@ -345,6 +351,11 @@ pub fn run_holder(state_dir: &Path, mountpoint: &Path) -> Result<()> {
     let _ = std::fs::remove_file(&sock_path);
     let listener = UnixListener::bind(&sock_path)
         .map_err(|e| Error::from(e).context(format!("binding {}", sock_path.display())))?;
+    // Whoever connects gets the mount's device: the owner only.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&sock_path, std::fs::Permissions::from_mode(0o600))?;
+    }
     std::fs::write(&pid_path, std::process::id().to_string())?;
     let cleanup = || {
         let _ = std::fs::remove_file(&sock_path);
@@ -388,6 +399,9 @@ pub fn run_holder(state_dir: &Path, mountpoint: &Path) -> Result<()> {
         let Ok((mut conn, _)) = listener.accept() else {
             continue;
         };
+        // A client that never speaks must not stall the holder.
+        let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
+        let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
         let mut cmd = [0u8; 1];
         if conn.read_exact(&mut cmd).is_err() {
             continue;
