@@ -9,8 +9,16 @@
 //! kernel keeps its inodes across a rename). An unlinked path is detached: the kernel may
 //! still hold its inode (an open file), which keeps its number until forgotten, while a new
 //! file at the same path gets a new number.
+//!
+//! With a log (`with_log`), every change of the table is appended to a file in the state dir
+//! before the kernel can learn of it (the lock is held across the reply's making), so a daemon
+//! taking over the mount (`replay`) maps the numbers the kernel holds back to their paths.
+//! No fsync: the kernel mount and the OS page cache outlive a crash of the daemon. Lookup
+//! counts are not logged; inodes restored from the log are pinned (never dropped by a forget).
 
 use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
 
 use silt_common::config::is_at_or_under;
 
@@ -18,6 +26,59 @@ pub struct Inodes {
     by_ino: HashMap<u64, Node>,
     by_path: HashMap<String, u64>,
     next: u64,
+    log: Option<std::fs::File>,
+    /// File handles open for writing (logged, so a takeover knows which of the kernel's
+    /// handles lost their unwritten bytes with the dead daemon).
+    writers: std::collections::HashSet<u64>,
+}
+
+/// Log records (tag, then fields: numbers as u64 LE, paths as u32 LE length + bytes).
+const REC_ASSIGN: u8 = b'A';
+const REC_DETACHED: u8 = b'X';
+const REC_RENAME: u8 = b'R';
+const REC_DETACH: u8 = b'D';
+const REC_DROP: u8 = b'F';
+const REC_NEXT: u8 = b'N';
+const REC_WRITER: u8 = b'W';
+const REC_CLOSED: u8 = b'C';
+
+/// The lookup count of an inode restored from the log (the kernel's count is unknown).
+const PINNED: u64 = u64::MAX / 2;
+
+fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Reads records from a log's bytes; stops at a torn tail.
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl Reader<'_> {
+    fn u64(&mut self) -> Option<u64> {
+        let (h, t) = self.b.split_at_checked(8)?;
+        self.b = t;
+        Some(u64::from_le_bytes(h.try_into().ok()?))
+    }
+
+    fn str(&mut self) -> Option<String> {
+        let (h, t) = self.b.split_at_checked(4)?;
+        let n = u32::from_le_bytes(h.try_into().ok()?) as usize;
+        let (s, t) = t.split_at_checked(n)?;
+        self.b = t;
+        String::from_utf8(s.to_vec()).ok()
+    }
+
+    fn tag(&mut self) -> Option<u8> {
+        let (&t, rest) = self.b.split_first()?;
+        self.b = rest;
+        Some(t)
+    }
 }
 
 struct Node {
@@ -33,6 +94,8 @@ impl Inodes {
             by_ino: HashMap::new(),
             by_path: HashMap::new(),
             next: ROOT + 1,
+            log: None,
+            writers: Default::default(),
         };
         t.by_ino.insert(
             ROOT,
@@ -77,7 +140,149 @@ impl Inodes {
             },
         );
         self.by_path.insert(path.to_string(), ino);
+        self.append(|r| {
+            r.push(REC_ASSIGN);
+            put_u64(r, ino);
+            put_str(r, path);
+        });
         ino
+    }
+
+    /// Appends one record to the log, if there is one. A failed write only costs a later
+    /// takeover the inodes it misses (they answer ESTALE), so it is logged, not returned.
+    fn append(&mut self, rec: impl FnOnce(&mut Vec<u8>)) {
+        let Some(f) = self.log.as_mut() else {
+            return;
+        };
+        let mut r = Vec::with_capacity(64);
+        rec(&mut r);
+        if let Err(e) = f.write_all(&r) {
+            tracing::warn!("inode log write failed: {e}; a takeover of the mount may lose inodes");
+            self.log = None;
+        }
+    }
+
+    /// Starts logging to `path` (a fresh mount: a new log).
+    pub fn with_log(mut self, path: &Path) -> std::io::Result<Self> {
+        self.log = Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(path)?,
+        );
+        Ok(self)
+    }
+
+    /// The table a dead daemon left in the log at `path`, compacted into a new log there that
+    /// this table then appends to. A missing log gives a new table (inodes the kernel holds
+    /// then answer ESTALE).
+    pub fn replay(path: &Path) -> std::io::Result<Self> {
+        let mut t = Inodes::new();
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let mut r = Reader { b: &bytes };
+        while let Some(tag) = r.tag() {
+            let ok = match tag {
+                REC_ASSIGN | REC_DETACHED => match (r.u64(), r.str()) {
+                    (Some(ino), Some(p)) => {
+                        if tag == REC_ASSIGN {
+                            t.by_path.insert(p.clone(), ino);
+                        }
+                        t.by_ino.insert(
+                            ino,
+                            Node {
+                                path: p,
+                                lookups: 0,
+                            },
+                        );
+                        t.next = t.next.max(ino + 1);
+                        true
+                    }
+                    _ => false,
+                },
+                REC_RENAME => match (r.str(), r.str()) {
+                    (Some(a), Some(b)) => {
+                        t.rename(&a, &b);
+                        true
+                    }
+                    _ => false,
+                },
+                REC_DETACH => r.str().map(|p| t.detach(&p)).is_some(),
+                REC_DROP => r.u64().map(|ino| t.drop_ino(ino)).is_some(),
+                REC_NEXT => r.u64().map(|n| t.next = t.next.max(n)).is_some(),
+                REC_WRITER => r.u64().map(|fh| t.writers.insert(fh)).is_some(),
+                REC_CLOSED => r.u64().map(|fh| t.writers.remove(&fh)).is_some(),
+                _ => false,
+            };
+            if !ok {
+                tracing::warn!(
+                    "inode log {} has a damaged tail; replayed up to it",
+                    path.display()
+                );
+                break;
+            }
+        }
+        for (ino, n) in t.by_ino.iter_mut() {
+            if *ino != ROOT {
+                n.lookups = PINNED;
+            }
+        }
+        // Compact: the live table only, then append from there.
+        let mut out = Vec::new();
+        out.push(REC_NEXT);
+        put_u64(&mut out, t.next);
+        for (ino, n) in &t.by_ino {
+            if *ino == ROOT {
+                continue;
+            }
+            let attached = t.by_path.get(&n.path) == Some(ino);
+            out.push(if attached { REC_ASSIGN } else { REC_DETACHED });
+            put_u64(&mut out, *ino);
+            put_str(&mut out, &n.path);
+        }
+        for fh in &t.writers {
+            out.push(REC_WRITER);
+            put_u64(&mut out, *fh);
+        }
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &out)?;
+        std::fs::rename(&tmp, path)?;
+        t.log = Some(std::fs::OpenOptions::new().append(true).open(path)?);
+        Ok(t)
+    }
+
+    /// Records that handle `fh` was opened for writing (`open`) or released.
+    pub fn write_handle(&mut self, fh: u64, open: bool) {
+        let changed = if open {
+            self.writers.insert(fh)
+        } else {
+            self.writers.remove(&fh)
+        };
+        if changed {
+            self.append(|r| {
+                r.push(if open { REC_WRITER } else { REC_CLOSED });
+                put_u64(r, fh);
+            });
+        }
+    }
+
+    /// Whether `fh` is a handle open for writing (by this daemon or one before a takeover).
+    pub fn is_write_handle(&self, fh: u64) -> bool {
+        self.writers.contains(&fh)
+    }
+
+    /// Drops inode `ino` (its last kernel reference went).
+    fn drop_ino(&mut self, ino: u64) -> Option<String> {
+        let node = self.by_ino.remove(&ino)?;
+        // A detached inode's path may name another inode by now.
+        if self.by_path.get(&node.path) == Some(&ino) {
+            self.by_path.remove(&node.path);
+        }
+        Some(node.path)
     }
 
     /// Takes one kernel reference on `path`'s inode.
@@ -105,12 +310,12 @@ impl Inodes {
         if !drop {
             return None;
         }
-        let node = self.by_ino.remove(&ino)?;
-        // A detached inode's path may name another inode by now.
-        if self.by_path.get(&node.path) == Some(&ino) {
-            self.by_path.remove(&node.path);
-        }
-        Some(node.path)
+        let path = self.drop_ino(ino)?;
+        self.append(|r| {
+            r.push(REC_DROP);
+            put_u64(r, ino);
+        });
+        Some(path)
     }
 
     /// Detaches `path` and every path below it (unlinked, removed, or replaced by a rename):
@@ -120,6 +325,10 @@ impl Inodes {
             return;
         }
         self.by_path.retain(|p, _| !is_at_or_under(p, path));
+        self.append(|r| {
+            r.push(REC_DETACH);
+            put_str(r, path);
+        });
     }
 
     /// Moves `from` and every path below it to `to` (what was at `to` is detached); the
@@ -128,6 +337,13 @@ impl Inodes {
         if from == "/" || from == to {
             return;
         }
+        // Logged as one record (its detach of `to` included), before anything moves.
+        self.append(|r| {
+            r.push(REC_RENAME);
+            put_str(r, from);
+            put_str(r, to);
+        });
+        let log = self.log.take();
         self.detach(to);
         let moved: Vec<(String, u64)> = self
             .by_path
@@ -143,6 +359,7 @@ impl Inodes {
             }
             self.by_path.insert(new, ino);
         }
+        self.log = log;
     }
 
     pub fn len(&self) -> usize {
@@ -153,6 +370,57 @@ impl Inodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_log_gives_a_takeover_the_same_table() {
+        let dir = std::env::temp_dir().join(format!("silt-inodes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("inodes");
+        let mut t = Inodes::new().with_log(&log).unwrap();
+        let d = t.lookup("/m/d");
+        let f = t.lookup("/m/d/f");
+        let g = t.lookup("/m/g");
+        let gone = t.lookup("/m/gone");
+        t.forget(gone, 1);
+        t.rename("/m/d", "/m/e");
+        t.detach("/m/g"); // unlinked but still open: the kernel holds g
+        let h = t.peek_or_assign("/m/h");
+        t.write_handle(7, true);
+        t.write_handle(8, true);
+        t.write_handle(8, false);
+        let mut r = Inodes::replay(&log).unwrap();
+        assert!(r.is_write_handle(7));
+        assert!(!r.is_write_handle(8));
+        assert_eq!(r.path(d).as_deref(), Some("/m/e"));
+        assert_eq!(r.path(f).as_deref(), Some("/m/e/f"));
+        assert_eq!(r.ino("/m/e/f"), Some(f));
+        assert_eq!(r.path(g).as_deref(), Some("/m/g"));
+        assert_eq!(r.ino("/m/g"), None);
+        assert_eq!(r.path(h).as_deref(), Some("/m/h"));
+        assert_eq!(r.path(gone), None);
+        // Numbers are never handed out twice, and restored inodes survive a forget.
+        let new = r.lookup("/m/new");
+        assert!(new > h && new > gone);
+        assert_eq!(r.forget(f, 1), None);
+        // A second takeover replays the compacted log plus what the first appended.
+        r.rename("/m/e", "/m/z");
+        drop(r);
+        let r2 = Inodes::replay(&log).unwrap();
+        assert_eq!(r2.path(f).as_deref(), Some("/m/z/f"));
+        assert_eq!(r2.ino("/m/new"), Some(new));
+        assert_eq!(r2.path(g).as_deref(), Some("/m/g"));
+        assert!(
+            r2.is_write_handle(7),
+            "still unreleased after the second takeover"
+        );
+        // A torn tail is ignored.
+        let mut b = std::fs::read(&log).unwrap();
+        b.extend_from_slice(&[REC_ASSIGN, 1, 2]);
+        std::fs::write(&log, b).unwrap();
+        let r3 = Inodes::replay(&log).unwrap();
+        assert_eq!(r3.ino("/m/new"), Some(new));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn lookups_and_forgets_balance() {

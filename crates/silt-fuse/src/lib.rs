@@ -27,10 +27,12 @@
 //! `EINVAL`; `RENAME_NOREPLACE` onto an existing name is `EEXIST`.
 
 mod inodes;
+pub mod takeover;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::fs::File;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -38,10 +40,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     BackingId, BsdFileFlags, Config as FuseConfig, Errno, FileAttr, FileHandle, FileType,
-    FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, MountOption, OpenAccMode,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL,
-    TimeOrNow, WriteFlags,
+    FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, OpenAccMode, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow,
+    WriteFlags,
 };
 use parking_lot::Mutex;
 use silt_client::{Change, ChangeKind, Client, Entry, FileWriter, OpenFile, OpenOptions};
@@ -279,13 +281,16 @@ pub struct SiltFs {
     inodes: Arc<Mutex<Inodes>>,
     handles: Mutex<HashMap<u64, Handle>>,
     /// Handles open for writing, by fh (numbered with the read handles).
-    writers: Mutex<HashMap<u64, Arc<WriteHandle>>>,
+    writers: Arc<Mutex<HashMap<u64, Arc<WriteHandle>>>>,
     io: Mutex<IoModes>,
     /// Signalled when an inode's last passthrough handle is released (a write open waits).
     io_released: parking_lot::Condvar,
     /// The version whose pages the kernel may hold in its page cache, per inode.
     kernel_cached: Mutex<HashMap<u64, ObjectId>>,
     next_fh: AtomicU64,
+    /// The first handle number of this daemon: smaller ones were handed to the kernel by a
+    /// daemon before a takeover (see `reopen_old_handle`).
+    fh_base: u64,
     uid: u32,
     gid: u32,
     started: SystemTime,
@@ -305,15 +310,83 @@ impl SiltFs {
             state,
             inodes: Arc::new(Mutex::new(Inodes::new())),
             handles: Mutex::new(HashMap::new()),
-            writers: Mutex::new(HashMap::new()),
+            writers: Arc::new(Mutex::new(HashMap::new())),
             io: Mutex::new(IoModes::default()),
             io_released: parking_lot::Condvar::new(),
             kernel_cached: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            fh_base: 1,
             uid,
             gid,
             started: SystemTime::now(),
         }
+    }
+
+    /// This daemon took over a mount: the inode table from the log, handle numbers above
+    /// every earlier daemon's (the takeover `generation` in the high bits).
+    fn restarted(mut self, inodes: Inodes, generation: u64) -> Self {
+        self.inodes = Arc::new(Mutex::new(inodes));
+        self.fh_base = (generation << 40).max(1);
+        self.next_fh = AtomicU64::new(self.fh_base);
+        self
+    }
+
+    /// A read handle an earlier daemon opened (the kernel keeps its handles across a
+    /// takeover): opened again by its inode's path, under the same number. It reads the
+    /// file's current version.
+    #[allow(clippy::type_complexity)]
+    fn reopen_old_handle(
+        &self,
+        fh: u64,
+        ino: u64,
+    ) -> std::result::Result<
+        (
+            Option<Arc<silt_client::Session>>,
+            String,
+            (Option<Arc<OpenFile>>, u64),
+        ),
+        Errno,
+    > {
+        if fh >= self.fh_base {
+            return Err(Errno::EBADF);
+        }
+        let path = self.path_of(INodeNo(ino))?;
+        let session = self.client.session(&path);
+        let file = match self.block(self.client.open(&path)) {
+            Ok(f) => Some(Arc::new(f)),
+            Err(e) if session.is_some() && e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(errno(&e)),
+        };
+        let counted = self.open_cached(ino);
+        let commits = self.client.commit_count();
+        let mut hs = self.handles.lock();
+        match hs.entry(fh) {
+            std::collections::hash_map::Entry::Occupied(_) => {
+                // Another read reopened it first.
+                if counted {
+                    self.release_cached(ino);
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(Handle {
+                    file: Mutex::new((file, commits)),
+                    live: session,
+                    path,
+                    ino,
+                    _pin: None,
+                    passthrough: false,
+                });
+            }
+        }
+        let h = hs.get(&fh).ok_or(Errno::EBADF)?;
+        let pinned = h.file.lock().clone();
+        Ok((h.live.clone(), h.path.clone(), pinned))
+    }
+
+    /// A handle an earlier daemon opened for writing: what it had not committed died with it,
+    /// so flush and fsync answer EIO (close(2) reports the loss).
+    fn lost_writer(&self, fh: u64) -> bool {
+        fh < self.fh_base && self.inodes.lock().is_write_handle(fh)
     }
 
     fn block<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
@@ -501,6 +574,7 @@ impl SiltFs {
             writer,
         };
         self.writers.lock().insert(fh, Arc::new(h));
+        self.inodes.lock().write_handle(fh, true);
         // The kernel's pages of this inode are not a stored version any more.
         self.kernel_cached.lock().remove(&ino);
         Ok(fh)
@@ -1014,9 +1088,17 @@ impl fuser::Filesystem for SiltFs {
         }
         // A file open for writing here: its session's bytes, committed or not (the session
         // open now, else the one open when this handle opened the file).
-        let (held, path, pinned) = match self.handles.lock().get(&fh.0) {
-            Some(h) => (h.live.clone(), h.path.clone(), h.file.lock().clone()),
-            None => return reply.error(Errno::EBADF),
+        let known = self
+            .handles
+            .lock()
+            .get(&fh.0)
+            .map(|h| (h.live.clone(), h.path.clone(), h.file.lock().clone()));
+        let (held, path, pinned) = match known {
+            Some(k) => k,
+            None => match self.reopen_old_handle(fh.0, ino.0) {
+                Ok(k) => k,
+                Err(e) => return reply.error(e),
+            },
         };
         let now = self.path_of(ino).ok().and_then(|p| self.client.session(&p));
         if let Some(s) = now.or(held) {
@@ -1056,6 +1138,7 @@ impl fuser::Filesystem for SiltFs {
         reply: ReplyEmpty,
     ) {
         let writer = self.writers.lock().remove(&fh.0);
+        self.inodes.lock().write_handle(fh.0, false);
         if let Some(h) = writer {
             // The last close of the file commits (normally done by its flush already).
             if let Err(e) = self.block(self.client.close(&h.writer)) {
@@ -1094,6 +1177,9 @@ impl fuser::Filesystem for SiltFs {
                 (Some(opener), Some(closer)) => opener == closer,
                 _ => true,
             });
+        if self.lost_writer(fh.0) {
+            return reply.error(Errno::EIO);
+        }
         match handle.map(|h| self.commit_handle(&h)) {
             Some(Err(e)) => {
                 tracing::warn!("commit at close failed: {e}");
@@ -1111,6 +1197,9 @@ impl fuser::Filesystem for SiltFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if self.lost_writer(fh.0) {
+            return reply.error(Errno::EIO);
+        }
         match self.write_handle(fh.0).map(|h| self.commit_handle(&h)) {
             Some(Err(e)) => reply.error(errno(&e)),
             _ => reply.ok(),
@@ -1131,7 +1220,12 @@ impl fuser::Filesystem for SiltFs {
         reply: ReplyWrite,
     ) {
         let Some(h) = self.write_handle(fh.0) else {
-            return reply.error(Errno::EBADF);
+            // A handle of an earlier daemon: its unwritten bytes died with it.
+            return reply.error(if fh.0 < self.fh_base {
+                Errno::EIO
+            } else {
+                Errno::EBADF
+            });
         };
         match self.block(self.client.write(&h.writer, offset, data)) {
             Ok(_) => reply.written(data.len() as u32),
@@ -1479,6 +1573,11 @@ fn invalidate_path(
 
 /// Checks that `mountpoint` exists, is a directory and is not already a mount point.
 pub fn check_mountpoint(mountpoint: &Path) -> Result<()> {
+    // The kernel may answer a stat of a dead mount's root from its attribute cache; statfs
+    // always asks the connection, so it tells a dead one (ENOTCONN) from a live one.
+    if statfs_errno(mountpoint) == Some(libc::ENOTCONN) {
+        remove_dead_silt_mount(mountpoint);
+    }
     let meta = match std::fs::metadata(mountpoint) {
         Err(e)
             if e.raw_os_error() == Some(libc::ENOTCONN) && remove_dead_silt_mount(mountpoint) =>
@@ -1526,16 +1625,27 @@ fn raise_read_ahead(mountpoint: &Path, bytes: u64) {
     }
 }
 
+/// The errno of statfs(2) on `path`, `None` if it succeeds.
+fn statfs_errno(path: &Path) -> Option<i32> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: a valid C string and a zeroed out-struct.
+    let rc = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st)
+    };
+    (rc != 0).then(|| {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    })
+}
+
 /// A silt mount whose process died answers ENOTCONN; nothing can use it, so a new silt may
 /// detach it. Only silt's own mounts are touched. Returns whether one was removed.
 fn remove_dead_silt_mount(mountpoint: &Path) -> bool {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let target = mountpoint.to_string_lossy();
-    let ours = mounts.lines().any(|l| {
-        let f: Vec<&str> = l.split(' ').collect();
-        f.len() > 4 && unescape_mountinfo(f[4]) == target && l.contains(" - fuse.silt ")
-    });
-    if !ours {
+    if !mounts.lines().any(|l| is_silt_mount_of(l, &target)) {
         return false;
     }
     let Ok(c) = std::ffi::CString::new(target.as_bytes()) else {
@@ -1547,6 +1657,24 @@ fn remove_dead_silt_mount(mountpoint: &Path) -> bool {
         tracing::warn!(mountpoint = %target, "removed the dead mount of an earlier silt process");
     }
     rc == 0
+}
+
+/// Whether a `/proc/self/mountinfo` line is a silt FUSE mount at `target`: mounted by silt
+/// itself it reads `... - fuse.silt silt ...`; mounted by `fuser` (earlier versions) the
+/// subtype is dropped and it reads `... - fuse silt ...` (type `fuse`, source `silt`).
+fn is_silt_mount_of(line: &str, target: &str) -> bool {
+    let Some((head, tail)) = line.split_once(" - ") else {
+        return false;
+    };
+    // Field 5 is the mount point; after the separator come type and source.
+    if head.split(' ').nth(4).map(unescape_mountinfo).as_deref() != Some(target) {
+        return false;
+    }
+    let mut t = tail.split(' ');
+    matches!(
+        (t.next(), t.next()),
+        (Some("fuse.silt"), _) | (Some("fuse"), Some("silt"))
+    )
 }
 
 fn unescape_mountinfo(s: &str) -> String {
@@ -1567,35 +1695,79 @@ fn unescape_mountinfo(s: &str) -> String {
     out
 }
 
-/// A live mount; dropping it unmounts.
+/// How a mount starts and where it keeps what a takeover needs.
+pub struct MountSetup {
+    /// The state dir: the holder's socket, the INIT request and the inode log live there.
+    pub state_dir: std::path::PathBuf,
+    /// The silt executable, run as `silt fuse-holder` to keep the connection alive; `None`
+    /// mounts without a holder (the mount dies with this process).
+    pub holder_exe: Option<std::path::PathBuf>,
+    /// The device taken from a live holder (`takeover::take_from_holder`): serve that mount
+    /// instead of mounting anew.
+    pub held: Option<takeover::Held>,
+}
+
+/// A live mount. Dropping it leaves the kernel mount to its holder (see `unmount`).
 pub struct Mounted {
     session: Option<fuser::BackgroundSession>,
     mountpoint: std::path::PathBuf,
+    state_dir: std::path::PathBuf,
+    client: Arc<Client>,
+    writers: Arc<Mutex<HashMap<u64, Arc<WriteHandle>>>>,
+    /// Whether this daemon took over a mount an earlier one had served.
+    pub took_over: bool,
 }
 
 impl Mounted {
-    /// Unmounts and waits for the session threads. If files are still open (EBUSY), the mount
-    /// is detached lazily instead: it disappears from the namespace now, and the open files
-    /// fail once this process exits.
+    /// Unmounts, lets the holder go and waits for the session threads. If files are still
+    /// open (EBUSY), the mount is detached lazily instead: it disappears from the namespace
+    /// now, and the open files fail once this process exits.
     pub fn unmount(mut self) -> Result<()> {
         let Some(s) = self.session.take() else {
             return Ok(());
         };
-        match s.umount_and_join() {
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                tracing::warn!(mountpoint = %self.mountpoint.display(), "files still open: detaching the mount lazily");
-                let c = std::ffi::CString::new(self.mountpoint.as_os_str().as_encoded_bytes())
-                    .map_err(|_| Error::invalid("mountpoint contains a NUL byte"))?;
-                // SAFETY: a valid C string.
-                if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-                    return Err(
-                        Error::from(std::io::Error::last_os_error()).context("lazy unmount")
-                    );
-                }
-                Ok(())
-            }
-            r => r.map_err(|e| Error::from(e).context("unmount")),
+        let c = takeover_cstr(&self.mountpoint)?;
+        // SAFETY: a valid C string.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+            takeover::release_holder(&self.state_dir);
+            return s.join().map_err(|e| Error::from(e).context("FUSE session"));
         }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) {
+            return Err(Error::from(e).context("unmount"));
+        }
+        tracing::warn!(mountpoint = %self.mountpoint.display(), "files still open: detaching the mount lazily");
+        // SAFETY: a valid C string.
+        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+            return Err(Error::from(std::io::Error::last_os_error()).context("lazy unmount"));
+        }
+        // The holder's descriptor would keep the detached mount's open files waiting for a
+        // daemon that never comes.
+        takeover::release_holder(&self.state_dir);
+        Ok(())
+    }
+
+    /// A planned handover: commits every file open for writing and leaves the mount to the
+    /// holder, for the daemon taking it over (the kernel keeps the handles; writes through
+    /// them after this answer EIO).
+    pub fn hand_over(mut self) -> Result<()> {
+        let writers: Vec<Arc<WriteHandle>> = self.writers.lock().values().cloned().collect();
+        let mut first_err = None;
+        for h in writers {
+            if h.writer.is_dirty() {
+                if let Err(e) = self
+                    .client
+                    .runtime()
+                    .block_on(self.client.commit(&h.writer))
+                {
+                    tracing::error!(path = %h.writer.path(), "commit before the handover failed: {e}");
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        // Not joined: the threads end with the process; the holder keeps the connection.
+        self.session.take();
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Blocks until the file system is unmounted from outside (e.g. `fusermount3 -u`).
@@ -1612,33 +1784,61 @@ impl Mounted {
     }
 }
 
-/// Mounts the namespace at `mountpoint`, serving requests on background threads.
+fn takeover_cstr(p: &Path) -> Result<std::ffi::CString> {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+        .map_err(|_| Error::invalid("mountpoint contains a NUL byte"))
+}
+
+/// The inode log in the state dir (see `inodes`).
+const INODE_LOG: &str = "fuse-inodes";
+
+/// Mounts the namespace at `mountpoint` (or serves the mount taken from its holder),
+/// serving requests on background threads.
 pub fn mount(
     client: Arc<Client>,
     mountpoint: &Path,
     opts: FuseOptions,
     state: Arc<FuseState>,
+    setup: MountSetup,
 ) -> Result<Mounted> {
-    check_mountpoint(mountpoint)?;
+    let dir = setup.state_dir.clone();
+    let read_only = !client.write_rules().any_writable();
+    let (dev, init, generation, fresh) = match setup.held {
+        Some(h) => {
+            let init = takeover::load_init(&dir)?;
+            (h.dev, init, h.generation, false)
+        }
+        None => {
+            check_mountpoint(mountpoint)?;
+            let dev = takeover::mount_device(mountpoint, read_only, opts.allow_other)?;
+            let init = takeover::read_init(dev.as_fd()).inspect_err(|_| {
+                takeover::detach(mountpoint);
+            })?;
+            (dev, init, 0, true)
+        }
+    };
+    let log_path = dir.join(INODE_LOG);
+    let table = if fresh {
+        Inodes::new().with_log(&log_path)
+    } else {
+        Inodes::replay(&log_path)
+    };
+    let table = table.unwrap_or_else(|e| {
+        tracing::warn!(
+            "inode log {}: {e}; a later takeover will not know this mount's inodes",
+            log_path.display()
+        );
+        Inodes::new()
+    });
     let mut cfg = FuseConfig::default();
-    cfg.mount_options = vec![
-        MountOption::FSName("silt".into()),
-        MountOption::Subtype("silt".into()),
-        MountOption::NoAtime,
-        MountOption::NoDev,
-        MountOption::NoSuid,
-        // The kernel checks the mode bits we report (a 0600 file of a local under-store stays
-        // private to its owner even though the daemon runs as root and allow_other is on).
-        MountOption::DefaultPermissions,
-    ];
-    if !client.write_rules().any_writable() {
-        cfg.mount_options.push(MountOption::RO);
-    }
     if opts.allow_other {
         cfg.acl = SessionACL::All;
     }
     cfg.n_threads = Some(opts.threads.max(1));
-    cfg.clone_fd = true;
+    // One open file description for every thread, shared with the holder: requests a dead
+    // daemon had read stay on the connection for `takeover::resend` (a cloned device's
+    // requests are aborted when its process dies).
+    cfg.clone_fd = false;
     let read_ahead = opts.max_read;
     let (changes_tx, changes_rx) = std::sync::mpsc::channel::<Inval>();
     let queue = Arc::new(InvalQueue::new(changes_tx));
@@ -1647,12 +1847,45 @@ pub fn mount(
     }
     let q = queue.clone();
     client.subscribe(Arc::new(move |c: &[Change]| q.push(c.to_vec())));
-    let fs = SiltFs::new(client, opts, state);
+    let fs = SiltFs::new(client.clone(), opts, state).restarted(table, generation);
     let inodes = fs.inodes.clone();
-    let session = fuser::spawn_mount(fs, mountpoint, &cfg).map_err(|e| {
-        Error::from(e).context(format!("mounting FUSE at {}", mountpoint.display()))
-    })?;
+    let writers = fs.writers.clone();
+    let (session, reply) = match takeover::start_session(fs, dev.as_fd(), &init, cfg) {
+        Ok(v) => v,
+        Err(e) => {
+            if fresh {
+                takeover::detach(mountpoint);
+            }
+            return Err(e.context(format!("mounting FUSE at {}", mountpoint.display())));
+        }
+    };
+    if fresh {
+        // The kernel negotiated once, with the first daemon; a takeover drops its reply.
+        takeover::write_device(dev.as_fd(), &reply).inspect_err(|_| {
+            takeover::detach(mountpoint);
+        })?;
+        let held = takeover::save_init(&dir, &init).and_then(|()| match &setup.holder_exe {
+            Some(exe) => takeover::spawn_holder(exe, &dir, mountpoint, dev.as_fd()),
+            None => Ok(()),
+        });
+        if let Err(e) = held {
+            tracing::warn!("no FUSE holder: {e}; the mount ends with this process");
+        }
+    }
     let notifier = session.notifier();
+    let session = session
+        .spawn()
+        .map_err(|e| Error::from(e).context(format!("serving FUSE at {}", mountpoint.display())))?;
+    if !fresh {
+        // Requests the dead daemon had read but not answered come again (Linux >= 6.9).
+        match takeover::resend(dev.as_fd()) {
+            Ok(()) => tracing::info!(generation, "took over the mount; unanswered requests resent"),
+            Err(e) => tracing::warn!(
+                "took over the mount, but the kernel cannot resend the requests the old daemon had read ({e}; needs Linux >= 6.9): those fail or hang"
+            ),
+        }
+    }
+    drop(dev);
     // Invalidations go to the kernel from their own thread: a FUSE request handler that
     // learned of a change must not wait on the kernel locks its own request holds.
     std::thread::Builder::new()
@@ -1678,5 +1911,30 @@ pub fn mount(
     Ok(Mounted {
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),
+        state_dir: dir,
+        client,
+        writers,
+        took_over: !fresh,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silt_mounts_are_recognised_in_mountinfo() {
+        // As this kernel writes them for a fuser mount and for silt's own mount(2).
+        let fuser = "612 29 0:70 / /tmp/t\\040x/mnt rw,nosuid,nodev,noatime shared:327 - fuse silt rw,user_id=0,group_id=0,default_permissions,allow_other";
+        let own =
+            "612 29 0:70 / /tmp/m rw,nosuid,nodev,noatime - fuse.silt silt rw,user_id=0,group_id=0";
+        assert!(is_silt_mount_of(fuser, "/tmp/t x/mnt"));
+        assert!(is_silt_mount_of(own, "/tmp/m"));
+        assert!(!is_silt_mount_of(own, "/tmp/m/x"));
+        let other = "612 29 0:70 / /tmp/m rw - fuse sshfs rw,user_id=0";
+        assert!(!is_silt_mount_of(other, "/tmp/m"));
+        let other = "612 29 0:70 / /tmp/m rw - fuse.sshfs silt rw";
+        assert!(!is_silt_mount_of(other, "/tmp/m"));
+        assert!(!is_silt_mount_of("garbage", "/tmp/m"));
+    }
 }

@@ -44,6 +44,14 @@ fn config_arg() -> Arg {
         .help("Config file (TOML, keys as in docs/CONFIGURATION.md)")
 }
 
+/// `--takeover`: a planned upgrade of a running daemon (see docs/SEMANTICS.md, "Restarts").
+fn takeover_arg() -> Arg {
+    Arg::new("takeover")
+        .long("takeover")
+        .action(ArgAction::SetTrue)
+        .help("Take the mount over from the silt running on this state dir: it commits open files and exits without unmounting; open files and readers carry on")
+}
+
 fn state_args() -> Vec<Arg> {
     vec![
         config_arg(),
@@ -71,6 +79,7 @@ fn command() -> Command {
             Command::new("up")
                 .about("Run a worker and a FUSE mount on this machine (state in --state-dir)")
                 .arg(config_arg())
+                .arg(takeover_arg())
                 .args(option_args()),
         )
         .subcommand(
@@ -93,6 +102,7 @@ fn command() -> Command {
                 )
                 .arg(Arg::new("target").value_name("MOUNTPOINT"))
                 .arg(config_arg())
+                .arg(takeover_arg())
                 .args(
                     option_args()
                         .into_iter()
@@ -200,6 +210,13 @@ fn command() -> Command {
                 .args(state_args()),
         )
         .subcommand(ring::command())
+        .subcommand(
+            // Keeps a mount's FUSE connection alive across its daemon (spawned by the daemon).
+            Command::new("fuse-holder")
+                .hide(true)
+                .arg(Arg::new("state_dir").long("state-dir").required(true))
+                .arg(Arg::new("mountpoint").long("mountpoint").required(true)),
+        )
 }
 
 /// Builds the configuration: defaults < config file < environment < flags.
@@ -253,15 +270,16 @@ fn state_dir(m: &ArgMatches) -> Result<PathBuf> {
 pub fn run() -> Result<ExitCode> {
     let matches = command().get_matches();
     match matches.subcommand() {
-        Some(("up", m)) => daemon::run(build_config(m, None)?),
+        Some(("up", m)) => daemon::run(build_config(m, None)?, m.get_flag("takeover")),
         Some(("worker", m)) => daemon::run_worker(build_config(m, None)?),
         Some(("mount", m)) => {
             let first = m.get_one::<String>("uri").cloned();
             let second = m.get_one::<String>("target").cloned();
             match (first, second) {
-                (Some(uri), Some(target)) => {
-                    daemon::run(build_config(m, Some((&uri, Path::new(&target))))?)
-                }
+                (Some(uri), Some(target)) => daemon::run(
+                    build_config(m, Some((&uri, Path::new(&target))))?,
+                    m.get_flag("takeover"),
+                ),
                 // One argument: the mountpoint of a cluster client (namespace from the cluster).
                 (Some(target), None) => {
                     let mut cfg = build_config(m, None)?;
@@ -269,7 +287,7 @@ pub fn run() -> Result<ExitCode> {
                         bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers");
                     }
                     cfg.mountpoint = PathBuf::from(target);
-                    daemon::run(cfg)
+                    daemon::run(cfg, m.get_flag("takeover"))
                 }
                 _ => {
                     bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers")
@@ -308,6 +326,11 @@ pub fn run() -> Result<ExitCode> {
         }
         Some(("down", m)) => control::down(&state_dir(m)?),
         Some(("ring", m)) => ring::run(m),
+        Some(("fuse-holder", m)) => {
+            let arg = |k: &str| PathBuf::from(m.get_one::<String>(k).cloned().unwrap_or_default());
+            silt_fuse::takeover::run_holder(&arg("state_dir"), &arg("mountpoint"))?;
+            Ok(ExitCode::SUCCESS)
+        }
         _ => bail!("unknown command"),
     }
 }

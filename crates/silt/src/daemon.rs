@@ -252,13 +252,38 @@ fn write_setup(cfg: &Config) -> Result<WriteSetup> {
 
 /// `silt up` / `silt mount`: a single node, or a cluster client when the configuration names
 /// a cluster.
-pub fn run(cfg: Config) -> Result<ExitCode> {
+pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
     init_logging(&cfg.log);
     let rt = runtime()?;
 
-    // Check what can be checked before touching anything.
-    silt_fuse::check_mountpoint(&cfg.mountpoint)?;
-    let _lock = lock_state_dir(&cfg.state_dir)?;
+    // A live holder keeps this state dir's mount: take it over (from a dead daemon, or with
+    // --takeover from a running one) instead of mounting.
+    let holder = silt_fuse::takeover::holder_alive(&cfg.state_dir);
+    if takeover {
+        if !holder {
+            return Err(Error::invalid(format!(
+                "--takeover: no mount to take over (no FUSE holder in {}); start without --takeover",
+                cfg.state_dir.display()
+            ))
+            .into());
+        }
+        stop_for_takeover(&cfg.state_dir)?;
+    } else if !holder {
+        // Check what can be checked before touching anything.
+        silt_fuse::check_mountpoint(&cfg.mountpoint)?;
+    }
+    let _lock = lock_state_dir(&cfg.state_dir).map_err(|e| {
+        if holder {
+            e.context("the mount is served by a running silt; `silt up --takeover` replaces it")
+        } else {
+            e
+        }
+    })?;
+    let held = if holder {
+        silt_fuse::takeover::take_from_holder(&cfg.state_dir, &cfg.mountpoint)?
+    } else {
+        None
+    };
 
     let (ns, pages, fetcher, cluster, role) = if cfg.is_cluster() {
         let m = rt.block_on(membership(&cfg))?;
@@ -354,17 +379,40 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
             allow_other: cfg.allow_other,
         },
         fuse_state,
+        silt_fuse::MountSetup {
+            state_dir: cfg.state_dir.clone(),
+            holder_exe: std::env::current_exe().ok(),
+            held,
+        },
     )?;
     rt.spawn(control::serve(listener, daemon.clone()));
     eprintln!(
-        "silt: serving {} at {} (state {}, control {})",
+        "silt: serving {} at {} (state {}, control {}){}",
         mount_table_text(&daemon.mounts()),
         cfg.mountpoint.display(),
         cfg.state_dir.display(),
-        socket.display()
+        socket.display(),
+        if mounted.took_over {
+            "; took over the running mount"
+        } else {
+            ""
+        }
     );
 
     let why = rt.block_on(wait_for_stop(&daemon, || mounted.is_finished()))?;
+    if why == HANDING_OVER {
+        eprintln!(
+            "silt: {why}: leaving the mount at {} to the new daemon",
+            cfg.mountpoint.display()
+        );
+        let result = mounted.hand_over();
+        if let Err(e) = daemon.client.save_metadata(&snapshot) {
+            warn!(error = %e, "could not save the metadata cache; the next start begins empty");
+        }
+        rt.shutdown_timeout(Duration::from_secs(2));
+        result?;
+        return Ok(ExitCode::SUCCESS);
+    }
     eprintln!("silt: {why}; unmounting {}", cfg.mountpoint.display());
     let result = mounted.unmount();
     let _ = std::fs::remove_file(&socket);
@@ -378,14 +426,60 @@ pub fn run(cfg: Config) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `wait_for_stop` answers for SIGUSR2: a new daemon takes the mount over.
+const HANDING_OVER: &str = "handing over";
+
+/// `--takeover`: asks the daemon holding the state dir (if one runs) to hand the mount over
+/// (SIGUSR2: it commits open files and exits without unmounting) and waits until it is gone.
+fn stop_for_takeover(dir: &Path) -> Result<()> {
+    let path = dir.join("lock");
+    let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
+        return Ok(());
+    };
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        // Nobody holds it: the daemon is dead already; the holder alone keeps the mount.
+        return Ok(());
+    }
+    drop(file);
+    let pid: i32 = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|p| *p > 1)
+        .ok_or_else(|| Error::invalid(format!("{}: no daemon pid in it", path.display())))?;
+    info!(pid, "asking the running daemon to hand the mount over");
+    // SAFETY: plain kill(2).
+    if unsafe { libc::kill(pid, libc::SIGUSR2) } != 0 {
+        return Err(Error::from(std::io::Error::last_os_error())
+            .context(format!("signalling the running daemon (pid {pid})"))
+            .into());
+    }
+    if !silt_fuse::takeover::wait_for_exit(pid, TAKEOVER_WAIT)? {
+        return Err(Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "the running daemon (pid {pid}) did not exit within {}s of the handover request",
+                TAKEOVER_WAIT.as_secs()
+            ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// How long `--takeover` waits for the old daemon (it commits open files first).
+const TAKEOVER_WAIT: Duration = Duration::from_secs(120);
+
 /// Waits for a signal, `silt down`, or `gone()` (polled: the mount went away from outside).
 async fn wait_for_stop(daemon: &Daemon, gone: impl Fn() -> bool) -> std::io::Result<&'static str> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut usr2 = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())?;
     let mut poll = tokio::time::interval(Duration::from_millis(250));
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return Ok("interrupted"),
             _ = term.recv() => return Ok("terminated"),
+            _ = usr2.recv() => return Ok(HANDING_OVER),
             _ = daemon.shutdown.notified() => return Ok("asked to stop"),
             _ = poll.tick() => {
                 // Unmounted from outside (fusermount3 -u): nothing left to serve.

@@ -184,6 +184,27 @@ impl Silt {
         );
     }
 
+    /// SIGKILL of the daemon (a crash), keeping this guard, so the mount is still cleaned up
+    /// when the test ends.
+    pub fn crash(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits for the daemon to exit by itself (e.g. after handing its mount over).
+    pub fn wait_exit(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .take()
+            .map(|mut c| c.wait().expect("waiting for silt"))
+    }
+
+    /// The daemon's process id (while it runs).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// SIGKILL: no clean-up by silt itself (a crash).
     pub fn kill(mut self) {
         if let Some(mut c) = self.child.take() {
@@ -198,6 +219,16 @@ impl Drop for Silt {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        // The process keeping the mount's FUSE connection alive across daemons: without it
+        // (and the daemon) the connection ends, so nothing waits on the mount any more.
+        if let Some(pid) = std::fs::read_to_string(self.state_dir.join("fuse-holder.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .filter(|p| *p > 1)
+        {
+            // SAFETY: plain kill(2) of the holder this test's silt started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         if !self.mountpoint.as_os_str().is_empty() && is_mounted(&self.mountpoint) {
             let _ = Command::new("fusermount3")

@@ -1,0 +1,398 @@
+//! A mount that survives its daemon: after SIGKILL of `silt up`, the next start takes over the
+//! same kernel mount (readers continue), or, where nothing kept the mount alive, detaches the
+//! dead mount and mounts anew.
+
+mod common;
+
+use std::fs::File;
+use std::io::{BufRead, Read, Write};
+use std::os::fd::IntoRawFd;
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+/// The pid of the process holding the mount's FUSE connection, if there is one.
+fn holder_pid(state: &Path) -> Option<i32> {
+    std::fs::read_to_string(state.join("fuse-holder.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// SIGKILL of the holder (if any), waiting until it is gone.
+fn kill_holder(state: &Path) {
+    let Some(pid) = holder_pid(state) else {
+        return;
+    };
+    // SAFETY: plain kill(2); the pid is the holder's (it removes its pid file as it exits).
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // Bounded wait for the process to vanish (it is not our child: poll /proc).
+    for _ in 0..10_000 {
+        if !Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z "))
+        {
+            return;
+        }
+        std::thread::yield_now();
+        std::thread::park_timeout(std::time::Duration::from_millis(1));
+    }
+    panic!("holder {pid} did not die");
+}
+
+/// (d)+(b): the daemon and whatever holds the mount both die (the mount is dead: ENOTCONN);
+/// the next start on the same mountpoint detaches it by itself and mounts anew.
+#[test]
+fn a_dead_mount_is_detached_by_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("store");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("f"), b"hello").unwrap();
+    let uri = format!("file://{}", data.display());
+    let mut s = Silt::up(&[("/data", &uri)], &[], dir.path()).unwrap();
+    assert_eq!(std::fs::read(s.path("/data/f")).unwrap(), b"hello");
+    let state = s.state_dir.clone();
+    s.crash();
+    kill_holder(&state);
+    // A name the kernel has not cached, so the request reaches the (dead) connection.
+    let err = std::fs::metadata(s.path("/data/never-looked-up")).unwrap_err();
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::ENOTCONN),
+        "a mount nobody serves answers ENOTCONN"
+    );
+    let s2 = restart(dir.path(), &uri, &[]);
+    assert_eq!(std::fs::read(s2.path("/data/f")).unwrap(), b"hello");
+    assert!(
+        s2.log_text().contains("removed the dead mount"),
+        "{}",
+        s2.log_text()
+    );
+    s2.stop();
+    drop(s);
+}
+
+const BIG: usize = 48 << 20;
+const CHUNK: usize = 1 << 20;
+
+fn args() -> Vec<&'static str> {
+    // Reads through the daemon (no passthrough), files written through to the store.
+    vec!["--passthrough", "off", "--write-type", "through"]
+}
+
+/// A store with the big file; the URI.
+fn store(dir: &Path) -> String {
+    let data = dir.join("store");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("big"), bytes(1, BIG)).unwrap();
+    format!("file://{}", data.display())
+}
+
+/// `silt up` again on the mount of `dir` (as `Silt::up` does, without touching the
+/// mountpoint first: a mount whose daemon is gone blocks whoever looks at it until a daemon
+/// serves it).
+fn restart(dir: &Path, uri: &str, extra: &[&str]) -> Silt {
+    let (mp, state) = (dir.join("mnt"), dir.join("state"));
+    let mut a: Vec<String> = vec![
+        "up".into(),
+        "--mountpoint".into(),
+        mp.display().to_string(),
+        "--state-dir".into(),
+        state.display().to_string(),
+        "--mount".into(),
+        format!("/data={uri}"),
+    ];
+    a.extend(extra.iter().map(|s| s.to_string()));
+    Silt::start(&a, &mp, &state).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Helper processes: the test binary itself, running `helper` with a role. Readers and
+/// writers must be other processes than the test's: a process forking (as the test does to
+/// start the next daemon) while it holds files of a mount whose daemon is dead blocks in the
+/// child's close of them (FLUSH) until a daemon answers.
+struct Helper {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Helper {
+    fn start(role: &str, path: &Path, out: &Path) -> Helper {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "helper", "--nocapture", "--test-threads=1"])
+            .env("TAKEOVER_HELPER", role)
+            .env("TAKEOVER_PATH", path)
+            .env("TAKEOVER_OUT", out)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        Helper { child, out }
+    }
+
+    /// The next protocol line (`@@ ...`), `None` at the end of its output.
+    fn line(&mut self) -> Option<String> {
+        loop {
+            let mut l = String::new();
+            if self.out.read_line(&mut l).ok()? == 0 {
+                return None;
+            }
+            // libtest may have written "test helper ... " before it on the line.
+            if let Some(at) = l.find("@@ ") {
+                return Some(l[at + 3..].trim().to_string());
+            }
+        }
+    }
+
+    fn go(&mut self) {
+        let _ = writeln!(self.child.stdin.as_mut().unwrap(), "go");
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn errno_of(r: std::io::Result<()>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => e.raw_os_error().unwrap_or(-1),
+    }
+}
+
+/// The helper processes' side (does nothing when run as a test).
+#[test]
+fn helper() {
+    let Ok(role) = std::env::var("TAKEOVER_HELPER") else {
+        return;
+    };
+    let path = PathBuf::from(std::env::var("TAKEOVER_PATH").unwrap());
+    let out = PathBuf::from(std::env::var("TAKEOVER_OUT").unwrap());
+    let say = |s: &str| {
+        println!("@@ {s}");
+        let _ = std::io::stdout().flush();
+    };
+    let wait_go = || {
+        let mut l = String::new();
+        let _ = std::io::stdin().read_line(&mut l);
+    };
+    match role.as_str() {
+        // Reads 8 chunks, says "half", waits, reads the rest; writes what it read to `out`.
+        "reader" => {
+            let mut f = File::open(&path).unwrap();
+            let mut got = vec![0u8; CHUNK * 8];
+            f.read_exact(&mut got).unwrap();
+            say("half");
+            wait_go();
+            match f.read_to_end(&mut got) {
+                Ok(_) => {
+                    std::fs::write(&out, &got).unwrap();
+                    say("ok");
+                }
+                Err(e) => say(&format!("err {e}")),
+            }
+        }
+        // Writes a chunk, says "written", waits, writes another and closes: "W C" errnos.
+        "writer" => {
+            let mut f = File::create(&path).unwrap();
+            f.write_all(&bytes(2, CHUNK)).unwrap();
+            say("written");
+            wait_go();
+            let w = errno_of(f.write_all(&bytes(3, CHUNK)));
+            let fd = f.into_raw_fd();
+            // SAFETY: closing the fd we own, to see close(2)'s answer (File's drop ignores it).
+            let c = if unsafe { libc::close(fd) } == 0 {
+                0
+            } else {
+                std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+            };
+            say(&format!("{w} {c}"));
+        }
+        // Reads the file whole again and again, checking each pass, until `out` exists.
+        "steady" => {
+            let want = bytes(1, BIG);
+            let mut passes = 0;
+            say("started");
+            loop {
+                match std::fs::read(&path) {
+                    Ok(b) if b == want => passes += 1,
+                    Ok(b) => return say(&format!("err pass {passes}: {} wrong bytes", b.len())),
+                    Err(e) => return say(&format!("err pass {passes}: {e}")),
+                }
+                if out.exists() {
+                    return say(&format!("ok {passes}"));
+                }
+            }
+        }
+        // A listing and a lookup of a name never seen: "ls-errno lookup-errno names...".
+        "ls" => {
+            let listing = std::fs::read_dir(&path).map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+            });
+            let never = errno_of(std::fs::metadata(path.join("never-looked-up")).map(|_| ()));
+            match listing {
+                Ok(names) => say(&format!("0 {never} {}", names.join(" "))),
+                Err(e) => say(&format!("{} {never}", e.raw_os_error().unwrap_or(-1))),
+            }
+        }
+        _ => panic!("unknown helper role {role}"),
+    }
+}
+
+/// (a) SIGKILL of the daemon while a process reads a large file through it, another reads in
+/// a loop and another writes; the restarted daemon takes the mount over: the readers get
+/// exactly the file's bytes, listings and lookups never answer ENOTCONN, the writer's next
+/// write and its close answer EIO (its unwritten bytes died with the daemon), never a hang,
+/// and a file committed before the crash is intact.
+#[test]
+fn a_restart_after_sigkill_takes_the_mount_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = store(dir.path());
+    let mut s = Silt::up(&[("/data", &uri)], &args(), dir.path()).unwrap();
+    let committed = bytes(4, 3 * CHUNK + 17);
+    std::fs::write(s.path("/data/committed"), &committed).unwrap();
+
+    let (read_out, stop) = (dir.path().join("read"), dir.path().join("stop"));
+    let mut reader = Helper::start("reader", &s.path("/data/big"), &read_out);
+    let mut writer = Helper::start("writer", &s.path("/data/w"), &read_out);
+    let mut steady = Helper::start("steady", &s.path("/data/big"), &stop);
+    assert_eq!(reader.line().as_deref(), Some("half"));
+    assert_eq!(writer.line().as_deref(), Some("written"));
+    assert_eq!(steady.line().as_deref(), Some("started"));
+
+    s.crash();
+    // Requests now wait for the next daemon (the holder keeps the connection).
+    reader.go();
+    writer.go();
+    let mut ls = Helper::start("ls", &s.path("/data"), &stop);
+
+    let s2 = restart(dir.path(), &uri, &args());
+    assert!(
+        s2.log_text().contains("took over the running mount"),
+        "{}",
+        s2.log_text()
+    );
+    assert_eq!(
+        reader.line().as_deref(),
+        Some("ok"),
+        "the reader's reads across the restart"
+    );
+    assert!(
+        std::fs::read(&read_out).unwrap() == bytes(1, BIG),
+        "the reader got other bytes than the file's"
+    );
+    let listing = ls.line().unwrap();
+    let mut f = listing.split(' ');
+    assert_eq!(f.next(), Some("0"), "listing during the restart: {listing}");
+    assert_eq!(
+        f.next().map(str::to_string),
+        Some(libc::ENOENT.to_string()),
+        "lookup during the restart: {listing}"
+    );
+    let names: Vec<&str> = f.collect();
+    assert!(
+        names.contains(&"big") && names.contains(&"committed"),
+        "{listing}"
+    );
+    // Its unwritten bytes died with the daemon: the next write and close say so.
+    assert_eq!(
+        writer.line(),
+        Some(format!("{} {}", libc::EIO, libc::EIO)),
+        "the writer's write and close after the crash"
+    );
+    std::fs::write(&stop, b"").unwrap();
+    let passes = steady.line().unwrap();
+    assert!(passes.starts_with("ok "), "steady reader: {passes}");
+    assert_eq!(
+        std::fs::read(s2.path("/data/committed")).unwrap(),
+        committed
+    );
+    // New files and reads work as ever.
+    std::fs::write(s2.path("/data/after"), b"after").unwrap();
+    assert_eq!(std::fs::read(s2.path("/data/after")).unwrap(), b"after");
+    drop((reader, writer, steady, ls));
+    s2.stop();
+    drop(s);
+    assert!(
+        holder_pid(&dir.path().join("state")).is_none(),
+        "the holder ends with the mount"
+    );
+}
+
+/// (c) A planned upgrade: `silt up --takeover` replaces a running daemon without unmounting;
+/// a reader open across it carries on, and a file open for writing is committed by the old
+/// daemon before it leaves (its handle then answers EIO).
+#[test]
+fn takeover_flag_hands_over_without_unmounting() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = store(dir.path());
+    let mut s = Silt::up(&[("/data", &uri)], &args(), dir.path()).unwrap();
+    let read_out = dir.path().join("read");
+    let mut reader = Helper::start("reader", &s.path("/data/big"), &read_out);
+    let mut writer = Helper::start("writer", &s.path("/data/w"), &read_out);
+    assert_eq!(reader.line().as_deref(), Some("half"));
+    assert_eq!(writer.line().as_deref(), Some("written"));
+
+    let mut a = args();
+    a.push("--takeover");
+    let s2 = restart(dir.path(), &uri, &a);
+    let status = s.wait_exit().expect("old daemon");
+    assert!(status.success(), "old daemon: {status}: {}", s.log_text());
+    reader.go();
+    writer.go();
+    assert_eq!(
+        reader.line().as_deref(),
+        Some("ok"),
+        "reads across the handover"
+    );
+    assert!(
+        std::fs::read(&read_out).unwrap() == bytes(1, BIG),
+        "the reader got other bytes than the file's"
+    );
+    assert_eq!(writer.line(), Some(format!("{} {}", libc::EIO, libc::EIO)));
+    // What was written before the handover was committed by the old daemon.
+    let stored = std::fs::read(dir.path().join("store/w")).unwrap();
+    assert!(
+        stored == bytes(2, CHUNK),
+        "the store has {} bytes of w",
+        stored.len()
+    );
+    drop((reader, writer));
+    s2.stop();
+    drop(s);
+}
+
+/// A start without --takeover while the daemon runs is refused with a clear message (the
+/// running mount is untouched).
+#[test]
+fn a_second_start_on_a_served_mount_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = store(dir.path());
+    let s = Silt::up(&[("/data", &uri)], &args(), dir.path()).unwrap();
+    // Run to completion (a harness guard of a failed start would unmount the live mount).
+    let (mp, state) = (dir.path().join("mnt"), dir.path().join("state"));
+    let mut a = vec![
+        "up",
+        "--mountpoint",
+        mp.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--mount",
+    ];
+    let m = format!("/data={uri}");
+    a.push(&m);
+    a.extend(args());
+    let o = silt(&a);
+    assert!(
+        !o.status.success(),
+        "a second daemon started on a served mount"
+    );
+    let err = stderr(&o);
+    assert!(err.contains("--takeover"), "{err}");
+    assert_eq!(std::fs::read(s.path("/data/big")).unwrap().len(), BIG);
+    s.stop();
+}
