@@ -315,7 +315,9 @@ fn write_boot_file(dir: &Path, boot: Option<&str>) -> Option<PathBuf> {
     let boot = boot?;
     let (tmp, path) = (dir.join("boot-id.tmp"), dir.join(BOOT_FILE));
     // No fsync: the file only speaks for this boot, whose page cache holds it.
-    fs::write(&tmp, boot).and_then(|()| fs::rename(&tmp, &path)).ok()?;
+    fs::write(&tmp, boot)
+        .and_then(|()| fs::rename(&tmp, &path))
+        .ok()?;
     Some(path)
 }
 

@@ -417,10 +417,13 @@ impl Client {
                     if b.is_empty() {
                         break;
                     }
-                    // Zeros stay holes (a sparse file loads in the space of its data).
-                    if b.iter().any(|&x| x != 0) {
-                        buf.write_at(off, &b)
-                            .map_err(|e| e.context(format!("{path}: loading")))?;
+                    // Zero pages stay holes (a sparse file loads in the space of its data).
+                    let ps = self.worker.page_size().max(1) as usize;
+                    for (i, page) in b.chunks(ps).enumerate() {
+                        if page.iter().any(|&x| x != 0) {
+                            buf.write_at(off + (i * ps) as u64, page)
+                                .map_err(|e| e.context(format!("{path}: loading")))?;
+                        }
                     }
                     off += b.len() as u64;
                 }
@@ -517,6 +520,17 @@ impl Client {
                 s.loaded.store(true, Ordering::Release);
                 return Ok(());
             }
+        }
+        // Past the largest size: refused before the file's bytes are loaded.
+        let max = self.arena()?.max_file_size();
+        if len > max {
+            return Err(Error::new(
+                ErrorKind::FileTooLarge,
+                format!(
+                    "truncating {} to {len} bytes: past the largest file size, max_file_size = {max} bytes",
+                    s.path()
+                ),
+            ));
         }
         self.load_session(s).await?;
         self.set_len(w, len)

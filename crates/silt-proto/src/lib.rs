@@ -87,6 +87,7 @@ const ALL_KINDS: &[ErrorKind] = &[
     ErrorKind::NotEmpty,
     ErrorKind::NameTooLong,
     ErrorKind::CrossDevice,
+    ErrorKind::FileTooLarge,
 ];
 
 pub async fn write_frame<W: AsyncWrite + Unpin>(

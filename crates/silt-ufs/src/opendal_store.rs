@@ -729,6 +729,8 @@ impl OpendalStore {
             file.write_all_at(piece, off).map_err(what)
         })?;
         file.set_len(len).map_err(what)?;
+        // Durable when the write returns, as OpenDAL's fs writer makes it (sync on close).
+        file.sync_all().map_err(what)?;
         drop(file);
         self.stat_inner(path).await
     }
@@ -1111,6 +1113,15 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
 
 /// Part size of a multipart upload (`write_from`): memory per upload in flight.
 const WRITE_PART: usize = 8 << 20;
+/// S3 allows at most this many parts per multipart upload.
+const MAX_PARTS: u64 = 10_000;
+
+/// The part size for an upload of `len` bytes: [`WRITE_PART`], or larger (whole MiB) when
+/// that many parts would pass S3's limit (so a 5 TiB file uploads in 525 MiB parts).
+fn part_size(len: u64) -> usize {
+    let need = len.div_ceil(MAX_PARTS).div_ceil(1 << 20) << 20;
+    usize::try_from(need).map_or(usize::MAX, |n| n.max(WRITE_PART))
+}
 
 /// Subdirectories a recursive listing is split into at most (see `s3_list_tree`); more are
 /// left to one sweep, whose pages then hold several subtrees each.
@@ -1274,17 +1285,18 @@ impl UnderStore for OpendalStore {
         }
         self.count_errors(async {
             // One PUT up to a part's size, else initiate + one request per part + complete.
-            let parts = len.div_ceil(WRITE_PART as u64);
+            let part = part_size(len);
+            let parts = len.div_ceil(part as u64);
             UFS_REQUESTS.add(if parts <= 1 { 1 } else { parts + 2 });
             let mut w = self
                 .op
                 .writer_with(path)
-                .chunk(WRITE_PART)
+                .chunk(part)
                 .await
                 .map_err(|e| self.map_err("write", path, e))?;
             let mut off = 0u64;
             while off < len {
-                let n = (len - off).min(WRITE_PART as u64) as usize;
+                let n = (len - off).min(part as u64) as usize;
                 let part = src.read_at(off, n).map_err(|e| {
                     e.context(format!(
                         "write {}: reading the local bytes",
@@ -1559,5 +1571,21 @@ mod tests {
             .map(|e| e.kind()),
             Some(ErrorKind::InvalidInput)
         );
+    }
+}
+
+#[cfg(test)]
+mod part_tests {
+    use super::*;
+
+    #[test]
+    fn parts_stay_within_s3s_limit() {
+        assert_eq!(part_size(0), WRITE_PART);
+        assert_eq!(part_size(MAX_PARTS * WRITE_PART as u64), WRITE_PART);
+        for len in [MAX_PARTS * WRITE_PART as u64 + 1, 1 << 40, 5 << 40] {
+            let p = part_size(len) as u64;
+            assert!(len.div_ceil(p) <= MAX_PARTS, "{len}: {p}");
+            assert_eq!(p % (1 << 20), 0);
+        }
     }
 }
