@@ -216,8 +216,8 @@ fn process_of(pid: u32) -> Option<u32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// How long a write open waits for readers' passthrough handles to be released (see
-/// `open_cached_for_write`); past it, `EBUSY`.
+/// How long an open the kernel would refuse next to a passthrough handle waits for that handle
+/// to be released (see `open_cached_waiting`); past it, `EBUSY`.
 const PASSTHROUGH_RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// Longest name of one path component.
@@ -553,7 +553,7 @@ impl SiltFs {
     /// Opens `path` (inode `ino`) for writing through the client and registers the handle
     /// (an open through the daemon as far as the kernel's io modes go).
     fn open_writer(&self, req: &Request, ino: u64, path: &str, opts: OpenOptions) -> Result<u64> {
-        if !self.open_cached_for_write(ino) {
+        if !self.open_cached_waiting(ino) {
             // Open in passthrough: the kernel would refuse a daemon open with EIO.
             return Err(Error::new(
                 ErrorKind::Busy,
@@ -766,10 +766,24 @@ impl SiltFs {
         }
     }
 
-    /// `open_cached` for an open that writes: a reader's passthrough handle that is closed
-    /// but not yet released (the kernel sends RELEASE after close(2) returns) is waited for,
-    /// up to `PASSTHROUGH_RELEASE_WAIT`; a file still open in passthrough then is `false`.
-    fn open_cached_for_write(&self, ino: u64) -> bool {
+    /// Waits, up to `PASSTHROUGH_RELEASE_WAIT`, until `ino` has no passthrough backing of an
+    /// object other than `object`. The kernel sends RELEASE after close(2) has returned, so
+    /// a reader that closed the old version just before this open may still be counted.
+    fn wait_other_version_released(&self, ino: u64, object: ObjectId) {
+        let deadline = std::time::Instant::now() + PASSTHROUGH_RELEASE_WAIT;
+        let mut io = self.io.lock();
+        while io.backings.get(&ino).is_some_and(|b| b.object != object) {
+            if self.io_released.wait_until(&mut io, deadline).timed_out() {
+                return;
+            }
+        }
+    }
+
+    /// `open_cached` for an open the kernel must serve through the daemon: a passthrough
+    /// handle that is closed but not yet released (the kernel sends RELEASE after close(2)
+    /// returns) is waited for, up to `PASSTHROUGH_RELEASE_WAIT`; a file still open in
+    /// passthrough then is `false`.
+    fn open_cached_waiting(&self, ino: u64) -> bool {
         let deadline = std::time::Instant::now() + PASSTHROUGH_RELEASE_WAIT;
         let mut io = self.io.lock();
         while io.backings.contains_key(&ino) {
@@ -986,7 +1000,7 @@ impl fuser::Filesystem for SiltFs {
         let file = match (file, session) {
             (Some(f), None) => f,
             (file, session) => {
-                if !self.open_cached(ino.0) {
+                if !self.open_cached_waiting(ino.0) {
                     self.state
                         .record(&path, "refused", "file open in passthrough");
                     return reply.error(Errno::EBUSY);
@@ -1014,6 +1028,7 @@ impl fuser::Filesystem for SiltFs {
         // If this open learned of a change, the kernel must drop the old attributes (size)
         // before reading, or it would cut the new version at the old size.
         self.state.wait_for_invalidations();
+        self.wait_other_version_released(ino.0, file.object().id);
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let commits = self.client.commit_count();
         match self.try_passthrough(ino.0, &file, &reply) {
@@ -1037,7 +1052,7 @@ impl fuser::Filesystem for SiltFs {
                 reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &backing);
             }
             Err(reason) => {
-                if !self.open_cached(ino.0) {
+                if !self.open_cached_waiting(ino.0) {
                     // Open in passthrough with a backing this open cannot use (another
                     // version): the kernel would fail a daemon open of it with EIO anyway.
                     self.state.record(&path, "refused", reason);
