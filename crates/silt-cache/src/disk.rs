@@ -88,6 +88,8 @@ const HEADER_MAGIC: &str = "silt page store tier";
 const JOURNAL_FILE: &str = "journal";
 /// Present only between a clean shutdown (data synced) and the next open.
 const CLEAN_FILE: &str = "clean-shutdown";
+/// Present when an unseal record could not be made durable: the next open trusts no seal.
+const NO_SEALS_FILE: &str = "no-seals";
 const JOURNAL_TMP: &str = "journal.tmp";
 const OBJECTS_DIR: &str = "objects";
 const DATA_SUFFIX: &str = ".data";
@@ -105,6 +107,10 @@ pub(crate) enum RecordKind {
     Put,
     RemovePage,
     RemoveObject,
+    /// The object's data file was durably written (fdatasync) with exactly the pages before
+    /// this record: `index` is the page count, `crc` the crc32c of their crcs (see
+    /// [`seal_crc`]). Any later record of the object undoes it.
+    Seal,
 }
 
 impl RecordKind {
@@ -113,6 +119,7 @@ impl RecordKind {
             RecordKind::Put => 1,
             RecordKind::RemovePage => 2,
             RecordKind::RemoveObject => 3,
+            RecordKind::Seal => 4,
         }
     }
 
@@ -121,6 +128,7 @@ impl RecordKind {
             1 => Some(RecordKind::Put),
             2 => Some(RecordKind::RemovePage),
             3 => Some(RecordKind::RemoveObject),
+            4 => Some(RecordKind::Seal),
             _ => None,
         }
     }
@@ -193,6 +201,9 @@ pub(crate) struct RecoveredPage {
     pub object_size: u64,
     pub index: u32,
     pub crc: u32,
+    /// The object was sealed: its data file holds every page durably as journaled, so it can
+    /// be trusted without reading it back even after a crash.
+    pub sealed: bool,
 }
 
 struct Journal {
@@ -363,6 +374,23 @@ struct ReplayObject {
     size: u64,
     /// index → (sequence number of its put record, data crc)
     pages: HashMap<u32, (u64, u32)>,
+    /// A seal record matched the pages and no record of the object followed it.
+    sealed: bool,
+}
+
+impl ReplayObject {
+    fn crcs_in_order(&self, page_size: u64) -> Option<Vec<u32>> {
+        (0..page_count(self.size, page_size))
+            .map(|i| self.pages.get(&u32::try_from(i).ok()?).map(|p| p.1))
+            .collect()
+    }
+}
+
+/// What a seal record's `crc` holds: the crc32c of the pages' crcs (little endian, in page
+/// order), so a seal only ever matches the exact pages it was written for.
+pub(crate) fn seal_crc(crcs: &[u32]) -> u32 {
+    let bytes: Vec<u8> = crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
+    crc32c::crc32c(&bytes)
 }
 
 impl DiskTier {
@@ -387,11 +415,20 @@ impl DiskTier {
         if was_clean {
             sync_dir_strict(dir).map_err(ctx)?;
         }
+        // An unseal that could not be made durable: no seal in this journal can be trusted.
+        // The marker goes once the journal has been rewritten without seals (below).
+        let seals_void = dir.join(NO_SEALS_FILE).exists();
         check_header(dir, page_size).map_err(ctx)?;
         fs::create_dir_all(dir.join(OBJECTS_DIR)).map_err(ctx)?;
         let mut objects = replay(&dir.join(JOURNAL_FILE), page_size).map_err(ctx)?;
         check_data_files(dir, page_size, &mut objects);
         remove_orphan_files(dir, &objects);
+        for obj in objects.values_mut() {
+            let complete = obj.pages.len() as u64 == page_count(obj.size, page_size);
+            // After a clean shutdown every byte was synced before the marker was written, so
+            // complete objects can be sealed now without another fdatasync.
+            obj.sealed = complete && !seals_void && (obj.sealed || was_clean);
+        }
 
         let mut live: Vec<(u64, RecoveredPage)> = Vec::new();
         for (&object, obj) in &objects {
@@ -403,6 +440,7 @@ impl DiskTier {
                         object_size: obj.size,
                         index,
                         crc,
+                        sealed: obj.sealed,
                     },
                 ));
             }
@@ -421,7 +459,18 @@ impl DiskTier {
             ))
             .map_err(ctx)?;
         }
+        // Seals after all puts: a record of an object undoes the seals before it.
+        for (&object, obj) in &objects {
+            if let (true, Some(crcs)) = (obj.sealed, obj.crcs_in_order(page_size)) {
+                w.push(&seal_record(object, obj.size, page_size, &crcs))
+                    .map_err(ctx)?;
+            }
+        }
         let journal = w.finish().map_err(ctx)?;
+        if seals_void {
+            fs::remove_file(dir.join(NO_SEALS_FILE)).map_err(ctx)?;
+            sync_dir_strict(dir).map_err(ctx)?;
+        }
         info!(
             tier = %name,
             dir = %dir.display(),
@@ -572,6 +621,42 @@ impl DiskTier {
         self.append_removal(&rec);
     }
 
+    /// Records that the object's data file holds exactly the pages with `crcs`, durably. The
+    /// caller fdatasynced the file after the last of those pages was written.
+    pub fn journal_seal(
+        &mut self,
+        object: ObjectId,
+        object_size: u64,
+        crcs: &[u32],
+    ) -> io::Result<()> {
+        let rec = seal_record(object, object_size, self.page_size, crcs);
+        self.journal.append(&rec)
+    }
+
+    /// Makes the records appended so far durable before a sealed object's data file is
+    /// changed (a removal record that a power loss drops would leave its seal standing over
+    /// punched bytes). Where that fails, a marker makes the next open trust no seal.
+    /// `false` if neither could be made durable: then the file must not be changed in place.
+    pub fn unseal_durably(&mut self) -> bool {
+        let r = if self.journal.failed {
+            Err(io::Error::other("the cache journal missed records"))
+        } else {
+            self.journal.file.sync_data()
+        };
+        if let Err(e) = r {
+            warn!(tier = %self.name, error = %e, "cannot sync the cache journal; no seal will be trusted after a restart");
+            let marker = self.dir.join(NO_SEALS_FILE);
+            if let Err(e) = File::create(&marker)
+                .and_then(|f| f.sync_all())
+                .and_then(|_| sync_dir_strict(&self.dir))
+            {
+                warn!(tier = %self.name, error = %e, "cannot record that seals are void");
+                return false;
+            }
+        }
+        true
+    }
+
     fn append_removal(&mut self, rec: &Record) {
         // A lost removal record is harmless: the bytes are punched or deleted already, so
         // after a restart the page fails its checksum (or misses its file) and is dropped.
@@ -628,6 +713,18 @@ impl DiskTier {
         self.journal = w.finish()?;
         debug!(tier = %self.name, before, after = self.journal.records, "compacted cache journal");
         Ok(())
+    }
+}
+
+fn seal_record(object: ObjectId, object_size: u64, page_size: u64, crcs: &[u32]) -> Record {
+    Record {
+        kind: RecordKind::Seal,
+        object,
+        index: crcs.len() as u64,
+        len: 0,
+        crc: seal_crc(crcs),
+        object_size,
+        page_size,
     }
 }
 
@@ -748,7 +845,9 @@ fn replay(path: &Path, page_size: u64) -> io::Result<HashMap<ObjectId, ReplayObj
                 let obj = objects.entry(rec.object).or_insert_with(|| ReplayObject {
                     size: rec.object_size,
                     pages: HashMap::new(),
+                    sealed: false,
                 });
+                obj.sealed = false;
                 if obj.size != rec.object_size {
                     // One content fingerprint, two sizes: trust neither.
                     obj.size = rec.object_size;
@@ -760,6 +859,7 @@ fn replay(path: &Path, page_size: u64) -> io::Result<HashMap<ObjectId, ReplayObj
                 if let (Some(obj), Ok(index)) =
                     (objects.get_mut(&rec.object), u32::try_from(rec.index))
                 {
+                    obj.sealed = false;
                     obj.pages.remove(&index);
                     if obj.pages.is_empty() {
                         objects.remove(&rec.object);
@@ -768,6 +868,17 @@ fn replay(path: &Path, page_size: u64) -> io::Result<HashMap<ObjectId, ReplayObj
             }
             RecordKind::RemoveObject => {
                 objects.remove(&rec.object);
+            }
+            RecordKind::Seal => {
+                if let Some(obj) = objects.get_mut(&rec.object) {
+                    let matches = rec.page_size == page_size
+                        && rec.object_size == obj.size
+                        && rec.index == page_count(obj.size, page_size)
+                        && obj
+                            .crcs_in_order(page_size)
+                            .is_some_and(|c| seal_crc(&c) == rec.crc);
+                    obj.sealed = matches;
+                }
             }
         }
     }
