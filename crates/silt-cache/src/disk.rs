@@ -67,7 +67,7 @@
 //! This module holds the tier's files and index; the decisions (which tier, what to evict,
 //! when to compact) live in the store, which owns the object table the keys refer to.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::os::unix::fs::FileExt;
@@ -368,6 +368,9 @@ pub(crate) struct DiskTier {
     /// Journal length at the last failed compaction, so a failing disk is not retried on
     /// every operation.
     compact_failed_at: u64,
+    /// Objects whose seal a removal record undid without a journal sync (see
+    /// [`DiskTier::unsealed_lazily`]).
+    unsynced_unseals: HashSet<ObjectId>,
 }
 
 struct ReplayObject {
@@ -490,6 +493,7 @@ impl DiskTier {
                 journal,
                 files: [None, None],
                 compact_failed_at: 0,
+                unsynced_unseals: HashSet::new(),
             },
             live,
             was_clean,
@@ -517,6 +521,11 @@ impl DiskTier {
     /// file at the path is unlinked first, never truncated: a write still in flight into it
     /// must not land in the new file.
     pub fn create_data_file(&mut self, object: ObjectId, size: u64) -> io::Result<Arc<File>> {
+        if self.unsynced_unseals.contains(&object) && !self.unseal_durably() {
+            return Err(io::Error::other(
+                "cannot make the removal of a sealed object durable",
+            ));
+        }
         let path = self.data_path(object);
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent)?;
@@ -637,7 +646,9 @@ impl DiskTier {
     /// changed (a removal record that a power loss drops would leave its seal standing over
     /// punched bytes). Where that fails, a marker makes the next open trust no seal.
     /// `false` if neither could be made durable: then the file must not be changed in place.
+    /// Covers the objects noted by [`DiskTier::unsealed_lazily`] too.
     pub fn unseal_durably(&mut self) -> bool {
+        self.unsynced_unseals.clear();
         let r = if self.journal.failed {
             Err(io::Error::other("the cache journal missed records"))
         } else {
@@ -655,6 +666,13 @@ impl DiskTier {
             }
         }
         true
+    }
+
+    /// A sealed object's removal record was appended but not synced, and its file unlinked.
+    /// Harmless until a new file is created for the object: a power loss could then keep the
+    /// new file and lose the record, reviving the seal over it, so that creation syncs first.
+    pub fn unsealed_lazily(&mut self, object: ObjectId) {
+        self.unsynced_unseals.insert(object);
     }
 
     fn append_removal(&mut self, rec: &Record) {
@@ -711,6 +729,8 @@ impl DiskTier {
         }
         let before = self.journal.records;
         self.journal = w.finish()?;
+        // The new journal is durable and holds no seal at all.
+        self.unsynced_unseals.clear();
         debug!(tier = %self.name, before, after = self.journal.records, "compacted cache journal");
         Ok(())
     }

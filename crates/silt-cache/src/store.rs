@@ -335,7 +335,9 @@ impl State {
         let complete = slot.tier != NO_TIER
             && slot.pending == 0
             && u64::from(slot.disk_pages) == page_count(slot.size, page_size);
-        if complete && slot.verified && !slot.sealed {
+        // Without a sealer (it could not start) nothing would drain the queue.
+        let sealing = self.sealer.is_some() || cfg!(test);
+        if sealing && complete && slot.verified && !slot.sealed {
             let id = slot.id;
             self.seal_queue.push(id);
             if let Some(tx) = &self.sealer {
@@ -344,13 +346,22 @@ impl State {
         }
     }
 
-    /// Clears the seal of slot `s` before its data file in tier `t` is changed; `false` if
-    /// that could not be made durable (the caller then leaves the file's bytes alone).
-    fn unseal(&mut self, t: usize, s: u32) -> bool {
+    /// Clears the seal of slot `s` (its removal record is in tier `t`'s journal already)
+    /// before its data file is changed. Punching (`punch`) needs the record durable first;
+    /// `false` if that failed (the caller then leaves the bytes alone). Unlinking does not:
+    /// a missing file drops its pages, and a new file for the object syncs the journal first
+    /// (`DiskTier::create_data_file`).
+    fn unseal(&mut self, t: usize, s: u32, punch: bool) -> bool {
         match self.slot_mut(s) {
             Some(slot) if slot.sealed => {
                 slot.sealed = false;
-                self.disks[t].unseal_durably()
+                let id = slot.id;
+                if punch {
+                    self.disks[t].unseal_durably()
+                } else {
+                    self.disks[t].unsealed_lazily(id);
+                    true
+                }
             }
             _ => true,
         }
@@ -565,7 +576,7 @@ impl State {
         }
         // Unlinking is always safe (a missing file drops its pages at the next open);
         // punching a sealed file is not until the seal is undone durably.
-        let may_punch = self.unseal(t, s);
+        let may_punch = self.unseal(t, s, !now_empty);
         let tier = &mut self.disks[t];
         if now_empty {
             tier.remove_data_file(id);
@@ -836,7 +847,7 @@ impl State {
                 }
             }
             d.journal_remove_object(object, size);
-            self.unseal(t, s);
+            self.unseal(t, s, false);
             let d = &mut self.disks[t];
             // Unlink, don't punch: a passthrough reader holding the file keeps whole bytes.
             d.remove_data_file(object);
@@ -897,8 +908,8 @@ impl State {
         for (object, size) in conflicts {
             debug!(object = %object, tier = t, "dropping a second copy of a cached object");
             self.disks[t].journal_remove_object(object, size);
-            // Its seal in this tier's journal must not outlive the file (unlinked: safe).
-            self.disks[t].unseal_durably();
+            // Its seal in this tier's journal is undone by the record (the file is unlinked).
+            self.disks[t].unsealed_lazily(object);
             self.disks[t].remove_data_file(object);
         }
         // A seal covers the whole object; one whose pages were not all adopted is not sealed
