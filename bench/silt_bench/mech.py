@@ -216,12 +216,6 @@ class Silt:
             out += [os.path.join(d, n) for n in names if n.endswith(".data")]
         return out
 
-    def kill(self):
-        """A crash: SIGKILL (no clean shutdown), then the mount it leaves is lazily detached."""
-        self.p.kill()
-        self.p.wait()
-        subprocess.run(["fusermount3", "-uz", self.mnt], check=False)
-
     def stop(self):
         subprocess.run([SILT, "down", "--state-dir", self.state], check=False,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

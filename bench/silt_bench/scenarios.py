@@ -196,20 +196,6 @@ def b1_b2(ctx, want):
                 ctx.add("b1_warm_1", _gb(mech.timed_read([s.path(k) for k in large], 1)), "GB/s")
                 ctx.counter("b1_warm_1 store requests", s.metric(UFS_REQUESTS) - req)
                 ctx.add("b1_hot_1", _gb(mech.timed_read([s.path(k) for k in large], 1)), "GB/s")
-                # The disk tier's own files read straight (no FUSE), as warm and hot read them
-                # in passthrough: what the page cache gives for how Silt wrote them.
-                ctx.add("b1_tier_files_1", _gb(mech.timed_read(sorted(s.data_files()), 1)), "GB/s")
-            # Warm after a crash: an instance on that state is killed (SIGKILL, no clean
-            # shutdown recorded), then the next one reads as warm 1 reader does.
-            with ctx.silt(state) as s:
-                s.kill()
-            with ctx.silt(state) as s:
-                req = s.metric(UFS_REQUESTS)
-                ctx.add("b1_warm_crash_1", _gb(mech.timed_read([s.path(k) for k in large], 1)), "GB/s")
-                ctx.counter("b1_warm_crash_1 store requests", s.metric(UFS_REQUESTS) - req)
-                opens = s.report()["opens"]
-                ctx.counter("b1_warm_crash_1 passthrough opens / all opens",
-                            opens["passthrough"] / max(1, opens["passthrough"] + opens["daemon"]))
         with ctx.silt(state) as s:
             if b1:
                 ctx.add("b1_warm_4", _gb(mech.timed_read([s.path(k) for k in large], 4)), "GB/s")
@@ -719,7 +705,6 @@ CLUSTER_PAIRS = (
     ("b1_cold_1", "B1 cold 1 reader", "b1_direct_single", "single GET stream"),
     ("b1_warm_1", "B1 warm", "b1_local_1", "local page cache"),
     ("b1_warm_4", "B1 warm 4 readers", "b1_local_4", "local page cache"),
-    ("b1_warm_crash_1", "B1 warm after a crash", "b1_local_1", "local page cache"),
     ("b1_hot_1", "B1 hot", "b1_local_1", "local page cache"),
     ("b2_cold", "B2 cold", "b2_direct", "direct"),
     ("b2_warm", "B2 warm", "b2_local", "local"),
@@ -758,11 +743,8 @@ def ratios(ctx):
 
     r("B1 warm", "b1_warm_1", "b1_local_1")
     r("B1 warm 4 readers", "b1_warm_4", "b1_local_4")
-    r("B1 warm after a crash", "b1_warm_crash_1", "b1_local_1")
     r("B1 warm ÷ local disk", "b1_warm_1", "b1_local_disk_1")
     r("B1 hot", "b1_hot_1", "b1_local_1")
-    r("B1 tier files read directly", "b1_tier_files_1", "b1_local_1")
-    r("B1 warm ÷ tier files read directly", "b1_warm_1", "b1_tier_files_1")
     r("B1 cold", "b1_cold_4", "b1_direct_parallel")
     r("B1 cold single", "b1_cold_1", "b1_direct_single")
     r("B2 cold", "b2_cold", "b2_direct")

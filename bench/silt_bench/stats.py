@@ -64,7 +64,6 @@ def _pages_move(n_workers):
 # ring of 4, so at most 1.25 / 5 of the pages may move.
 GOALS = [
     Goal("B1 warm", "local page cache", 0.90, ">=", "of", "0.90"),
-    Goal("B1 warm after a crash", "local page cache", 0.90, ">=", "of", "0.90"),
     Goal("B1 cold", "best direct parallel reader", 1.0, ">="),
     Goal("B1 cold single", "single-stream GET", 4.0, ">=", "×"),
     Goal("B2 warm", "local files/s", 0.5, ">="),

@@ -6,6 +6,7 @@
 //! <dir>/silt-tier                          header: format version and page size (text)
 //! <dir>/journal                            append-only page journal (56-byte records)
 //! <dir>/clean-shutdown                     present only between a clean shutdown and the next open
+//! <dir>/no-seals                           an unseal could not be made durable: trust no seal
 //! <dir>/objects/<hex[0..2]>/<hex>.data     one sparse data file per object version
 //! ```
 //!
@@ -56,6 +57,18 @@
 //! and creating a new one (never truncated), so a write that outlives its reservation lands
 //! in the old, unlinked file and never in a newer one.
 //!
+//! # Seals
+//!
+//! Objects complete before a crash (even of the machine) are trusted if they were **sealed**: once all pages of an
+//! object are written, the store fdatasyncs its data file and appends a seal record (the page
+//! count and the crc32c of the pages' crcs). Replay trusts the object only if the seal matches
+//! its pages and no record of the object follows. Before a sealed file's bytes change the seal
+//! is undone durably: a punch waits for the removal record to be synced; an unlinked file needs
+//! nothing until a new data file is created for the object, which syncs the journal first. If
+//! that sync fails, the `no-seals` marker makes the next open trust no seal. Opening after a
+//! clean shutdown seals every complete object (their bytes were synced by the shutdown), and
+//! the compacted journal carries the seals over.
+//!
 //! # Eviction
 //!
 //! Each tier has a quota with high/low watermarks (enforced by the store). Evicting a page
@@ -88,8 +101,6 @@ const HEADER_MAGIC: &str = "silt page store tier";
 const JOURNAL_FILE: &str = "journal";
 /// Present only between a clean shutdown (data synced) and the next open.
 const CLEAN_FILE: &str = "clean-shutdown";
-/// Present when an unseal record could not be made durable: the next open trusts no seal.
-const NO_SEALS_FILE: &str = "no-seals";
 const JOURNAL_TMP: &str = "journal.tmp";
 const OBJECTS_DIR: &str = "objects";
 const DATA_SUFFIX: &str = ".data";
@@ -101,6 +112,9 @@ const PUNCH: usize = 1;
 /// `DiskPage::handle` of a page whose data is still being written: not readable, not
 /// evictable, but its bytes are already counted against the quota.
 pub(crate) const PENDING: Handle = u32::MAX;
+
+/// Present when an unseal record could not be made durable: the next open trusts no seal.
+const NO_SEALS_FILE: &str = "no-seals";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RecordKind {
@@ -365,12 +379,12 @@ pub(crate) struct DiskTier {
     /// ([`PUNCH`]); puts and evictions each tend to come in runs of one object's pages. Always
     /// the files now at the objects' paths: dropped when such a file is removed.
     files: [Option<(ObjectId, Arc<File>)>; 2],
-    /// Journal length at the last failed compaction, so a failing disk is not retried on
-    /// every operation.
-    compact_failed_at: u64,
     /// Objects whose seal a removal record undid without a journal sync (see
     /// [`DiskTier::unsealed_lazily`]).
     unsynced_unseals: HashSet<ObjectId>,
+    /// Journal length at the last failed compaction, so a failing disk is not retried on
+    /// every operation.
+    compact_failed_at: u64,
 }
 
 struct ReplayObject {
@@ -418,14 +432,16 @@ impl DiskTier {
         if was_clean {
             sync_dir_strict(dir).map_err(ctx)?;
         }
-        // An unseal that could not be made durable: no seal in this journal can be trusted.
-        // The marker goes once the journal has been rewritten without seals (below).
-        let seals_void = dir.join(NO_SEALS_FILE).exists();
         check_header(dir, page_size).map_err(ctx)?;
         fs::create_dir_all(dir.join(OBJECTS_DIR)).map_err(ctx)?;
         let mut objects = replay(&dir.join(JOURNAL_FILE), page_size).map_err(ctx)?;
         check_data_files(dir, page_size, &mut objects);
         remove_orphan_files(dir, &objects);
+
+        // An unseal that could not be made durable: no seal in this journal can be trusted.
+        // The journal is rewritten below without seals; the store records the ones it trusts
+        // again after it (`journal_seal`), then removes the marker (`clear_no_seals`).
+        let seals_void = dir.join(NO_SEALS_FILE).exists();
         for obj in objects.values_mut() {
             let complete = obj.pages.len() as u64 == page_count(obj.size, page_size);
             // After a clean shutdown every byte was synced before the marker was written, so
@@ -462,18 +478,7 @@ impl DiskTier {
             ))
             .map_err(ctx)?;
         }
-        // Seals after all puts: a record of an object undoes the seals before it.
-        for (&object, obj) in &objects {
-            if let (true, Some(crcs)) = (obj.sealed, obj.crcs_in_order(page_size)) {
-                w.push(&seal_record(object, obj.size, page_size, &crcs))
-                    .map_err(ctx)?;
-            }
-        }
         let journal = w.finish().map_err(ctx)?;
-        if seals_void {
-            fs::remove_file(dir.join(NO_SEALS_FILE)).map_err(ctx)?;
-            sync_dir_strict(dir).map_err(ctx)?;
-        }
         info!(
             tier = %name,
             dir = %dir.display(),
@@ -489,11 +494,11 @@ impl DiskTier {
                 used: 0,
                 pages: HashMap::new(),
                 policy,
+                unsynced_unseals: HashSet::new(),
                 page_size,
                 journal,
                 files: [None, None],
                 compact_failed_at: 0,
-                unsynced_unseals: HashSet::new(),
             },
             live,
             was_clean,
@@ -668,6 +673,16 @@ impl DiskTier {
         true
     }
 
+    /// Removes the `no-seals` marker once the journal holds no seal from before it (the open
+    /// rewrote it without any; seals appended since are new).
+    pub fn clear_no_seals(&self) -> io::Result<()> {
+        match fs::remove_file(self.dir.join(NO_SEALS_FILE)) {
+            Ok(()) => sync_dir_strict(&self.dir),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// A sealed object's removal record was appended but not synced, and its file unlinked.
     /// Harmless until a new file is created for the object: a power loss could then keep the
     /// new file and lose the record, reviving the seal over it, so that creation syncs first.
@@ -703,6 +718,11 @@ impl DiskTier {
             self.compact_failed_at = self.journal.records;
             let _ = fs::remove_file(self.dir.join(JOURNAL_TMP));
         }
+
+        // A new journal is durable and holds no seal at all.
+        if r.is_ok() {
+            self.unsynced_unseals.clear();
+        }
         r
     }
 
@@ -729,8 +749,6 @@ impl DiskTier {
         }
         let before = self.journal.records;
         self.journal = w.finish()?;
-        // The new journal is durable and holds no seal at all.
-        self.unsynced_unseals.clear();
         debug!(tier = %self.name, before, after = self.journal.records, "compacted cache journal");
         Ok(())
     }

@@ -922,6 +922,29 @@ impl State {
         }
     }
 
+    /// Journals the seals of tier `t`'s recovered sealed objects again (the tier's open
+    /// rewrote its journal without them), then drops a `no-seals` marker: every seal the
+    /// journal holds from now on is current. No fdatasync: the bytes were synced when first
+    /// sealed, or by the clean shutdown.
+    fn reseal_recovered(&mut self, t: usize) {
+        let page_size = self.page_size;
+        for s in 0..self.slots.len() as u32 {
+            let Some(slot) = self.slot(s) else { continue };
+            if !slot.sealed || usize::from(slot.tier) != t {
+                continue;
+            }
+            let (id, size) = (slot.id, slot.size);
+            let crcs = self.committed_crcs(t, s, 0..page_count(size, page_size));
+            let ok = crcs.is_some_and(|c| self.disks[t].journal_seal(id, size, &c).is_ok());
+            if let (false, Some(slot)) = (ok, self.slot_mut(s)) {
+                slot.sealed = false;
+            }
+        }
+        if let Err(e) = self.disks[t].clear_no_seals() {
+            warn!(tier = %self.disks[t].name, error = %e, "cannot remove the no-seals marker");
+        }
+    }
+
     fn tier_stats(&self) -> Vec<TierStats> {
         let mut v = vec![TierStats {
             name: "memory".to_string(),
@@ -1102,6 +1125,7 @@ impl PageStore {
             )?;
             st.disks.push(tier);
             st.adopt_recovered(t, recovered, clean);
+            st.reseal_recovered(t);
             // A quota lowered since the last run: evict down to the low watermark now.
             st.disk_make_room(t, 0);
         }
