@@ -60,7 +60,7 @@
 //! # Seals
 //!
 //! Objects complete before a crash (even of the machine) are trusted if they were **sealed**: once all pages of an
-//! object are written, the store fdatasyncs its data file and appends a seal record (the page
+//! object (of 4 MiB or more) are written, the store fdatasyncs its data file and appends a seal record (the page
 //! count and the crc32c of the pages' crcs). Replay trusts the object only if the seal matches
 //! its pages and no record of the object follows. Before a sealed file's bytes change the seal
 //! is undone durably: a punch waits for the removal record to be synced; an unlinked file needs
