@@ -989,7 +989,7 @@ impl Drop for State {
 
 /// Objects smaller than this are not sealed: an fdatasync each (B2 caches 20,000 files) costs
 /// more than reading one back after a crash of the machine. Unit tests seal everything.
-const SEAL_MIN_BYTES: u64 = if cfg!(test) { 0 } else { 4 << 20 };
+const SEAL_MIN_BYTES: u64 = if cfg!(test) { 1 } else { 4 << 20 };
 
 /// Seals the queued objects; `false` once the store is gone. The store is only held (and
 /// locked) around the bookkeeping, never across the fdatasync, so dropping it is not delayed.
