@@ -74,9 +74,14 @@ class Ctx:
 
 # ---------------------------------------------------------------- data
 
+# --b1-files N: fewer (or more) B1 files of the same size, e.g. where the disk is short.
+B1_FILES = None
+
+
 def sizes(quick):
     """(large count, large size, small files, tree depth) for a full or quick run."""
-    return (2, 64 << 20, 500, 3) if quick else (4, 1 << 30, 20_000, 4)
+    n_large, large_size, n_small, depth = (2, 64 << 20, 500, 3) if quick else (4, 1 << 30, 20_000, 4)
+    return (B1_FILES or n_large), large_size, n_small, depth
 
 
 def generate(ctx, wanted):

@@ -6,6 +6,7 @@
 //! <dir>/silt-tier                          header: format version and page size (text)
 //! <dir>/journal                            append-only page journal (56-byte records)
 //! <dir>/clean-shutdown                     present only between a clean shutdown and the next open
+//! <dir>/no-seals                           an unseal could not be made durable: trust no seal
 //! <dir>/objects/<hex[0..2]>/<hex>.data     one sparse data file per object version
 //! ```
 //!
@@ -61,6 +62,18 @@
 //! and creating a new one (never truncated), so a write that outlives its reservation lands
 //! in the old, unlinked file and never in a newer one.
 //!
+//! # Seals
+//!
+//! Objects complete before a crash (even of the machine) are trusted if they were **sealed**: once all pages of an
+//! object (of 4 MiB or more) are written, the store fdatasyncs its data file and appends a seal record (the page
+//! count and the crc32c of the pages' crcs). Replay trusts the object only if the seal matches
+//! its pages and no record of the object follows. Before a sealed file's bytes change the seal
+//! is undone durably: a punch waits for the removal record to be synced; an unlinked file needs
+//! nothing until a new data file is created for the object, which syncs the journal first. If
+//! that sync fails, the `no-seals` marker makes the next open trust no seal. Opening after a
+//! clean shutdown seals every complete object (their bytes were synced by the shutdown), and
+//! the compacted journal carries the seals over.
+//!
 //! # Eviction
 //!
 //! Each tier has a quota with high/low watermarks (enforced by the store). Evicting a page
@@ -72,7 +85,7 @@
 //! This module holds the tier's files and index; the decisions (which tier, what to evict,
 //! when to compact) live in the store, which owns the object table the keys refer to.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::os::unix::fs::FileExt;
@@ -118,11 +131,18 @@ const PUNCH: usize = 1;
 /// evictable, but its bytes are already counted against the quota.
 pub(crate) const PENDING: Handle = u32::MAX;
 
+/// Present when an unseal record could not be made durable: the next open trusts no seal.
+const NO_SEALS_FILE: &str = "no-seals";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RecordKind {
     Put,
     RemovePage,
     RemoveObject,
+    /// The object's data file was durably written (fdatasync) with exactly the pages before
+    /// this record: `index` is the page count, `crc` the crc32c of their crcs (see
+    /// [`seal_crc`]). Any later record of the object undoes it.
+    Seal,
 }
 
 impl RecordKind {
@@ -131,6 +151,7 @@ impl RecordKind {
             RecordKind::Put => 1,
             RecordKind::RemovePage => 2,
             RecordKind::RemoveObject => 3,
+            RecordKind::Seal => 4,
         }
     }
 
@@ -139,6 +160,7 @@ impl RecordKind {
             1 => Some(RecordKind::Put),
             2 => Some(RecordKind::RemovePage),
             3 => Some(RecordKind::RemoveObject),
+            4 => Some(RecordKind::Seal),
             _ => None,
         }
     }
@@ -211,6 +233,9 @@ pub(crate) struct RecoveredPage {
     pub object_size: u64,
     pub index: u32,
     pub crc: u32,
+    /// The object was sealed: its data file holds every page durably as journaled, so it can
+    /// be trusted without reading it back even after a crash.
+    pub sealed: bool,
 }
 
 struct Journal {
@@ -395,6 +420,9 @@ pub(crate) struct DiskTier {
     /// ([`PUNCH`]); puts and evictions each tend to come in runs of one object's pages. Always
     /// the files now at the objects' paths: dropped when such a file is removed.
     files: [Option<(ObjectId, Arc<File>)>; 2],
+    /// Objects whose seal a removal record undid without a journal sync (see
+    /// [`DiskTier::unsealed_lazily`]).
+    unsynced_unseals: HashSet<ObjectId>,
     /// Journal length at the last failed compaction, so a failing disk is not retried on
     /// every operation.
     compact_failed_at: u64,
@@ -407,6 +435,23 @@ struct ReplayObject {
     size: u64,
     /// index → (sequence number of its put record, data crc)
     pages: HashMap<u32, (u64, u32)>,
+    /// A seal record matched the pages and no record of the object followed it.
+    sealed: bool,
+}
+
+impl ReplayObject {
+    fn crcs_in_order(&self, page_size: u64) -> Option<Vec<u32>> {
+        (0..page_count(self.size, page_size))
+            .map(|i| self.pages.get(&u32::try_from(i).ok()?).map(|p| p.1))
+            .collect()
+    }
+}
+
+/// What a seal record's `crc` holds: the crc32c of the pages' crcs (little endian, in page
+/// order), so a seal only ever matches the exact pages it was written for.
+pub(crate) fn seal_crc(crcs: &[u32]) -> u32 {
+    let bytes: Vec<u8> = crcs.iter().flat_map(|c| c.to_le_bytes()).collect();
+    crc32c::crc32c(&bytes)
 }
 
 impl DiskTier {
@@ -447,6 +492,17 @@ impl DiskTier {
         check_data_files(dir, page_size, &mut objects);
         remove_orphan_files(dir, &objects);
 
+        // An unseal that could not be made durable: no seal in this journal can be trusted.
+        // The journal is rewritten below without seals; the store records the ones it trusts
+        // again after it (`journal_seal`), then removes the marker (`clear_no_seals`).
+        let seals_void = dir.join(NO_SEALS_FILE).exists();
+        for obj in objects.values_mut() {
+            let complete = obj.pages.len() as u64 == page_count(obj.size, page_size);
+            // After a clean shutdown every byte was synced before the marker was written, so
+            // complete objects can be sealed now without another fdatasync.
+            obj.sealed = complete && !seals_void && (obj.sealed || was_clean);
+        }
+
         let mut live: Vec<(u64, RecoveredPage)> = Vec::new();
         for (&object, obj) in &objects {
             for (&index, &(seq, crc)) in &obj.pages {
@@ -457,6 +513,7 @@ impl DiskTier {
                         object_size: obj.size,
                         index,
                         crc,
+                        sealed: obj.sealed,
                     },
                 ));
             }
@@ -497,6 +554,7 @@ impl DiskTier {
                 used: 0,
                 pages: HashMap::new(),
                 policy,
+                unsynced_unseals: HashSet::new(),
                 page_size,
                 journal,
                 files: [None, None],
@@ -529,6 +587,11 @@ impl DiskTier {
     /// file at the path is unlinked first, never truncated: a write still in flight into it
     /// must not land in the new file.
     pub fn create_data_file(&mut self, object: ObjectId, size: u64) -> io::Result<Arc<File>> {
+        if self.unsynced_unseals.contains(&object) && !self.unseal_durably() {
+            return Err(io::Error::other(
+                "cannot make the removal of a sealed object durable",
+            ));
+        }
         let path = self.data_path(object);
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent)?;
@@ -633,6 +696,61 @@ impl DiskTier {
         self.append_removal(&rec);
     }
 
+    /// Records that the object's data file holds exactly the pages with `crcs`, durably. The
+    /// caller fdatasynced the file after the last of those pages was written.
+    pub fn journal_seal(
+        &mut self,
+        object: ObjectId,
+        object_size: u64,
+        crcs: &[u32],
+    ) -> io::Result<()> {
+        let rec = seal_record(object, object_size, self.page_size, crcs);
+        self.journal.append(&rec)
+    }
+
+    /// Makes the records appended so far durable before a sealed object's data file is
+    /// changed (a removal record that a power loss drops would leave its seal standing over
+    /// punched bytes). Where that fails, a marker makes the next open trust no seal.
+    /// `false` if neither could be made durable: then the file must not be changed in place.
+    /// Covers the objects noted by [`DiskTier::unsealed_lazily`] too.
+    pub fn unseal_durably(&mut self) -> bool {
+        self.unsynced_unseals.clear();
+        let r = if self.journal.failed {
+            Err(io::Error::other("the cache journal missed records"))
+        } else {
+            self.journal.file.sync_data()
+        };
+        if let Err(e) = r {
+            warn!(tier = %self.name, error = %e, "cannot sync the cache journal; no seal will be trusted after a restart");
+            let marker = self.dir.join(NO_SEALS_FILE);
+            if let Err(e) = File::create(&marker)
+                .and_then(|f| f.sync_all())
+                .and_then(|_| sync_dir_strict(&self.dir))
+            {
+                warn!(tier = %self.name, error = %e, "cannot record that seals are void");
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Removes the `no-seals` marker once the journal holds no seal from before it (the open
+    /// rewrote it without any; seals appended since are new).
+    pub fn clear_no_seals(&self) -> io::Result<()> {
+        match fs::remove_file(self.dir.join(NO_SEALS_FILE)) {
+            Ok(()) => sync_dir_strict(&self.dir),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A sealed object's removal record was appended but not synced, and its file unlinked.
+    /// Harmless until a new file is created for the object: a power loss could then keep the
+    /// new file and lose the record, reviving the seal over it, so that creation syncs first.
+    pub fn unsealed_lazily(&mut self, object: ObjectId) {
+        self.unsynced_unseals.insert(object);
+    }
+
     fn append_removal(&mut self, rec: &Record) {
         // A lost removal record is harmless: the bytes are punched or deleted already, so
         // after a restart the page fails its checksum (or misses its file) and is dropped.
@@ -660,6 +778,11 @@ impl DiskTier {
             self.journal.distrust();
             self.compact_failed_at = self.journal.records;
             let _ = fs::remove_file(self.dir.join(JOURNAL_TMP));
+        }
+
+        // A new journal is durable and holds no seal at all.
+        if r.is_ok() {
+            self.unsynced_unseals.clear();
         }
         r
     }
@@ -693,6 +816,18 @@ impl DiskTier {
         }
         debug!(tier = %self.name, before, after = self.journal.records, "compacted cache journal");
         Ok(())
+    }
+}
+
+fn seal_record(object: ObjectId, object_size: u64, page_size: u64, crcs: &[u32]) -> Record {
+    Record {
+        kind: RecordKind::Seal,
+        object,
+        index: crcs.len() as u64,
+        len: 0,
+        crc: seal_crc(crcs),
+        object_size,
+        page_size,
     }
 }
 
@@ -813,7 +948,9 @@ fn replay(path: &Path, page_size: u64) -> io::Result<HashMap<ObjectId, ReplayObj
                 let obj = objects.entry(rec.object).or_insert_with(|| ReplayObject {
                     size: rec.object_size,
                     pages: HashMap::new(),
+                    sealed: false,
                 });
+                obj.sealed = false;
                 if obj.size != rec.object_size {
                     // One content fingerprint, two sizes: trust neither.
                     obj.size = rec.object_size;
@@ -825,6 +962,7 @@ fn replay(path: &Path, page_size: u64) -> io::Result<HashMap<ObjectId, ReplayObj
                 if let (Some(obj), Ok(index)) =
                     (objects.get_mut(&rec.object), u32::try_from(rec.index))
                 {
+                    obj.sealed = false;
                     obj.pages.remove(&index);
                     if obj.pages.is_empty() {
                         objects.remove(&rec.object);
@@ -833,6 +971,17 @@ fn replay(path: &Path, page_size: u64) -> io::Result<HashMap<ObjectId, ReplayObj
             }
             RecordKind::RemoveObject => {
                 objects.remove(&rec.object);
+            }
+            RecordKind::Seal => {
+                if let Some(obj) = objects.get_mut(&rec.object) {
+                    let matches = rec.page_size == page_size
+                        && rec.object_size == obj.size
+                        && rec.index == page_count(obj.size, page_size)
+                        && obj
+                            .crcs_in_order(page_size)
+                            .is_some_and(|c| seal_crc(&c) == rec.crc);
+                    obj.sealed = matches;
+                }
             }
         }
     }

@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Weak};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -134,6 +134,10 @@ struct ObjectSlot {
     /// a crash (possibly torn) start out unverified. Removing a page keeps the others good.
     /// Says nothing about pending pages: `complete_file` also needs `pending == 0`.
     verified: bool,
+    /// The journal holds a seal for exactly the pages present (see `disk::RecordKind::Seal`):
+    /// after a crash they are trusted without reading them back. Cleared, durably, before any
+    /// page of the object is punched or its file removed.
+    sealed: bool,
 }
 
 struct MemPage {
@@ -168,6 +172,10 @@ struct State {
     disks: Vec<DiskTier>,
     pins: HashMap<ObjectId, u32>,
     counters: Counters,
+    /// Complete objects waiting to be sealed (see `PageStore::seal_completed`).
+    seal_queue: Vec<ObjectId>,
+    /// Wakes the background sealer, if one runs.
+    sealer: Option<mpsc::Sender<()>>,
 }
 
 struct Shared {
@@ -318,6 +326,49 @@ impl State {
         Some(crcs)
     }
 
+    /// Queues slot `s` for sealing if all its pages are on disk, committed and known good.
+    fn maybe_queue_seal(&mut self, s: u32) {
+        let page_size = self.page_size;
+        let Some(slot) = self.slot(s) else {
+            return;
+        };
+        let complete = slot.tier != NO_TIER
+            && slot.pending == 0
+            && u64::from(slot.disk_pages) == page_count(slot.size, page_size);
+        // Without a sealer (it could not start) nothing would drain the queue.
+        let sealing = self.sealer.is_some() || cfg!(test);
+        if sealing && complete && slot.verified && !slot.sealed && slot.size >= SEAL_MIN_BYTES {
+            let id = slot.id;
+            let wake = self.seal_queue.is_empty();
+            self.seal_queue.push(id);
+            // The sealer drains the whole queue per wake-up.
+            if let (true, Some(tx)) = (wake, &self.sealer) {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// Clears the seal of slot `s` (its removal record is in tier `t`'s journal already)
+    /// before its data file is changed. Punching (`punch`) needs the record durable first;
+    /// `false` if that failed (the caller then leaves the bytes alone). Unlinking does not:
+    /// a missing file drops its pages, and a new file for the object syncs the journal first
+    /// (`DiskTier::create_data_file`).
+    fn unseal(&mut self, t: usize, s: u32, punch: bool) -> bool {
+        match self.slot_mut(s) {
+            Some(slot) if slot.sealed => {
+                slot.sealed = false;
+                let id = slot.id;
+                if punch {
+                    self.disks[t].unseal_durably()
+                } else {
+                    self.disks[t].unsealed_lazily(id);
+                    true
+                }
+            }
+            _ => true,
+        }
+    }
+
     fn ensure_slot(&mut self, id: ObjectId, size: u64) -> Option<u32> {
         if let Some(s) = self.lookup(id) {
             return Some(s);
@@ -334,6 +385,7 @@ impl State {
             pending: 0,
             tier: NO_TIER,
             verified: true,
+            sealed: false,
         };
         let s = match self.free_slots.pop() {
             Some(s) => {
@@ -524,9 +576,13 @@ impl State {
         if why != Removal::Abort {
             tier.journal_remove_page(id, index, size);
         }
+        // Unlinking is always safe (a missing file drops its pages at the next open);
+        // punching a sealed file is not until the seal is undone durably.
+        let may_punch = self.unseal(t, s, !now_empty);
+        let tier = &mut self.disks[t];
         if now_empty {
             tier.remove_data_file(id);
-        } else {
+        } else if may_punch {
             tier.punch(id, index, len);
         }
         if why == Removal::Evict {
@@ -550,6 +606,20 @@ impl State {
         };
         if let Err(e) = disks[t].compact(&resolve) {
             warn!(tier = %disks[t].name, error = %e, "cannot compact the cache journal");
+        }
+        // The rewritten journal has no seals (nor, if it failed, a trustworthy tail): seal
+        // the tier's complete objects again.
+        let sealed: Vec<u32> = (0..self.slots.len() as u32)
+            .filter(|&s| {
+                self.slot(s)
+                    .is_some_and(|x| x.sealed && usize::from(x.tier) == t)
+            })
+            .collect();
+        for s in sealed {
+            if let Some(slot) = self.slot_mut(s) {
+                slot.sealed = false;
+            }
+            self.maybe_queue_seal(s);
         }
     }
 
@@ -669,6 +739,7 @@ impl State {
                 if let Some(slot) = self.slot_mut(r.slot) {
                     slot.pending = slot.pending.saturating_sub(1);
                 }
+                self.maybe_queue_seal(r.slot);
             }
             None => {
                 self.disk_remove(t, key, Removal::Drop);
@@ -778,6 +849,8 @@ impl State {
                 }
             }
             d.journal_remove_object(object, size);
+            self.unseal(t, s, false);
+            let d = &mut self.disks[t];
             // Unlink, don't punch: a passthrough reader holding the file keeps whole bytes.
             d.remove_data_file(object);
             if let Some(slot) = self.slot_mut(s) {
@@ -785,6 +858,7 @@ impl State {
                 slot.pending = 0;
                 slot.tier = NO_TIER;
                 slot.verified = true;
+                slot.sealed = false;
                 slot.disk_epoch = slot.disk_epoch.wrapping_add(1);
             }
             self.maybe_compact(t);
@@ -829,13 +903,47 @@ impl State {
             if let Some(slot) = self.slot_mut(s) {
                 slot.disk_pages += 1;
                 slot.tier = t as u8;
-                slot.verified &= clean;
+                slot.verified &= clean || p.sealed;
+                slot.sealed = p.sealed;
             }
         }
         for (object, size) in conflicts {
             debug!(object = %object, tier = t, "dropping a second copy of a cached object");
             self.disks[t].journal_remove_object(object, size);
+            // Its seal in this tier's journal is undone by the record (the file is unlinked).
+            self.disks[t].unsealed_lazily(object);
             self.disks[t].remove_data_file(object);
+        }
+        // A seal covers the whole object; one whose pages were not all adopted is not sealed
+        // here (its next put or removal is journaled after the seal, undoing it).
+        let page_size = self.page_size;
+        for slot in self.slots.iter_mut().flatten() {
+            if slot.sealed && u64::from(slot.disk_pages) != page_count(slot.size, page_size) {
+                slot.sealed = false;
+            }
+        }
+    }
+
+    /// Journals the seals of tier `t`'s recovered sealed objects again (the tier's open
+    /// rewrote its journal without them), then drops a `no-seals` marker: every seal the
+    /// journal holds from now on is current. No fdatasync: the bytes were synced when first
+    /// sealed, or by the clean shutdown.
+    fn reseal_recovered(&mut self, t: usize) {
+        let page_size = self.page_size;
+        for s in 0..self.slots.len() as u32 {
+            let Some(slot) = self.slot(s) else { continue };
+            if !slot.sealed || usize::from(slot.tier) != t {
+                continue;
+            }
+            let (id, size) = (slot.id, slot.size);
+            let crcs = self.committed_crcs(t, s, 0..page_count(size, page_size));
+            let ok = crcs.is_some_and(|c| self.disks[t].journal_seal(id, size, &c).is_ok());
+            if let (false, Some(slot)) = (ok, self.slot_mut(s)) {
+                slot.sealed = false;
+            }
+        }
+        if let Err(e) = self.disks[t].clear_no_seals() {
+            warn!(tier = %self.disks[t].name, error = %e, "cannot remove the no-seals marker");
         }
     }
 
@@ -874,6 +982,84 @@ impl Drop for State {
             }
             if let Err(e) = d.mark_clean() {
                 warn!(tier = %d.name, error = %e, "could not record a clean shutdown; pages will be re-verified");
+            }
+        }
+    }
+}
+
+/// Objects smaller than this are not sealed: an fdatasync each (B2 caches 20,000 files) costs
+/// more than reading one back after a crash of the machine. Unit tests seal everything.
+const SEAL_MIN_BYTES: u64 = if cfg!(test) { 1 } else { 4 << 20 };
+
+/// Seals the queued objects; `false` once the store is gone. The store is only held (and
+/// locked) around the bookkeeping, never across the fdatasync, so dropping it is not delayed.
+fn seal_queued(weak: &Weak<Shared>) -> bool {
+    loop {
+        let job = {
+            let Some(shared) = weak.upgrade() else {
+                return false;
+            };
+            let mut st = shared.state.lock();
+            let Some(id) = st.seal_queue.pop() else {
+                return true;
+            };
+            let page_size = st.page_size;
+            let Some(s) = st.lookup(id) else { continue };
+            let Some(slot) = st.slot(s) else { continue };
+            let pages = page_count(slot.size, page_size);
+            if slot.sealed
+                || !slot.verified
+                || slot.tier == NO_TIER
+                || slot.pending != 0
+                || u64::from(slot.disk_pages) != pages
+            {
+                continue;
+            }
+            let t = usize::from(slot.tier);
+            (
+                id,
+                s,
+                slot.gen,
+                slot.disk_epoch,
+                t,
+                st.disks[t].data_path(id),
+            )
+        };
+        let (id, s, gen, epoch, t, path) = job;
+        // Every page was written (committed) before the object was queued.
+        if let Err(e) = File::open(&path).and_then(|f| f.sync_data()) {
+            debug!(object = %id, error = %e, "cannot sync a cache data file; not sealed");
+            continue;
+        }
+        let Some(shared) = weak.upgrade() else {
+            return false;
+        };
+        let mut st = shared.state.lock();
+        let page_size = st.page_size;
+        let Some(slot) = st.slot(s) else { continue };
+        let pages = page_count(slot.size, page_size);
+        // Changed meanwhile (a page removed, the slot reused): the sync proves nothing.
+        if slot.gen != gen
+            || slot.disk_epoch != epoch
+            || slot.sealed
+            || usize::from(slot.tier) != t
+            || slot.pending != 0
+            || u64::from(slot.disk_pages) != pages
+        {
+            continue;
+        }
+        let size = slot.size;
+        let Some(crcs) = st.committed_crcs(t, s, 0..pages) else {
+            continue;
+        };
+        match st.disks[t].journal_seal(id, size, &crcs) {
+            Ok(()) => {
+                if let Some(slot) = st.slot_mut(s) {
+                    slot.sealed = true;
+                }
+            }
+            Err(e) => {
+                warn!(tier = %st.disks[t].name, error = %e, "cannot append a seal to the cache journal")
             }
         }
     }
@@ -932,6 +1118,8 @@ impl PageStore {
             disks: Vec::with_capacity(cfg.disk_tiers.len()),
             pins: HashMap::new(),
             counters: Counters::default(),
+            seal_queue: Vec::new(),
+            sealer: None,
         };
         for (t, spec) in cfg.disk_tiers.iter().enumerate() {
             let (tier, recovered, clean) = DiskTier::open(
@@ -943,16 +1131,46 @@ impl PageStore {
             )?;
             st.disks.push(tier);
             st.adopt_recovered(t, recovered, clean);
+            st.reseal_recovered(t);
             // A quota lowered since the last run: evict down to the low watermark now.
             st.disk_make_room(t, 0);
         }
-        Ok(PageStore {
-            shared: Arc::new(Shared {
-                has_disks: !st.disks.is_empty(),
-                state: Mutex::new(st),
-                page_size: cfg.page_size,
-            }),
-        })
+        let has_disks = !st.disks.is_empty();
+        // Unit tests seal explicitly (`seal_completed`) so their crash cases are deterministic.
+        let (tx, rx) = mpsc::channel();
+        if has_disks && !cfg!(test) {
+            st.sealer = Some(tx);
+        }
+        let shared = Arc::new(Shared {
+            has_disks,
+            state: Mutex::new(st),
+            page_size: cfg.page_size,
+        });
+        if shared.state.lock().sealer.is_some() {
+            let weak = Arc::downgrade(&shared);
+            let spawned = std::thread::Builder::new()
+                .name("silt-cache-seal".into())
+                .spawn(move || {
+                    // Ends when the store is dropped (the sender goes with it).
+                    while rx.recv().is_ok() {
+                        if !seal_queued(&weak) {
+                            break;
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                warn!(error = %e, "cannot start the cache sealer; a crash restart will verify cached files");
+                shared.state.lock().sealer = None;
+            }
+        }
+        Ok(PageStore { shared })
+    }
+
+    /// Seals, on the calling thread, every complete object queued for it: fdatasync of its
+    /// data file, then a seal record in the journal. A background thread does this in
+    /// running stores; tests call it to seal at a known point.
+    pub fn seal_completed(&self) {
+        seal_queued(&Arc::downgrade(&self.shared));
     }
 
     pub fn page_size(&self) -> u64 {
@@ -1121,6 +1339,7 @@ impl PageStore {
             return None;
         }
         slot.verified = true;
+        st.maybe_queue_seal(s);
         Some(path)
     }
 

@@ -591,6 +591,147 @@ fn complete_file_verifies_once_and_drops_corrupt_pages() {
     assert_eq!(store.stats().checksum_failures, 0);
 }
 
+/// A crash of the machine: no clean shutdown, and the next start is in another boot (a
+/// `boot-id` file in the tier, where the store keeps one, no longer matches), so only a
+/// seal or a read-back can vouch for recovered pages.
+fn crash_machine(store: PageStore, dir: &Path) {
+    std::mem::forget(store);
+    let _ = fs::remove_file(dir.join("boot-id"));
+}
+
+/// The object's slot: (verified, sealed).
+fn trust(store: &PageStore, o: u128) -> Option<(bool, bool)> {
+    let st = store.shared.state.lock();
+    let s = st.lookup(ObjectId(o))?;
+    st.slot(s).map(|x| (x.verified, x.sealed))
+}
+
+#[test]
+fn a_sealed_object_is_trusted_after_a_crash_without_reading_it() {
+    let dir = TempDir::new().unwrap();
+    let c = cfg(0, &[(dir.path(), 10)], 1.0, 1.0);
+    let (o, size) = (51, 3 * PS + 5);
+    let store = PageStore::open(c.clone()).unwrap();
+    for i in 0..4 {
+        put(&store, o, i, size);
+    }
+    store.seal_completed();
+    assert_eq!(trust(&store, o), Some((true, true)));
+    crash_machine(store, dir.path());
+    let store = PageStore::open(c.clone()).unwrap();
+    // Trusted as recovered, before any read-back.
+    assert_eq!(trust(&store, o), Some((true, true)));
+    let path = store.complete_file(ObjectId(o), size).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), object_bytes(ObjectId(o), size));
+    // The seal survives the recovery's journal rewrite, and another crash.
+    crash_machine(store, dir.path());
+    let store = PageStore::open(c).unwrap();
+    assert_eq!(trust(&store, o), Some((true, true)));
+}
+
+#[test]
+fn an_incomplete_or_unsealed_object_is_verified_after_a_crash() {
+    let dir = TempDir::new().unwrap();
+    let c = cfg(0, &[(dir.path(), 10)], 1.0, 1.0);
+    let (a, b, size) = (52, 53, 2 * PS);
+    let store = PageStore::open(c.clone()).unwrap();
+    put(&store, a, 0, size); // incomplete: never queued
+    store.seal_completed();
+    put(&store, a, 1, size);
+    put(&store, b, 0, size);
+    put(&store, b, 1, size); // complete, but the crash comes before the sealer ran
+    crash_machine(store, dir.path());
+    corrupt(&data_file(dir.path(), a), PS + 2);
+    corrupt(&data_file(dir.path(), b), 9);
+    let store = PageStore::open(c).unwrap();
+    assert_eq!(trust(&store, a), Some((false, false)));
+    assert_eq!(store.complete_file(ObjectId(a), size), None);
+    assert_eq!(store.complete_file(ObjectId(b), size), None);
+    assert_eq!(store.stats().checksum_failures, 2);
+    assert_eq!(expect_page(&store, a, 0, size), Source::Disk(0));
+    assert_eq!(expect_page(&store, b, 1, size), Source::Disk(0));
+}
+
+#[test]
+fn a_page_removed_after_the_seal_undoes_it() {
+    let dir = TempDir::new().unwrap();
+    let c = cfg(0, &[(dir.path(), 10)], 1.0, 1.0);
+    let (o, size) = (54, 3 * PS);
+    let store = PageStore::open(c.clone()).unwrap();
+    for i in 0..3 {
+        put(&store, o, i, size);
+    }
+    store.seal_completed();
+    {
+        // Evict page 1: a hole is punched into the sealed file.
+        let mut st = store.shared.state.lock();
+        let s = st.lookup(ObjectId(o)).unwrap();
+        assert!(st.disk_remove(0, pkey(s, 1), Removal::Evict));
+        assert!(!st.slot(s).unwrap().sealed);
+    }
+    crash_machine(store, dir.path());
+    let store = PageStore::open(c.clone()).unwrap();
+    assert_eq!(store.complete_file(ObjectId(o), size), None);
+    assert!(!store.contains(&key(o, 1)));
+    // Put back, then a crash before it is sealed again: the torn page is caught.
+    put(&store, o, 1, size);
+    crash_machine(store, dir.path());
+    corrupt(&data_file(dir.path(), o), PS + 7);
+    let store = PageStore::open(c.clone()).unwrap();
+    assert_eq!(store.complete_file(ObjectId(o), size), None);
+    assert_eq!(store.stats().checksum_failures, 1);
+    // Removing the whole object after a seal: its pages do not come back.
+    put(&store, o, 1, size);
+    assert!(store.complete_file(ObjectId(o), size).is_some());
+    store.seal_completed();
+    store.remove_object(ObjectId(o));
+    assert!(!data_file(dir.path(), o).exists());
+    // A new file for the object (the journal is synced first): the old seal stays undone.
+    put(&store, o, 0, size);
+    crash_machine(store, dir.path());
+    let store = PageStore::open(c).unwrap();
+    assert_eq!(trust(&store, o), Some((false, false)));
+    assert_eq!(store.complete_file(ObjectId(o), size), None);
+    assert_eq!(expect_page(&store, o, 0, size), Source::Disk(0));
+}
+
+#[test]
+fn seals_are_void_after_an_unseal_that_was_not_durable() {
+    let dir = TempDir::new().unwrap();
+    let c = cfg(0, &[(dir.path(), 10)], 1.0, 1.0);
+    let (o, size) = (55, 2 * PS);
+    let store = PageStore::open(c.clone()).unwrap();
+    put(&store, o, 0, size);
+    put(&store, o, 1, size);
+    store.seal_completed();
+    crash_machine(store, dir.path());
+    // What `unseal_durably` leaves when it cannot sync the journal.
+    fs::write(dir.path().join("no-seals"), b"").unwrap();
+    corrupt(&data_file(dir.path(), o), 1);
+    let store = PageStore::open(c.clone()).unwrap();
+    assert_eq!(trust(&store, o), Some((false, false)));
+    assert_eq!(store.complete_file(ObjectId(o), size), None);
+    assert!(!dir.path().join("no-seals").exists());
+}
+
+#[test]
+fn a_clean_restart_seals_complete_objects() {
+    let dir = TempDir::new().unwrap();
+    let c = cfg(0, &[(dir.path(), 10)], 1.0, 1.0);
+    let (o, size) = (56, 2 * PS);
+    {
+        let store = PageStore::open(c.clone()).unwrap();
+        put(&store, o, 0, size);
+        put(&store, o, 1, size);
+    } // clean shutdown, never sealed while running
+    let store = PageStore::open(c.clone()).unwrap();
+    assert_eq!(trust(&store, o), Some((true, true)));
+    crash_machine(store, dir.path());
+    let store = PageStore::open(c).unwrap();
+    assert_eq!(trust(&store, o), Some((true, true)));
+    assert!(store.complete_file(ObjectId(o), size).is_some());
+}
+
 #[test]
 fn an_object_stays_in_one_disk_tier() {
     let (d0, d1) = (TempDir::new().unwrap(), TempDir::new().unwrap());
@@ -802,7 +943,18 @@ mod model {
                     }
                     Op::Corrupt(o, i) => {
                         // Flip a byte of the page on disk, wherever it is; reads must notice.
+                        // A crash cannot tear a sealed object (synced before its seal), so
+                        // only unsealed ones are torn.
                         let size = SIZES[o as usize];
+                        let sealed = {
+                            let st = s.shared.state.lock();
+                            st.lookup(ObjectId(u128::from(o)))
+                                .and_then(|x| st.slot(x))
+                                .is_some_and(|x| x.sealed)
+                        };
+                        if sealed {
+                            continue;
+                        }
                         let i = u64::from(i) % page_count(size, PS);
                         for d in [&d0, &d1] {
                             let p = data_file(d.path(), u128::from(o));
