@@ -34,6 +34,12 @@ use silt_common::write::{WriteRules, WriteType};
 use silt_common::{Error, ErrorKind, Result};
 use silt_ufs::{EntryKind, ObjectMeta};
 use silt_worker::{BackingSource, HeldFile, ObjectRef, ReadSource, Worker};
+
+/// See `Client::pin_local_file`.
+pub struct LocalFile {
+    pub path: Option<std::path::PathBuf>,
+    pub guard: Box<dyn Send + Sync>,
+}
 use tokio::runtime::Handle;
 
 pub use clock::Clock;
@@ -342,6 +348,20 @@ impl Client {
     /// Calls `listener` with every batch of changes Silt learns of.
     pub fn subscribe(&self, listener: ChangeListener) {
         self.listeners.lock().push(listener);
+    }
+
+    /// The object's whole data file in this host's own disk tier, for a caller that wants to
+    /// open it directly (FUSE passthrough). The guard pins every disk page of the object and
+    /// is taken before the completeness check, so nothing is evicted between the check and
+    /// the caller's open; keep it while the file is in use. `path` is `None` when the file is
+    /// not whole in one local tier (then drop the guard).
+    pub fn pin_local_file(&self, obj: &ObjectRef) -> LocalFile {
+        let store = self.worker.page_store();
+        let guard = Box::new(store.pin(obj.id));
+        LocalFile {
+            path: store.complete_file(obj.id, obj.size()),
+            guard,
+        }
     }
 
     /// A local file for `obj` held for the caller, if a backing source can lend one. Blocks

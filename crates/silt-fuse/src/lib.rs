@@ -691,13 +691,11 @@ impl SiltFs {
             // reader in passthrough would make every open for writing of the file fail.
             return Err("writable prefix: read through the daemon");
         }
-        let store = self.client.worker().page_store();
         let obj = file.object();
-        // Pin first so no page can be evicted between the completeness check and the kernel
-        // opening the file.
-        let pin = store.pin(obj.id);
-        let local = store.complete_file(obj.id, obj.size());
-        let local_guard: Box<dyn Send + Sync> = Box::new(pin);
+        let silt_client::LocalFile {
+            path: local,
+            guard: local_guard,
+        } = self.client.pin_local_file(obj);
         if let Some(id) = self.share_backing(ino, obj.id, local.is_some())? {
             let guard = if local.is_some() {
                 local_guard
