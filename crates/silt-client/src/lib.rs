@@ -257,6 +257,8 @@ pub struct Client {
     backing: Option<Arc<dyn BackingSource>>,
     /// How files written through this client are kept, per prefix (`write.rs`).
     writes: write::Writes,
+    /// Serialises snapshot saves (periodic and final share one temporary file).
+    snapshot_saves: Mutex<()>,
 }
 
 /// The namespace path of a store path `rel` under a mount at `mount_path`.
@@ -327,6 +329,7 @@ impl Client {
             rt,
             backing: None,
             writes: write::Writes::read_only(clock),
+            snapshot_saves: Mutex::new(()),
         }
     }
 
@@ -374,11 +377,32 @@ impl Client {
     /// Saves the metadata cache to `path` (after a clean unmount) so the next start can reuse
     /// what is still trusted; see `snapshot` for the rules. Returns the records written.
     pub fn save_metadata(&self, path: &std::path::Path) -> std::io::Result<usize> {
+        self.save_snapshot(path, true)
+    }
+
+    /// The periodic save while running (so a crash restart is warm too): skipped, `None`,
+    /// when the cache has not changed since generation `*since`, which it then advances.
+    pub fn save_metadata_if_changed(
+        &self,
+        path: &std::path::Path,
+        since: &mut u64,
+    ) -> std::io::Result<Option<usize>> {
+        let generation = self.meta.generation();
+        if generation == *since {
+            return Ok(None);
+        }
+        let n = self.save_snapshot(path, false)?;
+        *since = generation;
+        Ok(Some(n))
+    }
+
+    fn save_snapshot(&self, path: &std::path::Path, clean: bool) -> std::io::Result<usize> {
+        let _one_at_a_time = self.snapshot_saves.lock();
         let now = self.opts.clock.now();
         let contents = self
             .meta
             .contents(|p, at| self.policy_of(p).trusts(age(now, at)));
-        snapshot::save(path, &self.ns, contents)
+        snapshot::save(path, &self.ns, contents, clean)
     }
 
     /// Loads (and removes) a snapshot written by `save_metadata`. Returns records restored.
@@ -386,7 +410,12 @@ impl Client {
         snapshot::restore(
             path,
             &self.ns,
-            |p, age| self.policy_of(p).trusts(age),
+            // A periodic snapshot may predate this client's own last changes: only paths it
+            // cannot change are taken from one.
+            |p, age, clean| {
+                (clean || !self.write_rules().writable_at_or_below(p))
+                    && self.policy_of(p).trusts(age)
+            },
             |at, e| self.meta.put_stat_at(at, e),
             |at, dir, l| self.meta.put_list_at(at, dir, l),
         )

@@ -269,13 +269,28 @@ impl Inner {
 
 pub struct MetaCache {
     inner: Mutex<Inner>,
+    /// Bumped by every update (not by lookups), so a periodic snapshot is skipped when
+    /// nothing changed since the last one.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl MetaCache {
     pub fn new() -> Self {
         MetaCache {
             inner: Mutex::new(Inner::default()),
+            generation: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    fn write(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.lock()
+    }
+
+    /// How many updates the cache has had (see `generation`).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Looks `path` up. `trust(at, is_dir)` says whether a record from `at` about a directory
@@ -345,7 +360,7 @@ impl MetaCache {
     /// Records a HEAD answer asked for at `at`. An answer older than what is cached about the
     /// path is dropped (a slow request must not undo a newer one); so are the other updates.
     pub fn put_stat(&self, at: Instant, entry: Entry) -> Vec<Change> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.write();
         let path = entry.path.clone();
         if inner.newer_than(&path, at) {
             return Vec::new();
@@ -373,7 +388,7 @@ impl MetaCache {
 
     /// Records a "no such file" answer for `path`.
     pub fn put_missing(&self, at: Instant, path: &str) -> Vec<Change> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.write();
         if inner.newer_than(path, at) {
             return Vec::new();
         }
@@ -391,7 +406,7 @@ impl MetaCache {
 
     /// Records a complete listing of `dir` (`entries` sorted by name).
     pub fn put_list(&self, at: Instant, dir: &str, entries: Arc<Vec<Entry>>) -> Vec<Change> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.write();
         let mut changes = Vec::new();
         Self::put_list_locked(&mut inner, at, dir, entries, &mut changes);
         changes
@@ -489,7 +504,7 @@ impl MetaCache {
         tree: Vec<(String, Arc<Vec<Entry>>)>,
         keep: impl Fn(&str, Instant) -> bool,
     ) -> Vec<Change> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.write();
         let mut changes = Vec::new();
         let kept: HashSet<String> = tree
             .iter()
@@ -535,7 +550,7 @@ impl MetaCache {
     /// which is then no longer trusted. Returns what was dropped, for data and kernel
     /// invalidation.
     pub fn invalidate(&self, path: &str) -> Vec<Change> {
-        let mut inner = self.inner.lock();
+        let mut inner = self.write();
         let mut changes = Vec::new();
         if let Some(e) = inner.current(path) {
             changes.push(change(path, ChangeKind::Invalidated, Some(&e)));
@@ -576,17 +591,13 @@ impl MetaCache {
 
     /// Caches a stat fetched at `at` (restored from a snapshot).
     pub fn put_stat_at(&self, at: Instant, entry: Entry) {
-        self.inner
-            .lock()
-            .stats
-            .insert(entry.path.clone(), (at, entry));
+        self.write().stats.insert(entry.path.clone(), (at, entry));
     }
 
     /// Caches a listing fetched at `at` (restored from a snapshot); sorts it by name.
     pub fn put_list_at(&self, at: Instant, dir: String, mut entries: Vec<Entry>) {
         entries.sort_by(|a, b| a.name().cmp(b.name()));
-        self.inner
-            .lock()
+        self.write()
             .lists
             .insert(dir, Listing::new(at, Arc::new(entries)));
     }

@@ -5,8 +5,14 @@
 //! a remote store is most of the time of a warm read (measured in docs/benchmarks.md).
 //!
 //! Invariants:
-//! - The snapshot is written only after a clean unmount and removed when it is read, so it is
-//!   used by at most one start; after a crash the cache starts empty.
+//! - The snapshot is written after a clean unmount, and also periodically while the daemon
+//!   runs (`clean: false`), so a crash restart need not begin empty. It is removed when read,
+//!   so it is used by at most one start.
+//! - A periodic snapshot may predate this client's last changes (a delete, a rename, a
+//!   commit after the save): from it only paths this client cannot change are restored
+//!   (the caller's `trusts` gets `clean` and refuses writable prefixes), so nothing it
+//!   deleted or replaced comes back after a crash. Changes by others are bounded by the sync
+//!   policy's trust, as for any cached entry.
 //! - An entry keeps its age: it is trusted only for what is left of its sync policy's trust since the
 //!   store answered, exactly as if the process had not restarted (wall clock; if the clock went
 //!   backwards the whole snapshot is dropped).
@@ -33,6 +39,14 @@ struct Header {
     format: u32,
     /// Wall-clock time of the save, in milliseconds since the epoch.
     saved_at_ms: u128,
+    /// Saved at a clean stop (nothing changed after it) rather than periodically.
+    #[serde(default = "clean_default")]
+    clean: bool,
+}
+
+/// Snapshots written before periodic saves existed were all written at a clean stop.
+fn clean_default() -> bool {
+    true
 }
 
 #[derive(Serialize, Deserialize)]
@@ -124,10 +138,16 @@ pub(crate) type Contents = (
 );
 
 /// Writes the snapshot atomically (temporary file, then rename). Returns records written.
-pub(crate) fn save(path: &Path, ns: &Namespace, contents: Contents) -> std::io::Result<usize> {
+pub(crate) fn save(
+    path: &Path,
+    ns: &Namespace,
+    contents: Contents,
+    clean: bool,
+) -> std::io::Result<usize> {
     let now = Instant::now();
     let header = Header {
         format: FORMAT,
+        clean,
         saved_at_ms: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
@@ -179,11 +199,11 @@ pub(crate) fn save(path: &Path, ns: &Namespace, contents: Contents) -> std::io::
 }
 
 /// Reads and removes the snapshot; `put_stat` / `put_list` receive every record whose age
-/// `trusts(path, age)` accepts, with the instant it was fetched. Returns records restored; a missing file restores nothing.
+/// `trusts(path, age, clean)` accepts (`clean`: saved at a clean stop), with the instant it was fetched. Returns records restored; a missing file restores nothing.
 pub(crate) fn restore(
     path: &Path,
     ns: &Namespace,
-    trusts: impl Fn(&str, Duration) -> bool,
+    trusts: impl Fn(&str, Duration, bool) -> bool,
     mut put_stat: impl FnMut(Instant, Entry),
     mut put_list: impl FnMut(Instant, String, Vec<Entry>),
 ) -> std::io::Result<usize> {
@@ -214,7 +234,7 @@ pub(crate) fn restore(
     let now = Instant::now();
     let fetched = |path: &str, age_ms: u64| {
         let age = since_save.saturating_add(Duration::from_millis(age_ms));
-        if !trusts(path, age) {
+        if !trusts(path, age, header.clean) {
             return None;
         }
         now.checked_sub(age)

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use silt_client::{Client, ClientOptions};
 use silt_common::sync::{SyncPolicy, SyncRules};
+use silt_common::write::WriteType;
 use silt_common::ErrorKind;
 use silt_ufs::MemStore;
 
@@ -129,4 +130,57 @@ async fn a_damaged_snapshot_is_ignored() {
     std::fs::write(&snap2, text).unwrap();
     let c = client(mem.clone(), HOUR);
     assert_eq!(c.restore_metadata(&snap2).unwrap(), good_records);
+}
+
+/// A snapshot saved while running (for a crash restart) is restored for paths this client
+/// cannot change; under a writable mount it restores nothing, so a file deleted after the save
+/// does not come back after a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_snapshot_restores_only_what_this_client_cannot_change() {
+    let mem = store("mem://a");
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("snap");
+
+    let first = client(mem.clone(), HOUR);
+    first.list("/d/dir").await.unwrap();
+    first.stat("/d/top").await.unwrap();
+    let mut since = 0;
+    let saved = first.save_metadata_if_changed(&snap, &mut since).unwrap();
+    assert!(saved.is_some_and(|n| n >= 2), "{saved:?}");
+    assert_eq!(
+        first.save_metadata_if_changed(&snap, &mut since).unwrap(),
+        None,
+        "nothing changed: no second save"
+    );
+    // The first instance "crashes" (no clean save); a read-only restart restores it all.
+    drop(first);
+    let second = client(mem.clone(), HOUR);
+    assert!(second.restore_metadata(&snap).unwrap() >= 2);
+    let n = mem.requests();
+    assert_eq!(second.list("/d/dir").await.unwrap().len(), 20);
+    assert_eq!(mem.requests(), n, "no store request after a crash restart");
+
+    let spool = tempfile::tempdir().unwrap();
+    let writable = |mem| {
+        client(mem, HOUR)
+            .with_writes(WriteType::Through, spool.path().to_path_buf())
+            .unwrap()
+    };
+    let w = writable(mem.clone());
+    w.list("/d/dir").await.unwrap();
+    w.stat("/d/top").await.unwrap();
+    let mut since = 0;
+    assert!(w
+        .save_metadata_if_changed(&snap, &mut since)
+        .unwrap()
+        .is_some());
+    w.remove_file("/d/top").await.unwrap();
+    drop(w);
+    let third = writable(mem.clone());
+    assert_eq!(third.restore_metadata(&snap).unwrap(), 0);
+    assert_eq!(
+        third.stat("/d/top").await.unwrap_err().kind(),
+        ErrorKind::NotFound,
+        "a file deleted after the periodic save stays deleted"
+    );
 }

@@ -396,3 +396,47 @@ fn a_second_start_on_a_served_mount_is_refused() {
     assert_eq!(std::fs::read(s.path("/data/big")).unwrap().len(), BIG);
     s.stop();
 }
+
+/// (e) A crash restart is warm: the metadata cache the first daemon saved while running is
+/// restored, so listing and reading a read-only tree after SIGKILL ask the store nothing.
+#[test]
+fn a_crash_restart_reuses_the_metadata_saved_while_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = store(dir.path());
+    let ro = ["--passthrough", "off"];
+    let mut s = Silt::up(&[("/data", &uri)], &ro, dir.path()).unwrap();
+    let names = |s: &Silt| -> Vec<String> {
+        let mut n: Vec<String> = std::fs::read_dir(s.path("/data"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    assert_eq!(names(&s), ["big"]);
+    assert_eq!(std::fs::read(s.path("/data/big")).unwrap(), bytes(1, BIG));
+    // The running daemon saves its metadata cache every few seconds once it changed.
+    let snapshot = dir.path().join("state").join("metadata-snapshot");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !snapshot.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no periodic snapshot: {}",
+            s.log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    s.crash();
+
+    let s2 = restart(dir.path(), &uri, &ro);
+    let before = s2.metric("silt_ufs_requests_total");
+    assert_eq!(names(&s2), ["big"]);
+    assert_eq!(std::fs::read(s2.path("/data/big")).unwrap(), bytes(1, BIG));
+    assert_eq!(
+        s2.metric("silt_ufs_requests_total"),
+        before,
+        "store requests after a crash restart of a warm read-only mount"
+    );
+    s2.stop();
+    drop(s);
+}
