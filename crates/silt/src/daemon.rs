@@ -365,9 +365,9 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
         let snapshot = snapshot.clone();
         rt.spawn(async move {
             let mut since = 0;
-            let mut wait = METADATA_SNAPSHOT_EVERY;
+            // The first save is at once: what was just restored from the last snapshot (which
+            // restoring removed) stays saved if this run crashes early.
             loop {
-                tokio::time::sleep(wait).await;
                 let (c, p) = (client.clone(), snapshot.clone());
                 let started = std::time::Instant::now();
                 let saved = tokio::task::spawn_blocking(move || {
@@ -381,7 +381,7 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
                     Err(_) => return,
                 }
                 // A large cache takes a while to save: keep the saves under ~2 % of a core.
-                wait = METADATA_SNAPSHOT_EVERY.max(started.elapsed() * 50);
+                tokio::time::sleep(METADATA_SNAPSHOT_EVERY.max(started.elapsed() * 50)).await;
             }
         });
     }
