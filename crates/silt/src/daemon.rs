@@ -19,8 +19,8 @@ use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{Client, ClientOptions, MountPoint, Namespace, WriteSetup};
 use silt_cluster::rpc::{FixedStores, Service};
 use silt_cluster::{
-    local_host_id, EtcdMembership, Member, Membership, Replicas, ResidentTable, Router,
-    RouterOptions, StaticMembership,
+    auth::cluster_key, local_host_id, ClusterKey, EtcdMembership, Member, Membership, Replicas,
+    ResidentTable, Router, RouterOptions, StaticMembership,
 };
 use silt_common::config::{parse_mount_table, Config, DiskTierSpec, MountSpec};
 use silt_common::write::WriteRules;
@@ -212,8 +212,9 @@ async fn open_namespace(cfg: &Config, mounts: &[MountSpec]) -> Result<Namespace>
     Ok(Namespace::new(points)?)
 }
 
-fn router_options(cfg: &Config) -> RouterOptions {
+fn router_options(cfg: &Config, key: ClusterKey) -> RouterOptions {
     RouterOptions {
+        key,
         timeout: cfg.worker_timeout,
         retry_after: cfg.worker_retry_after,
         group_size: cfg.placement_group,
@@ -285,11 +286,15 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
         None
     };
 
+    // A cluster client proves membership with the cluster's secret, which it must be given.
+    // A single node serves no worker port; it generates a secret into its state dir at its
+    // first start, so the state dir is ready to join a cluster later (docs/SECURITY.md).
+    let key = cluster_key(&cfg.cluster_secret, &cfg.state_dir, !cfg.is_cluster())?;
     let (ns, pages, fetcher, cluster, role) = if cfg.is_cluster() {
         let m = rt.block_on(membership(&cfg))?;
         let mounts = rt.block_on(cluster_mounts(&cfg, m.as_ref()))?;
         let ns = rt.block_on(open_namespace(&cfg, &mounts))?;
-        let router = Arc::new(Router::new(m, router_options(&cfg)));
+        let router = Arc::new(Router::new(m, router_options(&cfg, key)));
         // The near cache is memory only: the workers' disk tiers hold the data.
         let fetcher: Arc<dyn Fetcher> = router.clone();
         (
@@ -526,6 +531,8 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     }
     let rt = runtime()?;
     let _lock = lock_state_dir(&cfg.state_dir)?;
+    // Refusing to serve unauthenticated: a worker without the cluster's secret does not start.
+    let key = cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?;
     let id = worker_id(&cfg)?;
     // In a static cluster the list says where this worker is reached.
     let listed = cfg
@@ -582,6 +589,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
             worker.clone(),
             Arc::new(stores),
             serde_json::json!({"id": id, "addr": addr}),
+            key.clone(),
         )
         .with_resident(resident),
     );
@@ -589,7 +597,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     rt.spawn(silt_cluster::rpc::serve_unix(uds, svc));
     let registration = rt.block_on(m.register(me))?;
 
-    let router = Arc::new(Router::new(m.clone(), router_options(&cfg)));
+    let router = Arc::new(Router::new(m.clone(), router_options(&cfg, key)));
     let client = Arc::new(Client::new(
         ns,
         worker,
