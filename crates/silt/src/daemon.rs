@@ -286,11 +286,9 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
         None
     };
 
-    // A cluster client proves membership with the cluster's secret, which it must be given.
-    // A single node serves no worker port; it generates a secret into its state dir at its
-    // first start, so the state dir is ready to join a cluster later (docs/SECURITY.md).
-    let key = cluster_key(&cfg.cluster_secret, &cfg.state_dir, !cfg.is_cluster())?;
     let (ns, pages, fetcher, cluster, role) = if cfg.is_cluster() {
+        // A cluster client proves membership with the cluster's secret: it must be given one.
+        let key = cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?;
         let m = rt.block_on(membership(&cfg))?;
         let mounts = rt.block_on(cluster_mounts(&cfg, m.as_ref()))?;
         let ns = rt.block_on(open_namespace(&cfg, &mounts))?;
@@ -305,6 +303,12 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
             "cluster client",
         )
     } else {
+        // A single node serves no worker port; it generates a secret into its state dir at its
+        // first start, so the state dir is ready to join a cluster later (docs/SECURITY.md).
+        // It uses no key itself, so a bad one is worth a warning, not a refusal to start.
+        if let Err(e) = cluster_key(&cfg.cluster_secret, &cfg.state_dir, true) {
+            warn!(error = %e, "no usable cluster secret (needed only to join a cluster)");
+        }
         let ns = rt.block_on(open_namespace(&cfg, &cfg.mounts))?;
         let fetcher: Arc<dyn Fetcher> = Arc::new(silt_worker::StoreFetcher);
         (ns, page_store(&cfg, true)?, fetcher, None, "single node")
