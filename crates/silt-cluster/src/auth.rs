@@ -18,7 +18,7 @@
 //! silent or hostile peer cannot hold a connection slot or make it allocate. This proves
 //! membership; it does not encrypt (see docs/SECURITY.md).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -123,8 +123,9 @@ pub fn cluster_key(configured: &Secret, state_dir: &Path, generate: bool) -> Res
 }
 
 /// Writes a fresh secret to `path`, created with mode 0600 (never wider, whatever the umask),
-/// failing if the file appeared meanwhile.
-fn write_new_secret(path: &Path) -> Result<PathBuf> {
+/// failing if the file appeared meanwhile. A failed write leaves no file behind (an empty one
+/// would stop the next start).
+fn write_new_secret(path: &Path) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let text = ClusterKey::generate_text()?;
@@ -134,12 +135,16 @@ fn write_new_secret(path: &Path) -> Result<PathBuf> {
         .mode(0o600)
         .open(path)
         .map_err(|e| Error::from(e).context(format!("creating {}", path.display())))?;
-    f.write_all(text.as_bytes())
+    if let Err(e) = f
+        .write_all(text.as_bytes())
         .and_then(|_| f.write_all(b"\n"))
         .and_then(|_| f.sync_all())
-        .map_err(|e| Error::from(e).context(format!("writing {}", path.display())))?;
+    {
+        let _ = std::fs::remove_file(path);
+        return Err(Error::from(e).context(format!("writing {}", path.display())));
+    }
     tracing::info!(path = %path.display(), "generated this node's cluster secret");
-    Ok(path.to_path_buf())
+    Ok(())
 }
 
 fn random_bytes<const N: usize>() -> Result<[u8; N]> {
