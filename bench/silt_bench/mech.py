@@ -8,6 +8,7 @@ timings are not the product's); the run's JSON records which one ran (params.sil
 """
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -365,7 +366,8 @@ class Cluster:
         self.log = open(os.path.join(work, "cluster.log"), "a")
         self.etcd = self.client = None
         self.workers = []
-        env = dict(store.env(), SILT_LOG="warn")
+        # Every member proves it holds one cluster secret (docs/SECURITY.md); a fresh one per run.
+        env = dict(store.env(), SILT_LOG="warn", SILT_CLUSTER_SECRET=secrets.token_urlsafe(32))
         try:
             self.etcd = Etcd(os.path.join(work, "etcd"))
             common = ["--etcd", self.etcd.endpoint, "--memory-capacity", memory, *extra]

@@ -6,6 +6,7 @@
 //! There is no master in the read path: a client computes the owner of every page group from
 //! the membership view it holds and talks to that worker directly.
 
+pub mod auth;
 pub mod etcd;
 pub mod membership;
 pub mod placement;
@@ -13,6 +14,7 @@ pub mod replica;
 pub mod router;
 pub mod rpc;
 
+pub use auth::ClusterKey;
 pub use etcd::EtcdMembership;
 pub use membership::{Member, Membership, Registration, StaticMembership, View};
 pub use replica::{Replicas, ResidentTable};

@@ -50,6 +50,8 @@ pub struct RouterOptions {
     /// This process's host id (`local_host_id()`): same-host workers are reached over their
     /// Unix socket.
     pub host_id: String,
+    /// The cluster's secret, proven on every connection to a worker.
+    pub key: crate::auth::ClusterKey,
 }
 
 /// Identifies this host *and network namespace*: processes that share both can use each
@@ -148,7 +150,7 @@ impl Router {
             }
             _ => Endpoint::Tcp(m.addr.clone()),
         };
-        let c = Arc::new(WorkerClient::new(endpoint));
+        let c = Arc::new(WorkerClient::new(endpoint, self.opts.key.clone()));
         clients.insert(m.id.clone(), (m.clone(), c.clone()));
         c
     }

@@ -2,6 +2,8 @@
 //!
 //! Framing is `silt-proto`'s: one JSON request frame; a response of JSON and raw `Data` frames
 //! closed by `End` or `Error`. A connection carries any number of requests, one at a time.
+//! Before the first request, both ends prove membership of the cluster (`crate::auth`, once per
+//! connection); a connection that does not is closed before anything is served.
 //!
 //! Requests name the object by its store URI, path and content fingerprint parts, never by
 //! a worker-local handle, so any worker can serve any object of the cluster's mount table and
@@ -42,6 +44,7 @@ use silt_proto::{
 use silt_ufs::{DynStore, EntryKind, ObjectMeta};
 use silt_worker::{ObjectRef, Worker};
 
+use crate::auth::{self, ClusterKey};
 use crate::replica::ResidentTable;
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
@@ -235,6 +238,8 @@ pub struct Service {
     files_lent: AtomicU64,
     /// Replicated cache-only files kept here (`None`: the `r*` ops are refused).
     resident: Option<Arc<ResidentTable>>,
+    /// Every connection proves it holds this before it is served.
+    key: ClusterKey,
 }
 
 /// Adds `n` to one of a service's own counters and to its process-wide metric.
@@ -265,9 +270,16 @@ fn checked_end(obj: &ObjectRef, offset: u64, len: u64) -> Result<u64> {
 }
 
 impl Service {
-    /// `identity`: extra fields for `stats` (id, address, ...).
-    pub fn new(worker: Arc<Worker>, stores: Arc<dyn StoreResolver>, identity: Value) -> Service {
+    /// `identity`: extra fields for `stats` (id, address, ...); `key`: the cluster's secret,
+    /// which every connection must prove it holds.
+    pub fn new(
+        worker: Arc<Worker>,
+        stores: Arc<dyn StoreResolver>,
+        identity: Value,
+        key: ClusterKey,
+    ) -> Service {
         Service {
+            key,
             worker,
             stores,
             identity,
@@ -345,29 +357,37 @@ impl Service {
 
 pub async fn serve_tcp(listener: TcpListener, svc: Arc<Service>) {
     let accept = || async {
-        let (s, _) = listener.accept().await?;
+        let (s, peer) = listener.accept().await?;
         let _ = s.set_nodelay(true);
-        Ok(Conn::Tcp(s))
+        Ok((Conn::Tcp(s), peer.to_string()))
     };
     accept_loop(accept, svc, "worker port").await
 }
 
 pub async fn serve_unix(listener: UnixListener, svc: Arc<Service>) {
-    let accept = || async { Ok(Conn::Unix(listener.accept().await?.0)) };
+    let accept = || async {
+        let (s, _) = listener.accept().await?;
+        // A Unix peer has no address; its process id says who it was.
+        let peer = match s.peer_cred().ok().and_then(|c| c.pid()) {
+            Some(pid) => format!("unix socket, pid {pid}"),
+            None => "unix socket".to_string(),
+        };
+        Ok((Conn::Unix(s), peer))
+    };
     accept_loop(accept, svc, "worker socket").await
 }
 
 async fn accept_loop<F, Fut>(mut accept: F, svc: Arc<Service>, what: &'static str)
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = std::io::Result<Conn>>,
+    Fut: std::future::Future<Output = std::io::Result<(Conn, String)>>,
 {
     loop {
         match accept().await {
-            Ok(conn) => {
+            Ok((conn, peer)) => {
                 let svc = svc.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = handle(conn, &svc).await {
+                    if let Err(e) = handle(conn, &svc, &peer).await {
                         tracing::debug!("{what} connection ended: {e}");
                     }
                 });
@@ -381,7 +401,9 @@ where
     }
 }
 
-async fn handle(mut s: Conn, svc: &Service) -> Result<()> {
+async fn handle(mut s: Conn, svc: &Service, peer: &str) -> Result<()> {
+    // Nothing is read as a request, let alone served, before the peer proved membership.
+    auth::accept(&mut s, &svc.key, peer).await?;
     while let Some((kind, payload)) = read_frame(&mut s).await? {
         let req: Request = match decode_request(kind, &payload, |r: &Request| r.v) {
             Ok(r) => r,
@@ -880,14 +902,17 @@ pub enum Endpoint {
 pub struct WorkerClient {
     endpoint: Endpoint,
     idle: parking_lot::Mutex<Vec<Conn>>,
+    /// Proves this client's membership on every new connection (pooled ones are proven).
+    key: ClusterKey,
 }
 
 /// Idle connections kept per worker; more concurrent calls open more and close the extra.
 const MAX_IDLE: usize = 64;
 
 impl WorkerClient {
-    pub fn new(endpoint: Endpoint) -> WorkerClient {
+    pub fn new(endpoint: Endpoint, key: ClusterKey) -> WorkerClient {
         WorkerClient {
+            key,
             endpoint,
             idle: parking_lot::Mutex::new(Vec::new()),
         }
@@ -908,7 +933,7 @@ impl WorkerClient {
                 format!("connecting to worker {what}: {e}"),
             )
         };
-        Ok(match &self.endpoint {
+        let mut c = match &self.endpoint {
             Endpoint::Tcp(addr) => {
                 let s = TcpStream::connect(addr)
                     .await
@@ -921,7 +946,10 @@ impl WorkerClient {
                     .await
                     .map_err(|e| unavailable(&path.display().to_string(), e))?,
             ),
-        })
+        };
+        // Once per connection: pooled connections carry any number of requests after it.
+        auth::connect(&mut c, &self.key).await?;
+        Ok(c)
     }
 
     fn put_back(&self, c: Conn) {

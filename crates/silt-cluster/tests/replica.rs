@@ -13,6 +13,14 @@ use silt_common::ErrorKind;
 use silt_ufs::MemStore;
 use silt_worker::{Worker, WorkerOptions};
 
+/// The cluster secret every test worker and client share.
+fn key() -> silt_cluster::ClusterKey {
+    silt_cluster::ClusterKey::new(&silt_common::secret::Secret::new(
+        "test-cluster-secret-0123456789",
+    ))
+    .unwrap()
+}
+
 const PS: u64 = 64 << 10;
 
 /// A worker with a resident table on its own runtime (shut down = the worker dies: its
@@ -56,6 +64,7 @@ impl TestWorker {
                     w,
                     Arc::new(FixedStores(vec![Arc::new(MemStore::new("mem://r"))])),
                     serde_json::json!({"id": "t"}),
+                    key(),
                 )
                 .with_resident(Arc::new(ResidentTable::new(arena))),
             );
@@ -107,7 +116,7 @@ fn resident_ops_on_one_worker() {
     let w = TestWorker::start(1 << 20);
     let rt = client_rt();
     rt.block_on(async {
-        let c = WorkerClient::new(Endpoint::Tcp(w.addr.clone()));
+        let c = WorkerClient::new(Endpoint::Tcp(w.addr.clone()), key());
         let bytes = data(1, 3 << 20 | 12345);
         let m = meta(bytes.len() as u64, "silt-1");
         let src = bytes::Bytes::from(bytes.clone());
@@ -200,6 +209,7 @@ fn two_replicas_survive_a_dead_worker() {
             group_size: 1 << 20,
             candidates: 2,
             host_id: "test".into(),
+            key: key(),
         },
     ));
     let reps = Replicas::new(router, 2);
@@ -208,7 +218,7 @@ fn two_replicas_survive_a_dead_worker() {
         .collect();
     let clients: Vec<WorkerClient> = workers
         .iter()
-        .map(|w| WorkerClient::new(Endpoint::Tcp(w.addr.clone())))
+        .map(|w| WorkerClient::new(Endpoint::Tcp(w.addr.clone()), key()))
         .collect();
     let holders = rt.block_on(async {
         for (i, (p, b)) in files.iter().enumerate() {

@@ -9,6 +9,14 @@ use silt_common::ErrorKind;
 use silt_ufs::{DynStore, MemStore};
 use silt_worker::{ObjectRef, Worker, WorkerOptions};
 
+/// The cluster secret every test worker and client share.
+fn key() -> silt_cluster::ClusterKey {
+    silt_cluster::ClusterKey::new(&silt_common::secret::Secret::new(
+        "test-cluster-secret-0123456789",
+    ))
+    .unwrap()
+}
+
 const PS: u64 = 64 << 10;
 
 async fn worker(store: DynStore) -> (Endpoint, tempfile::TempDir) {
@@ -46,6 +54,7 @@ async fn worker_with(store: DynStore, disk: bool) -> (Endpoint, tempfile::TempDi
         w,
         Arc::new(FixedStores(vec![store])),
         serde_json::json!({"id": "t"}),
+        key(),
     ));
     let path = dir.path().join("w.sock");
     let l = tokio::net::UnixListener::bind(&path).unwrap();
@@ -60,7 +69,7 @@ async fn reads_answers_and_hostile_ranges() {
     let meta = mem.put("x", data.clone()).unwrap();
     let store: DynStore = mem.clone();
     let (ep, _dir) = worker(store.clone()).await;
-    let c = WorkerClient::new(ep);
+    let c = WorkerClient::new(ep, key());
     let obj = ObjectRef::new(store.clone(), meta.clone());
     let reads_served = || async {
         let v = c.call("stats", None, 0..0).await.unwrap();
@@ -102,7 +111,7 @@ async fn reads_answers_and_hostile_ranges() {
 #[tokio::test]
 async fn a_dead_endpoint_is_a_link_failure() {
     let dir = tempfile::tempdir().unwrap();
-    let c = WorkerClient::new(Endpoint::Unix(dir.path().join("nobody.sock")));
+    let c = WorkerClient::new(Endpoint::Unix(dir.path().join("nobody.sock")), key());
     let store: DynStore = Arc::new(MemStore::new("mem://x"));
     let meta = MemStore::new("mem://x").put("a", vec![0u8; 10]).unwrap();
     match c.read(&ObjectRef::new(store, meta), 0..10).await {
@@ -119,7 +128,7 @@ async fn passed_descriptors_are_read_and_checked() {
     let meta = mem.put("f", data.clone()).unwrap();
     let store: DynStore = mem;
     let (ep, dir) = worker_with(store.clone(), true).await;
-    let c = WorkerClient::new(ep);
+    let c = WorkerClient::new(ep, key());
     let obj = ObjectRef::new(store, meta);
     let fd_reads = || silt_common::metrics::REMOTE_FD_READS.get();
     // First read fetches (bytes); then the pages are on the worker's disk: descriptors.

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::secret::{read_secret_file, Secret};
 use crate::size::parse_size;
 use crate::sync::{parse_sync_rules, SyncPolicy, SyncRule};
 use crate::write::{parse_jobs, parse_write_rules, JobSpec, WriteRule, WriteType};
@@ -61,12 +62,15 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "s3_region", default: "us-east-1", help: "S3 region." },
     OptionSpec { name: "s3_path_style", default: "true", help: "Address buckets as ENDPOINT/BUCKET (true) or BUCKET.ENDPOINT (false)." },
     OptionSpec { name: "s3_access_key_id", default: "", help: "S3 access key; empty: AWS_ACCESS_KEY_ID or the AWS config/credentials files." },
-    OptionSpec { name: "s3_secret_access_key", default: "", help: "S3 secret key; empty: AWS_SECRET_ACCESS_KEY or the AWS config/credentials files. Never logged." },
+    OptionSpec { name: "s3_secret_access_key", default: "", help: "S3 secret key; empty: `s3_secret_access_key_file`, else AWS_SECRET_ACCESS_KEY or the AWS config/credentials files. Never logged. As a flag it is visible to every local user (`ps`): prefer the file or the environment." },
+    OptionSpec { name: "s3_secret_access_key_file", default: "", help: "File holding the S3 secret key (owner-only; surrounding whitespace ignored)." },
     OptionSpec { name: "ufs_timeout", default: "30s", help: "Deadline of one under-store request. A read waits at most `ufs_timeout × (ufs_retries + 1)` plus backoff; once a request ran out of it with no other request answered meanwhile, the store counts as stalled: requests fail at once (`ETIMEDOUT`) for one `ufs_timeout`, then one at a time probes it, until it answers." },
     OptionSpec { name: "ufs_retries", default: "3", help: "Retries of a retryable under-store failure (with backoff)." },
     OptionSpec { name: "etcd", default: "", help: "etcd endpoints (http://HOST:PORT, comma-separated) for cluster membership and the shared mount table. Empty: no etcd." },
     OptionSpec { name: "cluster_name", default: "silt", help: "Key prefix of this cluster in etcd (/NAME/members/, /NAME/mounts): several clusters can share one etcd." },
     OptionSpec { name: "workers", default: "", help: "Static cluster: workers as ID=HOST:PORT, comma-separated (instead of etcd). Empty with no etcd: a single node." },
+    OptionSpec { name: "cluster_secret", default: "", help: "Secret every member of the cluster proves it holds on every worker connection (at least 16 bytes; the same on every process). Never logged. As a flag it is visible to every local user (`ps`): prefer `cluster_secret_file` or the environment." },
+    OptionSpec { name: "cluster_secret_file", default: "", help: "File holding the cluster secret (owner-only; surrounding whitespace ignored). Empty with no `cluster_secret`: STATE_DIR/cluster-secret, which a single node generates at its first start (docs/SECURITY.md)." },
     OptionSpec { name: "listen", default: "0.0.0.0:29998", help: "Address `silt worker` serves its RPC on." },
     OptionSpec { name: "advertise", default: "", help: "Address other processes reach this worker at (empty: `listen`, which must then not be 0.0.0.0)." },
     OptionSpec { name: "worker_id", default: "", help: "Stable identity of a worker in the cluster (empty: generated once and kept in STATE_DIR/worker-id), so a restarted worker keeps its share and its warm cache." },
@@ -77,6 +81,9 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "failover_candidates", default: "2", help: "Workers tried for a page group (the owner, then the next by rendezvous rank) before reading from the under-store." },
     OptionSpec { name: "log", default: "info", help: "Log filter (tracing `EnvFilter` syntax, e.g. `info,silt_client=debug`)." },
 ];
+
+/// Options whose values are secrets: never shown, and a warning when given as a flag.
+pub const SECRET_OPTIONS: &[&str] = &["s3_secret_access_key", "cluster_secret"];
 
 /// Whether FUSE passthrough is used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,13 +148,16 @@ pub struct Config {
     pub s3_region: String,
     pub s3_path_style: bool,
     pub s3_access_key_id: String,
-    pub s3_secret_access_key: String,
+    pub s3_secret_access_key: Secret,
+    pub s3_secret_access_key_file: PathBuf,
     pub ufs_timeout: Duration,
     pub ufs_retries: usize,
     pub etcd: Vec<String>,
     pub cluster_name: String,
     /// Static workers: (id, address).
     pub workers: Vec<(String, String)>,
+    pub cluster_secret: Secret,
+    pub cluster_secret_file: PathBuf,
     pub listen: String,
     pub advertise: String,
     pub worker_id: String,
@@ -200,12 +210,15 @@ impl Default for Config {
             s3_region: String::new(),
             s3_path_style: false,
             s3_access_key_id: String::new(),
-            s3_secret_access_key: String::new(),
+            s3_secret_access_key: Secret::default(),
+            s3_secret_access_key_file: PathBuf::new(),
             ufs_timeout: Duration::ZERO,
             ufs_retries: 0,
             etcd: Vec::new(),
             cluster_name: String::new(),
             workers: Vec::new(),
+            cluster_secret: Secret::default(),
+            cluster_secret_file: PathBuf::new(),
             listen: String::new(),
             advertise: String::new(),
             worker_id: String::new(),
@@ -530,7 +543,10 @@ impl Config {
             "s3_region" => self.s3_region = v.to_string(),
             "s3_path_style" => self.s3_path_style = parse_bool(key, v)?,
             "s3_access_key_id" => self.s3_access_key_id = v.to_string(),
-            "s3_secret_access_key" => self.s3_secret_access_key = v.to_string(),
+            "s3_secret_access_key" => self.s3_secret_access_key = Secret::new(v),
+            "s3_secret_access_key_file" => self.s3_secret_access_key_file = PathBuf::from(v),
+            "cluster_secret" => self.cluster_secret = Secret::new(v),
+            "cluster_secret_file" => self.cluster_secret_file = PathBuf::from(v),
             "ufs_timeout" => self.ufs_timeout = parse_duration(key, v)?,
             "ufs_retries" => self.ufs_retries = parse_count(key, v, 0)?,
             "etcd" => {
@@ -667,6 +683,43 @@ impl Config {
         Ok(())
     }
 
+    /// Reads the secrets named by `*_file` options into their values; giving a secret both
+    /// ways is refused (which one was meant is not clear). Returns warnings for the caller to
+    /// show (a secret file other users can read).
+    pub fn load_secret_files(&mut self) -> Result<Vec<String>> {
+        let mut warnings = Vec::new();
+        for (name, value, file) in [
+            (
+                "s3_secret_access_key",
+                &mut self.s3_secret_access_key,
+                &self.s3_secret_access_key_file,
+            ),
+            (
+                "cluster_secret",
+                &mut self.cluster_secret,
+                &self.cluster_secret_file,
+            ),
+        ] {
+            if file.as_os_str().is_empty() {
+                continue;
+            }
+            if !value.is_empty() {
+                return Err(Error::invalid(format!(
+                    "{name} and {name}_file are both given: give one of them"
+                )));
+            }
+            let (secret, shared) = read_secret_file(file)?;
+            if shared {
+                warnings.push(format!(
+                    "{} ({name}_file) can be read by other users; chmod 600 it",
+                    file.display()
+                ));
+            }
+            *value = secret;
+        }
+        Ok(warnings)
+    }
+
     /// Whether this process belongs to a cluster (etcd or a static worker list).
     pub fn is_cluster(&self) -> bool {
         !self.etcd.is_empty() || !self.workers.is_empty()
@@ -795,6 +848,52 @@ mod tests {
         assert!(c.apply_toml("page_size = [1]").is_err());
         assert_eq!(normalize_ns_path("//a/./b"), None);
         assert_eq!(normalize_ns_path("/"), Some("/".into()));
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_redacted_and_read_from_files() {
+        let mut c = Config::default();
+        c.set("cluster_secret", "cfg-secret-0123456789").unwrap();
+        c.set("s3_secret_access_key", "s3-key-abcdef").unwrap();
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("cfg-secret") && !shown.contains("s3-key"),
+            "{shown}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("k");
+        std::fs::write(&file, "from-a-file-0123456789\n").unwrap();
+        let mut c = Config::default();
+        c.set("cluster_secret_file", file.to_str().unwrap())
+            .unwrap();
+        c.set("s3_secret_access_key_file", file.to_str().unwrap())
+            .unwrap();
+        let warnings = c.load_secret_files().unwrap();
+        assert_eq!(c.cluster_secret.expose(), "from-a-file-0123456789");
+        assert_eq!(c.s3_secret_access_key.expose(), "from-a-file-0123456789");
+        // Written with the default umask: readable by others, which is worth a warning.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(warnings.len(), if mode & 0o077 != 0 { 2 } else { 0 });
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mut c = Config::default();
+        c.set("cluster_secret_file", file.to_str().unwrap())
+            .unwrap();
+        assert!(c.load_secret_files().unwrap().is_empty());
+
+        // A value and a file for one secret: refused, without showing either.
+        c.set("cluster_secret", "other-value-0123456789").unwrap();
+        let e = c.load_secret_files().unwrap_err().to_string();
+        assert!(
+            e.contains("give one of them") && !e.contains("value"),
+            "{e}"
+        );
     }
 }
 

@@ -86,6 +86,7 @@ define_metrics! {
     RPC_READS_SERVED = "silt_rpc_reads_served_total", "Read requests a worker served to clients.";
     RPC_BYTES_SERVED = "silt_rpc_bytes_served_total", "Bytes a worker sent to clients (not counting passed file descriptors).";
     RPC_FILES_LENT = "silt_rpc_files_lent_total", "Cache files a worker lent to same-host clients for FUSE passthrough (pinned until the client lets go).";
+    RPC_AUTH_FAILURES = "silt_rpc_auth_failures_total", "Connections to a worker refused because they did not prove cluster membership (no, wrong or replayed proof of the cluster secret, or none in time).";
     WRITE_SPILLED_BYTES = "silt_write_spilled_bytes_total", "Bytes of write-buffer chunks placed on a spill disk (moved out of memory under pressure, or allocated there when memory was full), a whole chunk each.";
     WRITE_NOSPACE = "silt_write_nospace_total", "Write-buffer chunks refused with ENOSPC because neither memory nor any spill tier had room.";
 }

@@ -124,6 +124,15 @@ pub async fn write_error<W: AsyncWrite + Unpin>(w: &mut W, e: &Error) -> Result<
 
 /// Reads one frame; `None` on a clean end of stream before a frame starts.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<(FrameKind, Bytes)>> {
+    read_frame_max(r, MAX_FRAME).await
+}
+
+/// [`read_frame`] accepting frames of at most `max` bytes: a peer not yet authenticated must
+/// not make this side allocate a large buffer.
+pub async fn read_frame_max<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> Result<Option<(FrameKind, Bytes)>> {
     let mut head = [0u8; 5];
     match r.read_exact(&mut head[..1]).await {
         Ok(_) => {}
@@ -132,7 +141,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<(Frame
     }
     r.read_exact(&mut head[1..]).await?;
     let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
-    if len == 0 || len > MAX_FRAME {
+    if len == 0 || len > max.min(MAX_FRAME) {
         return Err(Error::new(
             ErrorKind::Corrupted,
             format!("invalid frame length {len}"),

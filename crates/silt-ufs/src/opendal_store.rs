@@ -75,7 +75,7 @@ impl S3Options {
             region: cfg.s3_region.clone(),
             path_style: cfg.s3_path_style,
             access_key_id: cfg.s3_access_key_id.clone(),
-            secret_access_key: cfg.s3_secret_access_key.clone(),
+            secret_access_key: cfg.s3_secret_access_key.expose().to_string(),
             timeout: cfg.ufs_timeout,
             list_page: cfg.ufs_list_page,
             retries: cfg.ufs_retries,

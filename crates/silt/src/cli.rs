@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Arg, ArgAction, ArgMatches, Command};
-use silt_common::config::{env_name, flag_name, Config, OPTIONS};
+use silt_common::config::{env_name, flag_name, Config, OPTIONS, SECRET_OPTIONS};
 use silt_common::size::parse_size;
 
 use crate::{control, daemon, ring};
@@ -27,7 +27,7 @@ fn option_args() -> Vec<Arg> {
                     .action(ArgAction::Append)
                     .value_name("PATH=URI");
             }
-            if o.name == "s3_secret_access_key" {
+            if SECRET_OPTIONS.contains(&o.name) {
                 a = a.hide_env_values(true);
             }
             a
@@ -243,6 +243,14 @@ fn build_config(m: &ArgMatches, extra_mount: Option<(&str, &Path)>) -> Result<Co
             } else {
                 env_name(o.name)
             };
+            if pass == clap::parser::ValueSource::CommandLine && SECRET_OPTIONS.contains(&o.name) {
+                // Logging starts later, with the configured filter: say it on stderr now.
+                eprintln!(
+                    "silt: warning: {what} is visible to every user of this machine (ps, /proc/PID/cmdline); pass it with {} or --{}-file instead",
+                    env_name(o.name),
+                    flag_name(o.name)
+                );
+            }
             cfg.set(o.name, &joined.join(","))
                 .with_context(|| what.clone())?;
         }
@@ -252,6 +260,9 @@ fn build_config(m: &ArgMatches, extra_mount: Option<(&str, &Path)>) -> Result<Co
         cfg.mountpoint = target.to_path_buf();
     }
     cfg.validate()?;
+    for w in cfg.load_secret_files()? {
+        eprintln!("silt: warning: {w}");
+    }
     Ok(cfg)
 }
 

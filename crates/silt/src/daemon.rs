@@ -19,8 +19,8 @@ use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{Client, ClientOptions, MountPoint, Namespace, WriteSetup};
 use silt_cluster::rpc::{FixedStores, Service};
 use silt_cluster::{
-    local_host_id, EtcdMembership, Member, Membership, Replicas, ResidentTable, Router,
-    RouterOptions, StaticMembership,
+    auth::cluster_key, local_host_id, ClusterKey, EtcdMembership, Member, Membership, Replicas,
+    ResidentTable, Router, RouterOptions, StaticMembership,
 };
 use silt_common::config::{parse_mount_table, Config, DiskTierSpec, MountSpec};
 use silt_common::write::WriteRules;
@@ -215,8 +215,9 @@ async fn open_namespace(cfg: &Config, mounts: &[MountSpec]) -> Result<Namespace>
     Ok(Namespace::new(points)?)
 }
 
-fn router_options(cfg: &Config) -> RouterOptions {
+fn router_options(cfg: &Config, key: ClusterKey) -> RouterOptions {
     RouterOptions {
+        key,
         timeout: cfg.worker_timeout,
         retry_after: cfg.worker_retry_after,
         group_size: cfg.placement_group,
@@ -289,10 +290,12 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
     };
 
     let (ns, pages, fetcher, cluster, role) = if cfg.is_cluster() {
+        // A cluster client proves membership with the cluster's secret: it must be given one.
+        let key = cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?;
         let m = rt.block_on(membership(&cfg))?;
         let mounts = rt.block_on(cluster_mounts(&cfg, m.as_ref()))?;
         let ns = rt.block_on(open_namespace(&cfg, &mounts))?;
-        let router = Arc::new(Router::new(m, router_options(&cfg)));
+        let router = Arc::new(Router::new(m, router_options(&cfg, key)));
         // The near cache is memory only: the workers' disk tiers hold the data.
         let fetcher: Arc<dyn Fetcher> = router.clone();
         (
@@ -303,6 +306,12 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
             "cluster client",
         )
     } else {
+        // A single node serves no worker port; it generates a secret into its state dir at its
+        // first start, so the state dir is ready to join a cluster later (docs/SECURITY.md).
+        // It uses no key itself, so a bad one is worth a warning, not a refusal to start.
+        if let Err(e) = cluster_key(&cfg.cluster_secret, &cfg.state_dir, true) {
+            warn!(error = %e, "no usable cluster secret (needed only to join a cluster)");
+        }
         let ns = rt.block_on(open_namespace(&cfg, &cfg.mounts))?;
         let fetcher: Arc<dyn Fetcher> = Arc::new(silt_worker::StoreFetcher);
         (ns, page_store(&cfg, true)?, fetcher, None, "single node")
@@ -557,6 +566,8 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     }
     let rt = runtime()?;
     let _lock = lock_state_dir(&cfg.state_dir)?;
+    // Refusing to serve unauthenticated: a worker without the cluster's secret does not start.
+    let key = cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?;
     let id = worker_id(&cfg)?;
     // In a static cluster the list says where this worker is reached.
     let listed = cfg
@@ -613,6 +624,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
             worker.clone(),
             Arc::new(stores),
             serde_json::json!({"id": id, "addr": addr}),
+            key.clone(),
         )
         .with_resident(resident),
     );
@@ -620,7 +632,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     rt.spawn(silt_cluster::rpc::serve_unix(uds, svc));
     let registration = rt.block_on(m.register(me))?;
 
-    let router = Arc::new(Router::new(m.clone(), router_options(&cfg)));
+    let router = Arc::new(Router::new(m.clone(), router_options(&cfg, key)));
     let client = Arc::new(Client::new(
         ns,
         worker,

@@ -27,7 +27,7 @@ fn held(addr: &str) -> usize {
         .build()
         .unwrap();
     rt.block_on(async {
-        WorkerClient::new(Endpoint::Tcp(addr.to_string()))
+        WorkerClient::new(Endpoint::Tcp(addr.to_string()), cluster_key())
             .resident_list("/")
             .await
             .map(|v| v.len())

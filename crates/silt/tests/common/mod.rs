@@ -12,10 +12,26 @@ use silt_testkit::S3Server;
 
 pub const SILT: &str = env!("CARGO_BIN_EXE_silt");
 
+/// The cluster secret test processes share, given through the environment (as a deployment
+/// would) unless a test sets `SILT_CLUSTER_SECRET` itself or removes it.
+pub const CLUSTER_SECRET: &str = "silt-test-cluster-secret-0123456789";
+
+/// The key of [`CLUSTER_SECRET`], for tests that talk to workers themselves.
+pub fn cluster_key() -> silt_cluster::ClusterKey {
+    silt_cluster::ClusterKey::new(&silt_common::secret::Secret::new(CLUSTER_SECRET)).unwrap()
+}
+
+/// Gives `cmd` the test cluster's secret unless the test chose (or removed) one.
+pub fn with_cluster_secret(cmd: &mut Command) -> &mut Command {
+    if !cmd.get_envs().any(|(k, _)| k == "SILT_CLUSTER_SECRET") {
+        cmd.env("SILT_CLUSTER_SECRET", CLUSTER_SECRET);
+    }
+    cmd
+}
+
 /// Runs `silt ARGS` to completion.
 pub fn silt(args: &[&str]) -> Output {
-    Command::new(SILT)
-        .args(args)
+    with_cluster_secret(Command::new(SILT).args(args))
         .env("SILT_LOG", "warn")
         .output()
         .expect("running silt")
@@ -60,7 +76,7 @@ impl Silt {
     ) -> Result<Silt, String> {
         std::fs::create_dir_all(state_dir).unwrap();
         let log = state_dir.with_extension("log");
-        let mut child = cmd
+        let mut child = with_cluster_secret(&mut cmd)
             .env("SILT_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

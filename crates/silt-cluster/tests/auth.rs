@@ -1,0 +1,522 @@
+//! Cluster membership on the worker port: the raw-protocol attack of issue 15 as a test. A
+//! peer speaking the frame format without the handshake, with a wrong secret, or replaying a
+//! recorded handshake gets nothing from a worker (a real `Service` on a real TCP socket and on
+//! its Unix socket) for any request kind; a member with the secret gets everything; a client
+//! never sends a request to a worker that cannot prove it holds the secret.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::{json, Value};
+use silt_cache::{Arena, ArenaConfig, PageStore, PageStoreConfig};
+use silt_client::resident::RemoteMeta;
+use silt_cluster::rpc::{self, CallError, Endpoint, FixedStores, Service, WorkerClient};
+use silt_cluster::{ClusterKey, ResidentTable};
+use silt_common::config::DiskTierSpec;
+use silt_common::secret::Secret;
+use silt_common::ErrorKind;
+use silt_proto::{read_frame, write_frame, write_json, FrameKind};
+use silt_ufs::{DynStore, MemStore};
+use silt_worker::{ObjectRef, Worker, WorkerOptions};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+const PS: u64 = 64 << 10;
+const SECRET: &str = "the-cluster-secret-of-this-test";
+
+fn key(s: &str) -> ClusterKey {
+    ClusterKey::new(&Secret::new(s)).unwrap()
+}
+
+struct BytesSrc(bytes::Bytes);
+
+impl silt_common::io::ReadAt for BytesSrc {
+    fn read_at(&self, offset: u64, len: usize) -> silt_common::Result<bytes::Bytes> {
+        Ok(self.0.slice(offset as usize..offset as usize + len))
+    }
+}
+
+/// A worker (disk tier, resident table) serving on TCP and on a Unix socket, with one cached
+/// object and one cache-only file worth stealing.
+struct Fx {
+    tcp: String,
+    uds: std::path::PathBuf,
+    store: DynStore,
+    obj: ObjectRef,
+    data: Vec<u8>,
+    _dir: tempfile::TempDir,
+}
+
+async fn fixture() -> Fx {
+    let dir = tempfile::tempdir().unwrap();
+    let mem = Arc::new(MemStore::new("mem://auth"));
+    let data: Vec<u8> = (0..3 * PS as u32 + 11).map(|i| (i % 239) as u8).collect();
+    let meta = mem.put("obj", data.clone()).unwrap();
+    let store: DynStore = mem;
+    let pages = Arc::new(
+        PageStore::open(PageStoreConfig {
+            disk_tiers: vec![DiskTierSpec {
+                dir: dir.path().join("cache"),
+                quota: 256 * PS,
+            }],
+            high_watermark: 1.0,
+            low_watermark: 1.0,
+            ..PageStoreConfig::in_memory(PS, 64 * PS)
+        })
+        .unwrap(),
+    );
+    let opts = WorkerOptions {
+        fetch_concurrency: 4,
+        buffer_memory: 16 << 20,
+        request_size: 4 * PS,
+    };
+    let w = Arc::new(Worker::new(pages, &opts, tokio::runtime::Handle::current()));
+    let arena = Arena::open(ArenaConfig {
+        chunk_size: PS,
+        memory_ceiling: 16 << 20,
+        file_memory: 16 << 20,
+        spill: vec![DiskTierSpec {
+            dir: dir.path().join("spill"),
+            quota: 64 << 20,
+        }],
+        jobs: Vec::new(),
+    })
+    .unwrap();
+    let svc = Arc::new(
+        Service::new(
+            w,
+            Arc::new(FixedStores(vec![store.clone()])),
+            json!({"id": "t"}),
+            key(SECRET),
+        )
+        .with_resident(Arc::new(ResidentTable::new(arena))),
+    );
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tcp = l.local_addr().unwrap().to_string();
+    tokio::spawn(rpc::serve_tcp(l, svc.clone()));
+    let uds = dir.path().join("w.sock");
+    tokio::spawn(rpc::serve_unix(UnixListener::bind(&uds).unwrap(), svc));
+    let obj = ObjectRef::new(store.clone(), meta);
+    let fx = Fx {
+        tcp,
+        uds,
+        store,
+        obj,
+        data,
+        _dir: dir,
+    };
+    // A member caches the object (on disk: `hold` and descriptor reads have something to
+    // give) and keeps a cache-only file there.
+    let member = WorkerClient::new(Endpoint::Tcp(fx.tcp.clone()), key(SECRET));
+    let size = fx.data.len() as u64;
+    assert_eq!(
+        &member.read(&fx.obj, 0..size).await.unwrap()[..],
+        &fx.data[..]
+    );
+    member
+        .resident_put(
+            "/data/private",
+            &resident_meta(5, "v1"),
+            &BytesSrc("hello".into()),
+        )
+        .await
+        .unwrap();
+    fx
+}
+
+fn resident_meta(size: u64, tag: &str) -> RemoteMeta {
+    RemoteMeta {
+        size,
+        tag: tag.into(),
+        mtime: Some(SystemTime::now()),
+        expires_in: Some(Duration::from_secs(3600)),
+    }
+}
+
+/// What the worker holds and has done, as a member sees it.
+async fn state(fx: &Fx) -> Value {
+    let m = WorkerClient::new(Endpoint::Tcp(fx.tcp.clone()), key(SECRET));
+    let s = m.call("stats", None, 0..0).await.unwrap();
+    let files = m.resident_list("/").await.unwrap();
+    json!({
+        "reads_served": s["reads_served"], "bytes_served": s["bytes_served"],
+        "files_lent": s["files_lent"], "used": s["used"], "page_misses": s["page_misses"],
+        "cache_only_files": s["cache_only_files"],
+        "resident": files.iter().map(|(p, m)| format!("{p}:{}:{}", m.tag, m.size)).collect::<Vec<_>>(),
+    })
+}
+
+/// Every request kind the service knows (and one it does not), as raw frames: the JSON request
+/// and, for `rput`, the bytes that follow it.
+fn requests(fx: &Fx) -> Vec<(&'static str, Value, Option<Vec<u8>>)> {
+    let object = json!({"store": fx.store.uri(), "path": fx.obj.meta.path, "size": fx.obj.size(),
+        "etag": fx.obj.meta.etag, "version": fx.obj.meta.version});
+    let whole = fx.obj.size();
+    let req = |op: &str| json!({"v": 1, "op": op, "object": object, "offset": 0, "len": whole});
+    let res = |op: &str, file: Value| json!({"v": 1, "op": op, "path": "/data/private", "file": file, "offset": 0, "len": 5});
+    vec![
+        ("stats", json!({"v": 1, "op": "stats"}), None),
+        ("read", req("read"), None),
+        (
+            "read fd",
+            {
+                let mut r = req("read");
+                r["fd"] = json!(true);
+                r
+            },
+            None,
+        ),
+        (
+            "hold",
+            json!({"v": 1, "op": "hold", "object": object, "fd": true}),
+            None,
+        ),
+        ("load", req("load"), None),
+        ("forget", req("forget"), None),
+        ("rget", res("rget", json!({"size": 0, "tag": "v1"})), None),
+        ("rstat", res("rstat", Value::Null), None),
+        ("rlist", json!({"v": 1, "op": "rlist", "path": "/"}), None),
+        ("rdel", res("rdel", Value::Null), None),
+        (
+            "rput",
+            json!({"v": 1, "op": "rput", "path": "/data/private",
+                "file": {"path": "/data/private", "size": 4, "tag": "evil"}}),
+            Some(b"evil".to_vec()),
+        ),
+        ("unknown op", json!({"v": 1, "op": "ping"}), None),
+    ]
+}
+
+/// Sends `prefix` (raw bytes), then `req` and `data` on `s` as a client that skips the
+/// handshake would, and returns every frame the worker sent until it closed the connection.
+async fn attempt<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    prefix: &[u8],
+    req: &Value,
+    data: Option<&[u8]>,
+) -> Vec<(FrameKind, bytes::Bytes)> {
+    // Writes may fail once the worker has closed; what it sent is what counts.
+    let _ = s.write_all(prefix).await;
+    let _ = write_json(&mut s, req).await;
+    if let Some(d) = data {
+        let _ = write_frame(&mut s, FrameKind::Data, d).await;
+        let _ = write_frame(&mut s, FrameKind::End, &[]).await;
+    }
+    let mut got = Vec::new();
+    let all = async {
+        while let Ok(Some(f)) = read_frame(&mut s).await {
+            got.push(f);
+        }
+    };
+    // Only a guard against a hang: the worker must close, whenever it does.
+    tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("the worker kept an unauthenticated connection open");
+    got
+}
+
+/// The worker sent its challenge and a refusal, and nothing else: no bytes, no answer.
+fn assert_refused(what: &str, frames: &[(FrameKind, bytes::Bytes)]) {
+    let mut refused = false;
+    for (i, (kind, p)) in frames.iter().enumerate() {
+        match kind {
+            FrameKind::Json if i == 0 => {
+                let v: Value = serde_json::from_slice(p).unwrap();
+                assert!(
+                    v.get("auth").is_some(),
+                    "{what}: first frame is not a challenge: {v}"
+                );
+                assert_eq!(
+                    v.as_object().unwrap().len(),
+                    2,
+                    "{what}: challenge carries more: {v}"
+                );
+            }
+            FrameKind::Error => {
+                let v: Value = serde_json::from_slice(p).unwrap();
+                assert_eq!(
+                    v["kind"],
+                    ErrorKind::PermissionDenied.as_str(),
+                    "{what}: {v}"
+                );
+                assert!(
+                    !v["message"].as_str().unwrap().contains(SECRET),
+                    "{what}: {v}"
+                );
+                refused = true;
+            }
+            other => panic!("{what}: the worker answered an unauthenticated peer: {other:?} {p:?}"),
+        }
+    }
+    assert!(refused, "{what}: closed without saying why: {frames:?}");
+}
+
+#[tokio::test]
+async fn without_the_handshake_every_request_kind_is_refused() {
+    let fx = fixture().await;
+    let before = state(&fx).await;
+    let failures = silt_common::metrics::RPC_AUTH_FAILURES.get();
+    let mut n = 0;
+    for (what, req, data) in requests(&fx) {
+        let tcp = TcpStream::connect(&fx.tcp).await.unwrap();
+        assert_refused(
+            &format!("tcp {what}"),
+            &attempt(tcp, &[], &req, data.as_deref()).await,
+        );
+        let uds = UnixStream::connect(&fx.uds).await.unwrap();
+        assert_refused(
+            &format!("unix {what}"),
+            &attempt(uds, &[], &req, data.as_deref()).await,
+        );
+        // A forged answer to the challenge, then the request: refused just the same.
+        let forged = json!({"v": 1, "op": "auth", "nonce": "A".repeat(43) + "=",
+            "mac": "B".repeat(43) + "="});
+        let mut pre = Vec::new();
+        write_json(&mut pre, &forged).await.unwrap();
+        let tcp = TcpStream::connect(&fx.tcp).await.unwrap();
+        assert_refused(
+            &format!("forged {what}"),
+            &attempt(tcp, &pre, &req, data.as_deref()).await,
+        );
+        n += 3;
+    }
+    // Nothing was read, fetched, lent, written or deleted.
+    assert_eq!(state(&fx).await, before);
+    assert!(silt_common::metrics::RPC_AUTH_FAILURES.get() >= failures + n);
+}
+
+#[tokio::test]
+async fn a_wrong_secret_gets_nothing_and_the_right_one_everything() {
+    let fx = fixture().await;
+    let before = state(&fx).await;
+    let size = fx.obj.size();
+    for ep in [
+        Endpoint::Tcp(fx.tcp.clone()),
+        Endpoint::Unix(fx.uds.clone()),
+    ] {
+        let c = WorkerClient::new(ep.clone(), key("another-cluster-secret-entirely"));
+        let refused = |what: &str, r: Result<(), CallError>| match r {
+            Err(CallError::Link(e)) => {
+                assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{what}: {e}")
+            }
+            other => panic!("{what} with a wrong secret ({ep:?}): {other:?}"),
+        };
+        refused("read", c.read(&fx.obj, 0..size).await.map(drop));
+        if matches!(ep, Endpoint::Unix(_)) {
+            refused("hold", c.hold(&fx.obj).await.map(drop));
+        }
+        for op in ["stats", "load", "forget"] {
+            refused(op, c.call(op, Some(&fx.obj), 0..size).await.map(drop));
+        }
+        refused(
+            "rget",
+            c.resident_get("/data/private", "v1", 0..5).await.map(drop),
+        );
+        refused("rstat", c.resident_stat("/data/private").await.map(drop));
+        refused("rlist", c.resident_list("/").await.map(drop));
+        refused("rdel", c.resident_delete("/data/private").await.map(drop));
+        let evil = BytesSrc("evil".into());
+        refused(
+            "rput",
+            c.resident_put("/data/private", &resident_meta(4, "evil"), &evil)
+                .await,
+        );
+    }
+    assert_eq!(state(&fx).await, before);
+
+    // A member gets everything, over both sockets.
+    let tcp = WorkerClient::new(Endpoint::Tcp(fx.tcp.clone()), key(SECRET));
+    let uds = WorkerClient::new(Endpoint::Unix(fx.uds.clone()), key(SECRET));
+    for c in [&tcp, &uds] {
+        assert_eq!(
+            &c.read(&fx.obj, 7..size - 3).await.unwrap()[..],
+            &fx.data[7..(size - 3) as usize]
+        );
+        assert_eq!(
+            c.call("stats", None, 0..0).await.unwrap()["identity"]["id"],
+            "t"
+        );
+        assert_eq!(
+            c.call("load", Some(&fx.obj), 0..size).await.unwrap()["bytes"],
+            size
+        );
+        assert_eq!(
+            &c.resident_get("/data/private", "v1", 0..5).await.unwrap()[..],
+            b"hello"
+        );
+        assert_eq!(
+            c.resident_stat("/data/private").await.unwrap().unwrap().tag,
+            "v1"
+        );
+        assert_eq!(c.resident_list("/data").await.unwrap().len(), 1);
+    }
+    let held = uds
+        .hold(&fx.obj)
+        .await
+        .unwrap()
+        .expect("a same-host member is lent the file");
+    let mut copy = vec![0u8; fx.data.len()];
+    std::os::unix::fs::FileExt::read_exact_at(&held.file, &mut copy, 0).unwrap();
+    assert_eq!(copy, fx.data);
+    assert_eq!(
+        tcp.call("forget", Some(&fx.obj), 0..0).await.unwrap()["forgot"],
+        true
+    );
+    assert!(tcp.resident_delete("/data/private").await.unwrap());
+    tcp.resident_put(
+        "/data/new",
+        &resident_meta(3, "v2"),
+        &BytesSrc("new".into()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        &uds.resident_get("/data/new", "v2", 0..3).await.unwrap()[..],
+        b"new"
+    );
+}
+
+/// A TCP proxy in front of `target` for one connection, recording what each side sent.
+async fn recording_proxy(target: String) -> (String, tokio::task::JoinHandle<(Vec<u8>, Vec<u8>)>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        let (client, _) = l.accept().await.unwrap();
+        let server = TcpStream::connect(target).await.unwrap();
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        let up = tokio::spawn(async move {
+            let mut rec = Vec::new();
+            let mut buf = [0u8; 65536];
+            while let Ok(n @ 1..) = cr.read(&mut buf).await {
+                rec.extend_from_slice(&buf[..n]);
+                if sw.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            rec
+        });
+        let mut down = Vec::new();
+        let mut buf = [0u8; 65536];
+        while let Ok(n @ 1..) = sr.read(&mut buf).await {
+            down.extend_from_slice(&buf[..n]);
+            if cw.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        (up.await.unwrap(), down)
+    });
+    (addr, task)
+}
+
+#[tokio::test]
+async fn a_recorded_handshake_is_useless_on_a_new_connection() {
+    let fx = fixture().await;
+    let size = fx.obj.size();
+    // A member reads through a recording proxy; the recording holds its proof and request.
+    let (proxy, recorded) = recording_proxy(fx.tcp.clone()).await;
+    let c = WorkerClient::new(Endpoint::Tcp(proxy), key(SECRET));
+    assert_eq!(&c.read(&fx.obj, 0..size).await.unwrap()[..], &fx.data[..]);
+    drop(c); // closes the pooled connection: the proxy finishes
+    let (from_client, from_worker) = recorded.await.unwrap();
+    let before = state(&fx).await;
+
+    // Replayed to the worker on a new connection (after its fresh challenge): refused.
+    let mut s = TcpStream::connect(&fx.tcp).await.unwrap();
+    let (kind, challenge) = read_frame(&mut s).await.unwrap().unwrap();
+    assert_eq!(kind, FrameKind::Json);
+    let _ = s.write_all(&from_client).await;
+    let mut frames = vec![(kind, challenge)];
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Ok(Some(f)) = read_frame(&mut s).await {
+            frames.push(f);
+        }
+    })
+    .await
+    .expect("the worker kept a replaying connection open");
+    assert_refused("replayed client transcript", &frames);
+    assert_eq!(state(&fx).await, before);
+
+    // An impostor replaying the worker's side to a new client: the client refuses it before
+    // sending any request.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let fake = l.local_addr().unwrap().to_string();
+    // The worker's challenge and proof: the first two frames it sent.
+    let frame_end = |at: usize| {
+        at + 4 + u32::from_be_bytes(from_worker[at..at + 4].try_into().unwrap()) as usize
+    };
+    let handshake = from_worker[..frame_end(frame_end(0))].to_vec();
+    let impostor = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let _ = s.write_all(&handshake).await;
+        let mut heard = Vec::new();
+        let _ = s.read_to_end(&mut heard).await;
+        heard
+    });
+    let c = WorkerClient::new(Endpoint::Tcp(fake), key(SECRET));
+    match c.read(&fx.obj, 0..size).await {
+        Err(CallError::Link(e)) => assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}"),
+        other => panic!("a client accepted a replayed worker proof: {other:?}"),
+    }
+    drop(c);
+    let heard = impostor.await.unwrap();
+    let mut r = &heard[..];
+    let (kind, p) = read_frame(&mut r).await.unwrap().unwrap();
+    let v: Value = serde_json::from_slice(&p).unwrap();
+    assert_eq!((kind, v["op"].as_str()), (FrameKind::Json, Some("auth")));
+    assert!(
+        read_frame(&mut r).await.unwrap().is_none(),
+        "the client sent a request to an impostor"
+    );
+}
+
+#[tokio::test]
+async fn silent_and_oversized_peers_are_dropped() {
+    let fx = fixture().await;
+    // Says nothing after the challenge: dropped once the handshake's time is up.
+    let s = TcpStream::connect(&fx.tcp).await.unwrap();
+    let (mut r, _w) = s.into_split();
+    let mut frames = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while let Ok(Some(f)) = read_frame(&mut r).await {
+            frames.push(f);
+        }
+    })
+    .await
+    .expect("a silent peer held its connection");
+    assert_refused("silent peer", &frames);
+    // Announces a 60 MiB frame before proving anything: refused without reading it.
+    let mut head = (60u32 << 20).to_be_bytes().to_vec();
+    head.push(FrameKind::Json as u8);
+    let s = TcpStream::connect(&fx.tcp).await.unwrap();
+    assert_refused(
+        "oversized frame",
+        &attempt(s, &head, &json!({}), None).await,
+    );
+}
+
+/// What the handshake costs: a new connection (connect + handshake + one `stats`) against one
+/// more `stats` on a pooled connection. A measurement, not a check: run with `--ignored
+/// --nocapture`.
+#[tokio::test]
+#[ignore]
+async fn handshake_cost() {
+    let fx = fixture().await;
+    let n = 2000u32;
+    let pooled = WorkerClient::new(Endpoint::Tcp(fx.tcp.clone()), key(SECRET));
+    pooled.call("stats", None, 0..0).await.unwrap();
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        pooled.call("stats", None, 0..0).await.unwrap();
+    }
+    let per_request = t.elapsed() / n;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        let fresh = WorkerClient::new(Endpoint::Tcp(fx.tcp.clone()), key(SECRET));
+        fresh.call("stats", None, 0..0).await.unwrap();
+    }
+    let per_connection = t.elapsed() / n;
+    println!(
+        "stats on a pooled connection: {per_request:?}; on a new connection (connect + handshake + stats): {per_connection:?}"
+    );
+}
