@@ -134,7 +134,7 @@ pub(crate) fn save(path: &Path, ns: &Namespace, contents: Contents) -> std::io::
             .unwrap_or(0),
     };
     let tmp = path.with_extension("tmp");
-    let mut out = BufWriter::new(std::fs::File::create(&tmp)?);
+    let mut out = BufWriter::new(silt_common::private::create(&tmp)?);
     serde_json::to_writer(&mut out, &header)?;
     out.write_all(b"\n")?;
     let mut n = 0;

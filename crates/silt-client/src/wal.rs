@@ -9,7 +9,7 @@
 //! checksum at recovery is kept aside (`SEQ.bad`, `SEQ.bad-data`) and reported, never
 //! uploaded; any other recovery error stops the start.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -47,7 +47,7 @@ impl Wal {
     /// Opens (creating) the log in `dir` and returns the complete records in order, each with
     /// its data file; removes what an interrupted append left.
     pub fn open(dir: &Path) -> Result<(Wal, Vec<(LogRecord, File)>)> {
-        fs::create_dir_all(dir)
+        silt_common::private::create_dir(dir)
             .map_err(|e| io_err(e, format!("creating the write-ahead log {}", dir.display())))?;
         let mut records = Vec::new();
         let mut max_seq = 0;
@@ -139,7 +139,7 @@ impl Wal {
         let data_path = self.data_path(seq);
         let what = |e| io_err(e, format!("{path}: writing the write-ahead log"));
         let result = (|| {
-            let file = OpenOptions::new()
+            let file = silt_common::private::options()
                 .read(true)
                 .write(true)
                 .create_new(true)
@@ -163,7 +163,7 @@ impl Wal {
             let tmp = self.dir.join(format!("{seq:020}.json.tmp"));
             let json = serde_json::to_vec(&rec)
                 .map_err(|e| Error::internal(format!("encoding a log record: {e}")))?;
-            let mut f = File::create(&tmp).map_err(what)?;
+            let mut f = silt_common::private::create(&tmp).map_err(what)?;
             f.write_all(&json).map_err(what)?;
             f.sync_all().map_err(what)?;
             fs::rename(&tmp, self.json_path(seq)).map_err(what)?;
