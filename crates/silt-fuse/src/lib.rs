@@ -31,7 +31,6 @@ pub mod takeover;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
-use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -707,12 +706,7 @@ impl SiltFs {
             return Ok((id, guard, "shared with an open handle"));
         }
         let (f, guard, lent, origin) = match local {
-            Some(path) => (
-                File::open(&path).map_err(|_| "could not open the cached file")?,
-                local_guard,
-                false,
-                "whole file in local disk tier",
-            ),
+            Some(cf) => (cf.file, local_guard, false, "whole file in local disk tier"),
             None => {
                 drop(local_guard);
                 let held = self

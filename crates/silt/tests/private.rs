@@ -133,3 +133,115 @@ fn state_is_owner_only_under_umask_000() {
         bad.join("\n")
     );
 }
+
+/// The data file of the `size`-byte object in the disk tier under `state`.
+fn cache_file_of_size(state: &Path, size: u64) -> PathBuf {
+    let mut todo = vec![state.join("cache").join("objects")];
+    let mut found = Vec::new();
+    while let Some(p) = todo.pop() {
+        for e in std::fs::read_dir(&p).unwrap().flatten() {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                todo.push(e.path());
+            } else if m.len() == size {
+                found.push(e.path());
+            }
+        }
+    }
+    assert_eq!(found.len(), 1, "cache files of {size} bytes: {found:?}");
+    found.remove(0)
+}
+
+/// Inverts `len` bytes of `path` at `offset` in place, as another user with write access
+/// could.
+fn tamper(path: &Path, offset: u64, len: usize) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = vec![0u8; len];
+    f.read_exact_at(&mut b, offset).unwrap();
+    b.iter_mut().for_each(|x| *x = !*x);
+    f.write_all_at(&b, offset).unwrap();
+}
+
+/// Opens `path` afresh, drops the kernel's cached pages of it (so the read reaches Silt or
+/// the passthrough backing file) and reads it whole.
+fn read_fresh(path: &Path) -> Vec<u8> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let mut f = std::fs::File::open(path).unwrap();
+    // SAFETY: advice on an fd we own.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut out = Vec::new();
+    f.read_to_end(&mut out).unwrap();
+    out
+}
+
+fn same(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let at = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!(
+            "{what}: {} bytes read, {} expected, first difference at {at:?}",
+            got.len(),
+            want.len()
+        );
+    }
+}
+
+/// A cache data file altered on disk while Silt runs is never served: not through a
+/// passthrough open (whether or not one was made before the change) nor by the daemon.
+fn tampered_cache_file_is_not_served(extra: &[&str]) {
+    let store = tempfile::tempdir().unwrap();
+    // `a` gets a passthrough open before the change, `b` is changed right after it is cached.
+    let a = bytes(3, (3 << 20) + 123);
+    let b = bytes(4, (2 << 20) + 55);
+    std::fs::write(store.path().join("a.bin"), &a).unwrap();
+    std::fs::write(store.path().join("b.bin"), &b).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", store.path().display());
+    let silt = Silt::up_data(&uri, vec![], extra, dir.path());
+    let (pa, pb) = (silt.path("data/a.bin"), silt.path("data/b.bin"));
+    same(&std::fs::read(&pa).unwrap(), &a, "a, first read");
+    same(&std::fs::read(&pb).unwrap(), &b, "b, first read");
+    // Whole in the disk tier now: this open may be passthrough (and is, where supported).
+    same(&read_fresh(&pa), &a, "a, second read");
+    let r = silt.report();
+    let passthrough = r["passthrough"]["enabled"] == true;
+    if passthrough {
+        assert!(r["opens"]["passthrough"].as_u64().unwrap() >= 1, "{r}");
+    }
+
+    let state = &silt.state_dir;
+    tamper(
+        &cache_file_of_size(state, a.len() as u64),
+        (1 << 20) + 17,
+        100,
+    );
+    tamper(&cache_file_of_size(state, b.len() as u64), 5, 4096);
+    same(&read_fresh(&pa), &a, "a after its cache file changed");
+    same(&read_fresh(&pb), &b, "b after its cache file changed");
+    // Caught by checksum (a page each), not by luck of some cache.
+    assert!(
+        silt.metric("silt_checksum_failures_total") >= 2,
+        "{}",
+        silt.report()
+    );
+    // Refetched and whole again: served right from now on.
+    same(&read_fresh(&pa), &a, "a, refetched");
+    same(&read_fresh(&pb), &b, "b, refetched");
+    silt.stop();
+}
+
+#[test]
+fn tampered_cache_file_is_not_served_through_passthrough() {
+    tampered_cache_file_is_not_served(&[]);
+}
+
+#[test]
+fn tampered_cache_page_is_not_served_by_the_daemon() {
+    // Every read is the daemon's, from the disk tier (no memory tier to hide the change).
+    tampered_cache_file_is_not_served(&["--passthrough", "off", "--memory-capacity", "0"]);
+}
