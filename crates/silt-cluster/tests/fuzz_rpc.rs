@@ -3,10 +3,11 @@
 //! serving.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
 use silt_cache::{Arena, ArenaConfig, PageStore, PageStoreConfig};
 use silt_cluster::replica::ResidentTable;
 use silt_cluster::rpc::{self, Endpoint, FixedStores, Service, WorkerClient};
@@ -28,14 +29,16 @@ struct Fixture {
 
 /// One worker for every case: a memory page store, a MemStore with object `x`, and the
 /// table of replicated cache-only files.
-fn fixture() -> &'static Fixture {
-    static F: OnceLock<Fixture> = OnceLock::new();
-    F.get_or_init(|| {
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            PANICS.fetch_add(1, Ordering::Relaxed);
-            hook(info)
-        }));
+fn fixture() -> Fixture {
+    {
+        static HOOK: std::sync::Once = std::sync::Once::new();
+        HOOK.call_once(|| {
+            let hook = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                PANICS.fetch_add(1, Ordering::Relaxed);
+                hook(info)
+            }));
+        });
         let dir = tempfile::tempdir().unwrap();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -83,13 +86,12 @@ fn fixture() -> &'static Fixture {
             sock,
             _dir: dir,
         }
-    })
+    }
 }
 
 /// Sends `bytes`, closes the sending side and reads until the server closes. A server that
 /// neither answers nor closes within a minute is a hang.
-fn exchange(bytes: &[u8]) -> Vec<u8> {
-    let f = fixture();
+fn exchange(f: &Fixture, bytes: &[u8]) -> Vec<u8> {
     f.rt.block_on(async {
         let mut c = tokio::net::UnixStream::connect(&f.sock).await.unwrap();
         // The server may refuse and close before reading everything: not an error here.
@@ -105,8 +107,7 @@ fn exchange(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// The worker still answers a normal request.
-fn still_serving() {
-    let f = fixture();
+fn still_serving(f: &Fixture) {
     f.rt.block_on(async {
         let c = WorkerClient::new(Endpoint::Unix(f.sock.clone()));
         let v = c.call("stats", None, 0..0).await.unwrap();
@@ -150,54 +151,74 @@ fn requests() -> Vec<Vec<u8>> {
     ]
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
-
-    #[test]
-    fn arbitrary_bytes_are_refused_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-        exchange(&bytes);
-        prop_assert_eq!(PANICS.load(Ordering::Relaxed), 0);
-    }
-
-    /// Real requests, several per connection, with flipped bytes, a cut, or a rewritten
-    /// length field.
-    #[test]
-    fn damaged_requests_are_refused_without_panic(
-        picks in proptest::collection::vec(any::<prop::sample::Index>(), 1..4),
-        flips in proptest::collection::vec((any::<prop::sample::Index>(), 1..=255u8), 0..3),
-        cut in proptest::option::of(any::<prop::sample::Index>()),
-        new_len in proptest::option::of((any::<prop::sample::Index>(), any::<u32>())),
-    ) {
-        let all = requests();
-        let mut s: Vec<u8> = picks.iter().flat_map(|i| all[i.index(all.len())].clone()).collect();
-        if let Some((at, l)) = new_len {
-            // The length field of the first frame, or one at a random offset.
-            let i = if at.index(2) == 0 { 0 } else { at.index(s.len() - 3) };
-            s[i..i + 4].copy_from_slice(&l.to_be_bytes());
-        }
-        for (at, x) in flips {
-            let i = at.index(s.len());
-            s[i] ^= x;
-        }
-        if let Some(at) = cut {
-            s.truncate(at.index(s.len() + 1));
-        }
-        exchange(&s);
-        prop_assert_eq!(PANICS.load(Ordering::Relaxed), 0);
+fn config() -> Config {
+    Config {
+        cases: 256,
+        failure_persistence: None,
+        ..Config::default()
     }
 }
 
-/// After the fuzzing above (or alone), valid requests still get answers.
+/// One worker for all cases (proptest's runner inside the test, so the worker and its files
+/// go away with the test).
 #[test]
-fn undamaged_requests_are_answered() {
-    for r in requests() {
-        let out = exchange(&r);
+fn worker_refuses_arbitrary_and_damaged_requests() {
+    let f = fixture();
+    let arbitrary = proptest::collection::vec(any::<u8>(), 0..512);
+    TestRunner::new(config())
+        .run(&arbitrary, |b| {
+            exchange(&f, &b);
+            prop_assert_eq!(PANICS.load(Ordering::Relaxed), 0);
+            Ok(())
+        })
+        .unwrap();
+
+    // Real requests, several per connection, with flipped bytes, a cut, or a rewritten
+    // length field.
+    let all = requests();
+    let damaged = (
+        proptest::collection::vec(any::<prop::sample::Index>(), 1..4),
+        proptest::collection::vec((any::<prop::sample::Index>(), 1..=255u8), 0..3),
+        proptest::option::of(any::<prop::sample::Index>()),
+        proptest::option::of((any::<prop::sample::Index>(), any::<u32>())),
+    );
+    TestRunner::new(config())
+        .run(&damaged, |(picks, flips, cut, new_len)| {
+            let mut s: Vec<u8> = picks
+                .iter()
+                .flat_map(|i| all[i.index(all.len())].clone())
+                .collect();
+            if let Some((at, l)) = new_len {
+                // The first frame's length field, or four bytes anywhere.
+                let i = if at.index(2) == 0 {
+                    0
+                } else {
+                    at.index(s.len() - 3)
+                };
+                s[i..i + 4].copy_from_slice(&l.to_be_bytes());
+            }
+            for (at, x) in flips {
+                let i = at.index(s.len());
+                s[i] ^= x;
+            }
+            if let Some(at) = cut {
+                s.truncate(at.index(s.len() + 1));
+            }
+            exchange(&f, &s);
+            prop_assert_eq!(PANICS.load(Ordering::Relaxed), 0);
+            Ok(())
+        })
+        .unwrap();
+
+    // Still well: every undamaged request is answered.
+    for r in &all {
+        let out = exchange(&f, r);
         assert!(
             out.len() >= 5,
             "no answer to {:?}",
-            String::from_utf8_lossy(&r)
+            String::from_utf8_lossy(r)
         );
     }
-    still_serving();
+    still_serving(&f);
     assert_eq!(PANICS.load(Ordering::Relaxed), 0);
 }
