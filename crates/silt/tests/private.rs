@@ -245,3 +245,52 @@ fn tampered_cache_page_is_not_served_by_the_daemon() {
     // Every read is the daemon's, from the disk tier (no memory tier to hide the change).
     tampered_cache_file_is_not_served(&["--passthrough", "off", "--memory-capacity", "0"]);
 }
+
+/// The same through a worker on the same host: the private copy it lends a client for
+/// passthrough is never of a cache file altered on disk.
+#[test]
+fn tampered_cache_file_is_not_lent_by_a_same_host_worker() {
+    let etcd = silt_testkit::Etcd::start();
+    let store = tempfile::tempdir().unwrap();
+    let data = bytes(5, 300_000);
+    std::fs::write(store.path().join("a.bin"), &data).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", store.path().display());
+    let wstate = dir.path().join("w");
+    let mut cmd = Command::new(SILT);
+    cmd.arg("worker")
+        .args(["--etcd", &etcd.endpoint(), "--placement-group", "1MiB"])
+        .args(["--mount", &format!("/data={uri}")])
+        .args(["--listen", "127.0.0.1:0", "--worker-id", "local"])
+        .arg("--state-dir")
+        .arg(&wstate);
+    let worker = Silt::spawn(cmd, None, &wstate).unwrap_or_else(|e| panic!("worker: {e}"));
+    let (cstate, mp) = (dir.path().join("c"), dir.path().join("mnt"));
+    std::fs::create_dir_all(&mp).unwrap();
+    let mut cmd = Command::new(SILT);
+    cmd.arg("mount")
+        .arg(&mp)
+        .args(["--etcd", &etcd.endpoint(), "--placement-group", "1MiB"])
+        .arg("--state-dir")
+        .arg(&cstate);
+    let client = Silt::spawn(cmd, Some(&mp), &cstate).unwrap_or_else(|e| panic!("client: {e}"));
+    let path = client.path("data/a.bin");
+    same(&std::fs::read(&path).unwrap(), &data, "first read");
+    // Whole in the worker's disk tier: this open is lent a copy where passthrough exists.
+    same(&read_fresh(&path), &data, "second read");
+    let r = client.report();
+    let passthrough = r["passthrough"]["enabled"] == true;
+    if passthrough {
+        let opens = r["metrics"]["silt_fuse_opens_passthrough_total"].as_u64();
+        assert!(opens.unwrap_or(0) >= 1, "no passthrough open: {r}");
+    }
+    tamper(&cache_file_of_size(&wstate, data.len() as u64), 1000, 64);
+    same(
+        &read_fresh(&path),
+        &data,
+        "after the worker's cache file changed",
+    );
+    same(&read_fresh(&path), &data, "again");
+    client.stop();
+    worker.stop();
+}
