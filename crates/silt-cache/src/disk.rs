@@ -844,7 +844,7 @@ fn put_record(object: ObjectId, index: u32, crc: u32, object_size: u64, page_siz
     }
 }
 
-fn header_text(page_size: u64) -> String {
+pub(crate) fn header_text(page_size: u64) -> String {
     format!("{HEADER_MAGIC}\nformat {FORMAT_VERSION}\npage_size {page_size}\n")
 }
 
