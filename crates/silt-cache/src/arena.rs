@@ -320,7 +320,7 @@ impl Arena {
             quota: None,
         });
         for t in &cfg.spill {
-            std::fs::create_dir_all(&t.dir).map_err(|e| {
+            silt_common::private::create_dir(&t.dir).map_err(|e| {
                 io_error(e, format!("creating spill directory {}", t.dir.display()))
             })?;
             // Fails now rather than at the first spill if the directory is unusable.

@@ -92,7 +92,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use silt_common::{Error, ObjectId, Result};
+use silt_common::{private, Error, ObjectId, Result};
 use tracing::{debug, info, warn};
 
 use crate::policy::{EvictionPolicy, Handle, PolicyKey};
@@ -250,7 +250,7 @@ struct Journal {
 
 impl Journal {
     fn open_append(path: &Path) -> io::Result<Journal> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        let file = private::options().create(true).append(true).open(path)?;
         let records = file.metadata()?.len() / RECORD_LEN as u64;
         Ok(Journal {
             file,
@@ -290,7 +290,7 @@ struct JournalWriter {
 
 impl JournalWriter {
     fn create(dir: &Path) -> io::Result<Self> {
-        let file = File::create(dir.join(JOURNAL_TMP))?;
+        let file = private::create(&dir.join(JOURNAL_TMP))?;
         Ok(JournalWriter {
             dir: dir.to_path_buf(),
             out: BufWriter::with_capacity(1 << 20, file),
@@ -340,7 +340,7 @@ fn write_boot_file(dir: &Path, boot: Option<&str>) -> Option<PathBuf> {
     let boot = boot?;
     let (tmp, path) = (dir.join("boot-id.tmp"), dir.join(BOOT_FILE));
     // No fsync: the file only speaks for this boot, whose page cache holds it.
-    fs::write(&tmp, boot)
+    private::write(&tmp, boot)
         .and_then(|()| fs::rename(&tmp, &path))
         .ok()?;
     Some(path)
@@ -466,7 +466,7 @@ impl DiskTier {
         page_size: u64,
         policy: Box<dyn EvictionPolicy>,
     ) -> Result<(DiskTier, Vec<RecoveredPage>, bool)> {
-        fs::create_dir_all(dir)
+        private::create_dir(dir)
             .map_err(|e| Error::from(e).context(format!("creating disk tier {}", dir.display())))?;
         let ctx =
             |e: io::Error| Error::from(e).context(format!("opening disk tier {}", dir.display()));
@@ -487,7 +487,7 @@ impl DiskTier {
                 == boot;
         let _ = fs::remove_file(dir.join(BOOT_FILE));
         check_header(dir, page_size).map_err(ctx)?;
-        fs::create_dir_all(dir.join(OBJECTS_DIR)).map_err(ctx)?;
+        private::create_dir(&dir.join(OBJECTS_DIR)).map_err(ctx)?;
         let mut objects = replay(&dir.join(JOURNAL_FILE), page_size).map_err(ctx)?;
         check_data_files(dir, page_size, &mut objects);
         remove_orphan_files(dir, &objects);
@@ -575,7 +575,7 @@ impl DiskTier {
         }
         self.journal.file.sync_data()?;
         sync_fs(&File::open(&self.dir)?)?;
-        File::create(self.dir.join(CLEAN_FILE))?.sync_all()?;
+        private::create(&self.dir.join(CLEAN_FILE))?.sync_all()?;
         sync_dir_strict(&self.dir)
     }
 
@@ -594,9 +594,9 @@ impl DiskTier {
         }
         let path = self.data_path(object);
         if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent)?;
+            private::create_dir(parent)?;
         }
-        let create = || OpenOptions::new().write(true).create_new(true).open(&path);
+        let create = || private::options().write(true).create_new(true).open(&path);
         let file = match create() {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 self.remove_data_file(object);
@@ -723,7 +723,7 @@ impl DiskTier {
         if let Err(e) = r {
             warn!(tier = %self.name, error = %e, "cannot sync the cache journal; no seal will be trusted after a restart");
             let marker = self.dir.join(NO_SEALS_FILE);
-            if let Err(e) = File::create(&marker)
+            if let Err(e) = private::create(&marker)
                 .and_then(|f| f.sync_all())
                 .and_then(|_| sync_dir_strict(&self.dir))
             {
@@ -844,7 +844,7 @@ fn put_record(object: ObjectId, index: u32, crc: u32, object_size: u64, page_siz
     }
 }
 
-fn header_text(page_size: u64) -> String {
+pub(crate) fn header_text(page_size: u64) -> String {
     format!("{HEADER_MAGIC}\nformat {FORMAT_VERSION}\npage_size {page_size}\n")
 }
 
@@ -900,7 +900,7 @@ fn check_header(dir: &Path, page_size: u64) -> io::Result<()> {
     // Written after the wipe: a crash in between leaves the old header, so we wipe again.
     let tmp = dir.join(HEADER_TMP);
     {
-        let mut f = File::create(&tmp)?;
+        let mut f = private::create(&tmp)?;
         f.write_all(header_text(page_size).as_bytes())?;
         f.sync_all()?;
     }

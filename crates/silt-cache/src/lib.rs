@@ -20,7 +20,9 @@ mod store;
 pub use arena::{Arena, ArenaConfig, ArenaStats, JobStats, WriteBuffer};
 pub use policy::{new_policy, EvictionPolicy, Handle, LruPolicy, PolicyKey};
 pub use singleflight::SingleFlight;
-pub use store::{PageStore, PageStoreConfig, PageStoreStats, PinGuard, Source, TierStats};
+pub use store::{
+    CompleteFile, PageStore, PageStoreConfig, PageStoreStats, PinGuard, Source, TierStats,
+};
 
 pub use silt_common::{ObjectId, PageKey};
 

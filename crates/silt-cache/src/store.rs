@@ -138,6 +138,10 @@ struct ObjectSlot {
     /// after a crash they are trusted without reading them back. Cleared, durably, before any
     /// page of the object is punched or its file removed.
     sealed: bool,
+    /// Every disk page was recovered at start-up as trusted (`verified`) and none was written
+    /// since: `complete_file` stamps the file without reading it back (what changed while
+    /// Silt was stopped is not looked for there; `get` checks every page it reads).
+    recovered: bool,
 }
 
 struct MemPage {
@@ -176,6 +180,71 @@ struct State {
     seal_queue: Vec<ObjectId>,
     /// Wakes the background sealer, if one runs.
     sealer: Option<mpsc::Sender<()>>,
+    /// By slot: the data file's `fstat` when `complete_file` last read it back and found every
+    /// page good. Only objects lent whole have one.
+    stamps: HashMap<u32, FileStamp>,
+    /// [`STAMP_SETTLE`]; tests shorten it.
+    settle: std::time::Duration,
+}
+
+/// What `fstat` says of a data file, and which life and page set of the slot it describes.
+/// Any write to the file moves its ctime (no unprivileged user can set a ctime), a replaced
+/// file has another inode, and a page the store removed or rewrote bumps the slot's epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileStamp {
+    gen: u32,
+    epoch: u32,
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// A file whose ctime is younger than this when it is stamped could still change within the
+/// same timestamp tick unseen (kernel timestamps are coarse: a jiffy, or a second on some
+/// file systems), so its stamp is not trusted: it is read back again at its next lend.
+const STAMP_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl FileStamp {
+    fn of(meta: &std::fs::Metadata, gen: u32, epoch: u32) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            gen,
+            epoch,
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// Whether a change after `taken` (when the `fstat` began) must give another ctime.
+    fn settled(&self, taken: std::time::SystemTime, settle: std::time::Duration) -> bool {
+        let Ok(now) = taken.duration_since(std::time::UNIX_EPOCH) else {
+            return false;
+        };
+        let (secs, nanos) = self.ctime;
+        let ctime = u64::try_from(secs).map(|s| std::time::Duration::new(s, 0));
+        let ctime =
+            ctime.map(|c| c + std::time::Duration::from_nanos(nanos.clamp(0, 999_999_999) as u64));
+        ctime.is_ok_and(|c| c + settle < now)
+    }
+}
+
+/// A whole object's disk-tier file, open, its pages verified (see
+/// [`PageStore::complete_file`]).
+#[derive(Debug)]
+pub struct CompleteFile {
+    pub file: File,
+    pub path: PathBuf,
+    object: ObjectId,
+    object_size: u64,
+    /// The file's `fstat` from before its bytes were verified (or found unchanged).
+    seen: FileStamp,
+    /// Whether `seen` may be trusted to show any later change (see [`STAMP_SETTLE`]).
+    settled: bool,
 }
 
 struct Shared {
@@ -386,6 +455,7 @@ impl State {
             tier: NO_TIER,
             verified: true,
             sealed: false,
+            recovered: false,
         };
         let s = match self.free_slots.pop() {
             Some(s) => {
@@ -413,6 +483,7 @@ impl State {
                 *entry = None;
             }
             self.free_slots.push(s);
+            self.stamps.remove(&s);
         }
     }
 
@@ -738,6 +809,7 @@ impl State {
                 }
                 if let Some(slot) = self.slot_mut(r.slot) {
                     slot.pending = slot.pending.saturating_sub(1);
+                    slot.recovered = false;
                 }
                 self.maybe_queue_seal(r.slot);
             }
@@ -905,6 +977,7 @@ impl State {
                 slot.tier = t as u8;
                 slot.verified &= clean || p.sealed;
                 slot.sealed = p.sealed;
+                slot.recovered = slot.verified;
             }
         }
         for (object, size) in conflicts {
@@ -1120,6 +1193,8 @@ impl PageStore {
             counters: Counters::default(),
             seal_queue: Vec::new(),
             sealer: None,
+            stamps: HashMap::new(),
+            settle: STAMP_SETTLE,
         };
         for (t, spec) in cfg.disk_tiers.iter().enumerate() {
             let (tier, recovered, clean) = DiskTier::open(
@@ -1279,43 +1354,81 @@ impl PageStore {
         Ok(())
     }
 
-    /// `Some(path)` iff every page of the object is in one disk tier's data file and has been
-    /// verified: `path` is a regular local file whose bytes `[0, object_size)` are exactly the
-    /// object (for FUSE passthrough). Pages written by this process, or recovered after a clean
-    /// shutdown, are trusted as written; pages recovered after a crash are read back and
-    /// checked the first time this is asked, and the result is remembered.
+    /// `Some(file)` iff every page of the object is in one disk tier's data file and every
+    /// byte of it is verified: `file` is open on a regular local file whose bytes
+    /// `[0, object_size)` are exactly the object (for FUSE passthrough, or a worker's lend).
+    ///
+    /// The file is read back and each page checked against its crc32c unless its `fstat`
+    /// (inode, size, mtime, ctime) is what it was at the last such check, made long enough
+    /// after its last change that a later one would move its ctime: a file altered on disk
+    /// (by anyone but the store) is read back again, and a page that fails is dropped, so the
+    /// object is not complete until refetched. The unchanged case costs one `open` + `fstat`.
     ///
     /// Pin the object ([`PageStore::pin`]) before calling this and keep the guard while the
     /// file is in use, or eviction may punch holes into it.
-    pub fn complete_file(&self, object: ObjectId, object_size: u64) -> Option<PathBuf> {
+    pub fn complete_file(&self, object: ObjectId, object_size: u64) -> Option<CompleteFile> {
         let ps = self.page_size();
         let pages = page_count(object_size, ps);
-        let (t, s, gen, epoch, path, crcs) = {
+        let (t, s, gen, epoch, path, stamp, settle, recovered) = {
             let st = self.shared.state.lock();
             let (s, slot, t) = st.on_disk(object, object_size)?;
             // A pending page is not on disk yet (its bytes may still be a hole).
             if slot.pending != 0 || u64::from(slot.disk_pages) != pages {
                 return None;
             }
+            let stamp = st.stamps.get(&s).copied();
             let path = st.disks[t].data_path(object);
-            if slot.verified {
-                return Some(path);
-            }
-            let crcs = st.committed_crcs(t, s, 0..pages)?;
-            (t, s, slot.gen, slot.disk_epoch, path, crcs)
+            let trusted = slot.recovered && slot.verified;
+            (
+                t,
+                s,
+                slot.gen,
+                slot.disk_epoch,
+                path,
+                stamp,
+                st.settle,
+                trusted,
+            )
         };
+        let taken = std::time::SystemTime::now();
         let file = File::open(&path).ok()?;
         let meta = file.metadata().ok()?;
         if !meta.is_file() || meta.len() != object_size {
             return None;
         }
+        let seen = FileStamp::of(&meta, gen, epoch);
+        let done = CompleteFile {
+            file,
+            path,
+            object,
+            object_size,
+            seen,
+            settled: seen.settled(taken, settle),
+        };
+        if stamp == Some(seen) {
+            return Some(done);
+        }
+        if recovered && stamp.is_none() {
+            // Trusted as recovered: from now on any change is seen.
+            if done.settled {
+                let mut st = self.shared.state.lock();
+                if st
+                    .slot(s)
+                    .is_some_and(|x| x.gen == gen && x.disk_epoch == epoch)
+                {
+                    st.stamps.insert(s, seen);
+                }
+            }
+            return Some(done);
+        }
+        let crcs = self.shared.state.lock().committed_crcs(t, s, 0..pages)?;
         let mut buf = vec![0u8; usize::try_from(ps).ok()?];
         for (i, &crc) in crcs.iter().enumerate() {
             let index = u32::try_from(i).ok()?;
             let offset = u64::from(index) * ps;
             let len = usize::try_from(page_len(u64::from(index), object_size, ps)?).ok()?;
             let page = &mut buf[..len];
-            if file.read_exact_at(page, offset).is_ok() && crc32c::crc32c(page) == crc {
+            if done.file.read_exact_at(page, offset).is_ok() && crc32c::crc32c(page) == crc {
                 continue;
             }
             let r = DiskRead {
@@ -1327,10 +1440,12 @@ impl PageStore {
                 object,
                 object_size,
                 index,
-                path: path.clone(),
+                path: done.path.clone(),
                 offset,
                 len,
             };
+            // Not a race with a page being rewritten (the file is whole and pinned): the
+            // bytes on disk are not what was written.
             self.shared.state.lock().recheck(&r)?;
         }
         let mut st = self.shared.state.lock();
@@ -1339,8 +1454,56 @@ impl PageStore {
             return None;
         }
         slot.verified = true;
+        if done.settled {
+            st.stamps.insert(s, seen);
+        } else {
+            st.stamps.remove(&s);
+        }
         st.maybe_queue_seal(s);
-        Some(path)
+        Some(done)
+    }
+
+    /// Whether `copy` (a private copy of `cf.file` made after `complete_file` returned it)
+    /// holds the object's verified bytes: yes if the source has not changed since it was
+    /// verified (its `fstat` is the same and was settled), else `copy` is read back and checked
+    /// page by page.
+    pub fn copy_verified(&self, cf: &CompleteFile, copy: &File) -> bool {
+        let unchanged = cf.settled
+            && cf
+                .file
+                .metadata()
+                .ok()
+                .is_some_and(|m| FileStamp::of(&m, cf.seen.gen, cf.seen.epoch) == cf.seen);
+        if unchanged {
+            return true;
+        }
+        let ps = self.page_size();
+        let pages = page_count(cf.object_size, ps);
+        let crcs = {
+            let st = self.shared.state.lock();
+            let Some((s, slot, t)) = st.on_disk(cf.object, cf.object_size) else {
+                return false;
+            };
+            if slot.gen != cf.seen.gen || slot.disk_epoch != cf.seen.epoch {
+                return false;
+            }
+            match st.committed_crcs(t, s, 0..pages) {
+                Some(c) => c,
+                None => return false,
+            }
+        };
+        let Ok(cap) = usize::try_from(ps) else {
+            return false;
+        };
+        let mut buf = vec![0u8; cap];
+        crcs.iter().enumerate().all(|(i, &crc)| {
+            let offset = i as u64 * ps;
+            let len = page_len(i as u64, cf.object_size, ps)
+                .and_then(|l| usize::try_from(l).ok())
+                .unwrap_or(0);
+            let page = &mut buf[..len.min(cap)];
+            copy.read_exact_at(page, offset).is_ok() && crc32c::crc32c(page) == crc
+        })
     }
 
     /// `Some((path, crcs))` iff pages `first..=last` of the object are all in one disk tier's

@@ -37,7 +37,9 @@ use silt_worker::{BackingSource, HeldFile, ObjectRef, ReadSource, Worker};
 
 /// See `Client::pin_local_file`.
 pub struct LocalFile {
-    pub path: Option<std::path::PathBuf>,
+    /// The data file, opened (and checked unchanged since it was verified, see
+    /// `PageStore::complete_file`).
+    pub file: Option<std::fs::File>,
     pub guard: Box<dyn Send + Sync>,
 }
 use tokio::runtime::Handle;
@@ -356,13 +358,15 @@ impl Client {
     /// The object's whole data file in this host's own disk tier, for a caller that wants to
     /// open it directly (FUSE passthrough). The guard pins every disk page of the object and
     /// is taken before the completeness check, so nothing is evicted between the check and
-    /// the caller's open; keep it while the file is in use. `path` is `None` when the file is
-    /// not whole in one local tier (then drop the guard).
+    /// the caller's use; keep it while the file is in use. `file` is `None` when the file is not
+    /// whole in one local tier (then drop the guard).
     pub fn pin_local_file(&self, obj: &ObjectRef) -> LocalFile {
         let store = self.worker.page_store();
         let guard = Box::new(store.pin(obj.id));
         LocalFile {
-            path: store.complete_file(obj.id, obj.size()),
+            file: store
+                .complete_file(obj.id, obj.size())
+                .map(|complete| complete.file),
             guard,
         }
     }

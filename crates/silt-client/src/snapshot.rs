@@ -111,7 +111,8 @@ fn restore_entry(ns: &Namespace, s: SavedEntry) -> Option<Entry> {
     let mtime = match s.mtime_ns {
         Some(ns) => {
             let secs = u64::try_from(ns / 1_000_000_000).ok()?;
-            Some(UNIX_EPOCH + Duration::new(secs, (ns % 1_000_000_000) as u32))
+            // A time past what SystemTime holds is a bad record, not a panic.
+            Some(UNIX_EPOCH.checked_add(Duration::new(secs, (ns % 1_000_000_000) as u32))?)
         }
         None => None,
     };
@@ -154,7 +155,7 @@ pub(crate) fn save(
             .unwrap_or(0),
     };
     let tmp = path.with_extension("tmp");
-    let mut out = BufWriter::new(std::fs::File::create(&tmp)?);
+    let mut out = BufWriter::new(silt_common::private::create(&tmp)?);
     serde_json::to_writer(&mut out, &header)?;
     out.write_all(b"\n")?;
     let mut n = 0;

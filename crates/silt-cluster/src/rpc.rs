@@ -638,8 +638,10 @@ async fn hold(
     let (id, size) = (obj.id, obj.size());
     let copy = tokio::task::spawn_blocking(move || {
         let _pin = store.pin(id);
-        let path = store.complete_file(id, size)?;
-        private_copy(&path, size).ok()
+        let whole = store.complete_file(id, size)?;
+        let copy = private_copy(&whole, size).ok()?;
+        // The source verified, but it could have been altered since: lend only good bytes.
+        store.copy_verified(&whole, &copy).then_some(copy)
     })
     .await
     .map_err(|e| Error::internal(format!("copying a cache file: {e}")))?;
@@ -652,11 +654,11 @@ async fn hold(
     Ok(())
 }
 
-/// An unnamed copy of the first `size` bytes of `path`, in the same directory.
-fn private_copy(path: &std::path::Path, size: u64) -> std::io::Result<std::fs::File> {
+/// An unnamed copy of the first `size` bytes of the object's file, in the same directory.
+fn private_copy(whole: &silt_cache::CompleteFile, size: u64) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    let mut src = std::fs::File::open(path)?;
+    let dir = whole.path.parent().unwrap_or(std::path::Path::new("."));
+    let mut src = &whole.file;
     let mut dst = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

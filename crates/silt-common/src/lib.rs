@@ -6,6 +6,7 @@ pub mod error;
 pub mod id;
 pub mod io;
 pub mod metrics;
+pub mod private;
 pub mod secret;
 pub mod size;
 pub mod sync;

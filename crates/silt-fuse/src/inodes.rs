@@ -164,13 +164,7 @@ impl Inodes {
 
     /// Starts logging to `path` (a fresh mount: a new log).
     pub fn with_log(mut self, path: &Path) -> std::io::Result<Self> {
-        self.log = Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .write(true)
-                .truncate(true)
-                .open(path)?,
-        );
+        self.log = Some(silt_common::private::create(path)?);
         Ok(self)
     }
 
@@ -249,7 +243,7 @@ impl Inodes {
             put_u64(&mut out, *fh);
         }
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, &out)?;
+        silt_common::private::write(&tmp, &out)?;
         std::fs::rename(&tmp, path)?;
         t.log = Some(std::fs::OpenOptions::new().append(true).open(path)?);
         Ok(t)

@@ -31,7 +31,6 @@ pub mod takeover;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
-use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -693,7 +692,7 @@ impl SiltFs {
         }
         let obj = file.object();
         let silt_client::LocalFile {
-            path: local,
+            file: local,
             guard: local_guard,
         } = self.client.pin_local_file(obj);
         if let Some(id) = self.share_backing(ino, obj.id, local.is_some())? {
@@ -705,12 +704,7 @@ impl SiltFs {
             return Ok((id, guard, "shared with an open handle"));
         }
         let (f, guard, lent, origin) = match local {
-            Some(path) => (
-                File::open(&path).map_err(|_| "could not open the cached file")?,
-                local_guard,
-                false,
-                "whole file in local disk tier",
-            ),
+            Some(f) => (f, local_guard, false, "whole file in local disk tier"),
             None => {
                 drop(local_guard);
                 let held = self

@@ -141,7 +141,7 @@ pub fn read_init(dev: BorrowedFd<'_>) -> Result<Vec<u8>> {
 pub fn save_init(state_dir: &Path, init: &[u8]) -> Result<()> {
     let path = state_dir.join(INIT_FILE);
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, init)
+    silt_common::private::write(&tmp, init)
         .and_then(|_| std::fs::rename(&tmp, &path))
         .map_err(|e| Error::from(e).context(format!("saving {}", path.display())))
 }
@@ -284,7 +284,7 @@ pub fn spawn_holder(
     dev: BorrowedFd<'_>,
 ) -> Result<()> {
     use std::os::unix::process::CommandExt;
-    let log = std::fs::OpenOptions::new()
+    let log = silt_common::private::options()
         .create(true)
         .append(true)
         .open(state_dir.join("fuse-holder.log"))?;
@@ -352,11 +352,8 @@ pub fn run_holder(state_dir: &Path, mountpoint: &Path) -> Result<()> {
     let listener = UnixListener::bind(&sock_path)
         .map_err(|e| Error::from(e).context(format!("binding {}", sock_path.display())))?;
     // Whoever connects gets the mount's device: the owner only.
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&sock_path, std::fs::Permissions::from_mode(0o600))?;
-    }
-    std::fs::write(&pid_path, std::process::id().to_string())?;
+    silt_common::private::restrict(&sock_path)?;
+    silt_common::private::write(&pid_path, std::process::id().to_string())?;
     let cleanup = || {
         let _ = std::fs::remove_file(&sock_path);
         let _ = std::fs::remove_file(&pid_path);

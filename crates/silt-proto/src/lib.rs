@@ -153,10 +153,22 @@ pub async fn read_frame_max<R: AsyncRead + Unpin>(
             format!("unknown frame kind {}", head[4]),
         )
     })?;
-    let mut payload = vec![0u8; len - 1];
-    r.read_exact(&mut payload).await?;
+    // The buffer grows with the bytes that arrive, never ahead of them: a peer announcing
+    // MAX_FRAME and sending nothing costs a small buffer, not 64 MiB per connection.
+    let want = len - 1;
+    let mut payload = Vec::with_capacity(want.min(READ_CHUNK));
+    let got = r.take(want as u64).read_to_end(&mut payload).await?;
+    if got != want {
+        return Err(Error::new(
+            ErrorKind::Corrupted,
+            format!("frame ended after {got} of {want} bytes"),
+        ));
+    }
     Ok(Some((kind, Bytes::from(payload))))
 }
+
+/// Most a frame's buffer is allocated ahead of its bytes.
+const READ_CHUNK: usize = 64 << 10;
 
 /// Decodes a request frame: a JSON message whose protocol version (`version_of`) this side
 /// speaks. The error is what to answer the peer with.
@@ -186,6 +198,166 @@ pub fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Every frame `bytes` holds, until the end or the first error (which must come: the
+    /// reader may not hang on a finite input).
+    fn frames(bytes: &[u8]) -> (Vec<(FrameKind, Bytes)>, Option<Error>) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut r = bytes;
+            let mut out = Vec::new();
+            loop {
+                match read_frame(&mut r).await {
+                    Ok(Some(f)) => out.push(f),
+                    Ok(None) => return (out, None),
+                    Err(e) => return (out, Some(e)),
+                }
+            }
+        })
+    }
+
+    /// A stream of valid frames: JSON requests like the ones peers send, and data.
+    fn valid_stream() -> impl Strategy<Value = Vec<u8>> {
+        let frame = prop_oneof![
+            (any::<u32>(), "[a-z]{0,8}", any::<u64>(), any::<u64>()).prop_map(
+                |(v, op, offset, len)| {
+                    (
+                        FrameKind::Json,
+                        serde_json::to_vec(
+                            &serde_json::json!({"v": v, "op": op, "offset": offset, "len": len}),
+                        )
+                        .unwrap(),
+                    )
+                }
+            ),
+            proptest::collection::vec(any::<u8>(), 0..300).prop_map(|d| (FrameKind::Data, d)),
+            Just((FrameKind::End, Vec::new())),
+        ];
+        proptest::collection::vec(frame, 0..6).prop_map(|fs| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let mut buf = Vec::new();
+                for (k, p) in fs {
+                    write_frame(&mut buf, k, &p).await.unwrap();
+                }
+                buf
+            })
+        })
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Req {
+        v: u32,
+        #[allow(dead_code)]
+        op: String,
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        /// Arbitrary bytes: frames, then a clean end or an error; each JSON frame decodes to a
+        /// request or an error.
+        #[test]
+        fn arbitrary_bytes_give_frames_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let (fs, _) = frames(&bytes);
+            let mut used = 0;
+            for (k, p) in &fs {
+                used += 5 + p.len();
+                let _ = decode_request::<Req>(*k, p, |r| r.v);
+                let _ = decode_json::<ErrorBody>(p).map(ErrorBody::into_error);
+            }
+            prop_assert!(used <= bytes.len());
+        }
+
+        /// Valid streams with flipped bytes, a cut, or a rewritten length field: never more
+        /// bytes than were sent, never a panic.
+        #[test]
+        fn damaged_streams_give_frames_or_an_error(
+            stream in valid_stream(),
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), 1..=255u8), 0..3),
+            cut in proptest::option::of(any::<prop::sample::Index>()),
+            new_len in proptest::option::of(any::<u32>()),
+        ) {
+            let mut s = stream.clone();
+            if let (Some(l), true) = (new_len, s.len() >= 4) {
+                s[..4].copy_from_slice(&l.to_be_bytes());
+            }
+            for (at, x) in flips {
+                if !s.is_empty() {
+                    let i = at.index(s.len());
+                    s[i] ^= x;
+                }
+            }
+            if let Some(at) = cut {
+                s.truncate(at.index(s.len() + 1));
+            }
+            let (fs, err) = frames(&s);
+            let used: usize = fs.iter().map(|(_, p)| 5 + p.len()).sum();
+            prop_assert!(used <= s.len());
+            if err.is_none() {
+                prop_assert_eq!(used, s.len(), "a clean end only after whole frames");
+            }
+            for (k, p) in &fs {
+                let _ = decode_request::<Req>(*k, p, |r| r.v);
+            }
+            if s == stream {
+                prop_assert!(err.is_none());
+            }
+        }
+    }
+
+    /// Largest allocation made by this test binary's threads while they watch.
+    static LARGEST: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    thread_local! {
+        static WATCH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    struct Watching;
+    // SAFETY: forwards to the system allocator; only records sizes.
+    unsafe impl std::alloc::GlobalAlloc for Watching {
+        unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+            if WATCH.try_with(|w| w.get()).unwrap_or(false) {
+                LARGEST.fetch_max(l.size(), std::sync::atomic::Ordering::Relaxed);
+            }
+            // SAFETY: same layout contract as ours.
+            unsafe { std::alloc::System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+            // SAFETY: allocated by System above.
+            unsafe { std::alloc::System.dealloc(p, l) }
+        }
+    }
+    #[global_allocator]
+    static ALLOC: Watching = Watching;
+
+    /// A frame announcing the largest length and then nothing: refused as soon as the stream
+    /// ends, with a buffer of at most READ_CHUNK allocated (not 64 MiB).
+    #[tokio::test]
+    async fn a_huge_length_with_no_bytes_is_refused() {
+        let mut head = (MAX_FRAME as u32).to_be_bytes().to_vec();
+        head.push(FrameKind::Data as u8);
+        head.extend_from_slice(b"abc");
+        let mut r = &head[..];
+        WATCH.with(|w| w.set(true));
+        let e = read_frame(&mut r).await.unwrap_err();
+        WATCH.with(|w| w.set(false));
+        let largest = LARGEST.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            largest <= READ_CHUNK,
+            "allocated {largest} bytes for a 3-byte frame"
+        );
+        assert_eq!(e.kind(), ErrorKind::Corrupted, "{e}");
+        assert!(e.to_string().contains("after 3 of"), "{e}");
+        // One past the limit: refused from the header alone.
+        let mut head = (MAX_FRAME as u32 + 1).to_be_bytes().to_vec();
+        head.push(FrameKind::Data as u8);
+        let mut r = &head[..];
+        assert!(read_frame(&mut r).await.is_err());
+    }
 
     #[tokio::test]
     async fn frames_round_trip_and_bad_input_is_rejected() {

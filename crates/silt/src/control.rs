@@ -34,8 +34,7 @@ pub async fn bind(path: &Path) -> Result<UnixListener> {
     let listener = UnixListener::bind(path)
         .with_context(|| format!("binding control socket {}", path.display()))?;
     // The socket can stop the mount and read any file in it: only the owner may connect.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+    silt_common::private::restrict(path)
         .with_context(|| format!("restricting control socket {}", path.display()))?;
     Ok(listener)
 }

@@ -77,10 +77,11 @@ struct StateLock {
 }
 
 fn lock_state_dir(dir: &Path) -> Result<StateLock> {
-    std::fs::create_dir_all(dir)
+    // Owner-only whatever the umask, and tightened if an older version left it wider.
+    silt_common::private::create_dir(dir)
         .with_context(|| format!("creating state dir {}", dir.display()))?;
     let path = dir.join("lock");
-    let mut file = OpenOptions::new()
+    let mut file = silt_common::private::options()
         .create(true)
         .truncate(false)
         .read(true)
@@ -549,7 +550,7 @@ fn worker_id(cfg: &Config) -> Result<String> {
     }
     let id = format!("w-{:016x}", rand::random::<u64>());
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, &id)
+    silt_common::private::write(&tmp, &id)
         .and_then(|_| std::fs::rename(&tmp, &path))
         .with_context(|| format!("saving the worker id in {}", path.display()))?;
     Ok(id)
@@ -609,6 +610,9 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
         tokio::net::UnixListener::bind(&uds_path)
             .with_context(|| format!("binding {}", uds_path.display()))?
     };
+    // Same-host clients run as this user (or root): the socket lends cache files.
+    silt_common::private::restrict(&uds_path)
+        .with_context(|| format!("restricting {}", uds_path.display()))?;
     let me = Member {
         id: id.clone(),
         addr: addr.clone(),
