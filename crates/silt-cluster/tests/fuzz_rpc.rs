@@ -10,11 +10,11 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use silt_cache::{Arena, ArenaConfig, PageStore, PageStoreConfig};
-use silt_cluster::replica::ResidentTable;
 use silt_cluster::auth::{self, ClusterKey};
+use silt_cluster::replica::ResidentTable;
 use silt_cluster::rpc::{self, Endpoint, FixedStores, Service, WorkerClient};
-use silt_common::secret::Secret;
 use silt_common::config::DiskTierSpec;
+use silt_common::secret::Secret;
 use silt_ufs::MemStore;
 use silt_worker::{Worker, WorkerOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -52,8 +52,8 @@ fn fixture() -> Fixture {
         let sock = dir.path().join("w.sock");
         let spill = dir.path().join("spill");
         let s = sock.clone();
-        let key = ClusterKey::new(&Secret::new("fuzz-cluster-secret-0123456789".to_string()))
-            .unwrap();
+        let key =
+            ClusterKey::new(&Secret::new("fuzz-cluster-secret-0123456789".to_string())).unwrap();
         let k = key.clone();
         rt.block_on(async move {
             let mem = Arc::new(MemStore::new("mem://f"));
