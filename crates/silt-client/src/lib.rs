@@ -9,6 +9,7 @@
 //! to listeners (the FUSE layer invalidates the kernel's caches) and the pages of replaced
 //! versions are dropped.
 
+mod attrs;
 mod clock;
 mod dirs;
 mod meta;
@@ -251,6 +252,8 @@ pub struct Client {
     backing: Option<Arc<dyn BackingSource>>,
     /// How files written through this client are kept, per prefix (`write.rs`).
     writes: write::Writes,
+    /// Directory times moved by changes through this client (`attrs.rs`).
+    dir_times: attrs::DirTimes,
 }
 
 /// The namespace path of a store path `rel` under a mount at `mount_path`.
@@ -321,6 +324,7 @@ impl Client {
             rt,
             backing: None,
             writes: write::Writes::read_only(clock),
+            dir_times: Default::default(),
         }
     }
 
@@ -606,6 +610,14 @@ impl Client {
             .list_digest(&path, |at| policy.trusts(age(now, at)))
     }
 
+    /// How many subdirectories `path`'s cached listing holds, if one is cached (any age): a
+    /// directory's link count is 2 plus that. No store request.
+    pub fn cached_subdirs(&self, path: &str) -> Option<u64> {
+        let path = Self::normalize(path).ok()?;
+        let (list, _) = self.meta.list(&path, |_| true)?;
+        Some(list.iter().filter(|e| e.is_dir()).count() as u64)
+    }
+
     /// `path`'s cached listing whatever its age, else a listing as `list` gives it: for a
     /// reader continuing a pass through a directory it began with `list`.
     pub async fn listing_continued(&self, path: &str) -> Result<Arc<Vec<Entry>>> {
@@ -850,6 +862,7 @@ impl Client {
         let path = Self::normalize(path)?;
         let mut changes = self.meta.invalidate(&path);
         self.too_big.lock().retain(|d| !is_at_or_under(d, &path));
+        self.dir_times.forget_under(&path);
         if changes.is_empty() {
             if let Ok(Resolved::Store { mount, rel }) = self.ns.resolve(&path) {
                 if let Ok(meta) = mount.store.stat(&rel).await {

@@ -160,6 +160,13 @@ impl Session {
     }
 }
 
+/// Now, in ns since the epoch (a session's `modified`).
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 /// The live sessions of a client, by current path.
 #[derive(Default)]
 pub(crate) struct SessionTable {
@@ -383,8 +390,12 @@ impl Client {
             size: AtomicU64::new(0),
             loaded: AtomicBool::new(new_file),
             detached: AtomicBool::new(false),
-            modified: AtomicU64::new(0),
+            // A new file's times are its creation's (POSIX: create sets them to now).
+            modified: AtomicU64::new(if new_file { now_ns() } else { 0 }),
         });
+        if new_file {
+            self.dir_times.touch_parent_of(&target.path);
+        }
         map.insert(target.path, s.clone());
         table.count.store(map.len(), Ordering::Release);
         Ok(s)
@@ -673,7 +684,7 @@ impl Client {
         match session.and_then(|s| s.live_entry(stored.clone())) {
             Some(e) => Ok((e, true)),
             None => stored
-                .map(|e| (e, false))
+                .map(|e| (self.dir_times.apply(e), false))
                 .ok_or_else(|| Error::not_found(format!("{path}: no such file or directory"))),
         }
     }
@@ -684,10 +695,14 @@ impl Client {
         let list = self.list(path).await?;
         let dir = Self::normalize(path)?;
         let live = self.writes.sessions.children(&dir);
-        if live.is_empty() {
+        let moved = !self.dir_times.is_empty() && list.iter().any(|e| e.is_dir());
+        if live.is_empty() && !moved {
             return Ok(list);
         }
-        let mut v = list.as_ref().clone();
+        let mut v: Vec<Entry> = list
+            .iter()
+            .map(|e| self.dir_times.apply(e.clone()))
+            .collect();
         for s in live {
             let p = s.path();
             let Some((_, name)) = parent_and_name(&p) else {
@@ -735,6 +750,15 @@ impl Client {
     /// flight), so nothing written before can land after the delete.
     pub async fn remove_file(&self, path: &str) -> Result<()> {
         let path = Self::normalize(path)?;
+        let r = self.remove_file_inner(&path).await;
+        if r.is_ok() {
+            self.dir_times.touch_parent_of(&path);
+        }
+        r
+    }
+
+    async fn remove_file_inner(&self, path: &str) -> Result<()> {
+        let path = path.to_string();
         let Some(s) = self.session(&path) else {
             return self.remove_stored(&path).await;
         };
@@ -762,7 +786,9 @@ impl Client {
                 format!("{p}: file exists (open for writing)"),
             ));
         }
-        self.mkdir_stored(&p).await
+        let e = self.mkdir_stored(&p).await?;
+        self.dir_times.touch_parent_of(&p);
+        Ok(e)
     }
 
     /// Removes the empty directory `path`; a file being created below it makes it not empty.
@@ -786,7 +812,9 @@ impl Client {
                 format!("{p}: directory not empty (a file in it is open for writing)"),
             ));
         }
-        self.rmdir_stored(&p).await
+        self.rmdir_stored(&p).await?;
+        self.dir_times.touch_parent_of(&p);
+        Ok(())
     }
 
     /// Renames a file or directory (`Client::rename_stored` for the store side). Files open
@@ -830,6 +858,8 @@ impl Client {
             self.commit_ordered(s).await?;
         }
         let entry = self.rename_stored(&from, &to).await?;
+        self.dir_times.touch_parent_of(&from);
+        self.dir_times.touch_parent_of(&to);
         for s in &below_to {
             s.detached.store(true, Ordering::Release);
             table.remove(s);

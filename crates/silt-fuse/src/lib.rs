@@ -437,7 +437,14 @@ impl SiltFs {
                 FileType::RegularFile
             },
             perm,
-            nlink: if is_dir { 2 } else { 1 },
+            // A directory: its "." and its parent's entry, plus each subdirectory's "..",
+            // while its listing is known; else 1, the convention for "not counted" (so
+            // tools never rely on the count to skip subdirectories).
+            nlink: match (is_dir, is_dir.then(|| self.client.cached_subdirs(&e.path))) {
+                (true, Some(Some(n))) => 2 + n.min(u32::MAX as u64 - 2) as u32,
+                (true, _) => 1,
+                (false, _) => 1,
+            },
             uid: self.uid,
             gid: self.gid,
             rdev: 0,
@@ -655,19 +662,21 @@ impl SiltFs {
 
     /// A directory's mtime tells the kernel whether the listing in its readdir cache is still
     /// current (the kernel drops the cache when the mtime it gets differs from the one it saw
-    /// when filling it). While the policy trusts Silt's cached listing, the mtime is the
-    /// store's (local directories; the mount's start for S3, which has none) to the second,
-    /// and the listing's digest below it: equal exactly while the names and kinds are.
-    /// Otherwise it is now, so the kernel asks readdir again, which revalidates the listing.
-    fn dir_mtime(&self, path: &str, store_mtime: Option<SystemTime>) -> SystemTime {
-        match self.client.listing_digest(path) {
-            Some(d) => {
-                let base = store_mtime.unwrap_or(self.started);
-                let secs = base.duration_since(UNIX_EPOCH).map_or(0, |t| t.as_secs());
-                UNIX_EPOCH + Duration::new(secs, (d % 1_000_000_000) as u32)
-            }
-            None => SystemTime::now(),
-        }
+    /// when filling it). The seconds are the directory's own (the store's, moved by changes
+    /// through this client; the mount's start for an S3 prefix, which has none); the
+    /// nanoseconds carry the cached listing's digest while the policy trusts it (equal exactly
+    /// while the names and kinds are), else a value that changes with every answer, so the
+    /// kernel asks readdir again, which revalidates the listing.
+    fn dir_mtime(&self, path: &str, mtime: Option<SystemTime>) -> SystemTime {
+        let base = mtime.unwrap_or(self.started);
+        let secs = base.duration_since(UNIX_EPOCH).map_or(0, |t| t.as_secs());
+        let nanos = match self.client.listing_digest(path) {
+            Some(d) => (d % 1_000_000_000) as u32,
+            None => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |t| t.subsec_nanos()),
+        };
+        UNIX_EPOCH + Duration::new(secs, nanos)
     }
 
     /// Opens the backing file for passthrough if the whole object is on local disk, or lent
@@ -1451,7 +1460,7 @@ impl fuser::Filesystem for SiltFs {
         };
         let self_entry = match self
             .path_of(ino)
-            .and_then(|p| self.stat_path(&p).map_err(|e| errno(&e)))
+            .and_then(|p| self.stat_live(&p).map(|(e, _)| e).map_err(|e| errno(&e)))
         {
             Ok(e) => e,
             Err(e) => return reply.error(e),
