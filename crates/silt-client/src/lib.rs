@@ -9,7 +9,7 @@
 //! to listeners (the FUSE layer invalidates the kernel's caches) and the pages of replaced
 //! versions are dropped.
 
-mod attrs;
+pub mod attrs;
 mod clock;
 mod dirs;
 mod meta;
@@ -89,7 +89,11 @@ pub struct Entry {
     pub kind: EntryKind,
     pub size: u64,
     pub mtime: Option<SystemTime>,
+    /// Permission bits (`0o7777`), if known (else `attrs::default_mode`).
     pub mode: Option<u32>,
+    /// Owner, group, atime and ctime, where the store keeps them (else the defaults in
+    /// `attrs.rs`).
+    pub posix: silt_ufs::Posix,
     /// The store object, for files and directories inside a mount (None for synthetic dirs).
     pub object: Option<Arc<ObjectRef>>,
 }
@@ -113,6 +117,7 @@ impl Entry {
             size: 0,
             mtime: None,
             mode: None,
+            posix: Default::default(),
             object: None,
         }
     }
@@ -124,6 +129,7 @@ impl Entry {
             size: meta.size,
             mtime: meta.mtime,
             mode: meta.mode,
+            posix: meta.posix,
             object: Some(Arc::new(ObjectRef::new(store.clone(), meta))),
         }
     }

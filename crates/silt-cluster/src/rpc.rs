@@ -97,6 +97,7 @@ impl WireObject {
             etag: self.etag,
             version: self.version,
             mode: None,
+            posix: Default::default(),
         };
         ObjectRef::new(store, meta)
     }

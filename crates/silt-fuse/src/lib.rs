@@ -20,8 +20,8 @@
 //!   `unlink`, `mkdir`, `rmdir` and `rename` call the client and keep the inode table in
 //!   step (a renamed path and everything below it keep their numbers).
 //! - `setattr` of a size truncates (through the handle's session, or `Client::truncate_path`
-//!   for `truncate(2)`); mode, owner and times are accepted and ignored (stores keep none of
-//!   them; `cp -p`, `touch` and editors set them), answering the current attributes.
+//!   for `truncate(2)`); mode, owner and times go to `Client::set_attrs` (POSIX rules, kept
+//!   by the store). Created files and directories get the caller's uid/gid and mode.
 //!
 //! Errors beside the client's: a name over 255 bytes is `ENAMETOOLONG`; `RENAME_EXCHANGE` is
 //! `EINVAL`; `RENAME_NOREPLACE` onto an existing name is `EEXIST`.
@@ -207,6 +207,41 @@ struct WriteHandle {
     writer: FileWriter,
 }
 
+/// The credentials of a request: its uid and gid, and the supplementary groups of its
+/// process (from `/proc`; none if it is gone).
+fn caller(req: &Request) -> silt_client::attrs::Caller {
+    let groups = std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Groups:").map(|g| {
+                    g.split_whitespace()
+                        .filter_map(|v| v.parse().ok())
+                        .collect()
+                })
+            })
+        })
+        .unwrap_or_default();
+    silt_client::attrs::Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        groups,
+    }
+}
+
+/// What a file or directory created by `req` gets: `mode` (the kernel applied the umask)
+/// and the caller's owner and group where they differ from Silt's own (which a new local
+/// file has already, and which an entry without stored owner reports).
+fn new_attrs(req: &Request, mode: u32) -> silt_ufs::SetAttrs {
+    let (uid, gid) = silt_client::attrs::default_owner();
+    silt_ufs::SetAttrs {
+        mode: Some(mode & 0o7777),
+        uid: (req.uid() != uid).then_some(req.uid()),
+        gid: (req.gid() != gid).then_some(req.gid()),
+        ..Default::default()
+    }
+}
+
 /// The process (thread group) of thread `pid`, from `/proc`; `None` if it cannot be read.
 fn process_of(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -291,8 +326,6 @@ pub struct SiltFs {
     /// The first handle number of this daemon: smaller ones were handed to the kernel by a
     /// daemon before a takeover (see `reopen_old_handle`).
     fh_base: u64,
-    uid: u32,
-    gid: u32,
     started: SystemTime,
 }
 
@@ -302,8 +335,6 @@ fn errno(e: &Error) -> Errno {
 
 impl SiltFs {
     pub fn new(client: Arc<Client>, opts: FuseOptions, state: Arc<FuseState>) -> Self {
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         SiltFs {
             client,
             opts,
@@ -316,8 +347,6 @@ impl SiltFs {
             kernel_cached: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             fh_base: 1,
-            uid,
-            gid,
             started: SystemTime::now(),
         }
     }
@@ -413,23 +442,24 @@ impl SiltFs {
         } else {
             e.mtime.unwrap_or(self.started)
         };
+        let (uid, gid, mode) = silt_client::attrs::owner_and_mode(e);
         // Write bits only where writes are allowed (a directory: where something at or below
         // it may be written, so the kernel lets a create reach a writable prefix).
-        let perm = match (e.mode, self.writable_attr(&e.path, is_dir)) {
-            (Some(m), true) => (m & 0o7777) as u16,
-            (Some(m), false) => (m & 0o7777 & !0o222) as u16,
-            (None, true) if is_dir => 0o755,
-            (None, true) => 0o644,
-            (None, false) if is_dir => 0o555,
-            (None, false) => 0o444,
+        let perm = if self.writable_attr(&e.path, is_dir) {
+            mode as u16
+        } else {
+            (mode & !0o222) as u16
         };
+        // ctime: the store's (a local file's, S3's x-amz-meta-ctime), never before the mtime
+        // (a directory's moves with its entries).
+        let ctime = e.posix.ctime.map_or(mtime, |c| c.max(mtime));
         FileAttr {
             ino: INodeNo(ino),
             size: e.size,
             blocks: e.size.div_ceil(512),
-            atime: mtime,
+            atime: e.posix.atime.unwrap_or(mtime),
             mtime,
-            ctime: mtime,
+            ctime,
             crtime: mtime,
             kind: if is_dir {
                 FileType::Directory
@@ -445,8 +475,8 @@ impl SiltFs {
                 (true, _) => 1,
                 (false, _) => 1,
             },
-            uid: self.uid,
-            gid: self.gid,
+            uid,
+            gid,
             rdev: 0,
             // stdio and cp size their buffers from st_blksize: one cache page per read.
             blksize: self.client.worker().page_size().min(u32::MAX as u64) as u32,
@@ -630,6 +660,7 @@ impl SiltFs {
             size: h.writer.len(),
             mtime: None,
             mode: None,
+            posix: Default::default(),
             object: None,
         };
         Some(self.attr(ino.0, &e))
@@ -938,13 +969,13 @@ impl fuser::Filesystem for SiltFs {
         }
     }
 
-    /// Sizes truncate (see `truncate`). Mode, owner and times are accepted and ignored where
-    /// writes are allowed: stores keep none of them, and `cp -p`, `touch` and editors set
-    /// them; the reply carries the current attributes. Elsewhere they are `EROFS`.
+    /// Sizes truncate (see `truncate`). Mode, owner and times go to the client
+    /// (`Client::set_attrs`: POSIX permission rules, then the store or, for a file not
+    /// committed yet, its first commit). Outside writable prefixes they are `EROFS`.
     #[allow(clippy::too_many_arguments)]
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -968,14 +999,32 @@ impl fuser::Filesystem for SiltFs {
             if let Err(e) = self.truncate(&path, fh, size) {
                 return reply.error(errno(&e));
             }
-        } else {
-            let changes = mode.is_some()
-                || uid.is_some()
-                || gid.is_some()
-                || atime.is_some()
-                || mtime.is_some();
-            if changes && !self.client.write_rules().writable_at_or_below(&path) {
+        }
+        let changes =
+            mode.is_some() || uid.is_some() || gid.is_some() || atime.is_some() || mtime.is_some();
+        if changes {
+            if !self.client.write_rules().writable_at_or_below(&path) {
                 return reply.error(Errno::EROFS);
+            }
+            let now = SystemTime::now();
+            let time = |t: Option<TimeOrNow>| match t {
+                Some(TimeOrNow::Now) => Some(now),
+                Some(TimeOrNow::SpecificTime(t)) => Some(t),
+                None => None,
+            };
+            let is_now = |t: &Option<TimeOrNow>| t.is_none() || matches!(t, Some(TimeOrNow::Now));
+            let change = silt_client::attrs::AttrChange {
+                set: silt_ufs::SetAttrs {
+                    mode: mode.map(|m| m & 0o7777),
+                    uid,
+                    gid,
+                    atime: time(atime),
+                    mtime: time(mtime),
+                },
+                times_now: is_now(&atime) && is_now(&mtime),
+            };
+            if let Err(e) = self.block(self.client.set_attrs(&path, &caller(req), &change)) {
+                return reply.error(errno(&e));
             }
         }
         if let Some(attr) = self.detached_attr(ino, fh, &path) {
@@ -1265,7 +1314,7 @@ impl fuser::Filesystem for SiltFs {
         req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
+        mode: u32,
         _umask: u32,
         flags: i32,
         reply: ReplyCreate,
@@ -1282,6 +1331,7 @@ impl fuser::Filesystem for SiltFs {
             exclusive: flags & libc::O_EXCL != 0,
             truncate: flags & libc::O_TRUNC != 0,
             append: flags & libc::O_APPEND != 0,
+            create_attrs: new_attrs(req, mode),
             ..Default::default()
         };
         let ino = self.inodes.lock().peek_or_assign(&path);
@@ -1325,10 +1375,10 @@ impl fuser::Filesystem for SiltFs {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
+        mode: u32,
         _umask: u32,
         reply: ReplyEntry,
     ) {
@@ -1336,7 +1386,7 @@ impl fuser::Filesystem for SiltFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        match self.block(self.client.mkdir(&path)) {
+        match self.block(self.client.mkdir_attrs(&path, &new_attrs(req, mode))) {
             Ok(e) => {
                 let ino = self.inodes.lock().lookup(&path);
                 let (attr_ttl, entry_ttl) = self.ttls(&e);
@@ -1397,6 +1447,19 @@ impl fuser::Filesystem for SiltFs {
         }
         self.inodes.lock().rename(&from, &to);
         reply.ok();
+    }
+
+    /// Hard links: `EPERM` (docs/SEMANTICS.md). Silt names files by path, and no store here
+    /// can give one object two names that stay one file.
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EPERM);
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
