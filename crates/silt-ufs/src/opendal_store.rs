@@ -1883,6 +1883,37 @@ mod tests {
 mod part_tests {
     use super::*;
 
+    /// The user metadata keys and encodings s3fs-fuse reads and writes: `mode` in decimal
+    /// with the type bits, ids in decimal, times in seconds (a fraction accepted).
+    #[test]
+    fn s3fs_metadata_conventions() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let set = SetAttrs {
+            mode: Some(0o750),
+            uid: Some(1000),
+            gid: Some(100),
+            atime: Some(t),
+            mtime: Some(t),
+        };
+        let meta: std::collections::HashMap<String, String> =
+            s3_user_metadata(&ObjectMeta::dir("x"), &set)
+                .into_iter()
+                .collect();
+        assert_eq!(meta["mode"], "33256", "0100750 in decimal");
+        assert_eq!(meta["uid"], "1000");
+        assert_eq!(meta["gid"], "100");
+        assert_eq!(meta["mtime"], "1700000000");
+        assert_eq!(meta["atime"], "1700000000");
+        assert!(meta.contains_key("ctime"));
+        assert_eq!(parse_s3_time("1700000000"), Some(t));
+        assert_eq!(
+            parse_s3_time("1700000000.5"),
+            Some(t + Duration::from_millis(500))
+        );
+        assert_eq!(parse_s3_time("soon"), None);
+        assert_eq!(parse_s3_time("-1"), None);
+    }
+
     #[test]
     fn parts_stay_within_s3s_limit() {
         assert_eq!(part_size(0), WRITE_PART);

@@ -332,6 +332,22 @@ fn attributes_hold_across_remount_and_restart_s3() {
     silt.crash();
     let silt = restart(dir.path(), &fx.uri(), &args);
     check_attributes(&root, "after a daemon restart", false, true);
+    // An object written with s3fs-fuse's metadata behind Silt's back shows its mode and owner.
+    let set = silt_ufs::SetAttrs {
+        mode: Some(0o600),
+        uid: Some(42),
+        gid: Some(43),
+        ..Default::default()
+    };
+    let data = bytes::Bytes::from_static(b"s3fs");
+    fx.rt
+        .block_on(fx.store.write_from_attrs("ext", &data, 4, &set))
+        .unwrap();
+    let o = silt.cli(&["fs", "invalidate", "/data"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stat_of(&root.join("ext"));
+    assert_eq!(e.mode() & 0o7777, 0o600, "an s3fs object's mode");
+    assert_eq!((e.uid(), e.gid()), (42, 43), "an s3fs object's owner");
     // A rewrite keeps them (S3 replaces user metadata with every PUT).
     std::fs::write(root.join("f"), b"bytes").unwrap();
     let f = stat_of(&root.join("f"));
