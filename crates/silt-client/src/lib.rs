@@ -9,6 +9,7 @@
 //! to listeners (the FUSE layer invalidates the kernel's caches) and the pages of replaced
 //! versions are dropped.
 
+pub mod attrs;
 mod clock;
 mod dirs;
 mod meta;
@@ -96,7 +97,11 @@ pub struct Entry {
     pub kind: EntryKind,
     pub size: u64,
     pub mtime: Option<SystemTime>,
+    /// Permission bits (`0o7777`), if known (else `attrs::default_mode`).
     pub mode: Option<u32>,
+    /// Owner, group, atime and ctime, where the store keeps them (else the defaults in
+    /// `attrs.rs`).
+    pub posix: silt_ufs::Posix,
     /// The store object, for files and directories inside a mount (None for synthetic dirs).
     pub object: Option<Arc<ObjectRef>>,
 }
@@ -120,6 +125,7 @@ impl Entry {
             size: 0,
             mtime: None,
             mode: None,
+            posix: Default::default(),
             object: None,
         }
     }
@@ -131,6 +137,7 @@ impl Entry {
             size: meta.size,
             mtime: meta.mtime,
             mode: meta.mode,
+            posix: meta.posix,
             object: Some(Arc::new(ObjectRef::new(store.clone(), meta))),
         }
     }
@@ -261,6 +268,8 @@ pub struct Client {
     writes: write::Writes,
     /// Serialises snapshot saves (periodic and final share one temporary file).
     snapshot_saves: Mutex<()>,
+    /// Directory times moved by changes through this client (`attrs.rs`).
+    dir_times: attrs::DirTimes,
 }
 
 /// The namespace path of a store path `rel` under a mount at `mount_path`.
@@ -332,6 +341,7 @@ impl Client {
             backing: None,
             writes: write::Writes::read_only(clock),
             snapshot_saves: Mutex::new(()),
+            dir_times: Default::default(),
         }
     }
 
@@ -659,6 +669,14 @@ impl Client {
             .list_digest(&path, |at| policy.trusts(age(now, at)))
     }
 
+    /// How many subdirectories `path`'s cached listing holds, if one is cached (any age): a
+    /// directory's link count is 2 plus that. No store request.
+    pub fn cached_subdirs(&self, path: &str) -> Option<u64> {
+        let path = Self::normalize(path).ok()?;
+        let (list, _) = self.meta.list(&path, |_| true)?;
+        Some(list.iter().filter(|e| e.is_dir()).count() as u64)
+    }
+
     /// `path`'s cached listing whatever its age, else a listing as `list` gives it: for a
     /// reader continuing a pass through a directory it began with `list`.
     pub async fn listing_continued(&self, path: &str) -> Result<Arc<Vec<Entry>>> {
@@ -903,6 +921,7 @@ impl Client {
         let path = Self::normalize(path)?;
         let mut changes = self.meta.invalidate(&path);
         self.too_big.lock().retain(|d| !is_at_or_under(d, &path));
+        self.dir_times.forget_under(&path);
         if changes.is_empty() {
             if let Ok(Resolved::Store { mount, rel }) = self.ns.resolve(&path) {
                 if let Ok(meta) = mount.store.stat(&rel).await {

@@ -714,6 +714,7 @@ mod tests {
             size: 0,
             mtime: None,
             mode: if dir { Some(0o755) } else { None },
+            posix: Default::default(),
             object: None,
         }
     }

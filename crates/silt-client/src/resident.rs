@@ -221,6 +221,7 @@ impl Resident {
                 etag: Some(rm.tag.clone()),
                 version: None,
                 mode: None,
+                posix: Default::default(),
             },
             data: ResidentData::Remote(Arc::new(RemoteFile {
                 remote,
@@ -259,6 +260,7 @@ impl Resident {
             etag: Some(format!("{RESIDENT_TAG}{tag:x}")),
             version: None,
             mode: None,
+            posix: Default::default(),
         }
     }
 
@@ -667,6 +669,32 @@ impl UnderStore for ResidentStore {
 
     async fn write_from(&self, path: &str, src: &dyn ReadAt, len: u64) -> Result<ObjectMeta> {
         self.base.write_from(path, src, len).await
+    }
+
+    async fn write_from_attrs(
+        &self,
+        path: &str,
+        src: &dyn ReadAt,
+        len: u64,
+        attrs: &silt_ufs::SetAttrs,
+    ) -> Result<ObjectMeta> {
+        self.base.write_from_attrs(path, src, len, attrs).await
+    }
+
+    /// Files held only in Silt keep no attributes of their own (`Unsupported`).
+    async fn set_attrs(&self, path: &str, attrs: &silt_ufs::SetAttrs) -> Result<ObjectMeta> {
+        if let Some(f) = self.resident.get(&self.ns(path)) {
+            if !f.is_remote() {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "{}: a file kept only in Silt keeps no attributes",
+                        self.ns(path)
+                    ),
+                ));
+            }
+        }
+        self.base.set_attrs(path, attrs).await
     }
 
     async fn delete(&self, path: &str) -> Result<()> {

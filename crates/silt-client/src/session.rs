@@ -37,7 +37,7 @@ use silt_common::write::WriteType;
 use silt_common::{Error, ErrorKind, Result};
 use silt_ufs::{DynStore, EntryKind};
 
-use crate::namespace::parent_and_name;
+use crate::namespace::{parent_and_name, Resolved};
 use crate::{Client, Entry};
 
 /// How a file is opened for writing ([`Client::open_write`]).
@@ -57,6 +57,9 @@ pub struct OpenOptions {
     /// A write type for this open (`None`: the prefix's). A file already open for writing
     /// keeps the type of its session.
     pub write_type: Option<WriteType>,
+    /// The mode, owner and group a file this open creates gets (`create`; the caller's
+    /// credentials and the mode after the umask). Written with its first commit.
+    pub create_attrs: silt_ufs::SetAttrs,
 }
 
 /// Where a session's bytes go: its namespace path and the store path under its mount.
@@ -100,6 +103,9 @@ pub struct Session {
     detached: AtomicBool,
     /// When a handle last changed the bytes (ns since the epoch; 0: not since the open).
     modified: AtomicU64,
+    /// Attributes set before the file reached the store (a new file's mode and owner, a
+    /// chmod of it before its first commit): written with the next commit.
+    pending: Mutex<silt_ufs::SetAttrs>,
 }
 
 impl Session {
@@ -134,23 +140,33 @@ impl Session {
             0 => None,
             ns => Some(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns)),
         };
+        let pending = *self.pending.lock();
+        let with_pending = |mut e: Entry| {
+            e.mode = pending.mode.or(e.mode);
+            e.posix.uid = pending.uid.or(e.posix.uid);
+            e.posix.gid = pending.gid.or(e.posix.gid);
+            e.posix.atime = pending.atime.or(e.posix.atime);
+            e.mtime = pending.mtime.or(e.mtime);
+            e
+        };
         match stored {
             Some(mut e) if !e.is_dir() => {
                 if let Some(size) = size {
                     e.size = size;
                 }
                 e.mtime = modified.or(e.mtime);
-                Some(e)
+                Some(with_pending(e))
             }
             Some(_) => None,
-            None => Some(Entry {
+            None => Some(with_pending(Entry {
                 path: self.path(),
                 kind: EntryKind::File,
                 size: size.unwrap_or(0),
                 mtime: modified,
                 mode: None,
+                posix: Default::default(),
                 object: None,
-            }),
+            })),
         }
     }
 
@@ -158,6 +174,13 @@ impl Session {
     fn note_len(&self, len: u64) {
         self.size.store(len, Ordering::Release);
     }
+}
+
+/// Now, in ns since the epoch (a session's `modified`).
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// The live sessions of a client, by current path.
@@ -337,7 +360,12 @@ impl Client {
                     Err(e) if e.kind() == ErrorKind::NotFound && opts.create => None,
                     Err(e) => return Err(e),
                 };
-                self.join_or_start(target, stored.is_none())?
+                let new_file = stored.is_none();
+                let s = self.join_or_start(target, new_file)?;
+                if new_file {
+                    *s.pending.lock() = opts.create_attrs;
+                }
+                s
             }
         };
         let w = FileWriter {
@@ -383,8 +411,13 @@ impl Client {
             size: AtomicU64::new(0),
             loaded: AtomicBool::new(new_file),
             detached: AtomicBool::new(false),
-            modified: AtomicU64::new(0),
+            // A new file's times are its creation's (POSIX: create sets them to now).
+            modified: AtomicU64::new(if new_file { now_ns() } else { 0 }),
+            pending: Mutex::new(silt_ufs::SetAttrs::default()),
         });
+        if new_file {
+            self.dir_times.touch_parent_of(&target.path);
+        }
         map.insert(target.path, s.clone());
         table.count.store(map.len(), Ordering::Release);
         Ok(s)
@@ -611,6 +644,7 @@ impl Client {
                     size: 0,
                     mtime: None,
                     mode: None,
+                    posix: Default::default(),
                     object: None,
                 })),
                 Err(e) if e.kind() == ErrorKind::NotFound || s.is_detached() => s
@@ -621,7 +655,16 @@ impl Client {
         };
         let target = s.target.lock().clone();
         let len = buf.len();
-        let result = self.commit_buffer(&target, &buf, len).await;
+        let pending = *s.pending.lock();
+        let attrs = self.attrs_for_write(&target, pending).await;
+        let result = self.commit_buffer(&target, &buf, len, &attrs).await;
+        if result.is_ok() {
+            // Stored now; a later chmod of the file goes to the store.
+            let mut p = s.pending.lock();
+            if *p == pending {
+                *p = silt_ufs::SetAttrs::default();
+            }
+        }
         {
             let mut st = s.state.lock();
             let same = st.generation == generation;
@@ -640,6 +683,93 @@ impl Client {
         self.writes.sessions.note_commit();
         let entry = result?;
         Ok(s.live_entry(Some(entry.clone())).unwrap_or(entry))
+    }
+
+    /// The attributes a commit writes: those set before the file reached the store, and,
+    /// where a write replaces them (S3), the stored version's (a rewrite keeps mode, owner
+    /// and group; the mtime becomes the write's).
+    async fn attrs_for_write(
+        &self,
+        target: &Target,
+        pending: silt_ufs::SetAttrs,
+    ) -> silt_ufs::SetAttrs {
+        if !target.store.capabilities().write_replaces_attrs {
+            return pending;
+        }
+        let kept = match self.stat(&target.path).await {
+            Ok(e) if !e.is_dir() => silt_ufs::SetAttrs {
+                mode: e.mode,
+                uid: e.posix.uid,
+                gid: e.posix.gid,
+                atime: None,
+                mtime: None,
+            },
+            _ => silt_ufs::SetAttrs::default(),
+        };
+        kept.then(pending)
+    }
+
+    /// Changes attributes of `path` (`chmod`, `chown`, `utimensat`) for `caller`, under the
+    /// POSIX rules of `attrs::check_change`. A file not in the store yet (created here, not
+    /// committed) keeps them for its first commit; otherwise the store changes them
+    /// (`UnderStore::set_attrs`). Returns the entry as a stat now shows it.
+    pub async fn set_attrs(
+        &self,
+        path: &str,
+        caller: &crate::attrs::Caller,
+        change: &crate::attrs::AttrChange,
+    ) -> Result<Entry> {
+        let path = Self::normalize(path)?;
+        let (cur, _) = self.stat_live(&path).await?;
+        let set = crate::attrs::check_change(caller, &cur, change)?;
+        if set.is_empty() {
+            return Ok(cur);
+        }
+        let writable = if cur.is_dir() {
+            self.write_rules().writable_at_or_below(&path)
+        } else {
+            self.write_type_of(&path).writable()
+        };
+        if !writable {
+            return Err(Error::new(
+                ErrorKind::ReadOnly,
+                format!("{path}: read-only"),
+            ));
+        }
+        if let Some(s) = self.session(&path) {
+            if cur.object.is_none() {
+                {
+                    let mut p = s.pending.lock();
+                    *p = p.then(set);
+                }
+                return self.stat_live(&path).await.map(|(e, _)| e);
+            }
+        }
+        let (mount, rel) = match self.ns.resolve(&path)? {
+            Resolved::Store { mount, rel } => (mount, rel),
+            Resolved::Synthetic { .. } => {
+                return Err(Error::new(
+                    ErrorKind::NotPermitted,
+                    format!("{path}: not inside a mount (its attributes are fixed)"),
+                ))
+            }
+        };
+        let asked = self.opts.clock.now();
+        let meta = mount.store.set_attrs(&rel, &set).await.map_err(|e| {
+            if e.kind() == ErrorKind::Unsupported {
+                // POSIX has no "the file system cannot": EPERM is what chmod(1) reports.
+                Error::new(ErrorKind::NotPermitted, e.to_string())
+            } else {
+                e
+            }
+        })?;
+        if set.atime.is_some() || set.mtime.is_some() {
+            self.dir_times.forget(&path);
+        }
+        let entry = Entry::from_meta(path.clone(), &mount.store, meta);
+        let changes = self.meta.put_stat(asked, entry);
+        self.apply(&changes);
+        self.stat_live(&path).await.map(|(e, _)| e)
     }
 
     /// Closes a handle: the last writer of a file commits what is still dirty and ends the
@@ -673,7 +803,7 @@ impl Client {
         match session.and_then(|s| s.live_entry(stored.clone())) {
             Some(e) => Ok((e, true)),
             None => stored
-                .map(|e| (e, false))
+                .map(|e| (self.dir_times.apply(e), false))
                 .ok_or_else(|| Error::not_found(format!("{path}: no such file or directory"))),
         }
     }
@@ -684,10 +814,14 @@ impl Client {
         let list = self.list(path).await?;
         let dir = Self::normalize(path)?;
         let live = self.writes.sessions.children(&dir);
-        if live.is_empty() {
+        let moved = !self.dir_times.is_empty() && list.iter().any(|e| e.is_dir());
+        if live.is_empty() && !moved {
             return Ok(list);
         }
-        let mut v = list.as_ref().clone();
+        let mut v: Vec<Entry> = list
+            .iter()
+            .map(|e| self.dir_times.apply(e.clone()))
+            .collect();
         for s in live {
             let p = s.path();
             let Some((_, name)) = parent_and_name(&p) else {
@@ -735,6 +869,15 @@ impl Client {
     /// flight), so nothing written before can land after the delete.
     pub async fn remove_file(&self, path: &str) -> Result<()> {
         let path = Self::normalize(path)?;
+        let r = self.remove_file_inner(&path).await;
+        if r.is_ok() {
+            self.dir_times.touch_parent_of(&path);
+        }
+        r
+    }
+
+    async fn remove_file_inner(&self, path: &str) -> Result<()> {
+        let path = path.to_string();
         let Some(s) = self.session(&path) else {
             return self.remove_stored(&path).await;
         };
@@ -762,7 +905,34 @@ impl Client {
                 format!("{p}: file exists (open for writing)"),
             ));
         }
-        self.mkdir_stored(&p).await
+        let e = self.mkdir_stored(&p).await?;
+        self.dir_times.touch_parent_of(&p);
+        Ok(e)
+    }
+
+    /// `mkdir` giving the directory `attrs` (the caller's mode after the umask, owner and
+    /// group) where the store keeps them (a local directory; an S3 prefix keeps none).
+    pub async fn mkdir_attrs(&self, path: &str, attrs: &silt_ufs::SetAttrs) -> Result<Entry> {
+        let e = self.mkdir(path).await?;
+        if attrs.is_empty() {
+            return Ok(e);
+        }
+        let Ok(Resolved::Store { mount, rel }) = self.ns.resolve(&e.path) else {
+            return Ok(e);
+        };
+        let asked = self.opts.clock.now();
+        match mount.store.set_attrs(&rel, attrs).await {
+            Ok(meta) => {
+                let entry = Entry::from_meta(e.path.clone(), &mount.store, meta);
+                let changes = self.meta.put_stat(asked, entry.clone());
+                self.apply(&changes);
+                Ok(entry)
+            }
+            Err(err) => {
+                tracing::debug!(path = %e.path, "new directory keeps default attributes: {err}");
+                Ok(e)
+            }
+        }
     }
 
     /// Removes the empty directory `path`; a file being created below it makes it not empty.
@@ -786,7 +956,9 @@ impl Client {
                 format!("{p}: directory not empty (a file in it is open for writing)"),
             ));
         }
-        self.rmdir_stored(&p).await
+        self.rmdir_stored(&p).await?;
+        self.dir_times.touch_parent_of(&p);
+        Ok(())
     }
 
     /// Renames a file or directory (`Client::rename_stored` for the store side). Files open
@@ -830,6 +1002,8 @@ impl Client {
             self.commit_ordered(s).await?;
         }
         let entry = self.rename_stored(&from, &to).await?;
+        self.dir_times.touch_parent_of(&from);
+        self.dir_times.touch_parent_of(&to);
         for s in &below_to {
             s.detached.store(true, Ordering::Release);
             table.remove(s);

@@ -56,6 +56,15 @@ struct SavedEntry {
     size: u64,
     mtime_ns: Option<u128>,
     mode: Option<u32>,
+    /// Owner, group, atime and ctime (absent in snapshots of earlier versions).
+    #[serde(default)]
+    uid: Option<u32>,
+    #[serde(default)]
+    gid: Option<u32>,
+    #[serde(default)]
+    atime_ns: Option<u128>,
+    #[serde(default)]
+    ctime_ns: Option<u128>,
     store: String,
     rel: String,
     etag: Option<String>,
@@ -82,6 +91,15 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+fn to_ns(t: SystemTime) -> Option<u128> {
+    t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_nanos())
+}
+
+fn from_ns(ns: u128) -> Option<SystemTime> {
+    let secs = u64::try_from(ns / 1_000_000_000).ok()?;
+    UNIX_EPOCH.checked_add(Duration::new(secs, (ns % 1_000_000_000) as u32))
+}
+
 fn save_entry(e: &Entry) -> Option<SavedEntry> {
     let obj = e.object.as_ref()?;
     Some(SavedEntry {
@@ -94,6 +112,10 @@ fn save_entry(e: &Entry) -> Option<SavedEntry> {
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map(|d| d.as_nanos()),
         mode: obj.meta.mode,
+        uid: obj.meta.posix.uid,
+        gid: obj.meta.posix.gid,
+        atime_ns: obj.meta.posix.atime.and_then(to_ns),
+        ctime_ns: obj.meta.posix.ctime.and_then(to_ns),
         store: obj.store.uri().to_string(),
         rel: obj.meta.path.clone(),
         etag: obj.meta.etag.clone(),
@@ -109,12 +131,14 @@ fn restore_entry(ns: &Namespace, s: SavedEntry) -> Option<Entry> {
         return None;
     }
     let mtime = match s.mtime_ns {
-        Some(ns) => {
-            let secs = u64::try_from(ns / 1_000_000_000).ok()?;
-            // A time past what SystemTime holds is a bad record, not a panic.
-            Some(UNIX_EPOCH.checked_add(Duration::new(secs, (ns % 1_000_000_000) as u32))?)
-        }
+        Some(ns) => Some(from_ns(ns)?),
         None => None,
+    };
+    let posix = silt_ufs::Posix {
+        uid: s.uid,
+        gid: s.gid,
+        atime: s.atime_ns.and_then(from_ns),
+        ctime: s.ctime_ns.and_then(from_ns),
     };
     let meta = ObjectMeta {
         path: s.rel,
@@ -128,6 +152,7 @@ fn restore_entry(ns: &Namespace, s: SavedEntry) -> Option<Entry> {
         etag: s.etag,
         version: s.version,
         mode: s.mode,
+        posix,
     };
     Some(Entry::from_meta(s.path, &mount.store, meta))
 }

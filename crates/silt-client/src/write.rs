@@ -300,6 +300,7 @@ impl Client {
         target: &Target,
         buf: &WriteBuffer,
         len: u64,
+        attrs: &silt_ufs::SetAttrs,
     ) -> Result<Entry> {
         let Target {
             path,
@@ -321,7 +322,7 @@ impl Client {
                     .await
                     .map_err(|_| Error::internal("upload permits closed"))?;
                 store
-                    .write_from(rel, buf, len)
+                    .write_from_attrs(rel, buf, len, attrs)
                     .await
                     .map_err(|e| e.context(path))?
             }

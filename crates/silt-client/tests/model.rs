@@ -506,6 +506,7 @@ impl Harness {
             etag: Some(v.etag.clone()),
             version: None,
             mode: None,
+            posix: Default::default(),
         };
         let id = ObjectId::new(URI, rel, &meta.content_fingerprint());
         let ps = self.client.worker().page_store();

@@ -89,6 +89,7 @@ impl ResidentTable {
                 etag: Some(m.tag),
                 version: None,
                 mode: None,
+                posix: Default::default(),
             },
             data: ResidentData::Buffer(buf),
             residence: Residence::CacheOnly {

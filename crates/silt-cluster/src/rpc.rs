@@ -100,6 +100,7 @@ impl WireObject {
             etag: self.etag,
             version: self.version,
             mode: None,
+            posix: Default::default(),
         };
         ObjectRef::new(store, meta)
     }

@@ -10,6 +10,9 @@ pub enum ErrorKind {
     NotFound,
     /// Credentials were refused or the caller may not do this.
     PermissionDenied,
+    /// Only the owner (or root) may do this (POSIX `EPERM`: chmod, chown, utimes of another
+    /// user's file).
+    NotPermitted,
     /// The request itself is malformed (bad URI, bad option value, bad range).
     InvalidInput,
     /// The operation is not supported by this store or this build.
@@ -62,6 +65,7 @@ impl ErrorKind {
         match self {
             ErrorKind::NotFound => libc::ENOENT,
             ErrorKind::PermissionDenied => libc::EACCES,
+            ErrorKind::NotPermitted => libc::EPERM,
             ErrorKind::InvalidInput => libc::EINVAL,
             ErrorKind::Unsupported => libc::ENOTSUP,
             ErrorKind::ContentChanged => libc::ESTALE,
@@ -87,6 +91,7 @@ impl ErrorKind {
         match self {
             ErrorKind::NotFound => "not found",
             ErrorKind::PermissionDenied => "permission denied",
+            ErrorKind::NotPermitted => "operation not permitted",
             ErrorKind::InvalidInput => "invalid input",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::ContentChanged => "content changed",

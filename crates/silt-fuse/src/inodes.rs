@@ -1,9 +1,13 @@
 //! Inode numbers for namespace paths, with the kernel's lookup counts.
 //!
 //! The kernel holds a reference per successful lookup (and per readdirplus entry) and gives
-//! them back with `forget`; an inode is dropped when its count reaches zero. Readdir hands out
-//! numbers without references (`peek_or_assign`); such inodes live until the next lookup
-//! takes a reference or the table is rebuilt.
+//! them back with `forget`. A path keeps its number for as long as the mount lives and the
+//! path names the same file, also after the kernel forgot the inode (it evicts inodes under
+//! memory pressure, and drops the entries Silt invalidates): `st_ino` is how `find`, `tar`,
+//! `du` and git's index recognise a file. A number is dropped only once its path was unlinked
+//! or replaced (detached) and the kernel holds no reference. The cost is a table entry per
+//! path the kernel was ever given (about a hundred bytes plus the path); a file removed
+//! behind Silt's back keeps its entry (and a file recreated there its number).
 //!
 //! A rename moves a path and everything below it to the new name with their numbers (the
 //! kernel keeps its inodes across a rename). An unlinked path is detached: the kernel may
@@ -186,11 +190,12 @@ impl Inodes {
                         if tag == REC_ASSIGN {
                             t.by_path.insert(p.clone(), ino);
                         }
+                        // The kernel's counts are unknown: pinned (a detach keeps it).
                         t.by_ino.insert(
                             ino,
                             Node {
                                 path: p,
-                                lookups: 0,
+                                lookups: PINNED,
                             },
                         );
                         t.next = t.next.max(ino + 1);
@@ -289,7 +294,7 @@ impl Inodes {
     }
 
     /// Gives back `n` kernel references; the inode's path if it was dropped (its number is
-    /// never handed out again).
+    /// never handed out again). An inode whose path still names it stays (module docs).
     pub fn forget(&mut self, ino: u64, n: u64) -> Option<String> {
         if ino == ROOT {
             return None;
@@ -297,7 +302,7 @@ impl Inodes {
         let drop = match self.by_ino.get_mut(&ino) {
             Some(node) => {
                 node.lookups = node.lookups.saturating_sub(n);
-                node.lookups == 0
+                node.lookups == 0 && self.by_path.get(&node.path) != Some(&ino)
             }
             None => false,
         };
@@ -313,12 +318,20 @@ impl Inodes {
     }
 
     /// Detaches `path` and every path below it (unlinked, removed, or replaced by a rename):
-    /// lookups no longer find their inodes, which stay until the kernel forgets them.
+    /// lookups no longer find their inodes, which stay until the kernel forgets them (those
+    /// it holds no reference to go now).
     pub fn detach(&mut self, path: &str) {
         if path == "/" {
             return;
         }
-        self.by_path.retain(|p, _| !is_at_or_under(p, path));
+        let by_ino = &mut self.by_ino;
+        self.by_path.retain(|p, ino| {
+            let keep = !is_at_or_under(p, path);
+            if !keep && by_ino.get(ino).is_some_and(|n| n.lookups == 0) {
+                by_ino.remove(ino);
+            }
+            keep
+        });
         self.append(|r| {
             r.push(REC_DETACH);
             put_str(r, path);
@@ -375,6 +388,7 @@ mod tests {
         let f = t.lookup("/m/d/f");
         let g = t.lookup("/m/g");
         let gone = t.lookup("/m/gone");
+        t.detach("/m/gone");
         t.forget(gone, 1);
         t.rename("/m/d", "/m/e");
         t.detach("/m/g"); // unlinked but still open: the kernel holds g
@@ -424,11 +438,20 @@ mod tests {
         t.forget(a, 1);
         assert_eq!(t.path(a).as_deref(), Some("/a"));
         t.forget(a, 1);
+        // Forgotten by the kernel, but still the file at "/a": the same number again.
+        assert_eq!(t.path(a).as_deref(), Some("/a"));
+        assert_eq!(t.lookup("/a"), a);
+        t.forget(a, 1);
+        // Unlinked: gone at once (no reference), and a new file there gets a new number.
+        t.detach("/a");
         assert_eq!(t.path(a), None);
-        // A new number after the old one was forgotten: the kernel never sees a reused ino for
-        // a different path while it still holds the old one.
         let b = t.lookup("/a");
         assert_ne!(a, b);
+        // Unlinked while the kernel holds it: it stays until forgotten.
+        t.detach("/a");
+        assert_eq!(t.path(b).as_deref(), Some("/a"));
+        assert_eq!(t.forget(b, 1).as_deref(), Some("/a"));
+        assert_eq!(t.path(b), None);
         t.forget(ROOT, 100);
         assert_eq!(t.path(ROOT).as_deref(), Some("/"));
     }

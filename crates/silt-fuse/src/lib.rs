@@ -20,8 +20,8 @@
 //!   `unlink`, `mkdir`, `rmdir` and `rename` call the client and keep the inode table in
 //!   step (a renamed path and everything below it keep their numbers).
 //! - `setattr` of a size truncates (through the handle's session, or `Client::truncate_path`
-//!   for `truncate(2)`); mode, owner and times are accepted and ignored (stores keep none of
-//!   them; `cp -p`, `touch` and editors set them), answering the current attributes.
+//!   for `truncate(2)`); mode, owner and times go to `Client::set_attrs` (POSIX rules, kept
+//!   by the store). Created files and directories get the caller's uid/gid and mode.
 //!
 //! Errors beside the client's: a name over 255 bytes is `ENAMETOOLONG`; `RENAME_EXCHANGE` is
 //! `EINVAL`; `RENAME_NOREPLACE` onto an existing name is `EEXIST`.
@@ -206,6 +206,41 @@ struct WriteHandle {
     writer: FileWriter,
 }
 
+/// The credentials of a request: its uid and gid, and the supplementary groups of its
+/// process (from `/proc`; none if it is gone).
+fn caller(req: &Request) -> silt_client::attrs::Caller {
+    let groups = std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Groups:").map(|g| {
+                    g.split_whitespace()
+                        .filter_map(|v| v.parse().ok())
+                        .collect()
+                })
+            })
+        })
+        .unwrap_or_default();
+    silt_client::attrs::Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+        groups,
+    }
+}
+
+/// What a file or directory created by `req` gets: `mode` (the kernel applied the umask)
+/// and the caller's owner and group where they differ from Silt's own (which a new local
+/// file has already, and which an entry without stored owner reports).
+fn new_attrs(req: &Request, mode: u32) -> silt_ufs::SetAttrs {
+    let (uid, gid) = silt_client::attrs::default_owner();
+    silt_ufs::SetAttrs {
+        mode: Some(mode & 0o7777),
+        uid: (req.uid() != uid).then_some(req.uid()),
+        gid: (req.gid() != gid).then_some(req.gid()),
+        ..Default::default()
+    }
+}
+
 /// The process (thread group) of thread `pid`, from `/proc`; `None` if it cannot be read.
 fn process_of(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -290,8 +325,6 @@ pub struct SiltFs {
     /// The first handle number of this daemon: smaller ones were handed to the kernel by a
     /// daemon before a takeover (see `reopen_old_handle`).
     fh_base: u64,
-    uid: u32,
-    gid: u32,
     started: SystemTime,
 }
 
@@ -301,8 +334,6 @@ fn errno(e: &Error) -> Errno {
 
 impl SiltFs {
     pub fn new(client: Arc<Client>, opts: FuseOptions, state: Arc<FuseState>) -> Self {
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         SiltFs {
             client,
             opts,
@@ -315,8 +346,6 @@ impl SiltFs {
             kernel_cached: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             fh_base: 1,
-            uid,
-            gid,
             started: SystemTime::now(),
         }
     }
@@ -412,23 +441,24 @@ impl SiltFs {
         } else {
             e.mtime.unwrap_or(self.started)
         };
+        let (uid, gid, mode) = silt_client::attrs::owner_and_mode(e);
         // Write bits only where writes are allowed (a directory: where something at or below
         // it may be written, so the kernel lets a create reach a writable prefix).
-        let perm = match (e.mode, self.writable_attr(&e.path, is_dir)) {
-            (Some(m), true) => (m & 0o7777) as u16,
-            (Some(m), false) => (m & 0o7777 & !0o222) as u16,
-            (None, true) if is_dir => 0o755,
-            (None, true) => 0o644,
-            (None, false) if is_dir => 0o555,
-            (None, false) => 0o444,
+        let perm = if self.writable_attr(&e.path, is_dir) {
+            mode as u16
+        } else {
+            (mode & !0o222) as u16
         };
+        // ctime: the store's (a local file's, S3's x-amz-meta-ctime), never before the mtime
+        // (a directory's moves with its entries).
+        let ctime = e.posix.ctime.map_or(mtime, |c| c.max(mtime));
         FileAttr {
             ino: INodeNo(ino),
             size: e.size,
             blocks: e.size.div_ceil(512),
-            atime: mtime,
+            atime: e.posix.atime.unwrap_or(mtime),
             mtime,
-            ctime: mtime,
+            ctime,
             crtime: mtime,
             kind: if is_dir {
                 FileType::Directory
@@ -436,9 +466,16 @@ impl SiltFs {
                 FileType::RegularFile
             },
             perm,
-            nlink: if is_dir { 2 } else { 1 },
-            uid: self.uid,
-            gid: self.gid,
+            // A directory: its "." and its parent's entry, plus each subdirectory's "..",
+            // while its listing is known; else 1, the convention for "not counted" (so
+            // tools never rely on the count to skip subdirectories).
+            nlink: match (is_dir, is_dir.then(|| self.client.cached_subdirs(&e.path))) {
+                (true, Some(Some(n))) => 2 + n.min(u32::MAX as u64 - 2) as u32,
+                (true, _) => 1,
+                (false, _) => 1,
+            },
+            uid,
+            gid,
             rdev: 0,
             // stdio and cp size their buffers from st_blksize: one cache page per read.
             blksize: self.client.worker().page_size().min(u32::MAX as u64) as u32,
@@ -622,6 +659,7 @@ impl SiltFs {
             size: h.writer.len(),
             mtime: None,
             mode: None,
+            posix: Default::default(),
             object: None,
         };
         Some(self.attr(ino.0, &e))
@@ -654,19 +692,21 @@ impl SiltFs {
 
     /// A directory's mtime tells the kernel whether the listing in its readdir cache is still
     /// current (the kernel drops the cache when the mtime it gets differs from the one it saw
-    /// when filling it). While the policy trusts Silt's cached listing, the mtime is the
-    /// store's (local directories; the mount's start for S3, which has none) to the second,
-    /// and the listing's digest below it: equal exactly while the names and kinds are.
-    /// Otherwise it is now, so the kernel asks readdir again, which revalidates the listing.
-    fn dir_mtime(&self, path: &str, store_mtime: Option<SystemTime>) -> SystemTime {
-        match self.client.listing_digest(path) {
-            Some(d) => {
-                let base = store_mtime.unwrap_or(self.started);
-                let secs = base.duration_since(UNIX_EPOCH).map_or(0, |t| t.as_secs());
-                UNIX_EPOCH + Duration::new(secs, (d % 1_000_000_000) as u32)
-            }
-            None => SystemTime::now(),
-        }
+    /// when filling it). The seconds are the directory's own (the store's, moved by changes
+    /// through this client; the mount's start for an S3 prefix, which has none); the
+    /// nanoseconds carry the cached listing's digest while the policy trusts it (equal exactly
+    /// while the names and kinds are), else a value that changes with every answer, so the
+    /// kernel asks readdir again, which revalidates the listing.
+    fn dir_mtime(&self, path: &str, mtime: Option<SystemTime>) -> SystemTime {
+        let base = mtime.unwrap_or(self.started);
+        let secs = base.duration_since(UNIX_EPOCH).map_or(0, |t| t.as_secs());
+        let nanos = match self.client.listing_digest(path) {
+            Some(d) => (d % 1_000_000_000) as u32,
+            None => SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |t| t.subsec_nanos()),
+        };
+        UNIX_EPOCH + Duration::new(secs, nanos)
     }
 
     /// Opens the backing file for passthrough if the whole object is on local disk, or lent
@@ -921,13 +961,13 @@ impl fuser::Filesystem for SiltFs {
         }
     }
 
-    /// Sizes truncate (see `truncate`). Mode, owner and times are accepted and ignored where
-    /// writes are allowed: stores keep none of them, and `cp -p`, `touch` and editors set
-    /// them; the reply carries the current attributes. Elsewhere they are `EROFS`.
+    /// Sizes truncate (see `truncate`). Mode, owner and times go to the client
+    /// (`Client::set_attrs`: POSIX permission rules, then the store or, for a file not
+    /// committed yet, its first commit). Outside writable prefixes they are `EROFS`.
     #[allow(clippy::too_many_arguments)]
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -951,14 +991,32 @@ impl fuser::Filesystem for SiltFs {
             if let Err(e) = self.truncate(&path, fh, size) {
                 return reply.error(errno(&e));
             }
-        } else {
-            let changes = mode.is_some()
-                || uid.is_some()
-                || gid.is_some()
-                || atime.is_some()
-                || mtime.is_some();
-            if changes && !self.client.write_rules().writable_at_or_below(&path) {
+        }
+        let changes =
+            mode.is_some() || uid.is_some() || gid.is_some() || atime.is_some() || mtime.is_some();
+        if changes {
+            if !self.client.write_rules().writable_at_or_below(&path) {
                 return reply.error(Errno::EROFS);
+            }
+            let now = SystemTime::now();
+            let time = |t: Option<TimeOrNow>| match t {
+                Some(TimeOrNow::Now) => Some(now),
+                Some(TimeOrNow::SpecificTime(t)) => Some(t),
+                None => None,
+            };
+            let is_now = |t: &Option<TimeOrNow>| t.is_none() || matches!(t, Some(TimeOrNow::Now));
+            let change = silt_client::attrs::AttrChange {
+                set: silt_ufs::SetAttrs {
+                    mode: mode.map(|m| m & 0o7777),
+                    uid,
+                    gid,
+                    atime: time(atime),
+                    mtime: time(mtime),
+                },
+                times_now: is_now(&atime) && is_now(&mtime),
+            };
+            if let Err(e) = self.block(self.client.set_attrs(&path, &caller(req), &change)) {
+                return reply.error(errno(&e));
             }
         }
         if let Some(attr) = self.detached_attr(ino, fh, &path) {
@@ -1248,7 +1306,7 @@ impl fuser::Filesystem for SiltFs {
         req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
+        mode: u32,
         _umask: u32,
         flags: i32,
         reply: ReplyCreate,
@@ -1265,6 +1323,7 @@ impl fuser::Filesystem for SiltFs {
             exclusive: flags & libc::O_EXCL != 0,
             truncate: flags & libc::O_TRUNC != 0,
             append: flags & libc::O_APPEND != 0,
+            create_attrs: new_attrs(req, mode),
             ..Default::default()
         };
         let ino = self.inodes.lock().peek_or_assign(&path);
@@ -1308,10 +1367,10 @@ impl fuser::Filesystem for SiltFs {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
+        mode: u32,
         _umask: u32,
         reply: ReplyEntry,
     ) {
@@ -1319,7 +1378,7 @@ impl fuser::Filesystem for SiltFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        match self.block(self.client.mkdir(&path)) {
+        match self.block(self.client.mkdir_attrs(&path, &new_attrs(req, mode))) {
             Ok(e) => {
                 let ino = self.inodes.lock().lookup(&path);
                 let (attr_ttl, entry_ttl) = self.ttls(&e);
@@ -1380,6 +1439,19 @@ impl fuser::Filesystem for SiltFs {
         }
         self.inodes.lock().rename(&from, &to);
         reply.ok();
+    }
+
+    /// Hard links: `EPERM` (docs/SEMANTICS.md). Silt names files by path, and no store here
+    /// can give one object two names that stay one file.
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EPERM);
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -1443,7 +1515,7 @@ impl fuser::Filesystem for SiltFs {
         };
         let self_entry = match self
             .path_of(ino)
-            .and_then(|p| self.stat_path(&p).map_err(|e| errno(&e)))
+            .and_then(|p| self.stat_live(&p).map(|(e, _)| e).map_err(|e| errno(&e)))
         {
             Ok(e) => e,
             Err(e) => return reply.error(e),

@@ -175,6 +175,7 @@ impl S3Server {
             timeout: Duration::from_secs(10),
             list_page: 1000,
             retries: 2,
+            list_attrs: false,
         }
     }
 

@@ -302,6 +302,22 @@ impl UnderStore for FaultStore {
         self.before(FaultOp::Write, from).await?;
         self.inner.copy(from, to).await
     }
+
+    async fn write_from_attrs(
+        &self,
+        path: &str,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+        attrs: &crate::SetAttrs,
+    ) -> Result<ObjectMeta> {
+        self.before(FaultOp::Write, path).await?;
+        self.inner.write_from_attrs(path, src, len, attrs).await
+    }
+
+    async fn set_attrs(&self, path: &str, attrs: &crate::SetAttrs) -> Result<ObjectMeta> {
+        self.before(FaultOp::Write, path).await?;
+        self.inner.set_attrs(path, attrs).await
+    }
 }
 
 #[cfg(test)]

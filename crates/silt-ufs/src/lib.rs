@@ -46,8 +46,50 @@ pub struct ObjectMeta {
     pub etag: Option<String>,
     /// Object version id, if the store versions objects.
     pub version: Option<String>,
-    /// POSIX permission bits, if the store keeps them (local directories).
+    /// POSIX permission bits (`0o7777`), if the store keeps them (local directories, S3
+    /// objects with `x-amz-meta-mode`).
     pub mode: Option<u32>,
+    /// Owner, group and times beside the mtime, where the store keeps them.
+    pub posix: Posix,
+}
+
+/// POSIX attributes beyond the permission bits: on a local directory the real ones, on S3
+/// the object's user metadata in the conventions s3fs-fuse uses (`x-amz-meta-uid`, `-gid`,
+/// `-atime`, `-ctime`; see `opendal_store.rs`). `None`: the store has no value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Posix {
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<SystemTime>,
+    pub ctime: Option<SystemTime>,
+}
+
+/// A change of attributes (`UnderStore::set_attrs`); `None` leaves one as it is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttrs {
+    /// Permission bits (`0o7777`).
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<SystemTime>,
+    pub mtime: Option<SystemTime>,
+}
+
+impl SetAttrs {
+    pub fn is_empty(&self) -> bool {
+        *self == SetAttrs::default()
+    }
+
+    /// `self`, with what `later` sets replacing it.
+    pub fn then(self, later: SetAttrs) -> SetAttrs {
+        SetAttrs {
+            mode: later.mode.or(self.mode),
+            uid: later.uid.or(self.uid),
+            gid: later.gid.or(self.gid),
+            atime: later.atime.or(self.atime),
+            mtime: later.mtime.or(self.mtime),
+        }
+    }
 }
 
 impl ObjectMeta {
@@ -61,6 +103,7 @@ impl ObjectMeta {
             etag: None,
             version: None,
             mode: None,
+            posix: Posix::default(),
         }
     }
 
@@ -89,9 +132,13 @@ impl ObjectMeta {
             .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
             .map(|d| d.as_nanos());
         let mode = self.mode.map_or(String::new(), |m| format!("{m:o}"));
+        let owner = match (self.posix.uid, self.posix.gid) {
+            (None, None) => String::new(),
+            (u, g) => format!(":own:{}:{}", u.unwrap_or(u32::MAX), g.unwrap_or(u32::MAX)),
+        };
         match (&self.version, &self.etag, mtime_ns) {
-            (None, None, _) | (_, _, None) => format!("mode:{mode}"),
-            (_, _, Some(t)) => format!("mode:{mode}:mtime:{t}"),
+            (None, None, _) | (_, _, None) => format!("mode:{mode}{owner}"),
+            (_, _, Some(t)) => format!("mode:{mode}{owner}:mtime:{t}"),
         }
     }
 
@@ -111,6 +158,10 @@ pub struct Capabilities {
     /// `rename` moves a whole directory in one operation (a local directory). Otherwise
     /// `rename` takes files only, and a caller moves a directory object by object.
     pub rename_dirs: bool,
+    /// A write replaces a file's attributes with the ones it passes (`write_from_attrs`), as
+    /// an object store's PUT replaces the user metadata. Otherwise a write keeps them (a local
+    /// file written in place).
+    pub write_replaces_attrs: bool,
 }
 
 /// An under-store.
@@ -142,6 +193,13 @@ pub struct Capabilities {
 ///   is `NotFound`.
 /// - `copy(from, to)` copies the file `from` to `to` (server-side where the store can),
 ///   replacing a file at `to`, and returns `to`'s metadata.
+/// - `set_attrs(path, attrs)` changes the permission bits, owner, group, atime and mtime of the
+///   file or directory `path` (what `attrs` leaves `None` stays) and returns its metadata,
+///   which then shows them. A local directory changes the real ones (chmod, lchown,
+///   utimensat: the content fingerprint of a file moves with its mtime); an object store
+///   keeps them in the object's user metadata, changing only the metadata fingerprint where
+///   the store can (the bytes are never changed). A store that cannot keep them answers
+///   `Unsupported`. A missing path is `NotFound`.
 /// - Errors carry a kind whose `is_retryable()` tells whether trying again can help; messages
 ///   never contain credentials.
 /// - The directory and rename methods have defaults that answer `Unsupported`, so wrappers and
@@ -175,6 +233,22 @@ pub trait UnderStore: Send + Sync + 'static {
             .map_err(|e| e.context(format!("write {path}: reading the local bytes")))?;
         self.write(path, data).await
     }
+    /// `write_from`, the new version carrying the attributes `attrs` (the mode, owner and
+    /// times of a created file, or those a rewrite must keep where a write replaces them).
+    /// An object store sends them with the upload; this default writes, then `set_attrs`.
+    async fn write_from_attrs(
+        &self,
+        path: &str,
+        src: &dyn ReadAt,
+        len: u64,
+        attrs: &SetAttrs,
+    ) -> Result<ObjectMeta> {
+        let meta = self.write_from(path, src, len).await?;
+        if attrs.is_empty() {
+            return Ok(meta);
+        }
+        self.set_attrs(path, attrs).await
+    }
     /// Deletes an object; deleting a missing object is not an error.
     async fn delete(&self, path: &str) -> Result<()>;
     /// Makes `path` a directory (see the trait invariants); returns its metadata.
@@ -193,6 +267,11 @@ pub trait UnderStore: Send + Sync + 'static {
     /// Copies the file `from` to `to`; returns `to`'s metadata.
     async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
         Err(unsupported(self.uri(), "copy", from).context(format!("to {to}")))
+    }
+    /// Changes attributes of `path` (see the trait invariants); returns its new metadata.
+    async fn set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
+        let _ = attrs;
+        Err(unsupported(self.uri(), "set_attrs", path))
     }
 }
 

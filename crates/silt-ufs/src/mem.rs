@@ -10,7 +10,9 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use silt_common::{Error, ErrorKind, Result};
 
-use crate::{normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, UnderStore};
+use crate::{
+    normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, SetAttrs, UnderStore,
+};
 
 /// An in-memory fake of an object store, keeping every [`UnderStore`] invariant.
 ///
@@ -41,6 +43,8 @@ struct State {
     objects: BTreeMap<String, Object>,
     /// Directory markers (`create_dir`), by path without the trailing `/`.
     dirs: BTreeSet<String>,
+    /// Attributes set on directories (`set_attrs`): mode, owner and times.
+    dir_attrs: BTreeMap<String, (Option<u32>, Posix, Option<SystemTime>)>,
     next_etag: u64,
 }
 
@@ -49,6 +53,7 @@ struct Object {
     etag: String,
     mtime: SystemTime,
     mode: Option<u32>,
+    posix: Posix,
 }
 
 impl Object {
@@ -61,6 +66,7 @@ impl Object {
             etag: Some(self.etag.clone()),
             version: None,
             mode: self.mode,
+            posix: self.posix,
         }
     }
 }
@@ -76,6 +82,7 @@ impl MemStore {
                 native_recursive_list: true,
                 conditional_read: true,
                 rename_dirs: false,
+                write_replaces_attrs: true,
             },
         }
     }
@@ -167,6 +174,7 @@ impl State {
             etag: format!("{:016x}", self.next_etag),
             mtime: SystemTime::now(),
             mode: None,
+            posix: Posix::default(),
         };
         let meta = obj.meta(path);
         self.objects.insert(path.to_string(), obj);
@@ -192,6 +200,17 @@ impl State {
     /// Whether anything (an object or a marker) lies below `dir`.
     fn has_below(&self, dir: &str) -> bool {
         self.below(dir).next().is_some() || self.markers_below(dir).next().is_some()
+    }
+
+    /// A directory's metadata, with the attributes set on it.
+    fn dir_meta(&self, path: &str) -> ObjectMeta {
+        let mut m = ObjectMeta::dir(path);
+        if let Some((mode, posix, mtime)) = self.dir_attrs.get(path) {
+            m.mode = *mode;
+            m.posix = *posix;
+            m.mtime = *mtime;
+        }
+        m
     }
 
     /// Whether `path` is a directory: a marker, or something below it.
@@ -223,13 +242,13 @@ impl UnderStore for MemStore {
         let path = normalize_path(path)?;
         let state = self.state.lock();
         if path.is_empty() {
-            return Ok(ObjectMeta::dir(""));
+            return Ok(state.dir_meta(""));
         }
         if let Some(obj) = state.objects.get(path) {
             return Ok(obj.meta(path));
         }
         if state.is_dir(path) {
-            return Ok(ObjectMeta::dir(path));
+            return Ok(state.dir_meta(path));
         }
         Err(Error::not_found(format!(
             "stat {}: not found",
@@ -272,7 +291,7 @@ impl UnderStore for MemStore {
                 Error::not_found(format!("list {}: no such directory", self.full(dir)))
             });
         }
-        out.extend(subdirs.iter().map(|d| ObjectMeta::dir(d)));
+        out.extend(subdirs.iter().map(|d| state.dir_meta(d)));
         Ok(out)
     }
 
@@ -370,6 +389,37 @@ impl UnderStore for MemStore {
             return Ok(state.objects[from].meta(from));
         }
         Ok(state.insert(to, data))
+    }
+
+    async fn set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
+        self.count();
+        let path = normalize_path(path)?;
+        let mut state = self.state.lock();
+        let now = SystemTime::now();
+        if let Some(obj) = state.objects.get_mut(path) {
+            // Metadata only: the ETag (content fingerprint) stays.
+            obj.mode = attrs.mode.or(obj.mode);
+            obj.posix.uid = attrs.uid.or(obj.posix.uid);
+            obj.posix.gid = attrs.gid.or(obj.posix.gid);
+            obj.posix.atime = attrs.atime.or(obj.posix.atime);
+            obj.posix.ctime = Some(now);
+            obj.mtime = attrs.mtime.unwrap_or(obj.mtime);
+            return Ok(obj.meta(path));
+        }
+        if !state.is_dir(path) {
+            return Err(Error::not_found(format!(
+                "set_attrs {}: not found",
+                self.full(path)
+            )));
+        }
+        let (mode, mut posix, mtime) = state.dir_attrs.get(path).copied().unwrap_or_default();
+        posix.uid = attrs.uid.or(posix.uid);
+        posix.gid = attrs.gid.or(posix.gid);
+        posix.atime = attrs.atime.or(posix.atime);
+        posix.ctime = Some(now);
+        let v = (attrs.mode.or(mode), posix, attrs.mtime.or(mtime));
+        state.dir_attrs.insert(path.to_string(), v);
+        Ok(state.dir_meta(path))
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::ops::Range;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,7 +28,9 @@ use silt_common::{Error, ErrorKind, Result};
 use tracing::debug;
 
 use crate::uri::StoreUri;
-use crate::{normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, UnderStore};
+use crate::{
+    normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, SetAttrs, UnderStore,
+};
 
 /// S3 connection options (see the `s3_*` and `ufs_*` options in `silt_common::config`).
 /// `timeout` and `retries` apply to every OpenDAL-backed store.
@@ -50,6 +52,9 @@ pub struct S3Options {
     pub list_page: usize,
     /// Retries of a retryable failure, with exponential backoff.
     pub retries: usize,
+    /// HEAD every file a listing returns, for the mode, owner and times in its user metadata
+    /// (a listing carries none): one request per file, as s3fs-fuse pays.
+    pub list_attrs: bool,
 }
 
 impl Default for S3Options {
@@ -64,6 +69,7 @@ impl Default for S3Options {
             timeout: Duration::from_secs(30),
             list_page: 1000,
             retries: 3,
+            list_attrs: false,
         }
     }
 }
@@ -79,6 +85,7 @@ impl S3Options {
             timeout: cfg.ufs_timeout,
             list_page: cfg.ufs_list_page,
             retries: cfg.ufs_retries,
+            list_attrs: cfg.s3_list_attrs,
         }
     }
 
@@ -133,6 +140,8 @@ pub struct OpendalStore {
     retries: usize,
     /// Keys per listing page (S3 max-keys).
     list_page: usize,
+    /// HEAD each listed file for its attributes (`S3Options::list_attrs`).
+    list_attrs: bool,
     /// Whether the store answers (see [`Stall`]); shared by clones.
     stall: Arc<Stall>,
 }
@@ -264,6 +273,7 @@ impl OpendalStore {
             timeout,
             retries: 0,
             list_page: 1000,
+            list_attrs: false,
             stall: Arc::default(),
         })
     }
@@ -352,6 +362,7 @@ impl OpendalStore {
             timeout: opts.timeout,
             retries: opts.retries,
             list_page: opts.list_page.max(1),
+            list_attrs: opts.list_attrs,
             stall: Arc::default(),
         })
     }
@@ -756,7 +767,116 @@ impl OpendalStore {
             .copy(from, to)
             .await
             .map_err(|e| self.map_err("copy", from, e))?;
-        self.written_meta(to, &copied, src.size).await
+        let mut meta = self.written_meta(to, &copied, src.size).await?;
+        if let Backend::S3 { .. } = self.backend {
+            // A copy keeps the user metadata (S3's default directive), which the copy's own
+            // answer does not repeat.
+            meta.mode = meta.mode.or(src.mode);
+            meta.posix = Posix {
+                uid: meta.posix.uid.or(src.posix.uid),
+                gid: meta.posix.gid.or(src.posix.gid),
+                atime: meta.posix.atime.or(src.posix.atime),
+                ctime: meta.posix.ctime.or(src.posix.ctime),
+            };
+        }
+        Ok(meta)
+    }
+
+    /// S3 keeps attributes in the object's user metadata, which only a new version of the
+    /// object can change; OpenDAL's copy cannot replace metadata, so the object is read and
+    /// written again with it (its bytes unchanged): a GET and a PUT of the whole object, up to
+    /// [`S3_ATTR_REWRITE_MAX`] bytes. Directories (prefixes) keep no attributes.
+    async fn s3_set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
+        let cur = self.stat_inner(path).await?;
+        if cur.kind == EntryKind::Dir {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "set attributes of {}: S3 directories (prefixes) keep no attributes",
+                    self.full(path)
+                ),
+            ));
+        }
+        if cur.size > S3_ATTR_REWRITE_MAX {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "set attributes of {}: changing them rewrites the object, and it is larger than {} MiB",
+                    self.full(path),
+                    S3_ATTR_REWRITE_MAX >> 20
+                ),
+            ));
+        }
+        let etag = cur.etag.clone().unwrap_or_default();
+        let data = self.s3_read(path, 0..cur.size, &etag).await?;
+        let meta = s3_user_metadata(&cur, attrs);
+        UFS_REQUESTS.inc();
+        let written = self
+            .op
+            .write_with(path, data)
+            .user_metadata(meta)
+            .await
+            .map_err(|e| self.map_err("set attributes", path, e))?;
+        let _ = written;
+        self.stat_inner(path).await
+    }
+
+    /// `write_from`, with S3 user metadata (`x-amz-meta-` keys without the prefix).
+    async fn write_from_meta(
+        &self,
+        path: &str,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+        user: Option<Vec<(String, String)>>,
+    ) -> Result<ObjectMeta> {
+        let path = self.writable(path)?;
+        if let Backend::Fs { root } = &self.backend {
+            let has_holes = (0..len)
+                .step_by(WRITE_PART)
+                .any(|off| src.is_hole(off, (len - off).min(WRITE_PART as u64)));
+            if has_holes {
+                return self
+                    .count_errors(self.fs_write_sparse(root, path, src, len))
+                    .await;
+            }
+        }
+        self.count_errors(async {
+            // One PUT up to a part's size, else initiate + one request per part + complete.
+            let part = part_size(len);
+            let parts = len.div_ceil(part as u64);
+            UFS_REQUESTS.add(if parts <= 1 { 1 } else { parts + 2 });
+            let mut w = match user {
+                Some(user) => {
+                    self.op
+                        .writer_with(path)
+                        .chunk(part)
+                        .user_metadata(user)
+                        .await
+                }
+                None => self.op.writer_with(path).chunk(part).await,
+            }
+            .map_err(|e| self.map_err("write", path, e))?;
+            let mut off = 0u64;
+            while off < len {
+                let n = (len - off).min(part as u64) as usize;
+                let part = src.read_at(off, n).map_err(|e| {
+                    e.context(format!(
+                        "write {}: reading the local bytes",
+                        self.full(path)
+                    ))
+                })?;
+                w.write(part)
+                    .await
+                    .map_err(|e| self.map_err("write", path, e))?;
+                off += n as u64;
+            }
+            let written = w
+                .close()
+                .await
+                .map_err(|e| self.map_err("write", path, e))?;
+            self.written_meta(path, &written, len).await
+        })
+        .await
     }
 
     /// Starts a listing of `dir` (one request, counted); returns it with the `dir/` prefix.
@@ -948,6 +1068,31 @@ impl OpendalStore {
         Ok(Some(entries.into_iter().map(s3_entry).collect()))
     }
 
+    /// The listed files with the attributes of their user metadata (one HEAD each, some in
+    /// flight at once) when `list_attrs` asks for them; a file gone meanwhile is left out.
+    async fn s3_with_attrs(&self, v: Vec<ObjectMeta>) -> Result<Vec<ObjectMeta>> {
+        if !self.list_attrs {
+            return Ok(v);
+        }
+        let out: Vec<Result<Option<ObjectMeta>>> = futures::stream::iter(v)
+            .map(|m| async move {
+                if m.kind == EntryKind::Dir {
+                    return Ok(Some(m));
+                }
+                UFS_REQUESTS.inc();
+                match self.op.stat(&m.path).await {
+                    Ok(h) if !h.is_dir() => Ok(Some(s3_meta(m.path.clone(), &h))),
+                    Ok(_) => Ok(Some(m)),
+                    Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(self.map_err("stat", &m.path, e)),
+                }
+            })
+            .buffered(SPLIT_CONCURRENCY * 2)
+            .collect()
+            .await;
+        out.into_iter().filter_map(|r| r.transpose()).collect()
+    }
+
     /// Ranged GET with If-Match on the expected ETag: the store refuses a newer version.
     async fn s3_read(&self, path: &str, range: Range<u64>, etag: &str) -> Result<Bytes> {
         UFS_REQUESTS.inc();
@@ -1108,8 +1253,17 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
         etag: None,
         version: None,
         mode: Some(md.permissions().mode() & 0o7777),
+        posix: Posix {
+            uid: Some(md.uid()),
+            gid: Some(md.gid()),
+            atime: md.accessed().ok(),
+            ctime: epoch_time(md.ctime(), md.ctime_nsec()),
+        },
     })
 }
+
+/// Largest S3 object whose attributes can be changed (each change rewrites it whole).
+pub const S3_ATTR_REWRITE_MAX: u64 = 64 << 20;
 
 /// Part size of a multipart upload (`write_from`): memory per upload in flight.
 const WRITE_PART: usize = 8 << 20;
@@ -1161,15 +1315,142 @@ fn s3_meta(path: String, m: &Metadata) -> ObjectMeta {
             .as_secs();
         Some(UNIX_EPOCH + Duration::from_secs(secs))
     });
+    let user = m.user_metadata();
+    let attr = |k: &str| -> Option<String> {
+        user.as_ref()?
+            .into_iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(k))
+            .map(|(_, v)| v.to_string())
+    };
+    let time = |k: &str| attr(k).and_then(|v| parse_s3_time(&v));
+    let id = |k: &str| attr(k).and_then(|v| v.trim().parse::<u32>().ok());
     ObjectMeta {
         path,
         kind: EntryKind::File,
         size: m.content_length(),
-        mtime,
+        // s3fs keeps the file's mtime in its metadata; Last-Modified is the upload's time.
+        mtime: time(S3_MTIME).or(mtime),
         etag: m.etag().map(strip_etag),
         version: None,
-        mode: None,
+        mode: attr(S3_MODE)
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .map(|v| v & 0o7777),
+        posix: Posix {
+            uid: id(S3_UID),
+            gid: id(S3_GID),
+            atime: time(S3_ATIME),
+            ctime: time(S3_CTIME),
+        },
     }
+}
+
+/// User metadata keys of POSIX attributes, as s3fs-fuse writes them (`x-amz-meta-` + key):
+/// the mode in decimal with the file type bits, ids in decimal, times in seconds since the
+/// epoch (a fraction accepted on reading).
+const S3_MODE: &str = "mode";
+const S3_UID: &str = "uid";
+const S3_GID: &str = "gid";
+const S3_MTIME: &str = "mtime";
+const S3_ATIME: &str = "atime";
+const S3_CTIME: &str = "ctime";
+
+/// `S_IFREG`: the type bits s3fs-fuse stores with a regular file's mode.
+const S_IFREG: u32 = 0o100000;
+
+fn parse_s3_time(v: &str) -> Option<SystemTime> {
+    let v = v.trim();
+    let (secs, frac) = v.split_once('.').unwrap_or((v, ""));
+    let secs: u64 = secs.parse().ok()?;
+    let digits: String = frac.chars().take(9).collect();
+    let nanos = if digits.is_empty() {
+        0
+    } else {
+        let n: u32 = digits.parse().ok()?;
+        n * 10u32.pow(9 - digits.len() as u32)
+    };
+    UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+}
+
+fn secs(t: SystemTime) -> String {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        .to_string()
+}
+
+/// The user metadata of an object with the attributes of `m` changed by `set`, keys without
+/// the `x-amz-meta-` prefix (OpenDAL adds it).
+fn s3_user_metadata(m: &ObjectMeta, set: &SetAttrs) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(mode) = set.mode.or(m.mode) {
+        out.push((S3_MODE.to_string(), (S_IFREG | (mode & 0o7777)).to_string()));
+    }
+    if let Some(uid) = set.uid.or(m.posix.uid) {
+        out.push((S3_UID.to_string(), uid.to_string()));
+    }
+    if let Some(gid) = set.gid.or(m.posix.gid) {
+        out.push((S3_GID.to_string(), gid.to_string()));
+    }
+    if let Some(t) = set
+        .mtime
+        .or(m.mtime.filter(|_| !set.is_empty() || m.mode.is_some()))
+    {
+        out.push((S3_MTIME.to_string(), secs(t)));
+    }
+    if let Some(t) = set.atime.or(m.posix.atime) {
+        out.push((S3_ATIME.to_string(), secs(t)));
+    }
+    out.push((S3_CTIME.to_string(), secs(SystemTime::now())));
+    out
+}
+
+/// A time from `stat`'s seconds and nanoseconds, if it is after the epoch.
+fn epoch_time(secs: i64, nanos: i64) -> Option<SystemTime> {
+    let secs = u64::try_from(secs).ok()?;
+    let nanos = u32::try_from(nanos).ok()?;
+    UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+}
+
+/// `chmod`, `lchown` and `utimensat` of a local path, as asked.
+fn fs_set_attrs(p: &Path, a: &SetAttrs) -> std::io::Result<()> {
+    if let Some(mode) = a.mode {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode & 0o7777))?;
+    }
+    if a.uid.is_some() || a.gid.is_some() {
+        std::os::unix::fs::lchown(p, a.uid, a.gid)?;
+    }
+    if a.atime.is_some() || a.mtime.is_some() {
+        let ts = |t: Option<SystemTime>| match t.map(|t| t.duration_since(UNIX_EPOCH)) {
+            Some(Ok(d)) => libc::timespec {
+                tv_sec: d.as_secs() as libc::time_t,
+                tv_nsec: d.subsec_nanos() as _,
+            },
+            // Before the epoch: the epoch.
+            Some(Err(_)) => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            None => libc::timespec {
+                tv_sec: 0,
+                tv_nsec: libc::UTIME_OMIT,
+            },
+        };
+        let times = [ts(a.atime), ts(a.mtime)];
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        // SAFETY: a valid C string and two timespecs.
+        let rc = unsafe {
+            libc::utimensat(
+                libc::AT_FDCWD,
+                c.as_ptr(),
+                times.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 fn strip_etag(etag: &str) -> String {
@@ -1193,11 +1474,13 @@ impl UnderStore for OpendalStore {
                 native_recursive_list: false,
                 conditional_read: false,
                 rename_dirs,
+                write_replaces_attrs: false,
             },
             Backend::S3 { .. } => Capabilities {
                 native_recursive_list: true,
                 conditional_read: true,
                 rename_dirs,
+                write_replaces_attrs: true,
             },
         }
     }
@@ -1212,10 +1495,13 @@ impl UnderStore for OpendalStore {
         self.count_errors(async {
             match &self.backend {
                 Backend::Fs { root } => self.fs_list(root, dir, recursive).await,
-                Backend::S3 { .. } => Ok(self
-                    .s3_list(dir, recursive, usize::MAX)
-                    .await?
-                    .unwrap_or_default()),
+                Backend::S3 { .. } => {
+                    let v = self
+                        .s3_list(dir, recursive, usize::MAX)
+                        .await?
+                        .unwrap_or_default();
+                    self.s3_with_attrs(v).await
+                }
             }
         })
         .await
@@ -1229,7 +1515,10 @@ impl UnderStore for OpendalStore {
                     let all = self.fs_list(root, dir, true).await?;
                     Ok((all.len() <= max).then_some(all))
                 }
-                Backend::S3 { .. } => self.s3_list_tree(dir, max).await,
+                Backend::S3 { .. } => match self.s3_list_tree(dir, max).await? {
+                    Some(v) => self.s3_with_attrs(v).await.map(Some),
+                    None => Ok(None),
+                },
             }
         })
         .await
@@ -1272,49 +1561,38 @@ impl UnderStore for OpendalStore {
         src: &dyn silt_common::io::ReadAt,
         len: u64,
     ) -> Result<ObjectMeta> {
-        let path = self.writable(path)?;
-        if let Backend::Fs { root } = &self.backend {
-            let has_holes = (0..len)
-                .step_by(WRITE_PART)
-                .any(|off| src.is_hole(off, (len - off).min(WRITE_PART as u64)));
-            if has_holes {
-                return self
-                    .count_errors(self.fs_write_sparse(root, path, src, len))
-                    .await;
+        self.write_from_meta(path, src, len, None).await
+    }
+
+    async fn write_from_attrs(
+        &self,
+        path: &str,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+        attrs: &SetAttrs,
+    ) -> Result<ObjectMeta> {
+        match &self.backend {
+            // One upload with the attributes in its user metadata.
+            Backend::S3 { .. } if !attrs.is_empty() => {
+                let base = ObjectMeta::dir(path);
+                let mut meta = self
+                    .write_from_meta(path, src, len, Some(s3_user_metadata(&base, attrs)))
+                    .await?;
+                meta.mode = attrs.mode.or(meta.mode);
+                meta.posix.uid = attrs.uid.or(meta.posix.uid);
+                meta.posix.gid = attrs.gid.or(meta.posix.gid);
+                meta.posix.atime = attrs.atime.or(meta.posix.atime);
+                meta.mtime = attrs.mtime.or(meta.mtime);
+                Ok(meta)
+            }
+            _ => {
+                let meta = self.write_from(path, src, len).await?;
+                if attrs.is_empty() {
+                    return Ok(meta);
+                }
+                self.set_attrs(path, attrs).await
             }
         }
-        self.count_errors(async {
-            // One PUT up to a part's size, else initiate + one request per part + complete.
-            let part = part_size(len);
-            let parts = len.div_ceil(part as u64);
-            UFS_REQUESTS.add(if parts <= 1 { 1 } else { parts + 2 });
-            let mut w = self
-                .op
-                .writer_with(path)
-                .chunk(part)
-                .await
-                .map_err(|e| self.map_err("write", path, e))?;
-            let mut off = 0u64;
-            while off < len {
-                let n = (len - off).min(part as u64) as usize;
-                let part = src.read_at(off, n).map_err(|e| {
-                    e.context(format!(
-                        "write {}: reading the local bytes",
-                        self.full(path)
-                    ))
-                })?;
-                w.write(part)
-                    .await
-                    .map_err(|e| self.map_err("write", path, e))?;
-                off += n as u64;
-            }
-            let written = w
-                .close()
-                .await
-                .map_err(|e| self.map_err("write", path, e))?;
-            self.written_meta(path, &written, len).await
-        })
-        .await
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
@@ -1453,6 +1731,33 @@ impl UnderStore for OpendalStore {
         })
         .await
     }
+
+    async fn set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
+        let path = normalize_path(path)?;
+        self.count_errors(async {
+            match &self.backend {
+                Backend::Fs { root } => {
+                    let p = Self::fs_path(root, path);
+                    let a = *attrs;
+                    UFS_REQUESTS.inc();
+                    tokio::task::spawn_blocking(move || fs_set_attrs(&p, &a))
+                        .await
+                        .map_err(|e| Error::internal(format!("set_attrs: {e}")))?
+                        .map_err(|e| {
+                            let e = if e.kind() == std::io::ErrorKind::NotFound {
+                                Error::not_found(e.to_string())
+                            } else {
+                                Error::from(e)
+                            };
+                            e.context(format!("set attributes of {}", self.full(path)))
+                        })?;
+                    self.fs_stat(root, path).await
+                }
+                Backend::S3 { .. } => self.s3_set_attrs(path, attrs).await,
+            }
+        })
+        .await
+    }
 }
 
 #[cfg(test)]
@@ -1577,6 +1882,37 @@ mod tests {
 #[cfg(test)]
 mod part_tests {
     use super::*;
+
+    /// The user metadata keys and encodings s3fs-fuse reads and writes: `mode` in decimal
+    /// with the type bits, ids in decimal, times in seconds (a fraction accepted).
+    #[test]
+    fn s3fs_metadata_conventions() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let set = SetAttrs {
+            mode: Some(0o750),
+            uid: Some(1000),
+            gid: Some(100),
+            atime: Some(t),
+            mtime: Some(t),
+        };
+        let meta: std::collections::HashMap<String, String> =
+            s3_user_metadata(&ObjectMeta::dir("x"), &set)
+                .into_iter()
+                .collect();
+        assert_eq!(meta["mode"], "33256", "0100750 in decimal");
+        assert_eq!(meta["uid"], "1000");
+        assert_eq!(meta["gid"], "100");
+        assert_eq!(meta["mtime"], "1700000000");
+        assert_eq!(meta["atime"], "1700000000");
+        assert!(meta.contains_key("ctime"));
+        assert_eq!(parse_s3_time("1700000000"), Some(t));
+        assert_eq!(
+            parse_s3_time("1700000000.5"),
+            Some(t + Duration::from_millis(500))
+        );
+        assert_eq!(parse_s3_time("soon"), None);
+        assert_eq!(parse_s3_time("-1"), None);
+    }
 
     #[test]
     fn parts_stay_within_s3s_limit() {

@@ -12,6 +12,7 @@ use silt_common::ErrorKind;
 use silt_testkit::S3Server;
 use silt_ufs::{
     open_store, DynStore, EntryKind, Fault, FaultOp, FaultStore, MemStore, ObjectMeta, S3Options,
+    SetAttrs,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -456,6 +457,61 @@ mod cases {
         }
     }
 
+    /// `set_attrs` changes what it is given and nothing else: the bytes and the content
+    /// fingerprint stay (except where the mtime is the fingerprint); `stat` and a write that
+    /// passes the attributes keep them; a missing path is `NotFound`.
+    pub async fn set_attrs(f: Fixture) {
+        let s = &f.store;
+        put(&f, "at/f", b"attr bytes").await;
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+        // Owners the test can set: the store's own uid/gid are kept on a local directory
+        // (a process that is not root may not give files away).
+        let own = s.stat("at/f").await.unwrap().posix;
+        let (uid, gid) = (own.uid.unwrap_or(4321), own.gid.unwrap_or(8765));
+        let set = SetAttrs {
+            mode: Some(0o640),
+            uid: Some(uid),
+            gid: Some(gid),
+            atime: Some(t),
+            mtime: Some(t),
+        };
+        let m = s.set_attrs("at/f", &set).await.unwrap();
+        let st = s.stat("at/f").await.unwrap();
+        for (what, m) in [("returned", &m), ("stat", &st)] {
+            assert_eq!(m.mode, Some(0o640), "{what}");
+            assert_eq!((m.posix.uid, m.posix.gid), (Some(uid), Some(gid)), "{what}");
+            assert_eq!(m.mtime, Some(t), "{what}");
+            assert_eq!(m.size, 10, "{what}");
+        }
+        assert!(s.read("at/f", 0..10, &st).await.unwrap() == b"attr bytes"[..]);
+        // Only what is given changes.
+        let m = s
+            .set_attrs(
+                "at/f",
+                &SetAttrs {
+                    mode: Some(0o600),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(m.mode, Some(0o600));
+        assert_eq!((m.posix.uid, m.posix.gid), (Some(uid), Some(gid)));
+        // A rewrite passing them keeps them.
+        let keep = SetAttrs {
+            mode: Some(0o604),
+            ..Default::default()
+        };
+        let w = s
+            .write_from_attrs("at/f", &bytes::Bytes::from_static(b"new"), 3, &keep)
+            .await
+            .unwrap();
+        assert_eq!(w.mode, Some(0o604));
+        assert_eq!(s.stat("at/f").await.unwrap().mode, Some(0o604));
+        let e = s.set_attrs("at/missing", &keep).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    }
+
     /// `rename` moves a file (replacing one at the destination), `copy` copies it; a
     /// directory moves whole only where the store says it can.
     pub async fn rename_and_copy(f: Fixture) {
@@ -618,6 +674,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn create_and_remove_dirs() {
                 cases::create_and_remove_dirs(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn set_attrs() {
+                cases::set_attrs(super::$backend().await).await
             }
             #[tokio::test]
             async fn rename_and_copy() {

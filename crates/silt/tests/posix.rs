@@ -1,0 +1,674 @@
+//! POSIX attributes through real mounts: inode numbers across renames, link counts, directory
+//! times, and (over `file://` and S3) modes, owners, times and symlinks that hold across a
+//! remount. Permission rules are checked from an unprivileged child process.
+
+mod common;
+
+use std::ffi::CString;
+
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use common::*;
+
+fn cstr(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+/// utimensat(2) on `p` (no symlink following): `None` is `UTIME_OMIT`, `Some(None)` is
+/// `UTIME_NOW`, `Some(Some(secs))` an explicit time. The errno on failure.
+fn utimes(p: &Path, atime: Option<Option<i64>>, mtime: Option<Option<i64>>) -> Result<(), i32> {
+    let ts = |t: Option<Option<i64>>| match t {
+        None => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        Some(None) => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        Some(Some(s)) => libc::timespec {
+            tv_sec: s,
+            tv_nsec: 0,
+        },
+    };
+    let times = [ts(atime), ts(mtime)];
+    let c = cstr(p);
+    // SAFETY: a valid C string and two timespecs.
+    let rc = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
+}
+
+/// The mtime in whole seconds (a directory's nanoseconds carry Silt's listing digest).
+fn mtime(p: &Path) -> i64 {
+    std::fs::symlink_metadata(p).unwrap().mtime()
+}
+
+fn ctime(p: &Path) -> (i64, i64) {
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (m.ctime(), m.ctime_nsec())
+}
+
+fn ino(p: &Path) -> u64 {
+    std::fs::symlink_metadata(p).unwrap().ino()
+}
+
+/// Long past: any change now is later, however coarse the clock.
+const PAST: i64 = 1_000_000_000;
+
+/// A local store with a writable `silt up` over it at `/data`.
+struct LocalFx {
+    store: tempfile::TempDir,
+    dir: tempfile::TempDir,
+}
+
+impl LocalFx {
+    fn new() -> Self {
+        LocalFx {
+            store: tempfile::tempdir().unwrap(),
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn uri(&self) -> String {
+        format!("file://{}", self.store.path().display())
+    }
+
+    fn up(&self) -> Silt {
+        Silt::up(
+            &[("/data", &self.uri())],
+            &["--write-type", "through"],
+            self.dir.path(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// POSIX: rename(2) moves a directory entry; the file (and a directory's whole tree) stays the
+/// same file, so its inode number does not change.
+fn renames_keep_inode_numbers(root: &Path) {
+    std::fs::create_dir_all(root.join("d/s")).unwrap();
+    std::fs::write(root.join("d/f"), b"f").unwrap();
+    std::fs::write(root.join("d/s/g"), b"g").unwrap();
+    std::fs::write(root.join("x"), b"x").unwrap();
+    let before = [
+        ino(&root.join("d")),
+        ino(&root.join("d/f")),
+        ino(&root.join("d/s")),
+        ino(&root.join("d/s/g")),
+    ];
+    let x = ino(&root.join("x"));
+    std::fs::rename(root.join("d"), root.join("e")).unwrap();
+    std::fs::rename(root.join("x"), root.join("e/s/y")).unwrap();
+    let after = [
+        ino(&root.join("e")),
+        ino(&root.join("e/f")),
+        ino(&root.join("e/s")),
+        ino(&root.join("e/s/g")),
+    ];
+    assert_eq!(
+        before, after,
+        "a renamed directory and its children keep their numbers"
+    );
+    assert_eq!(
+        ino(&root.join("e/s/y")),
+        x,
+        "a renamed file keeps its number"
+    );
+    assert_eq!(std::fs::read(root.join("e/s/y")).unwrap(), b"x");
+}
+
+/// POSIX: creating, removing or renaming an entry marks the directory's mtime and ctime for
+/// update. The directory's mtime is first set long in the past (so the check holds with a
+/// coarse clock); each change must move it past that again.
+fn entry_changes_move_the_parent_times(root: &Path, set_past: &dyn Fn(&Path)) {
+    let p = root.join("times");
+    std::fs::create_dir(&p).unwrap();
+    let step = |what: &str, change: &dyn Fn()| {
+        set_past(&p);
+        assert_eq!(mtime(&p), PAST, "{what}: the directory's mtime was set");
+        let c0 = ctime(&p);
+        change();
+        assert!(mtime(&p) > PAST, "{what} moves the parent's mtime");
+        assert_ne!(ctime(&p), c0, "{what} moves the parent's ctime");
+    };
+    step("create", &|| std::fs::write(p.join("a"), b"a").unwrap());
+    step("mkdir", &|| std::fs::create_dir(p.join("sub")).unwrap());
+    step("rename in", &|| {
+        std::fs::rename(p.join("a"), p.join("b")).unwrap()
+    });
+    step("unlink", &|| std::fs::remove_file(p.join("b")).unwrap());
+    step("rmdir", &|| std::fs::remove_dir(p.join("sub")).unwrap());
+}
+
+/// POSIX: a new file's times are those of its creation.
+fn new_empty_file_has_its_creation_time(root: &Path) {
+    let t0 = SystemTime::now();
+    let f = std::fs::File::create(root.join("new-empty")).unwrap();
+    let m = f.metadata().unwrap();
+    assert!(
+        m.modified().unwrap() >= t0 - Duration::from_secs(1),
+        "an empty new file reports its creation time, not the mount's start"
+    );
+    drop(f);
+    let m = std::fs::metadata(root.join("new-empty")).unwrap();
+    assert!(m.modified().unwrap() >= t0 - Duration::from_secs(1));
+    assert_eq!(m.len(), 0);
+}
+
+/// Link counts: a file has 1; a directory 2 plus one per subdirectory (or 1: not counted).
+fn link_counts(root: &Path) {
+    std::fs::create_dir_all(root.join("n/a")).unwrap();
+    std::fs::create_dir_all(root.join("n/b")).unwrap();
+    std::fs::write(root.join("n/f"), b"").unwrap();
+    assert_eq!(std::fs::metadata(root.join("n/f")).unwrap().nlink(), 1);
+    let _ = std::fs::read_dir(root.join("n")).unwrap().count();
+    let n = std::fs::metadata(root.join("n")).unwrap().nlink();
+    assert!(
+        n == 4 || n == 1,
+        "a directory with two subdirectories: {n} links"
+    );
+}
+
+/// Sets a local directory's mtime behind Silt's back (a utimensat through the mount is
+/// tested separately), then has Silt ask the store again.
+fn set_local_past<'a>(store: &'a Path, silt: &'a Silt) -> impl Fn(&Path) + 'a {
+    move |p: &Path| {
+        let root = silt.path("data");
+        let rel = p.strip_prefix(&root).unwrap();
+        utimes(&store.join(rel), Some(Some(PAST)), Some(Some(PAST))).unwrap();
+        let ns = format!("/data/{}", rel.display());
+        let o = silt.cli(&["fs", "invalidate", &ns]);
+        assert!(o.status.success(), "invalidate: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn inodes_links_and_directory_times_local() {
+    let fx = LocalFx::new();
+    let silt = fx.up();
+    let root = silt.path("data");
+    renames_keep_inode_numbers(&root);
+    new_empty_file_has_its_creation_time(&root);
+    link_counts(&root);
+    {
+        let set_past = set_local_past(fx.store.path(), &silt);
+        entry_changes_move_the_parent_times(&root, &set_past);
+    }
+    silt.stop();
+}
+
+#[test]
+fn inodes_and_new_files_s3() {
+    let fx = S3Fx::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = fx.up(&["--write-type", "through"], dir.path());
+    let root = silt.path("data");
+    renames_keep_inode_numbers(&root);
+    new_empty_file_has_its_creation_time(&root);
+    link_counts(&root);
+    silt.stop();
+}
+
+fn stat_of(p: &Path) -> std::fs::Metadata {
+    std::fs::symlink_metadata(p).unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
+}
+
+/// chmod, chown and utimensat through the mount, as root (of the directory too where the
+/// store keeps a directory's attributes).
+fn set_attributes(root: &Path, dirs_keep_attrs: bool) {
+    std::fs::write(root.join("f"), b"bytes").unwrap();
+    std::fs::create_dir(root.join("d")).unwrap();
+    let paths = if dirs_keep_attrs {
+        vec![root.join("f"), root.join("d")]
+    } else {
+        vec![root.join("f")]
+    };
+    for p in paths {
+        let c = cstr(&p);
+        // SAFETY: valid C strings.
+        unsafe {
+            assert_eq!(libc::chmod(c.as_ptr(), 0o750), 0, "chmod {}", p.display());
+            assert_eq!(
+                libc::lchown(c.as_ptr(), 1234, 5678),
+                0,
+                "chown {}",
+                p.display()
+            );
+        }
+        utimes(&p, Some(Some(PAST + 10)), Some(Some(PAST + 20))).unwrap();
+    }
+}
+
+/// What `set_attributes` set, as a stat through the mount (or of the store's own file) shows.
+/// The atime only while nothing read the file (a local read moves it, as POSIX says).
+fn check_attributes(root: &Path, what: &str, dirs_keep_attrs: bool, atime: bool) {
+    let f = stat_of(&root.join("f"));
+    assert_eq!(f.mode() & 0o7777, 0o750, "{what}: file mode");
+    assert_eq!((f.uid(), f.gid()), (1234, 5678), "{what}: file owner");
+    assert_eq!(f.mtime(), PAST + 20, "{what}: file mtime");
+    if atime {
+        assert_eq!(f.atime(), PAST + 10, "{what}: file atime");
+    }
+    assert_eq!(std::fs::read(root.join("f")).unwrap(), b"bytes", "{what}");
+    if dirs_keep_attrs {
+        let d = stat_of(&root.join("d"));
+        assert_eq!(d.mode() & 0o7777, 0o750, "{what}: directory mode");
+        assert_eq!((d.uid(), d.gid()), (1234, 5678), "{what}: directory owner");
+        assert_eq!(d.mtime(), PAST + 20, "{what}: directory mtime");
+    }
+}
+
+/// `silt up` again in `dir` (after a stop, or a crash: then it takes the mount over).
+fn restart(dir: &Path, uri: &str, args: &[String]) -> Silt {
+    let (mp, state) = (dir.join("mnt"), dir.join("state"));
+    let mut a: Vec<String> = vec![
+        "up".into(),
+        "--mountpoint".into(),
+        mp.display().to_string(),
+        "--state-dir".into(),
+        state.display().to_string(),
+        "--mount".into(),
+        format!("/data={uri}"),
+        "--write-type".into(),
+        "through".into(),
+    ];
+    a.extend(args.iter().cloned());
+    Silt::start(&a, &mp, &state).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn attributes_hold_across_remount_and_restart_local() {
+    let fx = LocalFx::new();
+    let silt = fx.up();
+    let root = silt.path("data");
+    set_attributes(&root, true);
+    check_attributes(fx.store.path(), "the store's own files", true, true);
+    check_attributes(&root, "through the mount", true, true);
+    silt.stop();
+    let silt = restart(fx.dir.path(), &fx.uri(), &[]);
+    check_attributes(&root, "after a remount", true, false);
+    let mut silt = silt;
+    silt.crash();
+    let silt = restart(fx.dir.path(), &fx.uri(), &[]);
+    check_attributes(&root, "after a daemon restart", true, false);
+    silt.stop();
+}
+
+#[test]
+fn attributes_hold_across_remount_and_restart_s3() {
+    let fx = S3Fx::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = fx.up(
+        &["--write-type", "through", "--s3-list-attrs", "true"],
+        dir.path(),
+    );
+    let root = silt.path("data");
+    set_attributes(&root, false);
+    check_attributes(&root, "through the mount", false, true);
+    // s3fs-fuse's conventions, in the object's user metadata.
+    let meta = fx.rt.block_on(fx.store.stat("f")).unwrap();
+    assert_eq!(meta.mode, Some(0o750));
+    assert_eq!((meta.posix.uid, meta.posix.gid), (Some(1234), Some(5678)));
+    silt.stop();
+    let mut args = s3_args(&fx.server);
+    args.extend(["--s3-list-attrs".to_string(), "true".to_string()]);
+    let silt = restart(dir.path(), &fx.uri(), &args);
+    check_attributes(&root, "after a remount", false, true);
+    let mut silt = silt;
+    silt.crash();
+    let silt = restart(dir.path(), &fx.uri(), &args);
+    check_attributes(&root, "after a daemon restart", false, true);
+    // An object written with s3fs-fuse's metadata behind Silt's back shows its mode and owner.
+    let set = silt_ufs::SetAttrs {
+        mode: Some(0o600),
+        uid: Some(42),
+        gid: Some(43),
+        ..Default::default()
+    };
+    let data = bytes::Bytes::from_static(b"s3fs");
+    fx.rt
+        .block_on(fx.store.write_from_attrs("ext", &data, 4, &set))
+        .unwrap();
+    let o = silt.cli(&["fs", "invalidate", "/data"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stat_of(&root.join("ext"));
+    assert_eq!(e.mode() & 0o7777, 0o600, "an s3fs object's mode");
+    assert_eq!((e.uid(), e.gid()), (42, 43), "an s3fs object's owner");
+    // A rewrite keeps them (S3 replaces user metadata with every PUT).
+    std::fs::write(root.join("f"), b"bytes").unwrap();
+    let f = stat_of(&root.join("f"));
+    assert_eq!(f.mode() & 0o7777, 0o750, "a rewrite keeps the mode");
+    assert_eq!(
+        (f.uid(), f.gid()),
+        (1234, 5678),
+        "a rewrite keeps the owner"
+    );
+    silt.stop();
+}
+
+/// One POSIX case run by an unprivileged process (uid and gid 65534, umask 022).
+enum Op {
+    Chmod(CString, u32),
+    Chown(CString, u32, u32),
+    /// utimensat with explicit times (`false`) or `UTIME_NOW` (`true`).
+    Utimens(CString, bool),
+    Open(CString, i32),
+    Mkdir(CString),
+    Rmdir(CString),
+    Unlink(CString),
+    Rename(CString, CString),
+    Truncate(CString),
+    Symlink(CString, CString),
+    Link(CString, CString),
+}
+
+const NOBODY: u32 = 65534;
+
+/// Runs `op` in a forked child with uid/gid `NOBODY` and no supplementary groups; its errno
+/// (0: success). The child makes only system calls (no allocation) before `_exit`.
+fn as_nobody(op: &Op) -> i32 {
+    // SAFETY: fork in a test process; the child only makes async-signal-safe calls on data
+    // prepared before the fork, then exits.
+    unsafe {
+        let pid = libc::fork();
+        assert!(pid >= 0, "fork");
+        if pid == 0 {
+            let fail = |rc: libc::c_int| {
+                if rc < 0 {
+                    libc::_exit(*libc::__errno_location());
+                }
+            };
+            fail(libc::setgroups(0, std::ptr::null()));
+            fail(libc::setgid(NOBODY));
+            fail(libc::setuid(NOBODY));
+            libc::umask(0o022);
+            let now = [
+                libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_NOW,
+                },
+                libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_NOW,
+                },
+            ];
+            let explicit = [
+                libc::timespec {
+                    tv_sec: PAST,
+                    tv_nsec: 0,
+                },
+                libc::timespec {
+                    tv_sec: PAST,
+                    tv_nsec: 0,
+                },
+            ];
+            let rc = match op {
+                Op::Chmod(p, m) => libc::chmod(p.as_ptr(), *m),
+                Op::Chown(p, u, g) => libc::lchown(p.as_ptr(), *u, *g),
+                Op::Utimens(p, is_now) => libc::utimensat(
+                    libc::AT_FDCWD,
+                    p.as_ptr(),
+                    if *is_now {
+                        now.as_ptr()
+                    } else {
+                        explicit.as_ptr()
+                    },
+                    0,
+                ),
+                Op::Open(p, flags) => {
+                    let fd = libc::open(p.as_ptr(), *flags, 0o666);
+                    if fd >= 0 {
+                        libc::close(fd)
+                    } else {
+                        fd
+                    }
+                }
+                Op::Mkdir(p) => libc::mkdir(p.as_ptr(), 0o777),
+                Op::Rmdir(p) => libc::rmdir(p.as_ptr()),
+                Op::Unlink(p) => libc::unlink(p.as_ptr()),
+                Op::Rename(a, b) => libc::rename(a.as_ptr(), b.as_ptr()),
+                Op::Truncate(p) => libc::truncate(p.as_ptr(), 0),
+                Op::Symlink(t, p) => libc::symlink(t.as_ptr(), p.as_ptr()),
+                Op::Link(a, b) => libc::link(a.as_ptr(), b.as_ptr()),
+            };
+            fail(rc);
+            libc::_exit(0);
+        }
+        let mut status = 0;
+        assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+        assert!(libc::WIFEXITED(status), "the child did not exit");
+        libc::WEXITSTATUS(status)
+    }
+}
+
+fn chown(p: &Path, uid: u32, gid: u32) {
+    let c = cstr(p);
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::lchown(c.as_ptr(), uid, gid) }, 0);
+}
+
+fn chmod(p: &Path, mode: u32) {
+    let c = cstr(p);
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::chmod(c.as_ptr(), mode) }, 0);
+}
+
+/// The POSIX cases of chmod, chown, open, mkdir, rmdir, rename, unlink, truncate, symlink and
+/// utimensat for an unprivileged caller, each naming the rule it checks.
+fn posix_cases(root: &Path) {
+    let p = |n: &str| root.join(n);
+    let c = |n: &str| cstr(&root.join(n));
+    // Fixtures, made by root: a directory of root's (0755), one of nobody's (0777 inside a
+    // root directory), files of root's with several modes, and files of nobody's.
+    std::fs::create_dir(p("rootdir")).unwrap();
+    chmod(&p("rootdir"), 0o755);
+    std::fs::write(p("rootdir/victim"), b"v").unwrap();
+    std::fs::create_dir(p("rootdir/sub")).unwrap();
+    std::fs::create_dir(p("open")).unwrap();
+    chmod(&p("open"), 0o777);
+    for (name, mode) in [("r644", 0o644), ("r600", 0o600), ("r666", 0o666)] {
+        std::fs::write(p(name), b"data").unwrap();
+        chmod(&p(name), mode);
+    }
+    std::fs::write(p("mine"), b"data").unwrap();
+    chown(&p("mine"), NOBODY, NOBODY);
+    std::fs::write(p("mine-g0"), b"data").unwrap();
+    chown(&p("mine-g0"), NOBODY, 0);
+    use libc::{EACCES, EPERM};
+    let cases: Vec<(&str, Op, i32)> = vec![
+        (
+            "chmod: only the file's owner (or a privileged process) may change its mode",
+            Op::Chmod(c("r644"), 0o777),
+            EPERM,
+        ),
+        (
+            "chmod: the owner may change the mode",
+            Op::Chmod(c("mine"), 0o600),
+            0,
+        ),
+        (
+            "chown: only a privileged process may change the owner",
+            Op::Chown(c("mine"), 1, u32::MAX),
+            EPERM,
+        ),
+        (
+            "chown: the owner may change the group only to a group it belongs to",
+            Op::Chown(c("mine"), u32::MAX, 0),
+            EPERM,
+        ),
+        (
+            "chown: a non-owner may not change the group",
+            Op::Chown(c("r644"), u32::MAX, NOBODY),
+            EPERM,
+        ),
+        (
+            "utimensat: explicit times need the owner (or privilege), even with write access",
+            Op::Utimens(c("r666"), false),
+            EPERM,
+        ),
+        (
+            "utimensat: UTIME_NOW is allowed to anyone with write access",
+            Op::Utimens(c("r666"), true),
+            0,
+        ),
+        (
+            "utimensat: UTIME_NOW without write access is EACCES",
+            Op::Utimens(c("r644"), true),
+            EACCES,
+        ),
+        (
+            "open: O_RDONLY needs read permission",
+            Op::Open(c("r600"), libc::O_RDONLY),
+            EACCES,
+        ),
+        (
+            "open: O_WRONLY needs write permission",
+            Op::Open(c("r644"), libc::O_WRONLY),
+            EACCES,
+        ),
+        (
+            "open: O_RDONLY of a readable file succeeds",
+            Op::Open(c("r644"), libc::O_RDONLY),
+            0,
+        ),
+        (
+            "open: O_CREAT needs write permission on the directory",
+            Op::Open(c("rootdir/new"), libc::O_CREAT | libc::O_WRONLY),
+            EACCES,
+        ),
+        (
+            "open: O_CREAT in a writable directory succeeds",
+            Op::Open(c("open/created"), libc::O_CREAT | libc::O_WRONLY),
+            0,
+        ),
+        (
+            "mkdir: needs write permission on the parent",
+            Op::Mkdir(c("rootdir/newdir")),
+            EACCES,
+        ),
+        (
+            "mkdir: in a writable directory succeeds",
+            Op::Mkdir(c("open/made")),
+            0,
+        ),
+        (
+            "rmdir: needs write permission on the parent",
+            Op::Rmdir(c("rootdir/sub")),
+            EACCES,
+        ),
+        (
+            "unlink: needs write permission on the parent",
+            Op::Unlink(c("rootdir/victim")),
+            EACCES,
+        ),
+        (
+            "rename: needs write permission on the source's parent",
+            Op::Rename(c("rootdir/victim"), c("open/moved")),
+            EACCES,
+        ),
+        (
+            "truncate: needs write permission on the file",
+            Op::Truncate(c("r644")),
+            EACCES,
+        ),
+        (
+            "truncate: of a writable file succeeds",
+            Op::Truncate(c("r666")),
+            0,
+        ),
+        (
+            "symlink: needs write permission on the directory",
+            Op::Symlink(c("r644"), c("rootdir/link")),
+            EACCES,
+        ),
+        (
+            "link: hard links are not supported (documented deviation)",
+            Op::Link(c("open/created"), c("open/hard")),
+            EPERM,
+        ),
+    ];
+    let mut failed = Vec::new();
+    for (rule, op, want) in &cases {
+        let got = as_nobody(op);
+        if got != *want {
+            failed.push(format!("{rule}: errno {got}, want {want}"));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "POSIX cases failed:\n{}",
+        failed.join("\n")
+    );
+    // Outcomes the errors do not show.
+    assert_eq!(
+        stat_of(&p("mine")).mode() & 0o7777,
+        0o600,
+        "the owner's chmod took"
+    );
+    assert_eq!(std::fs::read(p("r666")).unwrap(), b"", "the truncate took");
+    let created = stat_of(&p("open/created"));
+    assert_eq!(
+        (created.uid(), created.gid()),
+        (NOBODY, NOBODY),
+        "a new file is the creator's"
+    );
+    assert_eq!(
+        created.mode() & 0o7777,
+        0o644,
+        "a new file has the mode asked, less the umask"
+    );
+    let made = stat_of(&p("open/made"));
+    assert_eq!(
+        (made.uid(), made.gid()),
+        (NOBODY, NOBODY),
+        "a new directory is the creator's"
+    );
+    assert_eq!(made.mode() & 0o7777, 0o755);
+    // chmod by an owner outside the file's group drops S_ISGID (POSIX: chmod).
+    assert_eq!(as_nobody(&Op::Chmod(c("mine-g0"), 0o2755)), 0);
+    assert_eq!(
+        stat_of(&p("mine-g0")).mode() & 0o7777,
+        0o755,
+        "S_ISGID cleared"
+    );
+    // root may chown (POSIX: chown by a privileged process).
+    chown(&p("r644"), NOBODY, NOBODY);
+    assert_eq!(stat_of(&p("r644")).uid(), NOBODY);
+}
+
+/// Lets the unprivileged caller reach the mount: temporary directories are 0700.
+fn open_path_to(p: &Path) {
+    for a in p.ancestors() {
+        if a.starts_with(std::env::temp_dir()) && a != std::env::temp_dir() {
+            chmod(a, 0o755);
+        }
+    }
+}
+
+#[test]
+fn posix_permission_cases_local() {
+    let fx = LocalFx::new();
+    open_path_to(fx.dir.path());
+    chmod(fx.store.path(), 0o755);
+    let silt = fx.up();
+    let root = silt.path("data");
+    posix_cases(&root);
+    // The store holds the real owners and modes.
+    let made = stat_of(&fx.store.path().join("open/made"));
+    assert_eq!((made.uid(), made.gid()), (NOBODY, NOBODY));
+    silt.stop();
+}
