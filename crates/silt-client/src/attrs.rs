@@ -117,7 +117,10 @@ pub fn owner_and_mode(e: &Entry) -> (u32, u32, u32) {
     (
         e.posix.uid.unwrap_or(u),
         e.posix.gid.unwrap_or(g),
-        e.mode.unwrap_or_else(|| default_mode(e.is_dir())) & 0o7777,
+        e.mode.unwrap_or_else(|| match e.kind {
+            silt_ufs::EntryKind::Symlink => 0o777,
+            _ => default_mode(e.is_dir()),
+        }) & 0o7777,
     )
 }
 

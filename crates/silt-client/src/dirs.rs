@@ -1,4 +1,5 @@
-//! Directories and renames through the client: `mkdir`, `rmdir` and `rename`.
+//! Directories, symbolic links and renames through the client: `mkdir`, `rmdir`, `symlink`,
+//! `readlink` and `rename`.
 //!
 //! Each operation asks the store (`UnderStore::create_dir`, `remove_dir`, `rename`, `copy`),
 //! then records the outcome in the metadata cache at once (so listings and stats show it
@@ -142,6 +143,93 @@ impl Client {
         self.note_parents(&t.path, &t.rel, &t.store, asked, &mut changes);
         self.apply(&changes);
         Ok(entry)
+    }
+
+    /// Creates the symbolic link `path` to `target` (`symlink(2)`): the store keeps it (a
+    /// real link on a local store, an s3fs-style link object on S3), and Silt never follows
+    /// it itself (the kernel resolves it in the mount). Its parent must exist;
+    /// `AlreadyExists` if anything has the path. Under `cache-only` (which has no store
+    /// object to hold it) `Unsupported`.
+    /// `attrs` (the caller's owner and group) are given to the link where the store keeps
+    /// them; a store that cannot leaves its defaults (as `mkdir_attrs`).
+    pub async fn symlink(
+        &self,
+        path: &str,
+        target: &str,
+        attrs: &silt_ufs::SetAttrs,
+    ) -> Result<Entry> {
+        if target.is_empty() || target.contains('\0') {
+            return Err(Error::invalid(format!(
+                "symlink {path}: the target must be non-empty text"
+            )));
+        }
+        let t = self.dir_target(path, ErrorKind::AlreadyExists)?;
+        if t.write_type == WriteType::CacheOnly {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("symlink {}: cache-only files have no store object", t.path),
+            ));
+        }
+        if self.session(&t.path).is_some() || self.stat_opt(&t.path).await?.is_some() {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("{}: already exists", t.path),
+            ));
+        }
+        if let Some((parent, _)) = parent_and_name(&t.path) {
+            match self.stat_opt(parent).await? {
+                Some(p) if p.is_dir() => {}
+                Some(_) => {
+                    return Err(Error::new(
+                        ErrorKind::NotADirectory,
+                        format!("{}: {parent} is not a directory", t.path),
+                    ))
+                }
+                None => {
+                    return Err(Error::not_found(format!(
+                        "{}: no such directory {parent}",
+                        t.path
+                    )))
+                }
+            }
+        }
+        let asked = self.opts.clock.now();
+        let mut meta = t
+            .store
+            .symlink(&t.rel, target)
+            .await
+            .map_err(|e| e.context(&t.path))?;
+        if !attrs.is_empty() {
+            match t.store.set_attrs(&t.rel, attrs).await {
+                Ok(m) => meta = m,
+                Err(err) => {
+                    tracing::debug!(path = %t.path, "new link keeps default attributes: {err}")
+                }
+            }
+        }
+        let entry = Entry::from_meta(t.path.clone(), &t.store, meta);
+        let mut changes = self.meta.put_stat(asked, entry.clone());
+        self.note_parents(&t.path, &t.rel, &t.store, asked, &mut changes);
+        self.apply(&changes);
+        self.dir_times.touch_parent_of(&t.path);
+        Ok(entry)
+    }
+
+    /// The target of the symbolic link `path` (`readlink(2)`); `InvalidInput` if `path` is
+    /// not a link.
+    pub async fn readlink(&self, path: &str) -> Result<String> {
+        let e = self.stat(path).await?;
+        if e.kind != EntryKind::Symlink {
+            return Err(Error::invalid(format!("{}: not a symbolic link", e.path)));
+        }
+        let obj = e
+            .object
+            .as_ref()
+            .ok_or_else(|| Error::internal(format!("{}: link without an object", e.path)))?;
+        obj.store
+            .read_link(&obj.meta.path)
+            .await
+            .map_err(|err| err.context(&e.path))
     }
 
     /// Removes the empty directory `path`.

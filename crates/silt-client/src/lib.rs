@@ -954,6 +954,13 @@ impl Client {
                 format!("{}: is a directory", entry.path),
             ));
         }
+        if entry.kind == EntryKind::Symlink {
+            // The kernel resolves links before opening; the client never follows one.
+            return Err(Error::invalid(format!(
+                "{}: is a symbolic link (resolve it first)",
+                entry.path
+            )));
+        }
         let obj = entry
             .object
             .clone()
@@ -1090,17 +1097,21 @@ impl Client {
     /// Every file below `path` (or `path` itself if it is a file), walking listings.
     pub async fn walk_files(&self, path: &str) -> Result<Vec<Entry>> {
         let root = self.stat(path).await?;
-        if !root.is_dir() {
+        if root.kind == EntryKind::File {
             return Ok(vec![root]);
+        }
+        if !root.is_dir() {
+            return Ok(Vec::new());
         }
         let mut files = Vec::new();
         let mut dirs = vec![root.path];
         while let Some(dir) = dirs.pop() {
             for e in self.list(&dir).await?.iter() {
-                if e.is_dir() {
-                    dirs.push(e.path.clone());
-                } else {
-                    files.push(e.clone());
+                // Links are not followed (their targets may be anywhere, or loop).
+                match e.kind {
+                    EntryKind::Dir => dirs.push(e.path.clone()),
+                    EntryKind::File => files.push(e.clone()),
+                    EntryKind::Symlink => {}
                 }
             }
         }

@@ -682,6 +682,26 @@ impl UnderStore for ResidentStore {
     }
 
     /// Files held only in Silt keep no attributes of their own (`Unsupported`).
+    async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
+        if self.resident.get(&self.ns(path)).is_some() {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("symlink {}: a file is there", self.ns(path)),
+            ));
+        }
+        self.base.symlink(path, target).await
+    }
+
+    async fn read_link(&self, path: &str) -> Result<String> {
+        if self.resident.get(&self.ns(path)).is_some() {
+            return Err(Error::invalid(format!(
+                "readlink {}: not a symbolic link",
+                self.ns(path)
+            )));
+        }
+        self.base.read_link(path).await
+    }
+
     async fn set_attrs(&self, path: &str, attrs: &silt_ufs::SetAttrs) -> Result<ObjectMeta> {
         if let Some(f) = self.resident.get(&self.ns(path)) {
             if !f.is_remote() {

@@ -53,6 +53,9 @@ fn clean_default() -> bool {
 struct SavedEntry {
     path: String,
     dir: bool,
+    /// A symbolic link (absent in snapshots of earlier versions).
+    #[serde(default)]
+    link: bool,
     size: u64,
     mtime_ns: Option<u128>,
     mode: Option<u32>,
@@ -105,6 +108,7 @@ fn save_entry(e: &Entry) -> Option<SavedEntry> {
     Some(SavedEntry {
         path: e.path.clone(),
         dir: e.kind == EntryKind::Dir,
+        link: e.kind == EntryKind::Symlink,
         size: obj.meta.size,
         mtime_ns: obj
             .meta
@@ -144,6 +148,8 @@ fn restore_entry(ns: &Namespace, s: SavedEntry) -> Option<Entry> {
         path: s.rel,
         kind: if s.dir {
             EntryKind::Dir
+        } else if s.link {
+            EntryKind::Symlink
         } else {
             EntryKind::File
         },

@@ -444,7 +444,10 @@ impl SiltFs {
         let (uid, gid, mode) = silt_client::attrs::owner_and_mode(e);
         // Write bits only where writes are allowed (a directory: where something at or below
         // it may be written, so the kernel lets a create reach a writable prefix).
-        let perm = if self.writable_attr(&e.path, is_dir) {
+        let perm = if e.kind == EntryKind::Symlink {
+            // A link's own bits mean nothing (Linux shows 0777); access is its target's.
+            mode as u16
+        } else if self.writable_attr(&e.path, is_dir) {
             mode as u16
         } else {
             (mode & !0o222) as u16
@@ -460,11 +463,7 @@ impl SiltFs {
             mtime,
             ctime,
             crtime: mtime,
-            kind: if is_dir {
-                FileType::Directory
-            } else {
-                FileType::RegularFile
-            },
+            kind: file_type(e.kind),
             perm,
             // A directory: its "." and its parent's entry, plus each subdirectory's "..",
             // while its listing is known; else 1, the convention for "not counted" (so
@@ -1388,6 +1387,49 @@ impl fuser::Filesystem for SiltFs {
         }
     }
 
+    /// `symlink(2)`: the store keeps the link (`Client::symlink`); the kernel resolves it.
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let path = match self.child_path(parent, link_name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        // Store paths and keys are UTF-8; so are the targets they can keep.
+        let Some(target) = target.to_str() else {
+            return reply.error(Errno::EINVAL);
+        };
+        // The link is the caller's (its mode bits mean nothing).
+        let owner = silt_ufs::SetAttrs {
+            mode: None,
+            ..new_attrs(req, 0)
+        };
+        match self.block(self.client.symlink(&path, target, &owner)) {
+            Ok(e) => {
+                let ino = self.inodes.lock().lookup(&path);
+                let (attr_ttl, entry_ttl) = self.ttls(&e);
+                reply.entry_with_ttls(&attr_ttl, &entry_ttl, &self.attr(ino, &e), Generation(0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let path = match self.path_of(ino) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.block(self.client.readlink(&path)) {
+            Ok(target) => reply.data(target.as_bytes()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let path = match self.child_path(parent, name) {
             Ok(p) => p,
@@ -1485,12 +1527,7 @@ impl fuser::Filesystem for SiltFs {
                     // Plain readdir does not count as a lookup: use a stable ino without
                     // taking a reference.
                     let child_ino = self.inodes.lock().peek_or_assign(&e.path);
-                    let kind = if e.is_dir() {
-                        FileType::Directory
-                    } else {
-                        FileType::RegularFile
-                    };
-                    reply.add(INodeNo(child_ino), i + 1, kind, e.name())
+                    reply.add(INodeNo(child_ino), i + 1, file_type(e.kind), e.name())
                 }
             };
             if full {
@@ -1600,6 +1637,15 @@ impl fuser::Filesystem for SiltFs {
 /// parent and batch); for a policy change, everything it was given under the prefix. Paths
 /// the kernel was never given are skipped; errors (the kernel already dropped the inode) are
 /// expected and ignored.
+/// The kernel's file type of an entry.
+fn file_type(kind: EntryKind) -> FileType {
+    match kind {
+        EntryKind::Dir => FileType::Directory,
+        EntryKind::File => FileType::RegularFile,
+        EntryKind::Symlink => FileType::Symlink,
+    }
+}
+
 fn invalidate_kernel(notifier: &fuser::Notifier, inodes: &Mutex<Inodes>, changes: &[Change]) {
     let mut parents = HashSet::new();
     for c in changes {

@@ -314,6 +314,16 @@ impl UnderStore for FaultStore {
         self.inner.write_from_attrs(path, src, len, attrs).await
     }
 
+    async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
+        self.before(FaultOp::Write, path).await?;
+        self.inner.symlink(path, target).await
+    }
+
+    async fn read_link(&self, path: &str) -> Result<String> {
+        self.before(FaultOp::Read, path).await?;
+        self.inner.read_link(path).await
+    }
+
     async fn set_attrs(&self, path: &str, attrs: &crate::SetAttrs) -> Result<ObjectMeta> {
         self.before(FaultOp::Write, path).await?;
         self.inner.set_attrs(path, attrs).await

@@ -26,11 +26,13 @@ pub use mem::MemStore;
 pub use opendal_store::{OpendalStore, S3Options};
 pub use uri::{open_store, StoreUri};
 
-/// File or directory.
+/// File, directory or symbolic link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
     File,
     Dir,
+    /// A symbolic link: `size` is the length of its target; `read_link` gives the target.
+    Symlink,
 }
 
 /// What a store knows about one entry.
@@ -200,6 +202,14 @@ pub struct Capabilities {
 ///   keeps them in the object's user metadata, changing only the metadata fingerprint where
 ///   the store can (the bytes are never changed). A store that cannot keep them answers
 ///   `Unsupported`. A missing path is `NotFound`.
+/// - `symlink(path, target)` creates a symbolic link `path` whose target is the text `target`
+///   (never resolved by the store: a link may dangle or point outside the store), failing
+///   with `AlreadyExists` if anything is at `path`. `stat` and `list` report it as
+///   `EntryKind::Symlink` with `size` = the target's length in bytes, never as what it points
+///   to; `read_link` returns the target (`NotFound` if missing, `InvalidInput` if `path` is
+///   not a link). `delete` removes the link itself and `rename` moves the link itself. A local
+///   directory keeps a real symlink; an object store an object whose body is the target and
+///   whose user metadata `mode` has the `S_IFLNK` type bits (as s3fs-fuse writes them).
 /// - Errors carry a kind whose `is_retryable()` tells whether trying again can help; messages
 ///   never contain credentials.
 /// - The directory and rename methods have defaults that answer `Unsupported`, so wrappers and
@@ -268,6 +278,15 @@ pub trait UnderStore: Send + Sync + 'static {
     async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
         Err(unsupported(self.uri(), "copy", from).context(format!("to {to}")))
     }
+    /// Creates the symbolic link `path` to `target` (see the trait invariants).
+    async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
+        let _ = target;
+        Err(unsupported(self.uri(), "symlink", path))
+    }
+    /// The target of the symbolic link `path` (see the trait invariants).
+    async fn read_link(&self, path: &str) -> Result<String> {
+        Err(unsupported(self.uri(), "readlink", path))
+    }
     /// Changes attributes of `path` (see the trait invariants); returns its new metadata.
     async fn set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
         let _ = attrs;
@@ -316,6 +335,13 @@ pub(crate) fn plan_read<'a>(
             silt_common::ErrorKind::IsADirectory,
             format!("read {}: is a directory", full(path)),
         ));
+    }
+    if expected.kind == EntryKind::Symlink {
+        // The kernel resolves links; a read of one is a caller's mistake.
+        return Err(silt_common::Error::invalid(format!(
+            "read {}: is a symbolic link",
+            full(path)
+        )));
     }
     let range = clamp_range(range, expected.size)?;
     Ok((!range.is_empty()).then_some((path, range)))

@@ -54,13 +54,19 @@ struct Object {
     mtime: SystemTime,
     mode: Option<u32>,
     posix: Posix,
+    /// A symbolic link whose target is `data` (S3: the `S_IFLNK` mode bits).
+    link: bool,
 }
 
 impl Object {
     fn meta(&self, path: &str) -> ObjectMeta {
         ObjectMeta {
             path: path.to_string(),
-            kind: EntryKind::File,
+            kind: if self.link {
+                EntryKind::Symlink
+            } else {
+                EntryKind::File
+            },
             size: self.data.len() as u64,
             mtime: Some(self.mtime),
             etag: Some(self.etag.clone()),
@@ -175,10 +181,22 @@ impl State {
             mtime: SystemTime::now(),
             mode: None,
             posix: Posix::default(),
+            link: false,
         };
         let meta = obj.meta(path);
         self.objects.insert(path.to_string(), obj);
         meta
+    }
+
+    /// Marks the object `path` (just inserted) a link or not; its metadata.
+    fn set_link(&mut self, path: &str, link: bool) -> ObjectMeta {
+        match self.objects.get_mut(path) {
+            Some(o) => {
+                o.link = link;
+                o.meta(path)
+            }
+            None => ObjectMeta::dir(path),
+        }
     }
 
     /// Objects strictly below `dir` (`""` = everything), as (key, object).
@@ -376,8 +394,9 @@ impl UnderStore for MemStore {
         if from == to {
             return Ok(state.objects[from].meta(from));
         }
-        state.objects.remove(from);
-        Ok(state.insert(to, data))
+        let link = state.objects.remove(from).is_some_and(|o| o.link);
+        state.insert(to, data);
+        Ok(state.set_link(to, link))
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
@@ -388,7 +407,52 @@ impl UnderStore for MemStore {
         if from == to {
             return Ok(state.objects[from].meta(from));
         }
-        Ok(state.insert(to, data))
+        let link = state.objects.get(from).is_some_and(|o| o.link);
+        state.insert(to, data);
+        Ok(state.set_link(to, link))
+    }
+
+    async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
+        self.count();
+        let path = normalize_path(path)?;
+        if path.is_empty() {
+            return Err(Error::invalid(format!(
+                "symlink {}: cannot replace the store root",
+                self.uri
+            )));
+        }
+        let mut state = self.state.lock();
+        if state.objects.contains_key(path) || state.is_dir(path) {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("symlink {}: already exists", self.full(path)),
+            ));
+        }
+        state.insert(path, Bytes::copy_from_slice(target.as_bytes()));
+        Ok(state.set_link(path, true))
+    }
+
+    async fn read_link(&self, path: &str) -> Result<String> {
+        self.count();
+        let path = normalize_path(path)?;
+        let state = self.state.lock();
+        match state.objects.get(path) {
+            Some(o) if o.link => String::from_utf8(o.data.to_vec()).map_err(|_| {
+                Error::invalid(format!("readlink {}: target is not UTF-8", self.full(path)))
+            }),
+            Some(_) => Err(Error::invalid(format!(
+                "readlink {}: not a symbolic link",
+                self.full(path)
+            ))),
+            None if state.is_dir(path) => Err(Error::invalid(format!(
+                "readlink {}: not a symbolic link",
+                self.full(path)
+            ))),
+            None => Err(Error::not_found(format!(
+                "readlink {}: not found",
+                self.full(path)
+            ))),
+        }
     }
 
     async fn set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {

@@ -8,6 +8,7 @@
 
 use std::fmt;
 use std::ops::Range;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -605,11 +606,15 @@ impl OpendalStore {
     async fn fs_stat(&self, root: &Path, path: &str) -> Result<ObjectMeta> {
         let p = Self::fs_path(root, path);
         UFS_REQUESTS.inc();
-        match tokio::fs::metadata(&p).await {
+        // A link is reported as a link, never followed (the kernel resolves it in the mount).
+        match tokio::fs::symlink_metadata(&p).await {
             Ok(md) => fs_meta(path, &md).ok_or_else(|| {
                 Error::new(
                     ErrorKind::Unsupported,
-                    format!("stat {}: not a regular file or directory", self.full(path)),
+                    format!(
+                        "stat {}: not a regular file, directory or symbolic link",
+                        self.full(path)
+                    ),
                 )
             }),
             // `file/x`: ENOTDIR means the path does not exist.
@@ -664,13 +669,6 @@ impl OpendalStore {
             Some(Err(e)) => Err(self.map_err("stat", path, e)),
             None => Ok(false),
         }
-    }
-
-    async fn list_entries(&self, dir: &str, recursive: bool) -> Result<Vec<(String, Metadata)>> {
-        Ok(self
-            .list_entries_max(dir, recursive, usize::MAX)
-            .await?
-            .unwrap_or_default())
     }
 
     /// The listing of `dir`, streamed page by page (`list_page` keys each); `None` as soon as
@@ -769,6 +767,7 @@ impl OpendalStore {
             .map_err(|e| self.map_err("copy", from, e))?;
         let mut meta = self.written_meta(to, &copied, src.size).await?;
         if let Backend::S3 { .. } = self.backend {
+            meta.kind = src.kind;
             // A copy keeps the user metadata (S3's default directive), which the copy's own
             // answer does not repeat.
             meta.mode = meta.mode.or(src.mode);
@@ -1011,26 +1010,16 @@ impl OpendalStore {
                 format!("list {}: not a directory", self.full(dir)),
             ));
         }
-        let names: Vec<String> = self
-            .list_entries(dir, recursive)
-            .await?
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect();
-        // OpenDAL's entries have neither permission bits nor a followed symlink; one std stat
-        // per entry gives both, with the same ns mtime that `stat` reports.
-        let root = root.to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            names
-                .into_iter()
-                .filter_map(|p| {
-                    let md = std::fs::metadata(root.join(&p)).ok()?; // raced delete, dangling link
-                    fs_meta(&p, &md)
-                })
-                .collect()
-        })
-        .await
-        .map_err(|e| Error::internal(format!("list {}: {e}", self.full(dir))))
+        // Walked here rather than by OpenDAL's lister, which completes a link's entry with a
+        // stat that follows it (a link to a directory then breaks its entry invariants).
+        // One lstat per entry gives the permission bits and link types, with the same ns
+        // mtime that `stat` reports.
+        UFS_REQUESTS.inc();
+        let (root, dir_owned) = (root.to_path_buf(), dir.to_string());
+        tokio::task::spawn_blocking(move || fs_walk(&root, &dir_owned, recursive))
+            .await
+            .map_err(|e| Error::internal(format!("list {}: {e}", self.full(dir))))?
+            .map_err(|e| Error::from(e).context(format!("list {}", self.full(dir))))
     }
 
     async fn s3_list(
@@ -1237,18 +1226,60 @@ fn root_cause(e: &opendal::Error) -> String {
         .unwrap_or_else(|| e.message().to_string())
 }
 
+/// The entries below `dir` of a local store (its direct children, or with `recursive`
+/// everything below, directories included), never following links. An entry removed
+/// meanwhile is left out; a name that is not UTF-8 cannot be a store path and is skipped.
+fn fs_walk(root: &Path, dir: &str, recursive: bool) -> std::io::Result<Vec<ObjectMeta>> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_string()];
+    while let Some(d) = todo.pop() {
+        let entries = match std::fs::read_dir(OpendalStore::fs_path(root, &d)) {
+            Ok(e) => e,
+            Err(e) if d != dir && e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                tracing::warn!(dir = %d, "skipping a file name that is not UTF-8");
+                continue;
+            };
+            let rel = if d.is_empty() {
+                name
+            } else {
+                format!("{d}/{name}")
+            };
+            let Ok(md) = std::fs::symlink_metadata(entry.path()) else {
+                continue; // raced delete
+            };
+            let Some(m) = fs_meta(&rel, &md) else {
+                continue; // sockets, fifos, devices: not store entries
+            };
+            if recursive && m.kind == EntryKind::Dir {
+                todo.push(rel);
+            }
+            out.push(m);
+        }
+    }
+    Ok(out)
+}
+
+/// An entry from `lstat` (a link's size is its target's length).
 fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
-    let kind = if md.is_dir() {
+    let ft = md.file_type();
+    let kind = if ft.is_dir() {
         EntryKind::Dir
-    } else if md.is_file() {
+    } else if ft.is_file() {
         EntryKind::File
+    } else if ft.is_symlink() {
+        EntryKind::Symlink
     } else {
         return None;
     };
     Some(ObjectMeta {
         path: path.to_string(),
         kind,
-        size: if kind == EntryKind::File { md.len() } else { 0 },
+        size: if kind == EntryKind::Dir { 0 } else { md.len() },
         mtime: md.modified().ok(),
         etag: None,
         version: None,
@@ -1324,17 +1355,21 @@ fn s3_meta(path: String, m: &Metadata) -> ObjectMeta {
     };
     let time = |k: &str| attr(k).and_then(|v| parse_s3_time(&v));
     let id = |k: &str| attr(k).and_then(|v| v.trim().parse::<u32>().ok());
+    let raw_mode = id(S3_MODE);
     ObjectMeta {
         path,
-        kind: EntryKind::File,
+        // s3fs-fuse keeps a link as an object whose body is the target, typed by its mode.
+        kind: if raw_mode.is_some_and(|m| m & S_IFMT == S_IFLNK) {
+            EntryKind::Symlink
+        } else {
+            EntryKind::File
+        },
         size: m.content_length(),
         // s3fs keeps the file's mtime in its metadata; Last-Modified is the upload's time.
         mtime: time(S3_MTIME).or(mtime),
         etag: m.etag().map(strip_etag),
         version: None,
-        mode: attr(S3_MODE)
-            .and_then(|v| v.trim().parse::<u32>().ok())
-            .map(|v| v & 0o7777),
+        mode: raw_mode.map(|v| v & 0o7777),
         posix: Posix {
             uid: id(S3_UID),
             gid: id(S3_GID),
@@ -1356,6 +1391,10 @@ const S3_CTIME: &str = "ctime";
 
 /// `S_IFREG`: the type bits s3fs-fuse stores with a regular file's mode.
 const S_IFREG: u32 = 0o100000;
+/// `S_IFLNK`: the type bits of a symbolic link's mode (s3fs-fuse: a link object).
+const S_IFLNK: u32 = 0o120000;
+/// The type bits of a mode.
+const S_IFMT: u32 = 0o170000;
 
 fn parse_s3_time(v: &str) -> Option<SystemTime> {
     let v = v.trim();
@@ -1381,8 +1420,13 @@ fn secs(t: SystemTime) -> String {
 /// the `x-amz-meta-` prefix (OpenDAL adds it).
 fn s3_user_metadata(m: &ObjectMeta, set: &SetAttrs) -> Vec<(String, String)> {
     let mut out = Vec::new();
+    let ty = if m.kind == EntryKind::Symlink {
+        S_IFLNK
+    } else {
+        S_IFREG
+    };
     if let Some(mode) = set.mode.or(m.mode) {
-        out.push((S3_MODE.to_string(), (S_IFREG | (mode & 0o7777)).to_string()));
+        out.push((S3_MODE.to_string(), (ty | (mode & 0o7777)).to_string()));
     }
     if let Some(uid) = set.uid.or(m.posix.uid) {
         out.push((S3_UID.to_string(), uid.to_string()));
@@ -1451,6 +1495,13 @@ fn fs_set_attrs(p: &Path, a: &SetAttrs) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `p` is itself a symbolic link (not followed); `false` if it cannot be read.
+async fn is_fs_symlink(p: &Path) -> bool {
+    tokio::fs::symlink_metadata(p)
+        .await
+        .is_ok_and(|m| m.file_type().is_symlink())
 }
 
 fn strip_etag(etag: &str) -> String {
@@ -1605,6 +1656,19 @@ impl UnderStore for OpendalStore {
         }
         self.count_errors(async {
             UFS_REQUESTS.inc();
+            if let Backend::Fs { root } = &self.backend {
+                // OpenDAL's delete follows a link (a dangling one is "missing", one to a
+                // directory an rmdir): a link is unlinked here.
+                let p = Self::fs_path(root, path);
+                if is_fs_symlink(&p).await {
+                    return match tokio::fs::remove_file(&p).await {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            Err(Error::from(e).context(format!("delete {}", self.full(path))))
+                        }
+                        _ => Ok(()),
+                    };
+                }
+            }
             match self.op.delete(path).await {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(()),
@@ -1687,6 +1751,24 @@ impl UnderStore for OpendalStore {
             if from == to {
                 return self.stat_inner(to).await;
             }
+            if let Backend::Fs { root } = &self.backend {
+                // OpenDAL's rename stats (follows) the source, so a dangling link would be
+                // "missing": a link is moved here, with the same rename(2).
+                let (src, dst) = (Self::fs_path(root, from), Self::fs_path(root, to));
+                if is_fs_symlink(&src).await {
+                    UFS_REQUESTS.inc();
+                    let moved = async {
+                        if let Some(parent) = dst.parent() {
+                            tokio::fs::create_dir_all(parent).await?;
+                        }
+                        tokio::fs::rename(&src, &dst).await
+                    };
+                    moved.await.map_err(|e| {
+                        Error::from(e).context(format!("rename {} to {to}", self.full(from)))
+                    })?;
+                    return self.stat_inner(to).await;
+                }
+            }
             if cap.rename {
                 // Native (local directories): one atomic rename(2), parents of `to` created.
                 UFS_REQUESTS.inc();
@@ -1728,6 +1810,118 @@ impl UnderStore for OpendalStore {
                 ));
             }
             self.copy_file(from, to).await
+        })
+        .await
+    }
+
+    async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
+        let path = self.writable(path)?;
+        self.count_errors(async {
+            match &self.backend {
+                Backend::Fs { root } => {
+                    let p = Self::fs_path(root, path);
+                    UFS_REQUESTS.inc();
+                    tokio::fs::symlink(target, &p).await.map_err(|e| {
+                        let kind = e.kind();
+                        let e = Error::from(e).context(format!("symlink {}", self.full(path)));
+                        if kind == std::io::ErrorKind::NotFound {
+                            Error::not_found(e.to_string())
+                        } else {
+                            e
+                        }
+                    })?;
+                    self.fs_stat(root, path).await
+                }
+                Backend::S3 { .. } => {
+                    match self.s3_stat(path).await {
+                        Ok(_) => {
+                            return Err(Error::new(
+                                ErrorKind::AlreadyExists,
+                                format!("symlink {}: already exists", self.full(path)),
+                            ))
+                        }
+                        Err(e) if e.kind() == ErrorKind::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                    let now = secs(SystemTime::now());
+                    let user = vec![
+                        (S3_MODE.to_string(), (S_IFLNK | 0o777).to_string()),
+                        (S3_MTIME.to_string(), now.clone()),
+                        (S3_CTIME.to_string(), now),
+                    ];
+                    UFS_REQUESTS.inc();
+                    let written = self
+                        .op
+                        .write_with(path, target.as_bytes().to_vec())
+                        .user_metadata(user)
+                        .await
+                        .map_err(|e| self.map_err("symlink", path, e))?;
+                    let mut meta = self
+                        .written_meta(path, &written, target.len() as u64)
+                        .await?;
+                    meta.kind = EntryKind::Symlink;
+                    meta.mode = Some(0o777);
+                    Ok(meta)
+                }
+            }
+        })
+        .await
+    }
+
+    async fn read_link(&self, path: &str) -> Result<String> {
+        let path = normalize_path(path)?;
+        self.count_errors(async {
+            let not_link =
+                || Error::invalid(format!("readlink {}: not a symbolic link", self.full(path)));
+            let target = match &self.backend {
+                Backend::Fs { root } => {
+                    UFS_REQUESTS.inc();
+                    match tokio::fs::read_link(Self::fs_path(root, path)).await {
+                        Ok(t) => t.into_os_string().into_vec(),
+                        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                            return Err(not_link())
+                        }
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                            ) =>
+                        {
+                            return Err(Error::not_found(format!(
+                                "readlink {}: not found",
+                                self.full(path)
+                            )))
+                        }
+                        Err(e) => {
+                            return Err(
+                                Error::from(e).context(format!("readlink {}", self.full(path)))
+                            )
+                        }
+                    }
+                }
+                Backend::S3 { .. } => {
+                    let m = self.s3_stat(path).await?;
+                    if m.kind != EntryKind::Symlink {
+                        return Err(not_link());
+                    }
+                    let etag = m.etag.clone().unwrap_or_default();
+                    // A target is a path (PATH_MAX): anything larger is not a link s3fs wrote.
+                    if m.size > 4096 {
+                        return Err(Error::invalid(format!(
+                            "readlink {}: a {}-byte target is too long",
+                            self.full(path),
+                            m.size
+                        )));
+                    }
+                    self.s3_read(path, 0..m.size, &etag).await?.to_vec()
+                }
+            };
+            String::from_utf8(target).map_err(|_| {
+                Error::invalid(format!(
+                    "readlink {}: the target is not UTF-8",
+                    self.full(path)
+                ))
+            })
         })
         .await
     }
@@ -1912,6 +2106,24 @@ mod part_tests {
         );
         assert_eq!(parse_s3_time("soon"), None);
         assert_eq!(parse_s3_time("-1"), None);
+    }
+
+    /// s3fs-fuse's links: the mode keeps `S_IFLNK` (0120777 = 41471 in decimal), also when
+    /// the owner of a link changes.
+    #[test]
+    fn s3fs_link_mode() {
+        let link = ObjectMeta {
+            kind: EntryKind::Symlink,
+            mode: Some(0o777),
+            ..ObjectMeta::dir("l")
+        };
+        let set = SetAttrs {
+            uid: Some(7),
+            ..Default::default()
+        };
+        let meta: std::collections::HashMap<String, String> =
+            s3_user_metadata(&link, &set).into_iter().collect();
+        assert_eq!(meta["mode"], "41471");
     }
 
     #[test]

@@ -607,6 +607,60 @@ mod cases {
         assert_eq!(faulty.calls(FaultOp::List), 1);
     }
 
+    /// The trait's symlink invariants: a link is a link (never what it points to), its size
+    /// is its target's length, it may dangle, and delete/rename act on the link itself.
+    pub async fn symlinks(f: Fixture) {
+        let s = &f.store;
+        put(&f, "k/t.txt", b"target").await;
+        s.create_dir("k/d").await.unwrap();
+        put(&f, "k/d/in", b"in").await;
+        for (link, target) in [("k/lf", "t.txt"), ("k/ld", "d"), ("k/dangling", "../nope")] {
+            let m = s.symlink(link, target).await.unwrap();
+            assert_eq!((m.kind, m.size), (EntryKind::Symlink, target.len() as u64));
+            let m = s.stat(link).await.unwrap();
+            assert_eq!((m.kind, m.size), (EntryKind::Symlink, target.len() as u64));
+            assert_eq!(s.read_link(link).await.unwrap(), target);
+        }
+        let err = s.symlink("k/t.txt", "x").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
+        let err = s.read_link("k/t.txt").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+        let err = s.read_link("k/none").await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+        let listed: Vec<_> = s
+            .list("k", false)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|m| m.kind == EntryKind::Symlink)
+            .map(|m| m.path)
+            .collect();
+        let mut listed = listed;
+        listed.sort();
+        match f.backend {
+            // A listing carries no user metadata (`list_attrs` off): links show on stat.
+            Backend::S3 => {}
+            _ => assert_eq!(listed, ["k/dangling", "k/ld", "k/lf"]),
+        }
+        // Rename and delete act on the link; the targets stay.
+        let m = s.rename("k/dangling", "k/moved").await.unwrap();
+        assert_eq!(m.kind, EntryKind::Symlink);
+        assert_eq!(s.read_link("k/moved").await.unwrap(), "../nope");
+        assert_eq!(
+            s.stat("k/dangling").await.unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        s.delete("k/moved").await.unwrap();
+        s.delete("k/ld").await.unwrap();
+        s.delete("k/lf").await.unwrap();
+        for gone in ["k/moved", "k/ld", "k/lf"] {
+            assert_eq!(s.stat(gone).await.unwrap_err().kind(), ErrorKind::NotFound);
+        }
+        assert_eq!(s.stat("k/d").await.unwrap().kind, EntryKind::Dir);
+        let t = s.stat("k/t.txt").await.unwrap();
+        assert_eq!(s.read("k/t.txt", 0..6, &t).await.unwrap(), "target");
+    }
+
     pub async fn capabilities_uri_and_metrics(f: Fixture) {
         let s = &f.store;
         let caps = s.capabilities();
@@ -690,6 +744,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn sparse_write_from() {
                 cases::sparse_write_from(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn symlinks() {
+                cases::symlinks(super::$backend().await).await
             }
             #[tokio::test]
             async fn capabilities_uri_and_metrics() {

@@ -268,7 +268,11 @@ fn entry_json(e: &silt_client::Entry) -> Value {
     json!({
         "path": e.path,
         "name": e.name(),
-        "type": if e.is_dir() { "dir" } else { "file" },
+        "type": match e.kind {
+            silt_ufs::EntryKind::Dir => "dir",
+            silt_ufs::EntryKind::File => "file",
+            silt_ufs::EntryKind::Symlink => "symlink",
+        },
         "size": e.size,
         "mtime": mtime,
         "mode": e.mode.map(|m| format!("{:o}", m & 0o7777)),

@@ -596,6 +596,11 @@ fn posix_cases(root: &Path) {
             EACCES,
         ),
         (
+            "symlink: with write permission on the directory succeeds",
+            Op::Symlink(c("r644"), c("open/symlinked")),
+            0,
+        ),
+        (
             "link: hard links are not supported (documented deviation)",
             Op::Link(c("open/created"), c("open/hard")),
             EPERM,
@@ -630,6 +635,13 @@ fn posix_cases(root: &Path) {
         created.mode() & 0o7777,
         0o644,
         "a new file has the mode asked, less the umask"
+    );
+    let linked = stat_of(&p("open/symlinked"));
+    assert!(linked.file_type().is_symlink(), "the new link");
+    assert_eq!(
+        (linked.uid(), linked.gid(), linked.len()),
+        (NOBODY, NOBODY, p("r644").as_os_str().len() as u64),
+        "a new link is the creator's, its size its target's length"
     );
     let made = stat_of(&p("open/made"));
     assert_eq!(
@@ -670,5 +682,188 @@ fn posix_permission_cases_local() {
     // The store holds the real owners and modes.
     let made = stat_of(&fx.store.path().join("open/made"));
     assert_eq!((made.uid(), made.gid()), (NOBODY, NOBODY));
+    silt.stop();
+}
+
+/// `S_IFLNK`, the type bits of a symbolic link.
+const S_IFLNK: u32 = 0o120000;
+
+/// Symbolic links through the mount: to a file, to a directory, and dangling; read through,
+/// `readlink`, `lstat`, the listing's type, then rename and unlink of a link (its target stays).
+/// Leaves `l_dir` and `l_dangling` for `check_kept_links`.
+fn symlinks(root: &Path) {
+    std::fs::write(root.join("t.txt"), b"target bytes").unwrap();
+    std::fs::create_dir(root.join("td")).unwrap();
+    std::fs::write(root.join("td/in"), b"inside").unwrap();
+    std::os::unix::fs::symlink("t.txt", root.join("l_file")).unwrap();
+    std::os::unix::fs::symlink("td", root.join("l_dir")).unwrap();
+    std::os::unix::fs::symlink("missing", root.join("l_dangling")).unwrap();
+    // Creating a link where something is: EEXIST.
+    let err = std::os::unix::fs::symlink("x", root.join("t.txt")).unwrap_err();
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::EEXIST),
+        "symlink onto a file"
+    );
+    assert_eq!(std::fs::read(root.join("l_file")).unwrap(), b"target bytes");
+    let l = stat_of(&root.join("l_file"));
+    assert!(l.file_type().is_symlink(), "lstat shows a link");
+    assert_eq!(l.mode() & 0o170000, S_IFLNK);
+    assert_eq!(
+        l.len(),
+        "t.txt".len() as u64,
+        "a link's size is its target's length"
+    );
+    assert_eq!(
+        std::fs::read_link(root.join("l_file")).unwrap(),
+        Path::new("t.txt")
+    );
+    // readlink of something that is not a link: EINVAL.
+    let err = std::fs::read_link(root.join("t.txt")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "readlink of a file");
+    // The listing's type (readdir's d_type) says link.
+    let types: std::collections::HashMap<String, std::fs::FileType> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                e.file_type().unwrap(),
+            )
+        })
+        .collect();
+    for name in ["l_file", "l_dir", "l_dangling"] {
+        assert!(types[name].is_symlink(), "{name} is listed as a link");
+    }
+    assert!(types["t.txt"].is_file() && types["td"].is_dir());
+    // Rename then unlink the link: the target is untouched.
+    std::fs::rename(root.join("l_file"), root.join("l_moved")).unwrap();
+    assert_eq!(
+        std::fs::symlink_metadata(root.join("l_file"))
+            .unwrap_err()
+            .kind(),
+        std::io::ErrorKind::NotFound
+    );
+    assert_eq!(
+        std::fs::read_link(root.join("l_moved")).unwrap(),
+        Path::new("t.txt")
+    );
+    assert_eq!(
+        std::fs::read(root.join("l_moved")).unwrap(),
+        b"target bytes"
+    );
+    std::fs::remove_file(root.join("l_moved")).unwrap();
+    assert!(std::fs::symlink_metadata(root.join("l_moved")).is_err());
+    assert_eq!(std::fs::read(root.join("t.txt")).unwrap(), b"target bytes");
+    check_kept_links(root, "through the mount");
+}
+
+/// The links `symlinks` leaves: one to a directory (followed by the kernel) and a dangling one
+/// (`ENOENT` on open, but `readlink` works).
+fn check_kept_links(root: &Path, what: &str) {
+    assert!(
+        stat_of(&root.join("l_dir")).file_type().is_symlink(),
+        "{what}"
+    );
+    assert_eq!(
+        std::fs::read(root.join("l_dir/in")).unwrap(),
+        b"inside",
+        "{what}: read through a link to a directory"
+    );
+    assert_eq!(
+        std::fs::read_link(root.join("l_dangling")).unwrap(),
+        Path::new("missing"),
+        "{what}"
+    );
+    let err = std::fs::File::open(root.join("l_dangling")).unwrap_err();
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::ENOENT),
+        "{what}: open a dangling link"
+    );
+    assert_eq!(
+        std::fs::read(root.join("t.txt")).unwrap(),
+        b"target bytes",
+        "{what}"
+    );
+}
+
+#[test]
+fn symlinks_local() {
+    let fx = LocalFx::new();
+    let silt = fx.up();
+    let root = silt.path("data");
+    symlinks(&root);
+    // The store holds real links.
+    assert_eq!(
+        std::fs::read_link(fx.store.path().join("l_dir")).unwrap(),
+        Path::new("td")
+    );
+    assert_eq!(
+        std::fs::read_link(fx.store.path().join("l_dangling")).unwrap(),
+        Path::new("missing")
+    );
+    silt.stop();
+    let silt = restart(fx.dir.path(), &fx.uri(), &[]);
+    check_kept_links(&root, "after a remount");
+    silt.stop();
+}
+
+#[test]
+fn symlinks_s3() {
+    let fx = S3Fx::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = fx.up(
+        &["--write-type", "through", "--s3-list-attrs", "true"],
+        dir.path(),
+    );
+    let root = silt.path("data");
+    symlinks(&root);
+    // s3fs-fuse's form: the body is the target, the mode has the link type bits.
+    let raw = silt_ufs::OpendalStore::open(
+        &silt_ufs::StoreUri::parse(&fx.uri()).unwrap(),
+        &fx.server.s3_options(),
+    )
+    .unwrap();
+    let body = fx
+        .rt
+        .block_on(async { raw.operator().read("l_dir").await })
+        .unwrap();
+    assert_eq!(body.to_vec(), b"td");
+    let head = fx
+        .rt
+        .block_on(async { raw.operator().stat("l_dir").await })
+        .unwrap();
+    let mode = head
+        .user_metadata()
+        .and_then(|m| m.get("mode").map(str::to_string))
+        .unwrap_or_default();
+    assert_eq!(mode, (S_IFLNK | 0o777).to_string(), "x-amz-meta-mode");
+    silt.stop();
+    let mut args = s3_args(&fx.server);
+    args.extend(["--s3-list-attrs".to_string(), "true".to_string()]);
+    let silt = restart(dir.path(), &fx.uri(), &args);
+    check_kept_links(&root, "after a remount");
+    // A link written the s3fs way behind Silt's back shows as a link.
+    fx.rt
+        .block_on(async {
+            raw.operator()
+                .write_with("ext_link", b"t.txt".to_vec())
+                .user_metadata([("mode".to_string(), (S_IFLNK | 0o777).to_string())])
+                .await
+        })
+        .unwrap();
+    let o = silt.cli(&["fs", "invalidate", "/data"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stat_of(&root.join("ext_link"));
+    assert!(e.file_type().is_symlink(), "an s3fs link object is a link");
+    assert_eq!(
+        std::fs::read_link(root.join("ext_link")).unwrap(),
+        Path::new("t.txt")
+    );
+    assert_eq!(
+        std::fs::read(root.join("ext_link")).unwrap(),
+        b"target bytes"
+    );
     silt.stop();
 }
