@@ -804,8 +804,11 @@ fn symlinks_local() {
         Path::new("missing")
     );
     silt.stop();
-    let silt = restart(fx.dir.path(), &fx.uri(), &[]);
+    let mut silt = restart(fx.dir.path(), &fx.uri(), &[]);
     check_kept_links(&root, "after a remount");
+    silt.crash();
+    let silt = restart(fx.dir.path(), &fx.uri(), &[]);
+    check_kept_links(&root, "after a daemon crash and restart");
     silt.stop();
 }
 
@@ -842,8 +845,11 @@ fn symlinks_s3() {
     silt.stop();
     let mut args = s3_args(&fx.server);
     args.extend(["--s3-list-attrs".to_string(), "true".to_string()]);
-    let silt = restart(dir.path(), &fx.uri(), &args);
+    let mut silt = restart(dir.path(), &fx.uri(), &args);
     check_kept_links(&root, "after a remount");
+    silt.crash();
+    let silt = restart(dir.path(), &fx.uri(), &args);
+    check_kept_links(&root, "after a daemon crash and restart");
     // A link written the s3fs way behind Silt's back shows as a link.
     fx.rt
         .block_on(async {
