@@ -100,33 +100,31 @@ impl Client {
         }
     }
 
+    /// `path` may be created: nothing has it, and its parent is an existing directory.
+    async fn check_new_entry(&self, path: &str) -> Result<()> {
+        if self.stat_opt(path).await?.is_some() {
+            return Err(already_exists(path));
+        }
+        let Some((parent, _)) = parent_and_name(path) else {
+            return Ok(());
+        };
+        match self.stat_opt(parent).await? {
+            Some(p) if p.is_dir() => Ok(()),
+            Some(_) => Err(Error::new(
+                ErrorKind::NotADirectory,
+                format!("{path}: {parent} is not a directory"),
+            )),
+            None => Err(Error::not_found(format!(
+                "{path}: no such directory {parent}"
+            ))),
+        }
+    }
+
     /// Creates the directory `path`; its parent must exist. `AlreadyExists` if anything has
     /// the path.
     pub(crate) async fn mkdir_stored(&self, path: &str) -> Result<Entry> {
         let t = self.dir_target(path, ErrorKind::AlreadyExists)?;
-        if self.stat_opt(&t.path).await?.is_some() {
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!("{}: already exists", t.path),
-            ));
-        }
-        if let Some((parent, _)) = parent_and_name(&t.path) {
-            match self.stat_opt(parent).await? {
-                Some(p) if p.is_dir() => {}
-                Some(_) => {
-                    return Err(Error::new(
-                        ErrorKind::NotADirectory,
-                        format!("{}: {parent} is not a directory", t.path),
-                    ))
-                }
-                None => {
-                    return Err(Error::not_found(format!(
-                        "{}: no such directory {parent}",
-                        t.path
-                    )))
-                }
-            }
-        }
+        self.check_new_entry(&t.path).await?;
         let asked = self.opts.clock.now();
         let meta = if t.write_type == WriteType::CacheOnly {
             ObjectMeta::dir(&t.rel)
@@ -170,29 +168,10 @@ impl Client {
                 format!("symlink {}: cache-only files have no store object", t.path),
             ));
         }
-        if self.session(&t.path).is_some() || self.stat_opt(&t.path).await?.is_some() {
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!("{}: already exists", t.path),
-            ));
+        if self.session(&t.path).is_some() {
+            return Err(already_exists(&t.path));
         }
-        if let Some((parent, _)) = parent_and_name(&t.path) {
-            match self.stat_opt(parent).await? {
-                Some(p) if p.is_dir() => {}
-                Some(_) => {
-                    return Err(Error::new(
-                        ErrorKind::NotADirectory,
-                        format!("{}: {parent} is not a directory", t.path),
-                    ))
-                }
-                None => {
-                    return Err(Error::not_found(format!(
-                        "{}: no such directory {parent}",
-                        t.path
-                    )))
-                }
-            }
-        }
+        self.check_new_entry(&t.path).await?;
         let asked = self.opts.clock.now();
         let mut meta = t
             .store
@@ -473,6 +452,10 @@ impl Client {
         }
         Ok(ObjectMeta::dir(&b.rel))
     }
+}
+
+fn already_exists(path: &str) -> Error {
+    Error::new(ErrorKind::AlreadyExists, format!("{path}: already exists"))
 }
 
 #[cfg(test)]
