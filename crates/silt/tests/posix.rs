@@ -272,22 +272,11 @@ fn check_attributes(root: &Path, what: &str, dirs_keep_attrs: bool, atime: bool)
     }
 }
 
-/// `silt up` again in `dir` (after a stop, or a crash: then it takes the mount over).
+/// `silt up` again in `dir` with files written through (after a stop, or a crash).
 fn restart(dir: &Path, uri: &str, args: &[String]) -> Silt {
-    let (mp, state) = (dir.join("mnt"), dir.join("state"));
-    let mut a: Vec<String> = vec![
-        "up".into(),
-        "--mountpoint".into(),
-        mp.display().to_string(),
-        "--state-dir".into(),
-        state.display().to_string(),
-        "--mount".into(),
-        format!("/data={uri}"),
-        "--write-type".into(),
-        "through".into(),
-    ];
-    a.extend(args.iter().cloned());
-    Silt::start(&a, &mp, &state).unwrap_or_else(|e| panic!("{e}"))
+    let mut extra = vec!["--write-type", "through"];
+    extra.extend(args.iter().map(String::as_str));
+    Silt::restart(&[("/data", uri)], &extra, dir)
 }
 
 #[test]

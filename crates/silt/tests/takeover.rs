@@ -87,22 +87,8 @@ fn store(dir: &Path) -> String {
     format!("file://{}", data.display())
 }
 
-/// `silt up` again on the mount of `dir` (as `Silt::up` does, without touching the
-/// mountpoint first: a mount whose daemon is gone blocks whoever looks at it until a daemon
-/// serves it).
 fn restart(dir: &Path, uri: &str, extra: &[&str]) -> Silt {
-    let (mp, state) = (dir.join("mnt"), dir.join("state"));
-    let mut a: Vec<String> = vec![
-        "up".into(),
-        "--mountpoint".into(),
-        mp.display().to_string(),
-        "--state-dir".into(),
-        state.display().to_string(),
-        "--mount".into(),
-        format!("/data={uri}"),
-    ];
-    a.extend(extra.iter().map(|s| s.to_string()));
-    Silt::start(&a, &mp, &state).unwrap_or_else(|e| panic!("{e}"))
+    Silt::restart(&[("/data", uri)], extra, dir)
 }
 
 /// Helper processes: the test binary itself, running `helper` with a role. Readers and

@@ -126,9 +126,20 @@ impl Silt {
 
     /// `silt up` over the given mounts with extra options.
     pub fn up(mounts: &[(&str, &str)], extra: &[&str], dir: &Path) -> Result<Silt, String> {
+        std::fs::create_dir_all(dir.join("mnt")).unwrap();
+        Silt::up_again(mounts, extra, dir)
+    }
+
+    /// `silt up` again in `dir` (after a stop, or a crash: then it takes the mount over), as
+    /// `up` without touching the mountpoint first: a mount whose daemon is gone blocks
+    /// whoever looks at it until a daemon serves it. Panics if it does not come up.
+    pub fn restart(mounts: &[(&str, &str)], extra: &[&str], dir: &Path) -> Silt {
+        Silt::up_again(mounts, extra, dir).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn up_again(mounts: &[(&str, &str)], extra: &[&str], dir: &Path) -> Result<Silt, String> {
         let mp = dir.join("mnt");
         let state = dir.join("state");
-        std::fs::create_dir_all(&mp).unwrap();
         let mut args: Vec<String> = vec![
             "up".into(),
             "--mountpoint".into(),
