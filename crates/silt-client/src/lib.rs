@@ -266,8 +266,9 @@ pub struct Client {
     backing: Option<Arc<dyn BackingSource>>,
     /// How files written through this client are kept, per prefix (`write.rs`).
     writes: write::Writes,
-    /// Serialises snapshot saves (periodic and final share one temporary file).
-    snapshot_saves: Mutex<()>,
+    /// Serialises snapshot saves (periodic and final share one temporary file); true once
+    /// the clean (final) save was made, after which periodic saves stop.
+    snapshot_saves: Mutex<bool>,
     /// Directory times moved by changes through this client (`attrs.rs`).
     dir_times: attrs::DirTimes,
 }
@@ -340,7 +341,7 @@ impl Client {
             rt,
             backing: None,
             writes: write::Writes::read_only(clock),
-            snapshot_saves: Mutex::new(()),
+            snapshot_saves: Mutex::new(false),
             dir_times: Default::default(),
         }
     }
@@ -391,11 +392,12 @@ impl Client {
     /// Saves the metadata cache to `path` (after a clean unmount) so the next start can reuse
     /// what is still trusted; see `snapshot` for the rules. Returns the records written.
     pub fn save_metadata(&self, path: &std::path::Path) -> std::io::Result<usize> {
-        self.save_snapshot(path, true)
+        Ok(self.save_snapshot(path, true)?.unwrap_or(0))
     }
 
     /// The periodic save while running (so a crash restart is warm too): skipped, `None`,
-    /// when the cache has not changed since generation `*since`, which it then advances.
+    /// when the cache has not changed since generation `*since` (which it then advances), or
+    /// once the clean save was made (it must stay the last).
     pub fn save_metadata_if_changed(
         &self,
         path: &std::path::Path,
@@ -407,16 +409,21 @@ impl Client {
         }
         let n = self.save_snapshot(path, false)?;
         *since = generation;
-        Ok(Some(n))
+        Ok(n)
     }
 
-    fn save_snapshot(&self, path: &std::path::Path, clean: bool) -> std::io::Result<usize> {
-        let _one_at_a_time = self.snapshot_saves.lock();
+    /// `None` when a periodic save comes after the clean one.
+    fn save_snapshot(&self, path: &std::path::Path, clean: bool) -> std::io::Result<Option<usize>> {
+        let mut final_saved = self.snapshot_saves.lock();
+        if *final_saved {
+            return Ok(None);
+        }
+        *final_saved = clean;
         let now = self.opts.clock.now();
         let contents = self
             .meta
             .contents(|p, at| self.policy_of(p).trusts(age(now, at)));
-        snapshot::save(path, &self.ns, contents, clean)
+        snapshot::save(path, &self.ns, contents, clean).map(Some)
     }
 
     /// Loads (and removes) a snapshot written by `save_metadata`. Returns records restored.

@@ -361,7 +361,7 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
         Ok(0) => {}
         Ok(n) => info!(
             records = n,
-            "metadata cache restored from the last clean shutdown"
+            "metadata cache restored from the last snapshot"
         ),
         Err(e) => {
             warn!(error = %e, "metadata snapshot ignored; starting with an empty metadata cache")
@@ -369,31 +369,30 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
     }
 
     // Saved as it changes too, so a crash restart is as warm as a clean one (see the
-    // snapshot's rules on what a periodic save may restore).
+    // snapshot's rules on what a periodic save may restore). The first save is at once: what
+    // was just restored (restoring removed the file) stays saved if this run crashes early.
     {
-        let client = client.clone();
-        let snapshot = snapshot.clone();
-        rt.spawn(async move {
-            let mut since = 0;
-            // The first save is at once: what was just restored from the last snapshot (which
-            // restoring removed) stays saved if this run crashes early.
-            loop {
-                let (c, p) = (client.clone(), snapshot.clone());
-                let started = std::time::Instant::now();
-                let saved = tokio::task::spawn_blocking(move || {
-                    let r = c.save_metadata_if_changed(&p, &mut since);
-                    (r, since)
-                })
-                .await;
-                match saved {
-                    Ok((Err(e), _)) => warn!(error = %e, "periodic metadata snapshot failed"),
-                    Ok((Ok(_), s)) => since = s,
-                    Err(_) => return,
+        // Weak: the client (and its page store, whose drop marks a clean shutdown) must not be
+        // kept alive by this thread.
+        let (client, snapshot) = (Arc::downgrade(&client), snapshot.clone());
+        std::thread::Builder::new()
+            .name("silt-snapshot".into())
+            .spawn(move || {
+                let mut since = 0;
+                loop {
+                    let started = std::time::Instant::now();
+                    let Some(client) = client.upgrade() else {
+                        return;
+                    };
+                    if let Err(e) = client.save_metadata_if_changed(&snapshot, &mut since) {
+                        warn!(error = %e, "periodic metadata snapshot failed");
+                    }
+                    drop(client);
+                    // A large cache takes a while to save: keep saves under ~2 % of a core.
+                    std::thread::sleep(METADATA_SNAPSHOT_EVERY.max(started.elapsed() * 50));
                 }
-                // A large cache takes a while to save: keep the saves under ~2 % of a core.
-                tokio::time::sleep(METADATA_SNAPSHOT_EVERY.max(started.elapsed() * 50)).await;
-            }
-        });
+            })
+            .context("starting the metadata snapshot thread")?;
     }
 
     let fuse_state = Arc::new(FuseState::default());
