@@ -383,6 +383,8 @@ impl UnderStore for MemStore {
             ));
         }
         state.dirs.remove(path);
+        // A directory made again at this path starts with default attributes.
+        state.dir_attrs.remove(path);
         Ok(())
     }
 

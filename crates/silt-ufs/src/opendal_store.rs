@@ -1456,11 +1456,17 @@ fn epoch_time(secs: i64, nanos: i64) -> Option<SystemTime> {
 
 /// `chmod`, `lchown` and `utimensat` of a local path, as asked.
 fn fs_set_attrs(p: &Path, a: &SetAttrs) -> std::io::Result<()> {
-    if let Some(mode) = a.mode {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode & 0o7777))?;
-    }
+    // Owner first: chown clears setuid/setgid, which a mode given with it must keep.
     if a.uid.is_some() || a.gid.is_some() {
         std::os::unix::fs::lchown(p, a.uid, a.gid)?;
+    }
+    // chmod follows links (Linux keeps no mode on a link): never change a link's target,
+    // which may lie outside the store.
+    if let Some(mode) = a
+        .mode
+        .filter(|_| !std::fs::symlink_metadata(p).is_ok_and(|m| m.is_symlink()))
+    {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode & 0o7777))?;
     }
     if a.atime.is_some() || a.mtime.is_some() {
         let ts = |t: Option<SystemTime>| match t.map(|t| t.duration_since(UNIX_EPOCH)) {

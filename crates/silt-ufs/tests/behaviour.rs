@@ -642,6 +642,20 @@ mod cases {
             Backend::S3 => {}
             _ => assert_eq!(listed, ["k/dangling", "k/ld", "k/lf"]),
         }
+        if let Backend::Fs = f.backend {
+            // chmod follows links in the OS; the store must not let it reach the target.
+            let before = s.stat("k/t.txt").await.unwrap().mode;
+            let set = SetAttrs {
+                mode: Some(0o700),
+                ..Default::default()
+            };
+            s.set_attrs("k/lf", &set).await.unwrap();
+            assert_eq!(
+                s.stat("k/t.txt").await.unwrap().mode,
+                before,
+                "a mode set on a link changed its target"
+            );
+        }
         // Rename and delete act on the link; the targets stay.
         let m = s.rename("k/dangling", "k/moved").await.unwrap();
         assert_eq!(m.kind, EntryKind::Symlink);
