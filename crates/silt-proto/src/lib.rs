@@ -264,7 +264,7 @@ mod tests {
         /// request or an error.
         #[test]
         fn arbitrary_bytes_give_frames_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
-            let (fs, _) = frames(&bytes);
+            let (fs, err) = frames(&bytes);
             let mut used = 0;
             for (k, p) in &fs {
                 used += 5 + p.len();
@@ -272,6 +272,10 @@ mod tests {
                 let _ = decode_json::<ErrorBody>(p).map(ErrorBody::into_error);
             }
             prop_assert!(used <= bytes.len());
+            // A clean end means every byte was a frame; anything left over is an error.
+            if err.is_none() {
+                prop_assert_eq!(used, bytes.len());
+            }
         }
 
         /// Valid streams with flipped bytes, a cut, or a rewritten length field: never more
