@@ -117,22 +117,18 @@ pub fn cluster_key(configured: &Secret, state_dir: &Path, generate: bool) -> Res
             path.display()
         )));
     }
-    write_new_secret(&path)?;
-    let (s, _) = silt_common::secret::read_secret_file(&path)?;
-    ClusterKey::new(&s)
+    ClusterKey::new(&Secret::new(write_new_secret(&path)?))
 }
 
 /// Writes a fresh secret to `path`, created with mode 0600 (never wider, whatever the umask),
 /// failing if the file appeared meanwhile. A failed write leaves no file behind (an empty one
-/// would stop the next start).
-fn write_new_secret(path: &Path) -> Result<()> {
+/// would stop the next start). Returns the secret.
+fn write_new_secret(path: &Path) -> Result<String> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let text = ClusterKey::generate_text()?;
-    let mut f = std::fs::OpenOptions::new()
+    let mut f = silt_common::private::options()
         .write(true)
         .create_new(true)
-        .mode(0o600)
         .open(path)
         .map_err(|e| Error::from(e).context(format!("creating {}", path.display())))?;
     if let Err(e) = f
@@ -144,7 +140,7 @@ fn write_new_secret(path: &Path) -> Result<()> {
         return Err(Error::from(e).context(format!("writing {}", path.display())));
     }
     tracing::info!(path = %path.display(), "generated this node's cluster secret");
-    Ok(())
+    Ok(text)
 }
 
 fn random_bytes<const N: usize>() -> Result<[u8; N]> {
