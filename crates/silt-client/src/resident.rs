@@ -681,7 +681,7 @@ impl UnderStore for ResidentStore {
         self.base.write_from_attrs(path, src, len, attrs).await
     }
 
-    /// Files held only in Silt keep no attributes of their own (`Unsupported`).
+    /// A link cannot take the name of a file held only in Silt (`AlreadyExists`).
     async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
         if self.resident.get(&self.ns(path)).is_some() {
             return Err(Error::new(
@@ -702,6 +702,7 @@ impl UnderStore for ResidentStore {
         self.base.read_link(path).await
     }
 
+    /// Files held only in Silt keep no attributes of their own (`Unsupported`).
     async fn set_attrs(&self, path: &str, attrs: &silt_ufs::SetAttrs) -> Result<ObjectMeta> {
         if let Some(f) = self.resident.get(&self.ns(path)) {
             if !f.is_remote() {
