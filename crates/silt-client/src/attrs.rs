@@ -46,6 +46,21 @@ impl DirTimes {
             .retain(|d, _| !silt_common::config::is_at_or_under(d, path));
     }
 
+    /// `from` was renamed to `to`: what is remembered below `from` now belongs below `to`,
+    /// and what was remembered below the replaced `to` is gone with it.
+    pub fn rename(&self, from: &str, to: &str) {
+        use silt_common::config::is_at_or_under;
+        let mut changed = self.changed.lock();
+        changed.retain(|d, _| !is_at_or_under(d, to));
+        let moved: Vec<(String, SystemTime)> = changed
+            .iter()
+            .filter(|(d, _)| is_at_or_under(d, from))
+            .map(|(d, t)| (format!("{to}{}", &d[from.len()..]), *t))
+            .collect();
+        changed.retain(|d, _| !is_at_or_under(d, from));
+        changed.extend(moved);
+    }
+
     /// `e` with its mtime moved to the last change through this client, if that is later.
     pub fn apply(&self, mut e: Entry) -> Entry {
         if e.is_dir() {
@@ -201,6 +216,24 @@ fn may_write(caller: &Caller, uid: u32, gid: u32, mode: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remembered_directory_times_follow_renames_and_go_with_removed_directories() {
+        let t = DirTimes::default();
+        for p in ["/m/a/x", "/m/a/sub/y", "/m/ab/z", "/m/b/old/w"] {
+            t.touch_parent_of(p);
+        }
+        let known = |t: &DirTimes| {
+            let mut v: Vec<String> = t.changed.lock().keys().cloned().collect();
+            v.sort();
+            v
+        };
+        // /m/a over /m/b: /m/b's own entries are gone, /m/a's move, /m/ab is another name.
+        t.rename("/m/a", "/m/b");
+        assert_eq!(known(&t), ["/m/ab", "/m/b", "/m/b/sub"]);
+        t.forget_under("/m/b");
+        assert_eq!(known(&t), ["/m/ab"]);
+    }
 
     fn file(uid: u32, gid: u32, mode: u32) -> Entry {
         Entry {

@@ -656,8 +656,12 @@ impl Client {
         let target = s.target.lock().clone();
         let len = buf.len();
         let pending = *s.pending.lock();
-        let attrs = self.attrs_for_write(&target, pending).await;
-        let result = self.commit_buffer(&target, &buf, len, &attrs).await;
+        // Not knowing the stored attributes fails the commit (the bytes stay dirty): writing
+        // defaults would silently reset the file's mode and owner.
+        let result = match self.attrs_for_write(&target, pending).await {
+            Ok(attrs) => self.commit_buffer(&target, &buf, len, &attrs).await,
+            Err(e) => Err(e),
+        };
         if result.is_ok() {
             // Stored now; a later chmod of the file goes to the store.
             let mut p = s.pending.lock();
@@ -692,9 +696,9 @@ impl Client {
         &self,
         target: &Target,
         pending: silt_ufs::SetAttrs,
-    ) -> silt_ufs::SetAttrs {
+    ) -> Result<silt_ufs::SetAttrs> {
         if !target.store.capabilities().write_replaces_attrs {
-            return pending;
+            return Ok(pending);
         }
         let kept = match self.stat(&target.path).await {
             Ok(e) if !e.is_dir() => silt_ufs::SetAttrs {
@@ -704,9 +708,12 @@ impl Client {
                 atime: None,
                 mtime: None,
             },
-            _ => silt_ufs::SetAttrs::default(),
+            // Nothing stored there (yet): the defaults, and what was set before the commit.
+            Ok(_) => silt_ufs::SetAttrs::default(),
+            Err(e) if e.kind() == ErrorKind::NotFound => silt_ufs::SetAttrs::default(),
+            Err(e) => return Err(e.context("reading the attributes a rewrite keeps")),
         };
-        kept.then(pending)
+        Ok(kept.then(pending))
     }
 
     /// Changes attributes of `path` (`chmod`, `chown`, `utimensat`) for `caller`, under the
@@ -720,6 +727,14 @@ impl Client {
         change: &crate::attrs::AttrChange,
     ) -> Result<Entry> {
         let path = Self::normalize(path)?;
+        // Ordered with the file's commits: a change must neither land under an upload in
+        // flight (on S3 it rewrites the object: old bytes would undo the upload) nor be
+        // missed by the next commit.
+        let session = self.session(&path);
+        let _order = match &session {
+            Some(s) => Some(s.order.lock().await),
+            None => None,
+        };
         let (cur, _) = self.stat_live(&path).await?;
         let set = crate::attrs::check_change(caller, &cur, change)?;
         if set.is_empty() {
@@ -736,7 +751,7 @@ impl Client {
                 format!("{path}: read-only"),
             ));
         }
-        if let Some(s) = self.session(&path) {
+        if let Some(s) = &session {
             if cur.object.is_none() {
                 {
                     let mut p = s.pending.lock();
@@ -957,6 +972,8 @@ impl Client {
             ));
         }
         self.rmdir_stored(&p).await?;
+        // A directory made later at this path is another one: none of this one's times.
+        self.dir_times.forget_under(&p);
         self.dir_times.touch_parent_of(&p);
         Ok(())
     }
@@ -1002,6 +1019,7 @@ impl Client {
             self.commit_ordered(s).await?;
         }
         let entry = self.rename_stored(&from, &to).await?;
+        self.dir_times.rename(&from, &to);
         self.dir_times.touch_parent_of(&from);
         self.dir_times.touch_parent_of(&to);
         for s in &below_to {

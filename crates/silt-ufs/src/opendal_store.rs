@@ -786,6 +786,20 @@ impl OpendalStore {
     /// written again with it (its bytes unchanged): a GET and a PUT of the whole object, up to
     /// [`S3_ATTR_REWRITE_MAX`] bytes. Directories (prefixes) keep no attributes.
     async fn s3_set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
+        // The object is rewritten with its new metadata, on condition that it is still the
+        // version read: a writer that replaced it meanwhile must not be undone by old bytes.
+        // Lost races are retried on the new version, a few times.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.s3_set_attrs_once(path, attrs).await {
+                Err(e) if e.kind() == ErrorKind::ContentChanged && attempts < 3 => continue,
+                r => return r,
+            }
+        }
+    }
+
+    async fn s3_set_attrs_once(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
         let cur = self.stat_inner(path).await?;
         if cur.kind == EntryKind::Dir {
             return Err(Error::new(
@@ -810,13 +824,12 @@ impl OpendalStore {
         let data = self.s3_read(path, 0..cur.size, &etag).await?;
         let meta = s3_user_metadata(&cur, attrs);
         UFS_REQUESTS.inc();
-        let written = self
-            .op
-            .write_with(path, data)
-            .user_metadata(meta)
-            .await
+        let mut w = self.op.write_with(path, data).user_metadata(meta);
+        if !etag.is_empty() {
+            w = w.if_match(&format!("\"{etag}\""));
+        }
+        w.await
             .map_err(|e| self.map_err("set attributes", path, e))?;
-        let _ = written;
         self.stat_inner(path).await
     }
 
@@ -1856,12 +1869,20 @@ impl UnderStore for OpendalStore {
                         (S3_CTIME.to_string(), now),
                     ];
                     UFS_REQUESTS.inc();
+                    // Conditional too: an object created after the stat is not replaced.
                     let written = self
                         .op
                         .write_with(path, target.as_bytes().to_vec())
                         .user_metadata(user)
+                        .if_not_exists(true)
                         .await
-                        .map_err(|e| self.map_err("symlink", path, e))?;
+                        .map_err(|e| match self.map_err("symlink", path, e) {
+                            e if e.kind() == ErrorKind::ContentChanged => Error::new(
+                                ErrorKind::AlreadyExists,
+                                format!("symlink {}: already exists", self.full(path)),
+                            ),
+                            e => e,
+                        })?;
                     let mut meta = self
                         .written_meta(path, &written, target.len() as u64)
                         .await?;
