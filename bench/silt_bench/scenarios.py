@@ -36,10 +36,11 @@ UFS_READ_BYTES = "silt_ufs_read_bytes_total"
 
 class Ctx:
     def __init__(self, store, work, reps=3, quick=False, seed=7, compare=None, silt_extra=(), b6_files=None,
-                 cluster=0):
+                 cluster=0, cluster_tls=False):
         self.store, self.work, self.reps, self.quick, self.seed = store, work, reps, quick, seed
         self.compare = compare  # root of another mount over the same bucket layout, or None
         self.cluster = cluster  # --cluster N: B1 and B2 also through N workers and a client mount
+        self.cluster_tls = cluster_tls  # --cluster-tls: B1 through them over TCP, without and with TLS
         self.silt_extra = list(silt_extra)
         self.b6_files = b6_files or ([1000] if quick else [10_000, 100_000])
         self.manifests = {}
@@ -59,9 +60,9 @@ class Ctx:
         kw.setdefault("extra", self.silt_extra)
         return mech.Silt(self.work, os.path.join(self.work, state), self.store, **kw)
 
-    def silt_cluster(self, state):
+    def silt_cluster(self, state, extra=()):
         return mech.Cluster(self.work, os.path.join(self.work, state), self.store, self.cluster,
-                            extra=self.silt_extra)
+                            extra=[*self.silt_extra, *extra])
 
     def fresh_state(self, name):
         path = os.path.join(self.work, name)
@@ -165,6 +166,10 @@ def b1_b2(ctx, want):
             _peer_reads(ctx, rep, large, order)
         if ctx.cluster:
             _cluster_reads(ctx, large, order)
+        if ctx.cluster_tls and b1:
+            # Plaintext and TLS over TCP, in alternating order from one repetition to the next.
+            for variant in (("tcp", "tls") if rep % 2 == 0 else ("tls", "tcp")):
+                _cluster_reads(ctx, large, [], variant)
 
         # Silt cold: a fresh state dir. One reader, then (fresh again) four readers and B2.
         if b1:
@@ -225,42 +230,57 @@ def b1_b2(ctx, want):
         print(f"B1/B2 rep {rep + 1}/{ctx.reps} done", flush=True)
 
 
-def _cluster_reads(ctx, large, order):
+# --cluster-tls variants: every worker link over TCP (the client does not use the workers' Unix
+# sockets, which TLS never covers), in the clear or in TLS.
+CLUSTER_VARIANTS = {
+    None: [],
+    "tcp": ["--cluster-unix-socket", "false"],
+    "tls": ["--cluster-unix-socket", "false", "--cluster-tls", "true"],
+}
+
+
+def _cluster_reads(ctx, large, order, variant=None):
     """B1 and B2 through a client mount backed by ctx.cluster workers (mech.Cluster), the same
     phases as the single node: cold 1 reader on a fresh cluster; fresh again, cold 4 readers and
     cold B2; then warm: every process restarted on that state (workers' disk tiers warm; the
     client's near cache, every memory tier and the kernel's cache of the mount cold), 1 reader
-    and hot; restarted again, 4 readers and warm B2. Figures are named cluster_<single node's>."""
+    and hot; restarted again, 4 readers and warm B2. Figures are named cluster_<single node's>,
+    or cluster_<variant>_<single node's> for a CLUSTER_VARIANTS variant."""
     b1, b2 = bool(large), bool(order)
-    f = cluster_figure
+    extra = CLUSTER_VARIANTS[variant]
+    tag = f"{variant} " if variant else ""
+
+    def f(single):
+        return cluster_figure(single, variant)
+
     if b1:
-        with ctx.silt_cluster(ctx.fresh_state("c-b1-cold-1")) as c:
+        with ctx.silt_cluster(ctx.fresh_state("c-b1-cold-1"), extra) as c:
             ctx.add(f("b1_cold_1"), _gb(mech.timed_read([c.path(k) for k in large], 1)), "GB/s")
         shutil.rmtree(os.path.join(ctx.work, "c-b1-cold-1"), ignore_errors=True)
     state = ctx.fresh_state("c-b12-cold")
-    with ctx.silt_cluster(state) as c:
+    with ctx.silt_cluster(state, extra) as c:
         if b1:
             cpu = sum(_cpu_seconds(pid) for pid in c.pids())
             nbytes, secs = mech.timed_read([c.path(k) for k in large], 4)
             ctx.add(f("b1_cold_4"), nbytes / secs / 1e9, "GB/s")
-            ctx.counter("cluster b1_cold_4 CPU s per GB (client + workers)",
+            ctx.counter(f"cluster {tag}b1_cold_4 CPU s per GB (client + workers)",
                         (sum(_cpu_seconds(pid) for pid in c.pids()) - cpu) / (nbytes / 1e9))
         if b2:
             ctx.add(f("b2_cold"), len(order) / mech.timed_read([c.path(k) for k in order], 8)[1], "files/s")
-        _cluster_counters(ctx, c, _phase("cold", b1, b2), {}, {})
+        _cluster_counters(ctx, c, tag + _phase("cold", b1, b2), {}, {})
     if b1:
-        with ctx.silt_cluster(state) as c:
+        with ctx.silt_cluster(state, extra) as c:
             before, w0 = c.report()["metrics"], c.worker_stats()
             ctx.add(f("b1_warm_1"), _gb(mech.timed_read([c.path(k) for k in large], 1)), "GB/s")
-            _cluster_counters(ctx, c, "warm B1 1 reader", before, w0)
+            _cluster_counters(ctx, c, tag + "warm B1 1 reader", before, w0)
             ctx.add(f("b1_hot_1"), _gb(mech.timed_read([c.path(k) for k in large], 1)), "GB/s")
-    with ctx.silt_cluster(state) as c:
+    with ctx.silt_cluster(state, extra) as c:
         before, w0 = c.report()["metrics"], c.worker_stats()
         if b1:
             ctx.add(f("b1_warm_4"), _gb(mech.timed_read([c.path(k) for k in large], 4)), "GB/s")
         if b2:
             ctx.add(f("b2_warm"), len(order) / mech.timed_read([c.path(k) for k in order], 8)[1], "files/s")
-        _cluster_counters(ctx, c, _phase("warm", b1, b2), before, w0)
+        _cluster_counters(ctx, c, tag + _phase("warm", b1, b2), before, w0)
     shutil.rmtree(os.path.join(ctx.work, state), ignore_errors=True)
 
 
@@ -723,9 +743,10 @@ CLUSTER_PAIRS = (
 )
 
 
-def cluster_figure(single):
-    """The cluster's figure for one of the single node's, e.g. b1_cold_4 -> cluster_b1_cold_4."""
-    return "cluster_" + single
+def cluster_figure(single, variant=None):
+    """The cluster's figure for one of the single node's, e.g. b1_cold_4 -> cluster_b1_cold_4,
+    or cluster_tls_b1_cold_4 for variant "tls"."""
+    return "cluster_" + (f"{variant}_" if variant else "") + single
 
 
 def cluster_ratios(results, n):
@@ -741,6 +762,10 @@ def cluster_ratios(results, n):
             out[f"{label} ÷ {base_label} (cluster {n})"] = stats.ratio_of_medians(results[c], results[base])
         if single in results:
             out[f"{label}: cluster {n} ÷ single node"] = stats.ratio_of_medians(results[c], results[single])
+    for single, label, _, _ in CLUSTER_PAIRS:
+        tcp, tls = cluster_figure(single, "tcp"), cluster_figure(single, "tls")
+        if tcp in results and tls in results:
+            out[f"{label}: TLS ÷ plaintext TCP (cluster {n})"] = stats.ratio_of_medians(results[tls], results[tcp])
     return out
 
 

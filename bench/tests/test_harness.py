@@ -435,6 +435,16 @@ def test_cluster_ratios_names_and_arithmetic():
     assert all(k.endswith("(cluster 3)") or "cluster 3 ÷ single node" in k for k in r)
 
 
+def test_cluster_tls_ratios_need_both_variants():
+    results = {"cluster_tcp_b1_cold_4": [0.4, 0.5, 0.6], "cluster_tls_b1_cold_4": [0.3, 0.4, 0.5],
+               "cluster_tls_b1_warm_1": [1.0]}  # no plaintext figure: no ratio
+    r = scenarios.cluster_ratios(results, 2)
+    assert r == {"B1 cold: TLS ÷ plaintext TCP (cluster 2)": pytest.approx(0.8)}
+    assert scenarios.cluster_figure("b1_warm_4", "tls") == "cluster_tls_b1_warm_4"
+    assert scenarios.CLUSTER_VARIANTS["tls"][-2:] == ["--cluster-tls", "true"]
+    assert "--cluster-tls" not in scenarios.CLUSTER_VARIANTS["tcp"]
+
+
 def test_cluster_counters_per_worker_and_phase_names():
     assert scenarios._phase("cold", True, True) == "cold B1 4 readers + B2"
     assert scenarios._phase("warm", True, False) == "warm B1 4 readers"

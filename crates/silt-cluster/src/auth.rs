@@ -8,15 +8,21 @@
 //! worker → client  {"auth": "hmac-sha256-v1", "nonce": Nw}            (32 fresh random bytes)
 //! client → worker  {"v": 1, "op": "auth", "nonce": Nc, "mac": Mc}     Mc = MAC(client, Nw, Nc)
 //! worker → client  {"mac": Mw}  or an Error frame, then close         Mw = MAC(worker, Nw, Nc)
-//! MAC(role, Nw, Nc) = HMAC-SHA256(secret, "silt-cluster-auth-v1" | role | Nw | Nc)
+//! MAC(role, Nw, Nc) = HMAC-SHA256(secret, "silt-cluster-auth-v1" | role | Nw | Nc | B)
 //! ```
+//!
+//! B is empty on a plaintext connection. A client that wants TLS (`cluster_tls`) answers the
+//! challenge with `{"v": 1, "op": "starttls"}` instead, both sides run a TLS 1.3 handshake on
+//! the TCP connection ([`crate::tls`]), and the whole exchange above runs again inside it with
+//! B = 32 bytes exported from that TLS session (channel binding). A worker with `cluster_tls`
+//! refuses plaintext answers on its TCP port; the Unix socket is never upgraded.
 //!
 //! The worker's fresh nonce makes a recorded client answer useless on any other connection;
 //! the client's nonce does the same for the worker's answer; the role label keeps one side's
 //! MAC from being reflected as the other's. MACs are compared in constant time. The secret
 //! itself never travels. The worker bounds the whole exchange in time and in frame size, so a
 //! silent or hostile peer cannot hold a connection slot or make it allocate. This proves
-//! membership; it does not encrypt (see docs/SECURITY.md).
+//! membership; encryption is [`crate::tls`]'s (see docs/SECURITY.md).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +37,7 @@ use silt_common::{metrics, Error, ErrorKind, Result};
 use silt_proto::{
     decode_json, read_frame_max, write_error, write_json, FrameKind, PROTOCOL_VERSION,
 };
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
@@ -51,9 +57,14 @@ pub const SECRET_FILE: &str = "cluster-secret";
 /// What a refused peer is told: nothing about why, beyond that membership was not proven.
 const REFUSED: &str = "cluster authentication failed: this connection did not prove it holds the cluster's secret (cluster_secret)";
 
-/// The cluster secret, as both ends of a connection use it. `Debug` never shows it.
+/// The cluster secret, as both ends of a connection use it, and whether this process's TCP
+/// connections travel in TLS (`cluster_tls`: a client asks for it, a worker requires it).
+/// `Debug` never shows the secret.
 #[derive(Clone)]
-pub struct ClusterKey(Arc<[u8]>);
+pub struct ClusterKey {
+    secret: Arc<[u8]>,
+    tls: bool,
+}
 
 impl std::fmt::Debug for ClusterKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -69,7 +80,21 @@ impl ClusterKey {
                 "cluster_secret is too short: at least {MIN_SECRET_LEN} bytes (e.g. the output of `head -c 32 /dev/urandom | base64`)"
             )));
         }
-        Ok(ClusterKey(Arc::from(bytes)))
+        Ok(ClusterKey {
+            secret: Arc::from(bytes),
+            tls: false,
+        })
+    }
+
+    /// This key with `cluster_tls` set to `on`.
+    pub fn with_tls(self, on: bool) -> ClusterKey {
+        ClusterKey { tls: on, ..self }
+    }
+
+    /// `cluster_tls`: TCP connections to workers are made in TLS (client), and a worker's TCP
+    /// port accepts only those (worker).
+    pub fn tls(&self) -> bool {
+        self.tls
     }
 
     /// A fresh random key (tests, and what a single node writes into its state directory).
@@ -78,13 +103,14 @@ impl ClusterKey {
         Ok(base64::engine::general_purpose::STANDARD.encode(raw))
     }
 
-    fn mac(&self, role: &[u8], server: &[u8], client: &[u8]) -> Result<HmacSha256> {
-        let mut m = HmacSha256::new_from_slice(&self.0)
+    fn mac(&self, role: &[u8], server: &[u8], client: &[u8], binding: &[u8]) -> Result<HmacSha256> {
+        let mut m = HmacSha256::new_from_slice(&self.secret)
             .map_err(|_| Error::internal("HMAC refused the cluster key"))?;
         m.update(DOMAIN);
         m.update(role);
         m.update(server);
         m.update(client);
+        m.update(binding);
         Ok(m)
     }
 }
@@ -175,69 +201,124 @@ async fn read_json<S: AsyncRead + Unpin>(s: &mut S) -> Result<Option<Value>> {
     }
 }
 
-/// Worker side: runs the exchange on a new connection from `peer`. `Ok(())`: the peer is a
-/// member; serve it. Otherwise it has been answered with an `Error` frame (when it can still
-/// hear one) and the caller closes the connection without serving anything.
+/// The connection an exchange runs on, as the worker sees it.
+#[derive(Debug, Clone, Copy)]
+pub enum Channel<'a> {
+    /// The same-host Unix socket: never upgraded to TLS.
+    Unix,
+    /// Plain TCP: may be upgraded; refused without TLS when the worker has `cluster_tls`.
+    Tcp,
+    /// Inside TLS, with the session's channel binding.
+    Tls(&'a [u8]),
+}
+
+/// How a worker-side exchange ended well.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Accepted {
+    /// The peer proved membership: serve it.
+    Member,
+    /// The peer asked for TLS: run the TLS handshake, then [`accept`] again inside it.
+    StartTls,
+}
+
+/// Worker side: runs the exchange on a new connection from `peer`. `Ok(_)`: see [`Accepted`].
+/// Otherwise the peer has been answered with an `Error` frame (when it can still hear one) and
+/// the caller closes the connection without serving anything.
 pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     s: &mut S,
     key: &ClusterKey,
     peer: &str,
-) -> Result<()> {
-    let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept_inner(s, key)).await;
-    let why = match outcome {
-        Ok(Ok(true)) => return Ok(()),
-        Ok(Ok(false)) => "wrong or missing proof of the cluster secret",
-        Ok(Err(_)) => "broken or malformed handshake",
-        Err(_) => "no handshake within the time allowed",
+    channel: Channel<'_>,
+) -> Result<Accepted> {
+    let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept_inner(s, key, channel)).await;
+    let (why, tell) = match outcome {
+        Ok(Ok(Verdict::Accepted(a))) => return Ok(a),
+        Ok(Ok(Verdict::Refused { why, tell })) => (why, tell),
+        Ok(Err(_)) => ("broken or malformed handshake", REFUSED),
+        Err(_) => ("no handshake within the time allowed", REFUSED),
     };
     metrics::RPC_AUTH_FAILURES.inc();
     warn_refused(peer, why);
-    let refused = Error::new(ErrorKind::PermissionDenied, REFUSED);
+    let refused = Error::new(ErrorKind::PermissionDenied, tell);
     // Best effort, bounded: the peer may have gone or may not be reading.
-    let _ = tokio::time::timeout(Duration::from_secs(1), write_error(s, &refused)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        write_error(s, &refused).await?;
+        s.flush().await.map_err(Error::from)
+    })
+    .await;
     Err(refused)
 }
 
-/// `true`: the peer proved it holds the key and has been answered with this side's proof.
+enum Verdict {
+    Accepted(Accepted),
+    /// `why` goes to the log, `tell` to the peer.
+    Refused {
+        why: &'static str,
+        tell: &'static str,
+    },
+}
+
+const WRONG_PROOF: Verdict = Verdict::Refused {
+    why: "wrong or missing proof of the cluster secret",
+    tell: REFUSED,
+};
+
 async fn accept_inner<S: AsyncRead + AsyncWrite + Unpin>(
     s: &mut S,
     key: &ClusterKey,
-) -> Result<bool> {
+    channel: Channel<'_>,
+) -> Result<Verdict> {
     let server = random_bytes::<NONCE_LEN>()?;
     write_json(s, &json!({"auth": SCHEME, "nonce": b64(&server)})).await?;
     let Some(answer) = read_json(s).await? else {
-        return Ok(false);
+        return Ok(WRONG_PROOF);
     };
-    if answer["op"] != "auth" || answer["v"] != PROTOCOL_VERSION {
-        return Ok(false);
+    if answer["v"] != PROTOCOL_VERSION {
+        return Ok(WRONG_PROOF);
     }
+    let binding: &[u8] = match (answer["op"].as_str(), channel) {
+        (Some("starttls"), Channel::Tcp) => return Ok(Verdict::Accepted(Accepted::StartTls)),
+        (Some("starttls"), _) => {
+            return Ok(Verdict::Refused {
+                why: "asked for TLS where there is none to start",
+                tell: "TLS is offered on a worker's TCP port only, and once",
+            })
+        }
+        (Some("auth"), Channel::Tcp) if key.tls => {
+            return Ok(Verdict::Refused {
+                why: "plaintext connection to a worker with cluster_tls",
+                tell: "this worker accepts TCP connections in TLS only: set cluster_tls on every member of the cluster",
+            })
+        }
+        (Some("auth"), Channel::Tls(b)) => b,
+        (Some("auth"), _) => &[],
+        _ => return Ok(WRONG_PROOF),
+    };
     let (Some(client), Some(mac)) = (
         field(&answer, "nonce", NONCE_LEN),
         field(&answer, "mac", 32),
     ) else {
-        return Ok(false);
+        return Ok(WRONG_PROOF);
     };
     // Constant-time comparison (hmac's verify).
     if key
-        .mac(b"client", &server, &client)?
+        .mac(b"client", &server, &client, binding)?
         .verify_slice(&mac)
         .is_err()
     {
-        return Ok(false);
+        return Ok(WRONG_PROOF);
     }
     let ours = key
-        .mac(b"worker", &server, &client)?
+        .mac(b"worker", &server, &client, binding)?
         .finalize()
         .into_bytes();
     write_json(s, &json!({"mac": b64(&ours)})).await?;
-    Ok(true)
+    Ok(Verdict::Accepted(Accepted::Member))
 }
 
-/// Client side: proves membership to a worker on a new connection and checks the worker's
-/// proof in turn. A worker that refuses, or cannot prove it holds the key, is an error of kind
-/// `PermissionDenied` (no request has been sent to it).
-pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, key: &ClusterKey) -> Result<()> {
-    tokio::time::timeout(HANDSHAKE_TIMEOUT, connect_inner(s, key))
+/// Client side, bounded in time: `f` on `s`, or a timeout error.
+async fn bounded<T>(f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, f)
         .await
         .unwrap_or_else(|_| {
             Err(Error::new(
@@ -247,16 +328,15 @@ pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S, key: &Cluster
         })
 }
 
-async fn connect_inner<S: AsyncRead + AsyncWrite + Unpin>(
-    s: &mut S,
-    key: &ClusterKey,
-) -> Result<()> {
-    let bad = |what: &str| {
-        Error::new(
-            ErrorKind::PermissionDenied,
-            format!("worker handshake: {what}"),
-        )
-    };
+fn bad(what: &str) -> Error {
+    Error::new(
+        ErrorKind::PermissionDenied,
+        format!("worker handshake: {what}"),
+    )
+}
+
+/// The worker's challenge: its nonce.
+async fn challenge<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> Result<Vec<u8>> {
     let hello = read_json(s)
         .await?
         .ok_or_else(|| bad("no challenge from the worker"))?;
@@ -265,10 +345,40 @@ async fn connect_inner<S: AsyncRead + AsyncWrite + Unpin>(
             "the worker speaks another authentication scheme (or none)",
         ));
     }
-    let server = field(&hello, "nonce", NONCE_LEN).ok_or_else(|| bad("malformed challenge"))?;
+    field(&hello, "nonce", NONCE_LEN).ok_or_else(|| bad("malformed challenge"))
+}
+
+/// Client side, before TLS: answers the worker's plaintext challenge with `starttls`. The
+/// caller runs the TLS handshake next, then [`connect`] inside it with the session's binding.
+pub async fn request_tls<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> Result<()> {
+    bounded(async {
+        challenge(s).await?;
+        write_json(s, &json!({"v": PROTOCOL_VERSION, "op": "starttls"})).await
+    })
+    .await
+}
+
+/// Client side: proves membership to a worker on a new connection and checks the worker's
+/// proof in turn; `binding` is the TLS session's export (empty without TLS). A worker that
+/// refuses, or cannot prove it holds the key, is an error of kind `PermissionDenied` (no
+/// request has been sent to it).
+pub async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    key: &ClusterKey,
+    binding: &[u8],
+) -> Result<()> {
+    bounded(connect_inner(s, key, binding)).await
+}
+
+async fn connect_inner<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    key: &ClusterKey,
+    binding: &[u8],
+) -> Result<()> {
+    let server = challenge(s).await?;
     let client = random_bytes::<NONCE_LEN>()?;
     let mac = key
-        .mac(b"client", &server, &client)?
+        .mac(b"client", &server, &client, binding)?
         .finalize()
         .into_bytes();
     write_json(
@@ -280,7 +390,7 @@ async fn connect_inner<S: AsyncRead + AsyncWrite + Unpin>(
         .await?
         .ok_or_else(|| bad("no answer from the worker"))?;
     let theirs = field(&reply, "mac", 32).ok_or_else(|| bad("malformed answer"))?;
-    key.mac(b"worker", &server, &client)?
+    key.mac(b"worker", &server, &client, binding)?
         .verify_slice(&theirs)
         .map_err(|_| bad("the worker does not hold this cluster's secret"))
 }

@@ -13,6 +13,7 @@ pub mod placement;
 pub mod replica;
 pub mod router;
 pub mod rpc;
+pub mod tls;
 
 pub use auth::ClusterKey;
 pub use etcd::EtcdMembership;

@@ -50,6 +50,8 @@ pub struct RouterOptions {
     /// This process's host id (`local_host_id()`): same-host workers are reached over their
     /// Unix socket.
     pub host_id: String,
+    /// Whether same-host workers are reached over their Unix socket (`cluster_unix_socket`).
+    pub unix_socket: bool,
     /// The cluster's secret, proven on every connection to a worker.
     pub key: crate::auth::ClusterKey,
 }
@@ -145,7 +147,11 @@ impl Router {
             }
         }
         let endpoint = match &m.uds {
-            Some(path) if m.host == self.opts.host_id && std::path::Path::new(path).exists() => {
+            Some(path)
+                if self.opts.unix_socket
+                    && m.host == self.opts.host_id
+                    && std::path::Path::new(path).exists() =>
+            {
                 Endpoint::Unix(PathBuf::from(path))
             }
             _ => Endpoint::Tcp(m.addr.clone()),

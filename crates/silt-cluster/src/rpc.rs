@@ -46,7 +46,7 @@ use silt_worker::{ObjectRef, Worker};
 
 use crate::auth::{self, ClusterKey};
 use crate::replica::ResidentTable;
-use tokio::io::{AsyncRead, AsyncWrite, Interest};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 /// Largest range one request may ask for (placement groups are at most this large).
@@ -404,11 +404,38 @@ where
 
 async fn handle(mut s: Conn, svc: &Service, peer: &str) -> Result<()> {
     // Nothing is read as a request, let alone served, before the peer proved membership.
-    auth::accept(&mut s, &svc.key, peer).await?;
+    let channel = match s {
+        Conn::Unix(_) => auth::Channel::Unix,
+        _ => auth::Channel::Tcp,
+    };
+    if auth::accept(&mut s, &svc.key, peer, channel).await? == auth::Accepted::StartTls {
+        let Conn::Tcp(tcp) = s else {
+            return Err(Error::internal(
+                "TLS asked for on a connection that is not TCP",
+            ));
+        };
+        let (tls, binding) =
+            match tokio::time::timeout(auth::HANDSHAKE_TIMEOUT, crate::tls::accept(tcp)).await {
+                Ok(Ok(t)) => t,
+                Ok(Err(e)) => {
+                    metrics::RPC_AUTH_FAILURES.inc();
+                    return Err(e);
+                }
+                Err(_) => {
+                    metrics::RPC_AUTH_FAILURES.inc();
+                    return Err(Error::new(ErrorKind::Timeout, "TLS handshake timed out"));
+                }
+            };
+        s = Conn::Tls(Box::new(tls.into()));
+        auth::accept(&mut s, &svc.key, peer, auth::Channel::Tls(&binding)).await?;
+    }
     while let Some((kind, payload)) = read_frame(&mut s).await? {
         let req: Request = match decode_request(kind, &payload, |r: &Request| r.v) {
             Ok(r) => r,
-            Err(e) => return write_error(&mut s, &e).await,
+            Err(e) => {
+                write_error(&mut s, &e).await?;
+                return s.flush().await.map_err(Error::from);
+            }
         };
         match serve_one(&mut s, svc, req).await {
             Ok(()) => write_frame(&mut s, FrameKind::End, &[]).await?,
@@ -490,7 +517,7 @@ async fn serve_one(
             let obj = svc.object(&op, object).await?;
             match s {
                 Conn::Unix(u) => hold(u, svc, &obj).await,
-                Conn::Tcp(_) => {
+                Conn::Tcp(_) | Conn::Tls(_) => {
                     Err(Error::invalid("hold is only offered over the worker's Unix socket").into())
                 }
             }
@@ -840,9 +867,10 @@ fn recvmsg_fd(sock: RawFd) -> std::io::Result<OwnedFd> {
 
 // ---- connections ------------------------------------------------------------------------
 
-/// A connection to a worker (or from a client): TCP, or the worker's Unix socket.
+/// A connection to a worker (or from a client): TCP, TCP in TLS, or the worker's Unix socket.
 pub enum Conn {
     Tcp(TcpStream),
+    Tls(Box<tokio_rustls::TlsStream<TcpStream>>),
     Unix(UnixStream),
 }
 
@@ -854,6 +882,15 @@ impl AsyncRead for Conn {
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
             Conn::Tcp(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Conn::Tls(s) => {
+                // TLS keeps written bytes that the socket could not take at once until a later
+                // write or a flush; nothing in this request–response protocol flushes, so a
+                // side about to wait for its peer sends what it still holds first (else the
+                // end of a response can sit here while both sides wait).
+                let mut s = std::pin::Pin::new(s.as_mut());
+                std::task::ready!(s.as_mut().poll_flush(cx))?;
+                s.poll_read(cx, buf)
+            }
             Conn::Unix(s) => std::pin::Pin::new(s).poll_read(cx, buf),
         }
     }
@@ -867,6 +904,7 @@ impl AsyncWrite for Conn {
     ) -> std::task::Poll<std::io::Result<usize>> {
         match self.get_mut() {
             Conn::Tcp(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
             Conn::Unix(s) => std::pin::Pin::new(s).poll_write(cx, buf),
         }
     }
@@ -877,6 +915,7 @@ impl AsyncWrite for Conn {
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
             Conn::Tcp(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
             Conn::Unix(s) => std::pin::Pin::new(s).poll_flush(cx),
         }
     }
@@ -887,6 +926,7 @@ impl AsyncWrite for Conn {
     ) -> std::task::Poll<std::io::Result<()>> {
         match self.get_mut() {
             Conn::Tcp(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Conn::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
             Conn::Unix(s) => std::pin::Pin::new(s).poll_shutdown(cx),
         }
     }
@@ -936,23 +976,40 @@ impl WorkerClient {
                 format!("connecting to worker {what}: {e}"),
             )
         };
-        let mut c = match &self.endpoint {
+        // Once per connection: pooled connections carry any number of requests after it.
+        match &self.endpoint {
             Endpoint::Tcp(addr) => {
-                let s = TcpStream::connect(addr)
+                let mut s = TcpStream::connect(addr)
                     .await
                     .map_err(|e| unavailable(addr, e))?;
                 let _ = s.set_nodelay(true);
-                Conn::Tcp(s)
+                if !self.key.tls() {
+                    auth::connect(&mut s, &self.key, &[]).await?;
+                    return Ok(Conn::Tcp(s));
+                }
+                auth::request_tls(&mut s).await?;
+                let (tls, binding) =
+                    tokio::time::timeout(auth::HANDSHAKE_TIMEOUT, crate::tls::connect(s))
+                        .await
+                        .map_err(|_| {
+                            Error::new(
+                                ErrorKind::Timeout,
+                                format!("TLS handshake with worker {addr} timed out"),
+                            )
+                        })?
+                        .map_err(|e| e.context(format!("worker {addr}")))?;
+                let mut c = Conn::Tls(Box::new(tls.into()));
+                auth::connect(&mut c, &self.key, &binding).await?;
+                Ok(c)
             }
-            Endpoint::Unix(path) => Conn::Unix(
-                UnixStream::connect(path)
+            Endpoint::Unix(path) => {
+                let mut s = UnixStream::connect(path)
                     .await
-                    .map_err(|e| unavailable(&path.display().to_string(), e))?,
-            ),
-        };
-        // Once per connection: pooled connections carry any number of requests after it.
-        auth::connect(&mut c, &self.key).await?;
-        Ok(c)
+                    .map_err(|e| unavailable(&path.display().to_string(), e))?;
+                auth::connect(&mut s, &self.key, &[]).await?;
+                Ok(Conn::Unix(s))
+            }
+        }
     }
 
     fn put_back(&self, c: Conn) {

@@ -104,7 +104,7 @@ fn exchange(f: &Fixture, bytes: &[u8], member: bool) -> Vec<u8> {
     f.rt.block_on(async {
         let mut c = tokio::net::UnixStream::connect(&f.sock).await.unwrap();
         if member {
-            auth::connect(&mut c, &f.key).await.unwrap();
+            auth::connect(&mut c, &f.key, &[]).await.unwrap();
         }
         // The server may refuse and close before reading everything: not an error here.
         let _ = c.write_all(bytes).await;

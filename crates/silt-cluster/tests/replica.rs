@@ -209,6 +209,7 @@ fn two_replicas_survive_a_dead_worker() {
             group_size: 1 << 20,
             candidates: 2,
             host_id: "test".into(),
+            unix_socket: true,
             key: key(),
         },
     ));

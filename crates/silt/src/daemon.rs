@@ -224,6 +224,7 @@ fn router_options(cfg: &Config, key: ClusterKey) -> RouterOptions {
         group_size: cfg.placement_group,
         candidates: cfg.failover_candidates,
         host_id: local_host_id(),
+        unix_socket: cfg.cluster_unix_socket,
     }
 }
 
@@ -292,7 +293,8 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
 
     let (ns, pages, fetcher, cluster, role) = if cfg.is_cluster() {
         // A cluster client proves membership with the cluster's secret: it must be given one.
-        let key = cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?;
+        let key =
+            cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?.with_tls(cfg.cluster_tls);
         let m = rt.block_on(membership(&cfg))?;
         let mounts = rt.block_on(cluster_mounts(&cfg, m.as_ref()))?;
         let ns = rt.block_on(open_namespace(&cfg, &mounts))?;
@@ -567,7 +569,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     let rt = runtime()?;
     let _lock = lock_state_dir(&cfg.state_dir)?;
     // Refusing to serve unauthenticated: a worker without the cluster's secret does not start.
-    let key = cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?;
+    let key = cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?.with_tls(cfg.cluster_tls);
     let id = worker_id(&cfg)?;
     // In a static cluster the list says where this worker is reached.
     let listed = cfg

@@ -449,6 +449,53 @@ fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
     worker.stop();
 }
 
+/// `--cluster-tls` end to end: workers in their own namespaces require TLS on their TCP port,
+/// a TLS client reads every byte through them, and a plaintext client is refused by every
+/// worker (its reads fall back to the store).
+#[test]
+fn with_cluster_tls_members_read_through_workers_and_plaintext_clients_are_refused() {
+    if !lab_or_skip() {
+        return;
+    }
+    let lab = Lab::new(2);
+    let files = Arc::new(cluster_dataset(20, &[5 << 20]));
+    lab.put(&files);
+    let w: Vec<Silt> = (0..2)
+        .map(|h| lab.worker(h, &["--cluster-tls", "true"]))
+        .collect();
+    let client = lab.client(&["--cluster-tls", "true"]);
+    wait_for_workers(&client, "2 live workers", |w| {
+        w.len() == 2 && w.iter().all(|x| x["live"] == true)
+    });
+    read_all_parallel(
+        &client.path("data"),
+        &files,
+        4,
+        &Arc::new(AtomicU64::new(0)),
+    );
+    for id in ["w0", "w1"] {
+        assert!(
+            worker_stat(&client, id, "bytes_served") > 0,
+            "worker {id} served nothing"
+        );
+    }
+    assert_eq!(client.metric("silt_failovers_total"), 0);
+    assert_eq!(client.metric("silt_ufs_read_bytes_total"), 0);
+    client.stop();
+
+    let plain = lab.client(&[]);
+    read_all_parallel(&plain.path("data"), &files, 4, &Arc::new(AtomicU64::new(0)));
+    assert!(
+        plain.metric("silt_failovers_total") >= 1,
+        "no worker refused a plaintext client"
+    );
+    assert!(plain.metric("silt_ufs_read_bytes_total") > 0);
+    plain.stop();
+    for x in w {
+        x.stop();
+    }
+}
+
 /// A static cluster (`--workers`, no etcd) on loopback: a `silt up` client reads through it.
 #[test]
 fn a_static_worker_list_serves_without_etcd() {
