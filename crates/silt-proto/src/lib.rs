@@ -153,8 +153,8 @@ pub async fn read_frame_max<R: AsyncRead + Unpin>(
             format!("unknown frame kind {}", head[4]),
         )
     })?;
-    // The buffer grows with the bytes that arrive, never ahead of them: a peer announcing
-    // MAX_FRAME and sending nothing costs a small buffer, not 64 MiB per connection.
+    // The buffer grows with the bytes that arrive, never far ahead of them: a peer announcing
+    // MAX_FRAME and sending nothing costs at most READ_CHUNK, not 64 MiB per connection.
     let want = len - 1;
     let mut payload = Vec::with_capacity(want.min(READ_CHUNK));
     let got = r.take(want as u64).read_to_end(&mut payload).await?;
@@ -167,8 +167,9 @@ pub async fn read_frame_max<R: AsyncRead + Unpin>(
     Ok(Some((kind, Bytes::from(payload))))
 }
 
-/// Most a frame's buffer is allocated ahead of its bytes.
-const READ_CHUNK: usize = 64 << 10;
+/// Most a frame's buffer is allocated ahead of its bytes: a page frame (1 MiB by default)
+/// gets its whole buffer at once instead of growing (and copying) its way there.
+const READ_CHUNK: usize = 4 << 20;
 
 /// Decodes a request frame: a JSON message whose protocol version (`version_of`) this side
 /// speaks. The error is what to answer the peer with.
