@@ -144,6 +144,37 @@ impl Inner {
     /// `entries`, a listing of `dir` asked for at `at`, corrected by answers about its children
     /// learned after `at` (a file written or removed through Silt while the listing was in
     /// flight): those are newer, and the listing must not undo them.
+    /// `entries` (a listing) with what a HEAD of the same object version told about its
+    /// attributes. Some stores list no attributes (S3 without `s3_list_attrs`: no user
+    /// metadata, so no mode, owner or link type), while a HEAD of the same version (same
+    /// ETag or version id: same object, same metadata) had them; the listing does not make
+    /// them unknown again, and a link stays a link.
+    fn with_known_attributes(&self, entries: Arc<Vec<Entry>>) -> Arc<Vec<Entry>> {
+        let known = |e: &Entry| -> Option<Entry> {
+            let old = self.current(&e.path)?;
+            let listed_bare = e.mode.is_none() && e.posix == Default::default();
+            let old_has =
+                old.mode.is_some() || old.posix != Default::default() || old.kind != e.kind;
+            let (a, b) = (old.object.as_ref()?, e.object.as_ref()?);
+            let same_version = a.meta.etag.is_some() || a.meta.version.is_some();
+            (listed_bare && old_has && same_version && !e.is_dir() && a.id == b.id).then_some(old)
+        };
+        let updates: Vec<(usize, Entry)> = entries
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| known(e).map(|k| (i, k)))
+            .collect();
+        if updates.is_empty() {
+            return entries;
+        }
+        let mut entries = entries;
+        let v = Arc::make_mut(&mut entries);
+        for (i, k) in updates {
+            v[i] = k;
+        }
+        entries
+    }
+
     fn with_newer_answers(
         &self,
         at: Instant,
@@ -423,6 +454,7 @@ impl MetaCache {
             return;
         }
         let entries = inner.with_newer_answers(at, dir, entries);
+        let entries = inner.with_known_attributes(entries);
         let old_list = inner.lists.get(dir).map(|l| l.entries.clone());
         let mut seen: HashSet<&str> = HashSet::with_capacity(entries.len());
         for e in entries.iter() {
@@ -716,6 +748,51 @@ mod tests {
             mode: if dir { Some(0o755) } else { None },
             posix: Default::default(),
             object: None,
+        }
+    }
+
+    #[test]
+    fn a_listing_without_attributes_keeps_what_a_head_of_the_same_version_said() {
+        let store: silt_ufs::DynStore = Arc::new(silt_ufs::MemStore::new("mem://attrs"));
+        let meta = |kind, etag: &str, mode: Option<u32>, uid: Option<u32>| silt_ufs::ObjectMeta {
+            path: "d/l".into(),
+            kind,
+            size: 4,
+            mtime: None,
+            etag: Some(etag.into()),
+            version: None,
+            mode,
+            posix: silt_ufs::Posix {
+                uid,
+                ..Default::default()
+            },
+        };
+        let entry = |m| Entry::from_meta("/m/d/l".into(), &store, m);
+        let headed = entry(meta(EntryKind::Symlink, "e1", Some(0o777), Some(1000)));
+        let listed = entry(meta(EntryKind::File, "e1", None, None));
+        let c = MetaCache::new();
+        let t0 = Instant::now();
+        c.put_stat(t0, headed.clone());
+        // The same version listed bare: no change, and a lookup through the listing still
+        // shows the link with its owner.
+        let changes = c.put_list(t0 + Duration::from_secs(1), "/m/d", Arc::new(vec![listed]));
+        assert!(changes.is_empty(), "{changes:?}");
+        match c.stat("/m/d/l", |_, _| true, |_| true) {
+            Lookup::Found(e) => {
+                assert_eq!(
+                    (e.kind, e.mode, e.posix.uid),
+                    (EntryKind::Symlink, Some(0o777), Some(1000))
+                )
+            }
+            _ => panic!("not found"),
+        }
+        // Another version listed: what the HEAD said no longer holds.
+        let other = entry(meta(EntryKind::File, "e2", None, None));
+        let changes = c.put_list(t0 + Duration::from_secs(2), "/m/d", Arc::new(vec![other]));
+        assert_eq!(changes.len(), 1);
+        match c.stat("/m/d/l", |_, _| true, |_| true) {
+            Lookup::Found(e) => assert_eq!((e.kind, e.mode), (EntryKind::File, None)),
+            _ => panic!("not found"),
         }
     }
 

@@ -204,9 +204,12 @@ pub struct Capabilities {
 ///   `Unsupported`. A missing path is `NotFound`.
 /// - `symlink(path, target)` creates a symbolic link `path` whose target is the text `target`
 ///   (never resolved by the store: a link may dangle or point outside the store), failing
-///   with `AlreadyExists` if anything is at `path`. `stat` and `list` report it as
+///   with `AlreadyExists` if anything is at `path`. `stat` reports it as
 ///   `EntryKind::Symlink` with `size` = the target's length in bytes, never as what it points
-///   to; `read_link` returns the target (`NotFound` if missing, `InvalidInput` if `path` is
+///   to, and so does `list` where listings carry attributes (an S3 listing without
+///   `s3_list_attrs` carries none: there a link is listed as a small file, as are its mode
+///   and owner unknown; the client's metadata cache keeps a `stat`'s answer for the same
+///   object version); `read_link` returns the target (`NotFound` if missing, `InvalidInput` if `path` is
 ///   not a link). `delete` removes the link itself and `rename` moves the link itself. A local
 ///   directory keeps a real symlink; an object store an object whose body is the target and
 ///   whose user metadata `mode` has the `S_IFLNK` type bits (as s3fs-fuse writes them).
