@@ -41,16 +41,33 @@ impl std::fmt::Display for Secret {
     }
 }
 
+/// Largest secret file read.
+const MAX_SECRET_FILE: u64 = 64 << 10;
+
 /// Reads a secret from `path`: its text without surrounding whitespace (a trailing newline
 /// from `echo` or an editor is not part of the secret). Errors name the file, never its bytes.
 /// Also answers whether users other than the owner may read the file, for a warning.
 pub fn read_secret_file(path: &Path) -> Result<(Secret, bool)> {
     use std::os::unix::fs::MetadataExt;
     let what = || format!("secret file {}", path.display());
-    let bytes = std::fs::read(path).map_err(|e| Error::from(e).context(what()))?;
-    let shared = std::fs::metadata(path)
+    use std::io::Read;
+    // One open: the mode looked at is that of the file read, and at most MAX_SECRET_FILE
+    // bytes are read (a path given by mistake, say /dev/zero, is an error, not a hang).
+    let file = std::fs::File::open(path).map_err(|e| Error::from(e).context(what()))?;
+    let shared = file
+        .metadata()
         .map(|m| m.mode() & 0o077 != 0)
         .unwrap_or(false);
+    let mut bytes = Vec::new();
+    file.take(MAX_SECRET_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::from(e).context(what()))?;
+    if bytes.len() as u64 > MAX_SECRET_FILE {
+        return Err(Error::invalid(format!(
+            "{} is larger than {MAX_SECRET_FILE} bytes: not a secret",
+            what()
+        )));
+    }
     let text = String::from_utf8(bytes)
         .map_err(|_| Error::invalid(format!("{} is not UTF-8 text", what())))?;
     let text = text.trim();
@@ -83,6 +100,13 @@ mod tests {
         std::fs::write(&p, &bad).unwrap();
         let e = read_secret_file(&p).unwrap_err().to_string();
         assert!(e.contains("not UTF-8") && !e.contains("QQzz"), "{e}");
+        std::fs::write(&p, vec![b'a'; 65 << 10]).unwrap();
+        let e = read_secret_file(&p).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
+        let e = read_secret_file(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("larger than"), "{e}");
         std::fs::write(&p, "\n").unwrap();
         assert!(read_secret_file(&p)
             .unwrap_err()
