@@ -209,16 +209,11 @@ struct WriteHandle {
 /// The credentials of a request: its uid and gid, and the supplementary groups of its
 /// process (from `/proc`; none if it is gone).
 fn caller(req: &Request) -> silt_client::attrs::Caller {
-    let groups = std::fs::read_to_string(format!("/proc/{}/status", req.pid()))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("Groups:").map(|g| {
-                    g.split_whitespace()
-                        .filter_map(|v| v.parse().ok())
-                        .collect()
-                })
-            })
+    let groups = proc_status(req.pid(), "Groups:")
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|v| v.parse().ok())
+                .collect()
         })
         .unwrap_or_default();
     silt_client::attrs::Caller {
@@ -243,11 +238,16 @@ fn new_attrs(req: &Request, mode: u32) -> silt_ufs::SetAttrs {
 
 /// The process (thread group) of thread `pid`, from `/proc`; `None` if it cannot be read.
 fn process_of(pid: u32) -> Option<u32> {
+    proc_status(pid, "Tgid:").and_then(|v| v.trim().parse().ok())
+}
+
+/// The value of line `key` (e.g. `"Tgid:"`) of `/proc/PID/status`; `None` if it cannot be read.
+fn proc_status(pid: u32, key: &str) -> Option<String> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
+        .find_map(|l| l.strip_prefix(key))
+        .map(str::to_string)
 }
 
 /// How long an open the kernel would refuse next to a passthrough handle waits for that handle
