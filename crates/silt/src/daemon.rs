@@ -15,29 +15,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use silt_cache::{PageStore, PageStoreConfig};
-use silt_client::{Client, ClientOptions, MountPoint, Namespace, WriteSetup};
+use silt_client::{Client, ClientOptions};
 use silt_cluster::rpc::{FixedStores, Service};
-use silt_cluster::{
-    auth::cluster_key, local_host_id, ClusterKey, EtcdMembership, Member, Membership, Replicas,
-    ResidentTable, Router, RouterOptions, StaticMembership,
-};
-use silt_common::config::{parse_mount_table, Config, DiskTierSpec, MountSpec};
-use silt_common::write::WriteRules;
+use silt_cluster::{auth::cluster_key, local_host_id, Member, ResidentTable, Router};
+use silt_common::config::{Config, MountSpec};
 use silt_common::{Error, ErrorKind};
 use silt_fuse::{FuseOptions, FuseState};
-use silt_ufs::S3Options;
-use silt_worker::{Fetcher, Worker, WorkerOptions};
+use silt_node::{
+    cluster_mounts, membership, mount_table_text, open_namespace, page_store, router_options,
+    write_setup, Node, METADATA_SNAPSHOT,
+};
+use silt_worker::{Worker, WorkerOptions};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use crate::control;
-
-/// The metadata cache saved at a clean shutdown, read (and removed) at the next start.
-const METADATA_SNAPSHOT: &str = "metadata-snapshot";
-/// How often (at most) a running daemon saves its metadata cache, when it changed, for a
-/// crash restart.
-const METADATA_SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
 
 /// What the control server needs of the running daemon.
 pub struct Daemon {
@@ -144,118 +136,6 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// The membership named by the configuration: etcd, or the static worker list.
-async fn membership(cfg: &Config) -> Result<Arc<dyn Membership>> {
-    if !cfg.etcd.is_empty() {
-        let m = EtcdMembership::connect(&cfg.etcd, &cfg.cluster_name, cfg.member_ttl).await?;
-        return Ok(m);
-    }
-    let members = cfg
-        .workers
-        .iter()
-        .map(|(id, addr)| Member::new(id, addr))
-        .collect();
-    Ok(Arc::new(StaticMembership::new(members)))
-}
-
-fn mount_table_text(mounts: &[MountSpec]) -> String {
-    mounts
-        .iter()
-        .map(|m| format!("{}={}", m.path, m.uri))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The cluster's mount table: the one stored in the membership, published from this
-/// process's `mounts` if none is stored yet. A process given other mounts than the stored
-/// table is refused, so every process serves one namespace.
-async fn cluster_mounts(cfg: &Config, m: &dyn Membership) -> Result<Vec<MountSpec>> {
-    let stored = if cfg.mounts.is_empty() {
-        m.mounts().await?.ok_or_else(|| {
-            Error::invalid(format!(
-                "{} holds no mount table yet: give the first process --mount PATH=URI",
-                m.describe()
-            ))
-        })?
-    } else {
-        m.publish_mounts(&mount_table_text(&cfg.mounts)).await?
-    };
-    let table = parse_mount_table(&stored).context("the cluster's stored mount table")?;
-    if !cfg.mounts.is_empty() && !same_mounts(&cfg.mounts, &table) {
-        return Err(Error::invalid(format!(
-            "this process was given mounts {:?} but the cluster's mount table ({}) is {stored:?}; drop --mount to use the cluster's",
-            mount_table_text(&cfg.mounts),
-            m.describe()
-        ))
-        .into());
-    }
-    Ok(table)
-}
-
-/// Whether two mount tables hold the same mounts, in any order.
-fn same_mounts(a: &[MountSpec], b: &[MountSpec]) -> bool {
-    let sorted = |t: &[MountSpec]| {
-        let mut t = t.to_vec();
-        t.sort_by(|x, y| (&x.path, &x.uri).cmp(&(&y.path, &y.uri)));
-        t
-    };
-    sorted(a) == sorted(b)
-}
-
-async fn open_namespace(cfg: &Config, mounts: &[MountSpec]) -> Result<Namespace> {
-    let s3 = S3Options::from_config(cfg);
-    let mut points = Vec::new();
-    for m in mounts {
-        let store = silt_ufs::open_store(&m.uri, &s3)
-            .await
-            .with_context(|| format!("mount {} -> {}", m.path, m.uri))?;
-        points.push(MountPoint {
-            path: m.path.clone(),
-            store,
-        });
-    }
-    Ok(Namespace::new(points)?)
-}
-
-fn router_options(cfg: &Config, key: ClusterKey) -> RouterOptions {
-    RouterOptions {
-        key,
-        timeout: cfg.worker_timeout,
-        retry_after: cfg.worker_retry_after,
-        group_size: cfg.placement_group,
-        candidates: cfg.failover_candidates,
-        host_id: local_host_id(),
-        unix_socket: cfg.cluster_unix_socket,
-    }
-}
-
-/// The page store of the configuration; `disk: false` keeps it in memory (a cluster client's
-/// near cache: the workers' disk tiers hold the data).
-fn page_store(cfg: &Config, disk: bool) -> Result<Arc<PageStore>> {
-    let mut pc = PageStoreConfig::from_config(cfg)?;
-    if !disk {
-        pc.disk_tiers.clear();
-    }
-    Ok(Arc::new(PageStore::open(pc)?))
-}
-
-/// Where written data goes: memory first (`write_memory`), spilling into a `spill`
-/// directory of each disk tier within its quota (a cluster client, whose near cache has no
-/// disk tiers, spills into STATE_DIR/spill); `back` writes are logged in STATE_DIR/wal.
-fn write_setup(cfg: &Config) -> Result<WriteSetup> {
-    let mut spill = WriteSetup::tier_spill_dirs(cfg)?;
-    if spill.is_empty() || cfg.is_cluster() {
-        spill = vec![DiskTierSpec {
-            dir: cfg.state_dir.join("spill"),
-            quota: u64::MAX / 2,
-        }];
-    }
-    Ok(WriteSetup::from_config(
-        cfg,
-        spill,
-        cfg.state_dir.join("wal"),
-    )?)
-}
-
 /// `silt up` / `silt mount`: a single node, or a cluster client when the configuration names
 /// a cluster.
 pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
@@ -291,111 +171,15 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
         None
     };
 
-    let (ns, pages, fetcher, cluster, role) = if cfg.is_cluster() {
-        // A cluster client proves membership with the cluster's secret: it must be given one.
-        let key =
-            cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?.with_tls(cfg.cluster_tls);
-        let m = rt.block_on(membership(&cfg))?;
-        let mounts = rt.block_on(cluster_mounts(&cfg, m.as_ref()))?;
-        let ns = rt.block_on(open_namespace(&cfg, &mounts))?;
-        let router = Arc::new(Router::new(m, router_options(&cfg, key)));
-        // The near cache is memory only: the workers' disk tiers hold the data.
-        let fetcher: Arc<dyn Fetcher> = router.clone();
-        (
-            ns,
-            page_store(&cfg, false)?,
-            fetcher,
-            Some(router),
-            "cluster client",
-        )
-    } else {
-        // A single node serves no worker port; it generates a secret into its state dir at its
-        // first start, so the state dir is ready to join a cluster later (docs/SECURITY.md).
-        // It uses no key itself, so a bad one is worth a warning, not a refusal to start.
-        if let Err(e) = cluster_key(&cfg.cluster_secret, &cfg.state_dir, true) {
-            warn!(error = %e, "no usable cluster secret (needed only to join a cluster)");
-        }
-        let ns = rt.block_on(open_namespace(&cfg, &cfg.mounts))?;
-        let fetcher: Arc<dyn Fetcher> = Arc::new(silt_worker::StoreFetcher);
-        (ns, page_store(&cfg, true)?, fetcher, None, "single node")
-    };
-    let worker = Arc::new(Worker::with_fetcher(
-        pages,
-        &WorkerOptions::from_config(&cfg),
-        rt.handle().clone(),
-        fetcher,
-    ));
-    let mut client = Client::new(
-        ns,
-        worker,
-        ClientOptions::from_config(&cfg),
-        rt.handle().clone(),
-    );
-    if let Some(router) = &cluster {
-        // Files whole on a same-host worker open in passthrough from that worker's cache.
-        client = client.with_backing_source(router.clone());
-    }
-    if WriteRules::new(cfg.write_type, cfg.write_rules.clone()).any_writable() {
-        client = client.with_write_setup(write_setup(&cfg)?)?;
-        match &cluster {
-            // Cache-only files are kept by workers, not by this process.
-            Some(router) if cfg.cache_only_replicas > 0 => {
-                client = client.with_resident_remote(Arc::new(Replicas::new(
-                    router.clone(),
-                    cfg.cache_only_replicas,
-                )));
-            }
-            None if cfg.cache_only_replicas > 0 => {
-                warn!("cache_only_replicas applies to cluster clients; a single node keeps cache-only files itself")
-            }
-            _ => {}
-        }
-    }
-    let client = Arc::new(client);
-    if client.write_rules().any_writable() {
-        // Uploads of `back` files (those recovered from the log included) and the TTL sweep.
-        rt.spawn(client.clone().run_background());
-    }
-
-    // Listings and stats still fresh from before a clean restart (see silt_client::snapshot).
+    // The client (single node or cluster client), its metadata kept across restarts.
+    let node = Node::build(&cfg, &rt)?;
+    node.keep_metadata(&cfg.state_dir)?;
     let snapshot = cfg.state_dir.join(METADATA_SNAPSHOT);
-    match client.restore_metadata(&snapshot) {
-        Ok(0) => {}
-        Ok(n) => info!(
-            records = n,
-            "metadata cache restored from the last snapshot"
-        ),
-        Err(e) => {
-            warn!(error = %e, "metadata snapshot ignored; starting with an empty metadata cache")
-        }
-    }
-
-    // Saved as it changes too, so a crash restart is as warm as a clean one (see the
-    // snapshot's rules on what a periodic save may restore). The first save is at once: what
-    // was just restored (restoring removed the file) stays saved if this run crashes early.
-    {
-        // Weak: the client (and its page store, whose drop marks a clean shutdown) must not be
-        // kept alive by this thread.
-        let (client, snapshot) = (Arc::downgrade(&client), snapshot.clone());
-        std::thread::Builder::new()
-            .name("silt-snapshot".into())
-            .spawn(move || {
-                let mut since = 0;
-                loop {
-                    let started = std::time::Instant::now();
-                    let Some(client) = client.upgrade() else {
-                        return;
-                    };
-                    if let Err(e) = client.save_metadata_if_changed(&snapshot, &mut since) {
-                        warn!(error = %e, "periodic metadata snapshot failed");
-                    }
-                    drop(client);
-                    // A large cache takes a while to save: keep saves under ~2 % of a core.
-                    std::thread::sleep(METADATA_SNAPSHOT_EVERY.max(started.elapsed() * 50));
-                }
-            })
-            .context("starting the metadata snapshot thread")?;
-    }
+    let Node {
+        client,
+        cluster,
+        role,
+    } = node;
 
     let fuse_state = Arc::new(FuseState::default());
     let daemon = Arc::new(Daemon {

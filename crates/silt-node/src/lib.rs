@@ -1,0 +1,270 @@
+//! A configured Silt client, built from a [`Config`]: a single node (this process is its own
+//! worker: page store with disk tiers, fetching from the stores) or a cluster client (a
+//! memory-only near cache, page fetches routed to the workers), with the write setup, the
+//! background uploads and the metadata snapshot. The FUSE daemon starts from it, and so will
+//! every other front end (Python SDK, S3 gateway): one client, one set of rules.
+
+use std::path::Path;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use silt_cache::{PageStore, PageStoreConfig};
+use silt_client::{Client, ClientOptions, MountPoint, Namespace, WriteSetup};
+use silt_cluster::{
+    auth::cluster_key, local_host_id, ClusterKey, EtcdMembership, Member, Membership, Replicas,
+    Router, RouterOptions, StaticMembership,
+};
+use silt_common::config::{parse_mount_table, Config, DiskTierSpec, MountSpec};
+use silt_common::write::WriteRules;
+use silt_common::{Error, Result};
+use silt_ufs::S3Options;
+use silt_worker::{Fetcher, Worker, WorkerOptions};
+use tracing::{info, warn};
+
+/// The metadata cache saved at a clean shutdown and periodically, read (and removed) at the
+/// next start.
+pub const METADATA_SNAPSHOT: &str = "metadata-snapshot";
+/// How often (at most) a running client saves its metadata cache, when it changed, for a
+/// crash restart.
+const METADATA_SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
+
+/// A client ready to serve, and what it belongs to.
+pub struct Node {
+    pub client: Arc<Client>,
+    /// The cluster this process belongs to (reads, preloads and reports go through it).
+    pub cluster: Option<Arc<Router>>,
+    /// `single node` or `cluster client`.
+    pub role: &'static str,
+}
+
+impl Node {
+    /// Builds the client `cfg` describes on runtime `rt`: a cluster client when it names a
+    /// cluster (then it must be given the cluster's secret), else a single node (which
+    /// generates a cluster secret into its state directory for later). Starts the background
+    /// uploads when anything is writable.
+    pub fn build(cfg: &Config, rt: &tokio::runtime::Runtime) -> Result<Node> {
+        let (ns, pages, fetcher, cluster, role) = if cfg.is_cluster() {
+            let key =
+                cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?.with_tls(cfg.cluster_tls);
+            let m = rt.block_on(membership(cfg))?;
+            let mounts = rt.block_on(cluster_mounts(cfg, m.as_ref()))?;
+            let ns = rt.block_on(open_namespace(cfg, &mounts))?;
+            let router = Arc::new(Router::new(m, router_options(cfg, key)));
+            // The near cache is memory only: the workers' disk tiers hold the data.
+            let fetcher: Arc<dyn Fetcher> = router.clone();
+            (
+                ns,
+                page_store(cfg, false)?,
+                fetcher,
+                Some(router),
+                "cluster client",
+            )
+        } else {
+            // A single node serves no worker port; it generates a secret into its state dir at
+            // its first start, so the state dir is ready to join a cluster later
+            // (docs/SECURITY.md). It uses no key itself, so a bad one is worth a warning, not
+            // a refusal to start.
+            if let Err(e) = cluster_key(&cfg.cluster_secret, &cfg.state_dir, true) {
+                warn!(error = %e, "no usable cluster secret (needed only to join a cluster)");
+            }
+            let ns = rt.block_on(open_namespace(cfg, &cfg.mounts))?;
+            let fetcher: Arc<dyn Fetcher> = Arc::new(silt_worker::StoreFetcher);
+            (ns, page_store(cfg, true)?, fetcher, None, "single node")
+        };
+        let worker = Arc::new(Worker::with_fetcher(
+            pages,
+            &WorkerOptions::from_config(cfg),
+            rt.handle().clone(),
+            fetcher,
+        ));
+        let mut client = Client::new(
+            ns,
+            worker,
+            ClientOptions::from_config(cfg),
+            rt.handle().clone(),
+        );
+        if let Some(router) = &cluster {
+            // Files whole on a same-host worker open in passthrough from that worker's cache.
+            client = client.with_backing_source(router.clone());
+        }
+        if WriteRules::new(cfg.write_type, cfg.write_rules.clone()).any_writable() {
+            client = client.with_write_setup(write_setup(cfg)?)?;
+            match &cluster {
+                // Cache-only files are kept by workers, not by this process.
+                Some(router) if cfg.cache_only_replicas > 0 => {
+                    client = client.with_resident_remote(Arc::new(Replicas::new(
+                        router.clone(),
+                        cfg.cache_only_replicas,
+                    )));
+                }
+                None if cfg.cache_only_replicas > 0 => {
+                    warn!("cache_only_replicas applies to cluster clients; a single node keeps cache-only files itself")
+                }
+                _ => {}
+            }
+        }
+        let client = Arc::new(client);
+        if client.write_rules().any_writable() {
+            // Uploads of `back` files (those recovered from the log included) and the TTL sweep.
+            rt.spawn(client.clone().run_background());
+        }
+        Ok(Node {
+            client,
+            cluster,
+            role,
+        })
+    }
+
+    /// Restores the metadata cache from `STATE_DIR/metadata-snapshot` (listings and stats
+    /// still fresh from before a restart, see silt_client::snapshot) and keeps saving it as it
+    /// changes, so a crash restart is as warm as a clean one. The first save is at once: what
+    /// was just restored (restoring removed the file) stays saved if this run crashes early.
+    pub fn keep_metadata(&self, state_dir: &Path) -> Result<()> {
+        let snapshot = state_dir.join(METADATA_SNAPSHOT);
+        match self.client.restore_metadata(&snapshot) {
+            Ok(0) => {}
+            Ok(n) => info!(
+                records = n,
+                "metadata cache restored from the last snapshot"
+            ),
+            Err(e) => {
+                warn!(error = %e, "metadata snapshot ignored; starting with an empty metadata cache")
+            }
+        }
+        // Weak: the client (and its page store, whose drop marks a clean shutdown) must not be
+        // kept alive by this thread.
+        let client: Weak<Client> = Arc::downgrade(&self.client);
+        std::thread::Builder::new()
+            .name("silt-snapshot".into())
+            .spawn(move || {
+                let mut since = 0;
+                loop {
+                    let started = std::time::Instant::now();
+                    let Some(client) = client.upgrade() else {
+                        return;
+                    };
+                    if let Err(e) = client.save_metadata_if_changed(&snapshot, &mut since) {
+                        warn!(error = %e, "periodic metadata snapshot failed");
+                    }
+                    drop(client);
+                    // A large cache takes a while to save: keep saves under ~2 % of a core.
+                    std::thread::sleep(METADATA_SNAPSHOT_EVERY.max(started.elapsed() * 50));
+                }
+            })
+            .map_err(|e| Error::from(e).context("starting the metadata snapshot thread"))?;
+        Ok(())
+    }
+}
+
+/// The membership the configuration names: etcd, else the static worker list.
+pub async fn membership(cfg: &Config) -> Result<Arc<dyn Membership>> {
+    if !cfg.etcd.is_empty() {
+        let m = EtcdMembership::connect(&cfg.etcd, &cfg.cluster_name, cfg.member_ttl).await?;
+        return Ok(m);
+    }
+    let members = cfg
+        .workers
+        .iter()
+        .map(|(id, addr)| Member::new(id, addr))
+        .collect();
+    Ok(Arc::new(StaticMembership::new(members)))
+}
+
+/// A mount table as `PATH=URI,...` (how it is stored in etcd and shown in reports).
+pub fn mount_table_text(mounts: &[MountSpec]) -> String {
+    mounts
+        .iter()
+        .map(|m| format!("{}={}", m.path, m.uri))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The cluster's mount table: the one stored in the membership, published from this
+/// process's `mounts` if none is stored yet. A process given other mounts than the stored
+/// table is refused, so every process serves one namespace.
+pub async fn cluster_mounts(cfg: &Config, m: &dyn Membership) -> Result<Vec<MountSpec>> {
+    let stored = if cfg.mounts.is_empty() {
+        m.mounts().await?.ok_or_else(|| {
+            Error::invalid(format!(
+                "{} holds no mount table yet: give the first process --mount PATH=URI",
+                m.describe()
+            ))
+        })?
+    } else {
+        m.publish_mounts(&mount_table_text(&cfg.mounts)).await?
+    };
+    let table =
+        parse_mount_table(&stored).map_err(|e| e.context("the cluster's stored mount table"))?;
+    if !cfg.mounts.is_empty() && !same_mounts(&cfg.mounts, &table) {
+        return Err(Error::invalid(format!(
+            "this process was given mounts {:?} but the cluster's mount table ({}) is {stored:?}; drop --mount to use the cluster's",
+            mount_table_text(&cfg.mounts),
+            m.describe()
+        )));
+    }
+    Ok(table)
+}
+
+/// Whether two mount tables hold the same mounts, in any order.
+fn same_mounts(a: &[MountSpec], b: &[MountSpec]) -> bool {
+    let sorted = |t: &[MountSpec]| {
+        let mut t = t.to_vec();
+        t.sort_by(|x, y| (&x.path, &x.uri).cmp(&(&y.path, &y.uri)));
+        t
+    };
+    sorted(a) == sorted(b)
+}
+
+/// The namespace of `mounts`: each store opened (and checked reachable) with the
+/// configuration's credentials.
+pub async fn open_namespace(cfg: &Config, mounts: &[MountSpec]) -> Result<Namespace> {
+    let s3 = S3Options::from_config(cfg);
+    let mut points = Vec::new();
+    for m in mounts {
+        let store = silt_ufs::open_store(&m.uri, &s3)
+            .await
+            .map_err(|e| e.context(format!("mount {} -> {}", m.path, m.uri)))?;
+        points.push(MountPoint {
+            path: m.path.clone(),
+            store,
+        });
+    }
+    Namespace::new(points)
+}
+
+/// How a cluster client (or a worker routing for replicas) reaches workers.
+pub fn router_options(cfg: &Config, key: ClusterKey) -> RouterOptions {
+    RouterOptions {
+        key,
+        timeout: cfg.worker_timeout,
+        retry_after: cfg.worker_retry_after,
+        group_size: cfg.placement_group,
+        candidates: cfg.failover_candidates,
+        host_id: local_host_id(),
+        unix_socket: cfg.cluster_unix_socket,
+    }
+}
+
+/// The page store of the configuration; `disk: false` keeps it in memory (a cluster client's
+/// near cache: the workers' disk tiers hold the data).
+pub fn page_store(cfg: &Config, disk: bool) -> Result<Arc<PageStore>> {
+    let mut pc = PageStoreConfig::from_config(cfg)?;
+    if !disk {
+        pc.disk_tiers.clear();
+    }
+    Ok(Arc::new(PageStore::open(pc)?))
+}
+
+/// Where written data goes: memory first (`write_memory`), spilling into a `spill`
+/// directory of each disk tier within its quota (a cluster client, whose near cache has no
+/// disk tiers, spills into STATE_DIR/spill); `back` writes are logged in STATE_DIR/wal.
+pub fn write_setup(cfg: &Config) -> Result<WriteSetup> {
+    let mut spill = WriteSetup::tier_spill_dirs(cfg)?;
+    if spill.is_empty() || cfg.is_cluster() {
+        spill = vec![DiskTierSpec {
+            dir: cfg.state_dir.join("spill"),
+            quota: u64::MAX / 2,
+        }];
+    }
+    WriteSetup::from_config(cfg, spill, cfg.state_dir.join("wal"))
+}
