@@ -151,13 +151,16 @@ impl Inner {
     /// them unknown again, and a link stays a link.
     fn with_known_attributes(&self, entries: Arc<Vec<Entry>>) -> Arc<Vec<Entry>> {
         let known = |e: &Entry| -> Option<Entry> {
+            // Cheap tests first: a listing with attributes (or a directory) needs no lookup.
+            if e.is_dir() || e.mode.is_some() || e.posix != Default::default() {
+                return None;
+            }
             let old = self.current(&e.path)?;
-            let listed_bare = e.mode.is_none() && e.posix == Default::default();
             let old_has =
                 old.mode.is_some() || old.posix != Default::default() || old.kind != e.kind;
             let (a, b) = (old.object.as_ref()?, e.object.as_ref()?);
             let same_version = a.meta.etag.is_some() || a.meta.version.is_some();
-            (listed_bare && old_has && same_version && !e.is_dir() && a.id == b.id).then_some(old)
+            (old_has && same_version && a.id == b.id).then_some(old)
         };
         let updates: Vec<(usize, Entry)> = entries
             .iter()
