@@ -414,18 +414,9 @@ async fn handle(mut s: Conn, svc: &Service, peer: &str) -> Result<()> {
                 "TLS asked for on a connection that is not TCP",
             ));
         };
-        let (tls, binding) =
-            match tokio::time::timeout(auth::HANDSHAKE_TIMEOUT, crate::tls::accept(tcp)).await {
-                Ok(Ok(t)) => t,
-                Ok(Err(e)) => {
-                    metrics::RPC_AUTH_FAILURES.inc();
-                    return Err(e);
-                }
-                Err(_) => {
-                    metrics::RPC_AUTH_FAILURES.inc();
-                    return Err(Error::new(ErrorKind::Timeout, "TLS handshake timed out"));
-                }
-            };
+        let (tls, binding) = crate::tls::accept(tcp).await.inspect_err(|_| {
+            metrics::RPC_AUTH_FAILURES.inc();
+        })?;
         s = Conn::Tls(Box::new(tls.into()));
         auth::accept(&mut s, &svc.key, peer, auth::Channel::Tls(&binding)).await?;
     }
@@ -988,16 +979,9 @@ impl WorkerClient {
                     return Ok(Conn::Tcp(s));
                 }
                 auth::request_tls(&mut s).await?;
-                let (tls, binding) =
-                    tokio::time::timeout(auth::HANDSHAKE_TIMEOUT, crate::tls::connect(s))
-                        .await
-                        .map_err(|_| {
-                            Error::new(
-                                ErrorKind::Timeout,
-                                format!("TLS handshake with worker {addr} timed out"),
-                            )
-                        })?
-                        .map_err(|e| e.context(format!("worker {addr}")))?;
+                let (tls, binding) = crate::tls::connect(s)
+                    .await
+                    .map_err(|e| e.context(format!("worker {addr}")))?;
                 let mut c = Conn::Tls(Box::new(tls.into()));
                 auth::connect(&mut c, &self.key, &binding).await?;
                 Ok(c)

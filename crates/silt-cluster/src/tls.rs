@@ -83,6 +83,14 @@ fn binding<D>(session: &rustls::ConnectionCommon<D>) -> Result<[u8; BINDING_LEN]
     Ok(out)
 }
 
+/// `handshake`, within the time the cluster handshake is allowed: a silent peer cannot hold a
+/// connection (or a worker's connection slot) in it.
+async fn bounded<T>(handshake: impl std::future::Future<Output = T>) -> Result<T> {
+    tokio::time::timeout(crate::auth::HANDSHAKE_TIMEOUT, handshake)
+        .await
+        .map_err(|_| Error::new(ErrorKind::Timeout, "TLS handshake timed out"))
+}
+
 /// Client side: TLS over `s` (after the worker was asked with `starttls`) and the session's
 /// channel binding.
 pub async fn connect(
@@ -92,9 +100,8 @@ pub async fn connect(
     [u8; BINDING_LEN],
 )> {
     let name = ServerName::try_from(SERVER_NAME).map_err(|e| Error::internal(e.to_string()))?;
-    let tls = tokio_rustls::TlsConnector::from(client_config()?)
-        .connect(name, s)
-        .await
+    let tls = bounded(tokio_rustls::TlsConnector::from(client_config()?).connect(name, s))
+        .await?
         .map_err(|e| tls_error("TLS handshake with the worker (is it a Silt worker?)", e))?;
     let binding = binding(tls.get_ref().1)?;
     Ok((tls, binding))
@@ -108,9 +115,8 @@ pub async fn accept(
     tokio_rustls::server::TlsStream<TcpStream>,
     [u8; BINDING_LEN],
 )> {
-    let tls = tokio_rustls::TlsAcceptor::from(server_config()?)
-        .accept(s)
-        .await
+    let tls = bounded(tokio_rustls::TlsAcceptor::from(server_config()?).accept(s))
+        .await?
         .map_err(|e| tls_error("TLS handshake with a client", e))?;
     let binding = binding(tls.get_ref().1)?;
     Ok((tls, binding))
