@@ -155,6 +155,12 @@ impl Inner {
             if e.is_dir() || e.mode.is_some() || e.posix != Default::default() {
                 return None;
             }
+            // Only where a listing cannot say: elsewhere a listed `None` is the answer (the
+            // object's attributes may have changed without a new version: chmod on S3
+            // keeps the ETag).
+            if !e.object.as_ref()?.store.capabilities().list_without_attrs {
+                return None;
+            }
             let old = self.current(&e.path)?;
             let old_has =
                 old.mode.is_some() || old.posix != Default::default() || old.kind != e.kind;
@@ -756,7 +762,12 @@ mod tests {
 
     #[test]
     fn a_listing_without_attributes_keeps_what_a_head_of_the_same_version_said() {
-        let store: silt_ufs::DynStore = Arc::new(silt_ufs::MemStore::new("mem://attrs"));
+        let bare = silt_ufs::Capabilities {
+            list_without_attrs: true,
+            ..silt_ufs::UnderStore::capabilities(&silt_ufs::MemStore::new("mem://x"))
+        };
+        let store: silt_ufs::DynStore =
+            Arc::new(silt_ufs::MemStore::new("mem://attrs").with_capabilities(bare));
         let meta = |kind, etag: &str, mode: Option<u32>, uid: Option<u32>| silt_ufs::ObjectMeta {
             path: "d/l".into(),
             kind,
@@ -795,6 +806,38 @@ mod tests {
         assert_eq!(changes.len(), 1);
         match c.stat("/m/d/l", |_, _| true, |_| true) {
             Lookup::Found(e) => assert_eq!((e.kind, e.mode), (EntryKind::File, None)),
+            _ => panic!("not found"),
+        }
+    }
+
+    /// Where listings carry attributes, a listed `None` is the store's answer: a mode removed
+    /// without a new version (same ETag) is not brought back from an older HEAD (found by the
+    /// model test).
+    #[test]
+    fn a_listing_with_attributes_is_the_answer_for_the_same_version() {
+        let store: silt_ufs::DynStore = Arc::new(silt_ufs::MemStore::new("mem://attrs"));
+        let meta = |mode: Option<u32>| silt_ufs::ObjectMeta {
+            path: "d/f".into(),
+            kind: EntryKind::File,
+            size: 0,
+            mtime: None,
+            etag: Some("e1".into()),
+            version: None,
+            mode,
+            posix: Default::default(),
+        };
+        let entry = |m| Entry::from_meta("/m/d/f".into(), &store, m);
+        let c = MetaCache::new();
+        let t0 = Instant::now();
+        c.put_stat(t0, entry(meta(Some(0o600))));
+        let changes = c.put_list(
+            t0 + Duration::from_secs(1),
+            "/m/d",
+            Arc::new(vec![entry(meta(None))]),
+        );
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        match c.stat("/m/d/f", |_, _| true, |_| true) {
+            Lookup::Found(e) => assert_eq!(e.mode, None),
             _ => panic!("not found"),
         }
     }

@@ -164,6 +164,10 @@ pub struct Capabilities {
     /// an object store's PUT replaces the user metadata. Otherwise a write keeps them (a local
     /// file written in place).
     pub write_replaces_attrs: bool,
+    /// `list` answers carry no attributes by nature (an S3 listing without `list_attrs`:
+    /// no mode, owner or link type, whatever the objects hold), so `None` there means
+    /// "unknown", not "none". Elsewhere a listed `None` is the store's answer.
+    pub list_without_attrs: bool,
 }
 
 /// An under-store.

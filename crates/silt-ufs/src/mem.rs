@@ -89,6 +89,7 @@ impl MemStore {
                 conditional_read: true,
                 rename_dirs: false,
                 write_replaces_attrs: true,
+                list_without_attrs: false,
             },
         }
     }

@@ -1545,12 +1545,14 @@ impl UnderStore for OpendalStore {
                 conditional_read: false,
                 rename_dirs,
                 write_replaces_attrs: false,
+                list_without_attrs: false,
             },
             Backend::S3 { .. } => Capabilities {
                 native_recursive_list: true,
                 conditional_read: true,
                 rename_dirs,
                 write_replaces_attrs: true,
+                list_without_attrs: !self.list_attrs,
             },
         }
     }
