@@ -1014,13 +1014,27 @@ impl Client {
 
     /// Reads up to `len` bytes at `offset` (fewer only at end of file).
     pub async fn read(&self, file: &OpenFile, offset: u64, len: u64) -> Result<Bytes> {
+        let chunks = self.read_chunks(file, offset, len).await?;
+        if chunks.len() <= 1 {
+            return Ok(chunks.into_iter().next().unwrap_or_default());
+        }
+        let mut out = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+        for c in &chunks {
+            out.extend_from_slice(c);
+        }
+        Ok(out.freeze())
+    }
+
+    /// `read` as the cached pieces themselves, in order (no copy into one buffer): for a
+    /// caller that copies them into its own buffer anyway (the Python SDK into `bytes`).
+    pub async fn read_chunks(&self, file: &OpenFile, offset: u64, len: u64) -> Result<Vec<Bytes>> {
         let size = file.size();
         if offset >= size || len == 0 {
-            return Ok(Bytes::new());
+            return Ok(Vec::new());
         }
         let end = (offset + len).min(size);
         if let Some(b) = self.read_resident(file, offset, end) {
-            return b;
+            return b.map(|b| vec![b]);
         }
         self.prefetch(file, offset, end);
         let ps = self.worker.page_size();
@@ -1031,7 +1045,15 @@ impl Client {
             .read_pages(&file.obj, first..=last)
             .await
             .map_err(|e| e.context(&file.entry.path))?;
-        Ok(Self::assemble(ps, first, offset, end, pages))
+        Ok(pages
+            .iter()
+            .enumerate()
+            .map(|(i, (page, src))| {
+                let b = silt_worker::page_slice(ps, first + i as u64, page, offset, end);
+                count_source(*src, b.len() as u64);
+                b
+            })
+            .collect())
     }
 
     /// The bytes `[offset, end)` of a file resident in Silt (cache-only, or back and not yet

@@ -35,7 +35,7 @@ use silt_worker::{BackingSource, Fetcher, HeldFile, ObjectRef};
 
 use crate::membership::{Member, Membership};
 use crate::placement;
-use crate::rpc::{CallError, Endpoint, WorkerClient};
+use crate::rpc::{CallError, Endpoint, Lease, PageRange, WorkerClient};
 
 #[derive(Debug, Clone)]
 pub struct RouterOptions {
@@ -249,6 +249,71 @@ impl Router {
         ))
     }
 
+    /// How many pages of each object (id, size) the cluster holds, asking each placement
+    /// group's first candidate, one batched call per worker, all workers at once. A worker
+    /// that does not answer counts as holding nothing: this is a hint for ordering reads
+    /// (`CacheAwareSampler`), never a promise.
+    pub async fn cached_pages(&self, objects: &[(ObjectId, u64)], page_size: u64) -> Vec<u64> {
+        let page_size = page_size.max(1);
+        let mut asks: HashMap<String, (Member, Vec<(usize, PageRange)>)> = HashMap::new();
+        for (i, &(id, size)) in objects.iter().enumerate() {
+            for range in split(0..size, self.opts.group_size) {
+                let group = range.start / self.opts.group_size;
+                let Some(owner) = self.candidates(id, group).into_iter().next() else {
+                    continue;
+                };
+                let ask = PageRange {
+                    object: id.to_hex(),
+                    first: range.start / page_size,
+                    last: (range.end - 1) / page_size,
+                };
+                asks.entry(owner.id.clone())
+                    .or_insert_with(|| (owner, Vec::new()))
+                    .1
+                    .push((i, ask));
+            }
+        }
+        let calls = asks.into_values().map(|(m, asked)| async move {
+            let client = self.client(&m);
+            let ranges = asked.iter().map(|(_, r)| r.clone()).collect();
+            let r = self
+                .attempt(&m, self.opts.timeout, client.cached(ranges))
+                .await;
+            match r {
+                Ok(counts) => asked.into_iter().map(|(i, _)| i).zip(counts).collect(),
+                Err(e) => {
+                    tracing::debug!(worker = %m.id, error = %e.into_error(), "no residency answer");
+                    Vec::new()
+                }
+            }
+        });
+        let mut pages = vec![0u64; objects.len()];
+        for answer in futures::future::join_all(calls).await {
+            for (i, n) in answer {
+                pages[i] += n;
+            }
+        }
+        pages
+    }
+
+    /// Tells every worker of the view that namespace directory `dir` changed in the store
+    /// (an attached client's write: the single node it attached to revalidates the
+    /// directory). Best effort: a worker that does not answer revalidates when its sync
+    /// policy says.
+    pub async fn notify_changed(&self, dir: &str) {
+        let view = self.membership.view();
+        let calls = view.members.iter().map(|m| async move {
+            let client = self.client(m);
+            if let Err(e) = self
+                .attempt(m, self.opts.timeout, client.changed(dir))
+                .await
+            {
+                tracing::debug!(worker = %m.id, error = %e.into_error(), "change not passed on");
+            }
+        });
+        futures::future::join_all(calls).await;
+    }
+
     /// `stats` of every member of the current view (an error for those that do not answer).
     pub async fn worker_stats(&self) -> Vec<(Member, Result<Value>)> {
         let view = self.membership.view();
@@ -276,32 +341,63 @@ pub fn split(range: Range<u64>, group: u64) -> Vec<Range<u64>> {
     out
 }
 
-#[async_trait]
-impl BackingSource for Router {
-    /// A file whole on one worker of this host is lent by it for passthrough. Only files of
-    /// one placement group: larger ones are spread over workers and have no single file.
-    async fn hold(&self, obj: &ObjectRef) -> Option<HeldFile> {
-        if obj.size() == 0 || obj.size() > self.opts.group_size {
+impl Router {
+    /// The member that owns every placement group of `obj` first, if one does: only such a
+    /// file is whole on one worker (a cluster of one, as an attached client's, owns them all).
+    fn sole_owner(&self, obj: &ObjectRef) -> Option<Member> {
+        if obj.size() == 0 {
             return None;
         }
         let owner = self.candidates(obj.id, 0).into_iter().next()?;
-        let client = self.client(&owner);
+        let groups = obj.size().div_ceil(self.opts.group_size);
+        let shared = (1..groups).any(|g| {
+            self.candidates(obj.id, g)
+                .first()
+                .is_none_or(|m| m.id != owner.id)
+        });
+        (!shared).then_some(owner)
+    }
+
+    /// Asks the sole owner of `obj` for a local file (`what` names it in logs); `None` when
+    /// there is none, it is not on this host, or it failed (then it is tried last from now on).
+    async fn ask_sole_owner<T, F, Fut>(&self, obj: &ObjectRef, what: &str, ask: F) -> Option<T>
+    where
+        F: FnOnce(Arc<WorkerClient>) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<Option<T>, CallError>>,
+    {
+        let owner = self.sole_owner(obj)?;
         // `None` at once unless the owner is reached over its Unix socket.
         match self
-            .attempt(&owner, self.opts.timeout, client.hold(obj))
+            .attempt(&owner, self.opts.timeout, ask(self.client(&owner)))
             .await
         {
-            Ok(held) => held,
+            Ok(found) => found,
             Err(CallError::Link(e)) => {
                 // Tried last from now on, so the next open does not wait for it again.
                 self.mark_failed(&owner, &e);
                 None
             }
             Err(CallError::Worker(e)) => {
-                tracing::debug!(worker = %owner.id, error = %e, "no file loan");
+                tracing::debug!(worker = %owner.id, error = %e, "no {what}");
                 None
             }
         }
+    }
+
+    /// The object's own cache file on its same-host sole owner, pinned there while the
+    /// lease lives; for readers that check pages themselves (no copy, unlike `hold`).
+    pub async fn lease(&self, obj: &ObjectRef) -> Option<Lease> {
+        self.ask_sole_owner(obj, "file lease", |c| async move { c.lease(obj).await })
+            .await
+    }
+}
+
+#[async_trait]
+impl BackingSource for Router {
+    /// A file whole on one worker of this host is lent by it (a private copy) for passthrough.
+    async fn hold(&self, obj: &ObjectRef) -> Option<HeldFile> {
+        self.ask_sole_owner(obj, "file loan", |c| async move { c.hold(obj).await })
+            .await
     }
 }
 

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use silt_client::resident::RemoteMeta;
 use silt_common::io::ReadAt;
-use silt_common::{metrics, Error, ErrorKind, Result};
+use silt_common::{metrics, Error, ErrorKind, ObjectId, PageKey, Result};
 use silt_proto::{
     decode_json, decode_request, read_frame, write_error, write_frame, write_json, ErrorBody,
     FrameKind, PROTOCOL_VERSION,
@@ -125,7 +125,23 @@ struct Request {
     /// ... and its version: `rput` describes it, `rget` asks for that version.
     #[serde(default)]
     file: Option<WireResident>,
+    /// `cached`: the page ranges asked about.
+    #[serde(default)]
+    ranges: Vec<PageRange>,
 }
+
+/// Pages `first..=last` of an object (`cached` asks how many of them a worker holds).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PageRange {
+    /// The object's id in hex.
+    pub object: String,
+    pub first: u64,
+    pub last: u64,
+}
+
+/// The most pages one `cached` request may ask about (each range counts its pages): the
+/// answer is work on the worker, so a request cannot make it unbounded.
+pub const CACHED_MAX_PAGES: u64 = 1 << 24;
 
 /// A replicated cache-only file as it travels between processes.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -182,6 +198,7 @@ impl Request {
             fd,
             path: None,
             file: None,
+            ranges: Vec::new(),
         }
     }
 
@@ -241,7 +258,13 @@ pub struct Service {
     resident: Option<Arc<ResidentTable>>,
     /// Every connection proves it holds this before it is served.
     key: ClusterKey,
+    /// `changed`: a same-host client changed this namespace path in the store (`None`: the
+    /// op is refused; only a single node serving its own namespace takes it).
+    on_changed: Option<ChangedHook>,
 }
+
+/// Told the namespace directories another client changed (see `Service::with_changed`).
+pub type ChangedHook = Arc<dyn Fn(String) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// Adds `n` to one of a service's own counters and to its process-wide metric.
 fn count(own: &AtomicU64, metric: &metrics::Counter, n: u64) {
@@ -288,7 +311,16 @@ impl Service {
             bytes_served: AtomicU64::new(0),
             files_lent: AtomicU64::new(0),
             resident: None,
+            on_changed: None,
         }
+    }
+
+    /// Takes `changed` notes (a directory whose entries a same-host client changed in the
+    /// store) and answers once `hook` has handled each, so this node's metadata cache (and
+    /// its mount) see them when the client's call returns.
+    pub fn with_changed(mut self, hook: ChangedHook) -> Service {
+        self.on_changed = Some(hook);
+        self
     }
 
     /// Keeps replicated cache-only files in `table`.
@@ -327,6 +359,37 @@ impl Service {
             .enumerate()
             .map(|(i, (page, _))| silt_worker::page_slice(ps, first + i as u64, &page, offset, end))
             .collect())
+    }
+
+    /// How many pages of each range this worker holds in any tier (no fetch, no hit counted).
+    fn cached(&self, ranges: &[PageRange]) -> Result<Vec<u64>> {
+        let mut asked = 0u64;
+        for r in ranges {
+            if r.last < r.first {
+                return Err(Error::invalid(format!(
+                    "cached: range {}..={} ends before it starts",
+                    r.first, r.last
+                )));
+            }
+            asked = asked.saturating_add(r.last - r.first + 1);
+        }
+        if asked > CACHED_MAX_PAGES {
+            return Err(Error::invalid(format!(
+                "cached: {asked} pages asked about at once; at most {CACHED_MAX_PAGES}"
+            )));
+        }
+        let store = self.worker.page_store();
+        ranges
+            .iter()
+            .map(|r| {
+                let object = ObjectId::from_hex(&r.object).ok_or_else(|| {
+                    Error::invalid(format!("cached: {:?} is not an object id", r.object))
+                })?;
+                Ok((r.first..=r.last)
+                    .filter(|&index| store.contains(&PageKey { object, index }))
+                    .count() as u64)
+            })
+            .collect()
     }
 
     fn stats(&self) -> Value {
@@ -473,6 +536,7 @@ async fn serve_one(
         fd,
         path,
         file,
+        ranges,
         ..
     } = req;
     if matches!(op.as_str(), "rput" | "rget" | "rstat" | "rlist" | "rdel") {
@@ -481,6 +545,23 @@ async fn serve_one(
     }
     match op.as_str() {
         "stats" => write_json(s, &svc.stats()).await.map_err(broken),
+        "changed" => {
+            let (Some(hook), Some(path)) = (&svc.on_changed, path) else {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    "changed: this worker keeps no namespace of its own (or no path given)",
+                )
+                .into());
+            };
+            hook(path).await;
+            write_json(s, &json!({ "ok": true })).await.map_err(broken)
+        }
+        "cached" => {
+            let pages = svc.cached(&ranges)?;
+            write_json(s, &json!({ "pages": pages }))
+                .await
+                .map_err(broken)
+        }
         "read" => {
             let obj = svc.object(&op, object).await?;
             if fd {
@@ -503,6 +584,16 @@ async fn serve_one(
             }
             count(&svc.reads_served, &metrics::RPC_READS_SERVED, 1);
             Ok(())
+        }
+        "lease" => {
+            let obj = svc.object(&op, object).await?;
+            match s {
+                Conn::Unix(u) => lease(u, svc, &obj).await,
+                Conn::Tcp(_) | Conn::Tls(_) => Err(Error::invalid(
+                    "lease is only offered over the worker's Unix socket",
+                )
+                .into()),
+            }
         }
         "hold" => {
             let obj = svc.object(&op, object).await?;
@@ -671,6 +762,37 @@ async fn hold(
     send_fd(u, copy.as_raw_fd()).await.map_err(broken)?;
     count(&svc.files_lent, &metrics::RPC_FILES_LENT, 1);
     Ok(())
+}
+
+/// Lends a same-host client the object's own disk-tier file for as long as the connection
+/// stays open, if the whole object is there: `{"fd": true, "page_size", "first": 0, "crcs"}`
+/// and the descriptor, then the object stays pinned (not evicted) until the client closes the
+/// connection or sends anything. The client checks every page it reads against `crcs`, so a
+/// file changed under it anyway (this worker restarted) gives an error, never wrong bytes.
+/// Otherwise answers `{"fd": false}`. No copy, unlike `hold`: for readers that can check.
+async fn lease(
+    u: &mut UnixStream,
+    svc: &Service,
+    obj: &ObjectRef,
+) -> std::result::Result<(), ServeError> {
+    let store = svc.worker.page_store().clone();
+    let pin = store.pin(obj.id);
+    let pages = obj.size().div_ceil(svc.worker.page_size());
+    let found = (pages > 0)
+        .then(|| store.disk_range(obj.id, obj.size(), 0, pages - 1))
+        .flatten()
+        .and_then(|(path, crcs)| Some((std::fs::File::open(path).ok()?, crcs)));
+    let Some((file, crcs)) = found else {
+        return write_json(u, &json!({"fd": false})).await.map_err(broken);
+    };
+    let head = json!({"fd": true, "page_size": svc.worker.page_size(), "first": 0, "crcs": crcs});
+    write_json(u, &head).await.map_err(broken)?;
+    send_fd(u, file.as_raw_fd()).await.map_err(broken)?;
+    count(&svc.files_lent, &metrics::RPC_FILES_LENT, 1);
+    // Held until the client is done with it: no time bound, the connection is the lease.
+    let _ = read_frame(u).await;
+    drop(pin);
+    Err(broken(Error::new(ErrorKind::Unavailable, "lease ended")))
 }
 
 /// An unnamed copy of the first `size` bytes of the object's file, in the same directory.
@@ -1113,6 +1235,38 @@ impl WorkerClient {
         .await
     }
 
+    /// The object's own cache file on a same-host worker, pinned there while the returned
+    /// [`Lease`] lives (see `lease` on the server): `None` if the worker does not hold the
+    /// whole object on disk or is not reached over its Unix socket.
+    pub async fn lease(&self, obj: &ObjectRef) -> std::result::Result<Option<Lease>, CallError> {
+        if !matches!(self.endpoint, Endpoint::Unix(_)) {
+            return Ok(None);
+        }
+        // A connection of its own: it stays open as long as the lease.
+        let mut c = self.connect().await?;
+        write_json(&mut c, &Request::new("lease", Some(obj), 0..0, true)).await?;
+        let head = expect_json(&mut c).await?;
+        let Some(fd) = passed_fd(&c, &head).await? else {
+            expect_end(&mut c).await?;
+            self.put_back(c);
+            return Ok(None);
+        };
+        let (page_size, first, crcs) = passed_pages(&head)?;
+        let pages = obj.size().div_ceil(page_size);
+        if first != 0 || crcs.len() as u64 != pages {
+            return Err(
+                Error::new(ErrorKind::Corrupted, "lease: pages do not cover the file").into(),
+            );
+        }
+        Ok(Some(Lease {
+            file: std::fs::File::from(fd),
+            size: obj.size(),
+            page_size,
+            crcs,
+            _conn: c,
+        }))
+    }
+
     /// One JSON answer to `req` (`rstat`, `rlist`, `rdel`).
     async fn call_req(&self, req: &Request) -> std::result::Result<Value, CallError> {
         self.with_conn(|mut c| async move {
@@ -1237,6 +1391,33 @@ impl WorkerClient {
             .await?;
         let files: Vec<WireResident> = garbled(serde_json::from_value(v["files"].clone()))?;
         Ok(files.into_iter().map(WireResident::into_meta).collect())
+    }
+
+    /// How many pages of each of `ranges` this worker holds (one answer per range).
+    pub async fn cached(&self, ranges: Vec<PageRange>) -> std::result::Result<Vec<u64>, CallError> {
+        let n = ranges.len();
+        let req = Request {
+            ranges,
+            ..Request::new("cached", None, 0..0, false)
+        };
+        let v = self.call_req(&req).await?;
+        let pages: Vec<u64> = garbled(serde_json::from_value(v["pages"].clone()))?;
+        if pages.len() != n {
+            return Err(CallError::Link(Error::new(
+                ErrorKind::Corrupted,
+                format!("worker answered {} counts for {n} ranges", pages.len()),
+            )));
+        }
+        Ok(pages)
+    }
+
+    /// Tells the worker that directory `path` of the namespace changed in the store.
+    pub async fn changed(&self, path: &str) -> std::result::Result<(), CallError> {
+        let req = Request {
+            path: Some(path.to_string()),
+            ..Request::new("changed", None, 0..0, false)
+        };
+        self.call_req(&req).await.map(drop)
     }
 
     /// Drops the replicated file at `path` here; whether there was one.
@@ -1376,14 +1557,13 @@ async fn expect_end(c: &mut Conn) -> std::result::Result<(), CallError> {
 /// Reads the whole pages covering `[offset, offset + len)` from a passed descriptor, checks
 /// each against the crc32c the worker sent (`head`: `page_size`, `first`, `crcs`), and returns
 /// the requested bytes. A mismatch is a link failure: the caller asks elsewhere.
-async fn pread_checked(
-    fd: OwnedFd,
-    head: &Value,
-    size: u64,
-    offset: u64,
-    len: u64,
-) -> Result<Bytes> {
-    let bad = |what: &str| Error::new(ErrorKind::Corrupted, format!("passed descriptor: {what}"));
+fn bad_fd(what: &str) -> Error {
+    Error::new(ErrorKind::Corrupted, format!("passed descriptor: {what}"))
+}
+
+/// The page size, first page and page crcs a worker sent with a descriptor.
+fn passed_pages(head: &Value) -> Result<(u64, u64, Vec<u32>)> {
+    let bad = bad_fd;
     let ps = head["page_size"]
         .as_u64()
         .filter(|p| *p > 0)
@@ -1396,6 +1576,69 @@ async fn pread_checked(
         .map(|c| c.as_u64().and_then(|c| u32::try_from(c).ok()))
         .collect::<Option<_>>()
         .ok_or_else(|| bad("malformed checksums"))?;
+    Ok((ps, first, crcs))
+}
+
+/// Checks consecutive pages of `buf` (whole pages but maybe the file's last) against `crcs`.
+fn check_pages(buf: &[u8], ps: u64, crcs: &[u32]) -> Result<()> {
+    for (page, crc) in buf.chunks(ps as usize).zip(crcs) {
+        if crc32c::crc32c(page) != *crc {
+            metrics::CHECKSUM_FAILURES.inc();
+            return Err(bad_fd("page checksum mismatch"));
+        }
+    }
+    Ok(())
+}
+
+/// A same-host worker's cache file of one whole object, pinned there until this is dropped
+/// (which closes the connection that holds the pin). Reads check every page they touch.
+pub struct Lease {
+    file: std::fs::File,
+    size: u64,
+    page_size: u64,
+    crcs: Vec<u32>,
+    _conn: Conn,
+}
+
+impl Lease {
+    /// Fills `buf` with the bytes at `offset` (the range must lie inside the object). Blocks.
+    pub fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let ps = self.page_size;
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= self.size)
+            .ok_or_else(|| Error::invalid("read past the end of a leased file"))?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let first = offset / ps;
+        let last = (end - 1) / ps;
+        let crcs = &self.crcs[first as usize..=last as usize];
+        if offset.is_multiple_of(ps) && (end.is_multiple_of(ps) || end == self.size) {
+            // Whole pages: straight into the caller's buffer, checked in place.
+            self.file.read_exact_at(buf, offset)?;
+            return check_pages(buf, ps, crcs);
+        }
+        let start = first * ps;
+        let stop = ((last + 1) * ps).min(self.size);
+        let mut pages = vec![0u8; (stop - start) as usize];
+        self.file.read_exact_at(&mut pages, start)?;
+        check_pages(&pages, ps, crcs)?;
+        let from = (offset - start) as usize;
+        buf.copy_from_slice(&pages[from..from + buf.len()]);
+        Ok(())
+    }
+}
+
+async fn pread_checked(
+    fd: OwnedFd,
+    head: &Value,
+    size: u64,
+    offset: u64,
+    len: u64,
+) -> Result<Bytes> {
+    let bad = bad_fd;
+    let (ps, first, crcs) = passed_pages(head)?;
     let start = first
         .checked_mul(ps)
         .ok_or_else(|| bad("page out of range"))?;
@@ -1413,14 +1656,7 @@ async fn pread_checked(
     })
     .await
     .map_err(|e| Error::internal(format!("reading a passed file: {e}")))??;
-    for (k, crc) in crcs.iter().enumerate() {
-        let from = k * ps as usize;
-        let to = (from + ps as usize).min(buf.len());
-        if crc32c::crc32c(&buf[from..to]) != *crc {
-            metrics::CHECKSUM_FAILURES.inc();
-            return Err(bad("page checksum mismatch"));
-        }
-    }
+    check_pages(&buf, ps, &crcs)?;
     let from = (offset - start) as usize;
     Ok(Bytes::from(buf).slice(from..from + len as usize))
 }

@@ -120,16 +120,37 @@ async fn a_dead_endpoint_is_a_link_failure() {
     }
 }
 
-/// Reads through a passed descriptor check every page's crc32c, like local disk reads.
-#[tokio::test]
-async fn passed_descriptors_are_read_and_checked() {
+/// A worker with a disk tier (behind its Unix socket) and a client of it, over a store
+/// holding one file of five pages and a bit: (its bytes, the object, client, state dir).
+async fn disk_worker_with_a_file() -> (Vec<u8>, ObjectRef, WorkerClient, tempfile::TempDir) {
     let mem = Arc::new(MemStore::new("mem://fd"));
     let data: Vec<u8> = (0..5 * PS as u32 + 77).map(|i| (i % 241) as u8).collect();
     let meta = mem.put("f", data.clone()).unwrap();
     let store: DynStore = mem;
     let (ep, dir) = worker_with(store.clone(), true).await;
-    let c = WorkerClient::new(ep, key());
-    let obj = ObjectRef::new(store, meta);
+    (
+        data,
+        ObjectRef::new(store, meta),
+        WorkerClient::new(ep, key()),
+        dir,
+    )
+}
+
+/// Flips the byte at `offset` of the (only) data file in the worker's disk tier.
+fn flip_cached_byte(state: &std::path::Path, offset: u64) {
+    let file = silt_testkit::files_below(&state.join("cache"))
+        .into_iter()
+        .find(|p| p.extension().is_some_and(|e| e == "data"))
+        .expect("the worker's data file");
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[offset as usize] ^= 0xff;
+    std::fs::write(&file, bytes).unwrap();
+}
+
+/// Reads through a passed descriptor check every page's crc32c, like local disk reads.
+#[tokio::test]
+async fn passed_descriptors_are_read_and_checked() {
+    let (data, obj, c, dir) = disk_worker_with_a_file().await;
     let fd_reads = || silt_common::metrics::REMOTE_FD_READS.get();
     // First read fetches (bytes); then the pages are on the worker's disk: descriptors.
     let size = data.len() as u64;
@@ -146,15 +167,100 @@ async fn passed_descriptors_are_read_and_checked() {
     let stats = c.call("stats", None, 0..0).await.unwrap();
     assert_eq!(stats["reads_served"], 2, "{stats}");
     // Flip a byte of page 2 in the worker's cache file: the next read through it is refused.
-    let file = silt_testkit::files_below(&dir.path().join("cache"))
-        .into_iter()
-        .find(|p| p.extension().is_some_and(|e| e == "data"))
-        .expect("the worker's data file");
-    let mut bytes = std::fs::read(&file).unwrap();
-    bytes[(2 * PS + 3) as usize] ^= 0xff;
-    std::fs::write(&file, bytes).unwrap();
+    flip_cached_byte(dir.path(), 2 * PS + 3);
     match c.read(&obj, PS..3 * PS).await {
         Err(CallError::Link(e)) => assert_eq!(e.kind(), ErrorKind::Corrupted, "{e}"),
         other => panic!("expected a checksum failure, got {other:?}"),
+    }
+}
+
+/// A lease lends the worker's own cache file of a whole object (no copy) while it lives;
+/// every read through it checks the pages it touches, so a flipped byte is an error.
+#[tokio::test]
+async fn a_lease_reads_the_workers_file_and_checks_every_page() {
+    let (data, obj, c, dir) = disk_worker_with_a_file().await;
+    let size = data.len() as u64;
+    assert!(c.lease(&obj).await.unwrap().is_none(), "nothing cached yet");
+    c.read(&obj, 0..size).await.unwrap();
+    let lease = c
+        .lease(&obj)
+        .await
+        .unwrap()
+        .expect("a lease of the cached file");
+    let read = |offset: u64, len: usize| {
+        let mut buf = vec![0u8; len];
+        lease.read_into(offset, &mut buf).map(|_| buf)
+    };
+    // Whole pages, unaligned ranges, the short last page, nothing.
+    for (offset, len) in [
+        (0, PS as usize),
+        (PS + 5, 2 * PS as usize),
+        (4 * PS, PS as usize + 77),
+        (size - 1, 1),
+        (3, 0),
+    ] {
+        let got = read(offset, len).unwrap();
+        assert_eq!(
+            got,
+            &data[offset as usize..offset as usize + len],
+            "{offset}+{len}"
+        );
+    }
+    assert!(read(size - 1, 2).is_err(), "a read past the end");
+    // Flip a byte of page 2 in the worker's cache file: reads touching it fail, others not.
+    flip_cached_byte(dir.path(), 2 * PS + 3);
+    let err = read(PS + 1, PS as usize).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupted, "{err}");
+    assert_eq!(read(0, PS as usize).unwrap(), &data[..PS as usize]);
+    // Dropping the lease ends its connection; the worker goes on serving.
+    drop(lease);
+    let stats = c.call("stats", None, 0..0).await.unwrap();
+    assert_eq!(stats["files_lent"], 1, "{stats}");
+}
+
+/// `cached` counts the pages a worker holds without fetching any; hostile asks are refused;
+/// `changed` is refused by a worker with no namespace of its own.
+#[tokio::test]
+async fn cached_counts_held_pages_and_refuses_hostile_asks() {
+    use silt_cluster::rpc::{PageRange, CACHED_MAX_PAGES};
+    let mem = Arc::new(MemStore::new("mem://cached"));
+    let meta = mem.put("x", vec![7u8; (5 * PS) as usize]).unwrap();
+    let store: DynStore = mem.clone();
+    let (ep, _dir) = worker(store.clone()).await;
+    let c = WorkerClient::new(ep, key());
+    let obj = ObjectRef::new(store.clone(), meta.clone());
+    let ask = |first, last| PageRange {
+        object: obj.id.to_hex(),
+        first,
+        last,
+    };
+    assert_eq!(c.cached(vec![ask(0, 4)]).await.unwrap(), vec![0]);
+    // Pages 1..=2 read through the worker: now held. Asking fetched nothing.
+    c.read(&obj, PS..3 * PS).await.unwrap();
+    let fetched_before = mem.requests();
+    assert_eq!(
+        c.cached(vec![ask(0, 4), ask(1, 1), ask(3, 4)])
+            .await
+            .unwrap(),
+        vec![2, 1, 0]
+    );
+    assert_eq!(mem.requests(), fetched_before);
+    for bad in [
+        vec![ask(3, 1)],
+        vec![PageRange {
+            object: "zz".into(),
+            first: 0,
+            last: 0,
+        }],
+        vec![ask(0, CACHED_MAX_PAGES)],
+    ] {
+        match c.cached(bad).await {
+            Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    match c.changed("/data").await {
+        Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}"),
+        other => panic!("expected a refusal, got {other:?}"),
     }
 }

@@ -382,8 +382,9 @@ fn a_joining_worker_takes_only_its_share_and_a_restarted_one_keeps_its_cache() {
 }
 
 /// A worker and a client in one network namespace (same host): files whole on the worker's
-/// disk open in FUSE passthrough from the worker's own cache file (lent over its Unix socket),
-/// and reads of larger files arrive as passed file descriptors; no byte is copied.
+/// disk, the 5 MiB one spread over five placement groups included (the only worker owns them
+/// all), open in FUSE passthrough from the worker's own cache file (lent over its Unix
+/// socket); without passthrough, reads arrive as passed file descriptors; no byte is copied.
 #[test]
 fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
     let etcd = Etcd::start();
@@ -408,15 +409,19 @@ fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
         .args(["--listen", "127.0.0.1:0", "--worker-id", "local"])
         .args(["--state-dir", wstate.to_str().unwrap()]);
     let worker = Silt::spawn(cmd, None, &wstate).unwrap_or_else(|e| panic!("worker: {e}"));
-    let cstate = dir.path().join("c");
-    let mp = dir.path().join("mnt");
-    std::fs::create_dir_all(&mp).unwrap();
-    let mut cmd = Command::new(SILT);
-    cmd.arg("mount")
-        .arg(&mp)
-        .args(&args)
-        .args(["--state-dir", cstate.to_str().unwrap()]);
-    let client = Silt::spawn(cmd, Some(&mp), &cstate).unwrap_or_else(|e| panic!("client: {e}"));
+    let mount = |name: &str, passthrough: &str| {
+        let state = dir.path().join(name);
+        let mp = dir.path().join(format!("{name}-mnt"));
+        std::fs::create_dir_all(&mp).unwrap();
+        let mut cmd = Command::new(SILT);
+        cmd.arg("mount")
+            .arg(&mp)
+            .args(&args)
+            .args(["--passthrough", passthrough])
+            .args(["--state-dir", state.to_str().unwrap()]);
+        Silt::spawn(cmd, Some(&mp), &state).unwrap_or_else(|e| panic!("client {name}: {e}"))
+    };
+    let client = mount("c", "auto");
     let o = client.cli(&["load", "/data"]);
     assert!(o.status.success(), "load failed: {}", stderr(&o));
     let progress = Arc::new(AtomicU64::new(0));
@@ -425,22 +430,27 @@ fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
     let passthrough = report["metrics"]["silt_fuse_opens_passthrough_total"]
         .as_u64()
         .unwrap_or(0);
-    let fd_reads = client.metric("silt_remote_fd_reads_total");
-    let served = worker_stat(&client, "local", "bytes_served");
     let lent = worker_stat(&client, "local", "files_lent");
-    eprintln!(
-        "same host: {passthrough} passthrough opens on {lent} lent files, {fd_reads} reads by passed descriptor, {served} bytes copied over the socket"
-    );
+    eprintln!("same host: {passthrough} passthrough opens on {lent} lent files");
     if report["passthrough"]["enabled"] == true {
-        assert!(passthrough >= 10, "small files did not open in passthrough");
-        assert!(lent >= 10, "the worker lent {lent} files");
+        assert!(passthrough >= 11, "not every file opened in passthrough");
+        assert!(lent >= 11, "the worker lent {lent} files");
     } else {
         eprintln!("kernel without FUSE passthrough: the file-loan checks are skipped");
     }
-    assert!(
-        fd_reads > 0,
-        "no read of the large file used a passed file descriptor"
+    assert_eq!(
+        worker_stat(&client, "local", "bytes_served"),
+        0,
+        "bytes were copied although the worker held every file on disk"
     );
+    client.stop();
+
+    let client = mount("d", "off");
+    read_all_parallel(&client.path("data"), &files, 2, &progress);
+    let fd_reads = client.metric("silt_remote_fd_reads_total");
+    let served = worker_stat(&client, "local", "bytes_served");
+    eprintln!("without passthrough: {fd_reads} reads by passed descriptor, {served} bytes copied over the socket");
+    assert!(fd_reads > 0, "no read used a passed file descriptor");
     assert_eq!(
         served, 0,
         "bytes were copied although the worker held every file on disk"
