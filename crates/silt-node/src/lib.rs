@@ -4,6 +4,8 @@
 //! background uploads and the metadata snapshot. The FUSE daemon starts from it, and so will
 //! every other front end (Python SDK, S3 gateway): one client, one set of rules.
 
+pub mod local;
+
 use std::path::Path;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -28,12 +30,15 @@ pub const METADATA_SNAPSHOT: &str = "metadata-snapshot";
 /// crash restart.
 const METADATA_SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
 
+/// `Node::role` of a client attached to a same-host single node.
+pub const ATTACHED: &str = "attached client";
+
 /// A client ready to serve, and what it belongs to.
 pub struct Node {
     pub client: Arc<Client>,
     /// The cluster this process belongs to (reads, preloads and reports go through it).
     pub cluster: Option<Arc<Router>>,
-    /// `single node` or `cluster client`.
+    /// `single node`, `cluster client` or `attached client`.
     pub role: &'static str,
 }
 
@@ -43,34 +48,103 @@ impl Node {
     /// generates a cluster secret into its state directory for later). Starts the background
     /// uploads when anything is writable.
     pub fn build(cfg: &Config, rt: &tokio::runtime::Runtime) -> Result<Node> {
-        let (ns, pages, fetcher, cluster, role) = if cfg.is_cluster() {
+        if cfg.is_cluster() {
             let key =
                 cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?.with_tls(cfg.cluster_tls);
             let m = rt.block_on(membership(cfg))?;
             let mounts = rt.block_on(cluster_mounts(cfg, m.as_ref()))?;
-            let ns = rt.block_on(open_namespace(cfg, &mounts))?;
-            let router = Arc::new(Router::new(m, router_options(cfg, key)));
-            // The near cache is memory only: the workers' disk tiers hold the data.
-            let fetcher: Arc<dyn Fetcher> = router.clone();
-            (
-                ns,
-                page_store(cfg, false)?,
-                fetcher,
-                Some(router),
-                "cluster client",
-            )
-        } else {
-            // A single node serves no worker port; it generates a secret into its state dir at
-            // its first start, so the state dir is ready to join a cluster later
-            // (docs/SECURITY.md). It uses no key itself, so a bad one is worth a warning, not
-            // a refusal to start.
-            if let Err(e) = cluster_key(&cfg.cluster_secret, &cfg.state_dir, true) {
-                warn!(error = %e, "no usable cluster secret (needed only to join a cluster)");
-            }
-            let ns = rt.block_on(open_namespace(cfg, &cfg.mounts))?;
-            let fetcher: Arc<dyn Fetcher> = Arc::new(silt_worker::StoreFetcher);
-            (ns, page_store(cfg, true)?, fetcher, None, "single node")
+            return Self::cluster_client(cfg, rt, m, &mounts, router_options(cfg, key));
+        }
+        // A single node serves no worker port; it generates a secret into its state dir at
+        // its first start, so the state dir is ready to join a cluster later
+        // (docs/SECURITY.md). It uses no key itself, so a bad one is worth a warning, not
+        // a refusal to start.
+        if let Err(e) = cluster_key(&cfg.cluster_secret, &cfg.state_dir, true) {
+            warn!(error = %e, "no usable cluster secret (needed only to join a cluster)");
+        }
+        let ns = rt.block_on(open_namespace(cfg, &cfg.mounts))?;
+        let fetcher: Arc<dyn Fetcher> = Arc::new(silt_worker::StoreFetcher);
+        Self::finish(
+            cfg,
+            rt,
+            ns,
+            page_store(cfg, true)?,
+            fetcher,
+            None,
+            "single node",
+        )
+    }
+
+    /// A cluster client of the single node that owns `owner_dir` on this host (a `silt up`,
+    /// an embedded Python client: see [`local`]): its only worker is the owner, reached over
+    /// the owner's Unix socket with the secret in `owner_dir`, so it shares the owner's cache
+    /// (same-host reads of whole files straight from the owner's cache files). `cfg` is this
+    /// process's own configuration (its write rules, its state dir for spilled writes); its
+    /// mounts, if any, must be the owner's. `Ok(None)` when nothing serves `owner_dir`.
+    pub fn attach(
+        cfg: &Config,
+        owner_dir: &Path,
+        rt: &tokio::runtime::Runtime,
+    ) -> Result<Option<Node>> {
+        let Some(info) = local::AttachInfo::read(owner_dir)? else {
+            return Ok(None);
         };
+        let mounts = parse_mount_table(&info.mounts)
+            .map_err(|e| e.context(format!("{}", owner_dir.join(local::ATTACH_FILE).display())))?;
+        if !cfg.mounts.is_empty() && !same_mounts(&cfg.mounts, &mounts) {
+            return Err(Error::invalid(format!(
+                "the Silt serving {} (pid {}) serves {:?}, not the mounts given ({:?}); give no mounts to use its namespace, or another cache directory",
+                owner_dir.display(),
+                info.pid,
+                info.mounts,
+                mount_table_text(&cfg.mounts)
+            )));
+        }
+        let key = cluster_key(&Default::default(), owner_dir, false)?;
+        let m: Arc<dyn Membership> = Arc::new(StaticMembership::new(vec![info.member()]));
+        let mut opts = router_options(cfg, key);
+        // The owner is reached only over its socket.
+        opts.unix_socket = true;
+        opts.host_id = local_host_id();
+        let mut node = Self::cluster_client(cfg, rt, m, &mounts, opts)?;
+        node.role = ATTACHED;
+        Ok(Some(node))
+    }
+
+    /// After this client changed `path` in the store: an attached client tells the owner,
+    /// which revalidates the directory holding it before this returns, so the owner (and its
+    /// mount) lists the change at once. Nothing for other roles (their peers revalidate by
+    /// their sync policy, docs/SEMANTICS.md).
+    pub async fn changed(&self, path: &str) {
+        if let (ATTACHED, Some(router)) = (self.role, &self.cluster) {
+            router.notify_changed(&parent_dir(path)).await;
+        }
+    }
+
+    fn cluster_client(
+        cfg: &Config,
+        rt: &tokio::runtime::Runtime,
+        m: Arc<dyn Membership>,
+        mounts: &[MountSpec],
+        opts: RouterOptions,
+    ) -> Result<Node> {
+        let ns = rt.block_on(open_namespace(cfg, mounts))?;
+        let router = Arc::new(Router::new(m, opts));
+        // The near cache is memory only: the workers' disk tiers hold the data.
+        let fetcher: Arc<dyn Fetcher> = router.clone();
+        let pages = page_store(cfg, false)?;
+        Self::finish(cfg, rt, ns, pages, fetcher, Some(router), "cluster client")
+    }
+
+    fn finish(
+        cfg: &Config,
+        rt: &tokio::runtime::Runtime,
+        ns: Namespace,
+        pages: Arc<PageStore>,
+        fetcher: Arc<dyn Fetcher>,
+        cluster: Option<Arc<Router>>,
+        role: &'static str,
+    ) -> Result<Node> {
         let worker = Arc::new(Worker::with_fetcher(
             pages,
             &WorkerOptions::from_config(cfg),
@@ -115,6 +189,67 @@ impl Node {
         })
     }
 
+    /// For each path, the fraction of its pages held in cache: this process's own cache, and
+    /// for a cluster client also the workers' (one batched question per worker). `None` for a
+    /// path that is not a file (missing, a directory). Cheap: metadata from the cache where
+    /// it is fresh, no page is read or fetched. A hint for ordering reads, not a promise.
+    pub async fn residency(&self, paths: &[String]) -> Vec<Option<f64>> {
+        use futures::stream::{self, StreamExt};
+        let entries: Vec<Option<Arc<silt_worker::ObjectRef>>> = stream::iter(paths)
+            .map(|p| async move {
+                let e = self.client.stat(p).await.ok()?;
+                let dir = e.is_dir();
+                e.object.filter(|_| !dir)
+            })
+            .buffered(64)
+            .collect()
+            .await;
+        let store = self.client.worker().page_store();
+        let ps = self.client.worker().page_size();
+        let pages_of = |size: u64| size.div_ceil(ps);
+        let local: Vec<u64> = entries
+            .iter()
+            .map(|o| {
+                o.as_ref().map_or(0, |o| {
+                    (0..pages_of(o.size()))
+                        .filter(|&index| {
+                            store.contains(&silt_common::PageKey {
+                                object: o.id,
+                                index,
+                            })
+                        })
+                        .count() as u64
+                })
+            })
+            .collect();
+        let remote = match &self.cluster {
+            Some(router) => {
+                let asked: Vec<_> = entries
+                    .iter()
+                    .map(|o| {
+                        o.as_ref()
+                            .map_or((silt_common::ObjectId(0), 0), |o| (o.id, o.size()))
+                    })
+                    .collect();
+                router.cached_pages(&asked, ps).await
+            }
+            None => vec![0; entries.len()],
+        };
+        entries
+            .iter()
+            .zip(local.iter().zip(remote))
+            .map(|(o, (&here, there))| {
+                let o = o.as_ref()?;
+                let total = pages_of(o.size());
+                Some(if total == 0 {
+                    1.0
+                } else {
+                    here.max(there).min(total) as f64 / total as f64
+                })
+            })
+            .collect()
+    }
+
     /// Restores the metadata cache from `STATE_DIR/metadata-snapshot` (listings and stats
     /// still fresh from before a restart, see silt_client::snapshot) and keeps saving it as it
     /// changes, so a crash restart is as warm as a clean one. The first save is at once: what
@@ -154,6 +289,27 @@ impl Node {
             .map_err(|e| Error::from(e).context("starting the metadata snapshot thread"))?;
         Ok(())
     }
+}
+
+/// The directory holding namespace path `path` (`/` for a top-level entry).
+fn parent_dir(path: &str) -> String {
+    match path.rfind('/') {
+        Some(0) | None => "/".to_string(),
+        Some(i) => path[..i].to_string(),
+    }
+}
+
+/// The namespace `client` serves, as a mount table.
+pub fn client_mounts(client: &Client) -> Vec<MountSpec> {
+    client
+        .namespace()
+        .mounts()
+        .iter()
+        .map(|m| MountSpec {
+            path: m.path.clone(),
+            uri: m.store.uri().to_string(),
+        })
+        .collect()
 }
 
 /// The membership the configuration names: etcd, else the static worker list.

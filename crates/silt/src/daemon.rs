@@ -6,8 +6,7 @@
 //! - `silt worker`: a cluster worker: page store + RPC (TCP, and a Unix socket for clients on
 //!   the same host) + registration in the membership; no mount.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::OpenOptions;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::process::ExitCode;
@@ -21,6 +20,7 @@ use silt_cluster::{auth::cluster_key, local_host_id, Member, ResidentTable, Rout
 use silt_common::config::{Config, MountSpec};
 use silt_common::{Error, ErrorKind};
 use silt_fuse::{FuseOptions, FuseState};
+use silt_node::local::{lock_state_dir, LocalService};
 use silt_node::{
     cluster_mounts, membership, mount_table_text, open_namespace, page_store, router_options,
     write_setup, Node, METADATA_SNAPSHOT,
@@ -46,15 +46,7 @@ pub struct Daemon {
 impl Daemon {
     /// The namespace served (a cluster client's comes from the cluster, not its flags).
     pub fn mounts(&self) -> Vec<MountSpec> {
-        self.client
-            .namespace()
-            .mounts()
-            .iter()
-            .map(|m| MountSpec {
-                path: m.path.clone(),
-                uri: m.store.uri().to_string(),
-            })
-            .collect()
+        silt_node::client_mounts(&self.client)
     }
 }
 
@@ -62,42 +54,6 @@ impl Daemon {
 const WORKER_ID_FILE: &str = "worker-id";
 /// A worker's Unix socket for clients on the same host.
 const WORKER_SOCKET: &str = "worker.sock";
-
-/// Holds the state dir's lock for the life of the process (released when the fd closes).
-struct StateLock {
-    _file: File,
-}
-
-fn lock_state_dir(dir: &Path) -> Result<StateLock> {
-    // Owner-only whatever the umask, and tightened if an older version left it wider.
-    silt_common::private::create_dir(dir)
-        .with_context(|| format!("creating state dir {}", dir.display()))?;
-    let path = dir.join("lock");
-    let mut file = silt_common::private::options()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: flock on an fd we own.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        let holder = std::fs::read_to_string(&path).unwrap_or_default();
-        return Err(Error::new(
-            ErrorKind::Busy,
-            format!(
-                "state dir {} is in use by another silt process (pid {}); stop it (`silt down`) or pass --state-dir",
-                dir.display(),
-                holder.trim()
-            ),
-        )
-        .into());
-    }
-    file.set_len(0)?;
-    write!(file, "{}", std::process::id())?;
-    Ok(StateLock { _file: file })
-}
 
 fn init_logging(filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -180,6 +136,15 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
         cluster,
         role,
     } = node;
+    // Same-host processes (Python clients, their DataLoader workers) attach to this node's
+    // cache instead of opening another (silt_node::local).
+    let _local = match cluster {
+        Some(_) => None,
+        None => cluster_key(&cfg.cluster_secret, &cfg.state_dir, true)
+            .and_then(|key| LocalService::start(&client, &cfg.state_dir, key, rt.handle()))
+            .map_err(|e| warn!(error = %e, "not serving this node to same-host clients"))
+            .ok(),
+    };
 
     let fuse_state = Arc::new(FuseState::default());
     let daemon = Arc::new(Daemon {

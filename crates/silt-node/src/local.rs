@@ -1,0 +1,201 @@
+//! Same-host sharing of a single node: the process that owns a state directory (a `silt up`,
+//! or an embedded Python client) serves its page store on `STATE_DIR/worker.sock` and says so
+//! in `STATE_DIR/attach.json`; other processes of the host (Python clients, DataLoader
+//! workers) attach to it as cluster clients of that one worker instead of opening a second
+//! cache over the same directory. The socket is owner-only and every connection proves the
+//! state directory's cluster secret (docs/SECURITY.md), like any worker connection.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use silt_client::Client;
+use silt_cluster::rpc::{FixedStores, Service};
+use silt_cluster::{local_host_id, ClusterKey, Member};
+use silt_common::{Error, ErrorKind, Result};
+
+/// What an attaching process reads to find the owner of a state directory.
+pub const ATTACH_FILE: &str = "attach.json";
+/// The owner's worker socket.
+pub const LOCAL_SOCKET: &str = "worker.sock";
+
+/// `STATE_DIR/attach.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttachInfo {
+    /// Worker id of the owner (`local-PID`).
+    pub id: String,
+    /// Its Unix socket.
+    pub uds: String,
+    /// Its host id: only a process of the same host (and network namespace) may attach.
+    pub host: String,
+    /// The namespace it serves, `PATH=URI,...`.
+    pub mounts: String,
+    pub pid: u32,
+}
+
+impl AttachInfo {
+    /// The owner of `state_dir`, if one serves it now: the file names a live process on this
+    /// host whose socket exists. `Ok(None)` when nothing serves it.
+    pub fn read(state_dir: &Path) -> Result<Option<AttachInfo>> {
+        let path = state_dir.join(ATTACH_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::from(e).context(path.display().to_string())),
+        };
+        let info: AttachInfo = serde_json::from_str(&text).map_err(|e| {
+            Error::new(
+                ErrorKind::Corrupted,
+                format!("{}: not an attach file: {e}", path.display()),
+            )
+        })?;
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(info.pid as libc::pid_t, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive || info.host != local_host_id() || !Path::new(&info.uds).exists() {
+            return Ok(None);
+        }
+        Ok(Some(info))
+    }
+
+    /// The owner as the one member of a static cluster.
+    pub fn member(&self) -> Member {
+        Member {
+            id: self.id.clone(),
+            // Never dialled: the socket is always used on the same host (see `Node::attach`).
+            addr: format!("unix:{}", self.uds),
+            host: self.host.clone(),
+            uds: Some(self.uds.clone()),
+            capacity: 0,
+        }
+    }
+}
+
+/// Holds a state directory's lock for the life of the value (released when the fd closes).
+pub struct StateLock {
+    _file: File,
+}
+
+/// Takes `dir`'s lock (`dir/lock`, the one every Silt process owning a state directory
+/// takes), creating the directory owner-only. `Busy` when another process holds it.
+pub fn lock_state_dir(dir: &Path) -> Result<StateLock> {
+    silt_common::private::create_dir(dir)
+        .map_err(|e| Error::from(e).context(format!("creating state dir {}", dir.display())))?;
+    let path = dir.join("lock");
+    let mut file = silt_common::private::options()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::from(e).context(format!("opening {}", path.display())))?;
+    // SAFETY: flock on an fd we own.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let holder = std::fs::read_to_string(&path).unwrap_or_default();
+        return Err(Error::new(
+            ErrorKind::Busy,
+            format!(
+                "state dir {} is in use by another silt process (pid {}); stop it (`silt down`) or pass --state-dir",
+                dir.display(),
+                holder.trim()
+            ),
+        ));
+    }
+    file.set_len(0)?;
+    write!(file, "{}", std::process::id())?;
+    Ok(StateLock { _file: file })
+}
+
+/// The serving side: removes the socket and the attach file when dropped.
+pub struct LocalService {
+    dir: PathBuf,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LocalService {
+    /// Serves `client`'s page store (a single node's) on `STATE_DIR/worker.sock` and writes
+    /// the attach file. The caller holds the state directory's lock.
+    pub fn start(
+        client: &Arc<Client>,
+        state_dir: &Path,
+        key: ClusterKey,
+        rt: &tokio::runtime::Handle,
+    ) -> Result<LocalService> {
+        let uds = state_dir.join(LOCAL_SOCKET);
+        let _ = std::fs::remove_file(&uds);
+        let listener = {
+            let _guard = rt.enter();
+            tokio::net::UnixListener::bind(&uds)
+                .map_err(|e| Error::from(e).context(format!("binding {}", uds.display())))?
+        };
+        silt_common::private::restrict(&uds)
+            .map_err(|e| Error::from(e).context(format!("restricting {}", uds.display())))?;
+        let id = format!("local-{}", std::process::id());
+        let stores = FixedStores(
+            client
+                .namespace()
+                .mounts()
+                .iter()
+                .map(|m| m.store.clone())
+                .collect(),
+        );
+        // An attached client's write: revalidate the directory (one listing) before
+        // answering, so this node and its mount list the new entries. Weak: the service must
+        // not keep the client alive.
+        let weak = Arc::downgrade(client);
+        let on_changed = move |dir: String| -> futures::future::BoxFuture<'static, ()> {
+            let client = weak.upgrade();
+            Box::pin(async move {
+                let Some(client) = client else { return };
+                if let Err(e) = client.sync(&dir, false).await {
+                    tracing::debug!(dir = %dir, error = %e, "revalidation after an attached write failed");
+                }
+            })
+        };
+        let svc = Arc::new(
+            Service::new(
+                client.worker().clone(),
+                Arc::new(stores),
+                serde_json::json!({ "id": id, "addr": uds.display().to_string() }),
+                key,
+            )
+            .with_changed(Arc::new(on_changed)),
+        );
+        let task = rt.spawn(silt_cluster::rpc::serve_unix(listener, svc));
+        let info = AttachInfo {
+            id,
+            uds: uds.display().to_string(),
+            host: local_host_id(),
+            mounts: crate::mount_table_text(&crate::client_mounts(client)),
+            pid: std::process::id(),
+        };
+        let service = LocalService {
+            dir: state_dir.to_path_buf(),
+            task,
+        };
+        // Written whole under another name, then renamed: a reader never sees half of it.
+        let tmp = state_dir.join(format!("{ATTACH_FILE}.tmp"));
+        let text = serde_json::to_string(&info).map_err(|e| Error::internal(e.to_string()))?;
+        let _ = std::fs::remove_file(&tmp);
+        silt_common::private::options()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .and_then(|()| std::fs::rename(&tmp, state_dir.join(ATTACH_FILE)))
+            .map_err(|e| Error::from(e).context(format!("writing {}", tmp.display())))?;
+        Ok(service)
+    }
+}
+
+impl Drop for LocalService {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(self.dir.join(ATTACH_FILE));
+        let _ = std::fs::remove_file(self.dir.join(LOCAL_SOCKET));
+    }
+}
