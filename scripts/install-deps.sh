@@ -60,6 +60,16 @@ if ! python3 -c 'import PIL' >/dev/null 2>&1; then
   python3 -m pip install -q pillow
 fi
 
+# The Python SDK's build and test tools, in a virtual environment of the project's own
+# (`scripts/test.sh` builds the `silt` wheel with maturin and installs it there).
+pyvenv="$deps/pyvenv"
+py_tools=(maturin==1.16.0 fsspec==2026.9.0 pytest==9.2.0)
+if ! "$pyvenv/bin/python" -c 'import fsspec, pytest' >/dev/null 2>&1 || [ ! -x "$pyvenv/bin/maturin" ]; then
+  echo "install-deps: python venv $pyvenv (${py_tools[*]})" >&2
+  python3 -m venv "$pyvenv" || { echo "install-deps: python3 -m venv failed (apt-get install python3-venv)" >&2; exit 1; }
+  "$pyvenv/bin/python" -m pip install -q "${py_tools[@]}"
+fi
+
 VERSITYGW_VERSION=v1.8.0
 if [ ! -x "$deps/bin/versitygw" ]; then
   command -v go >/dev/null 2>&1 || { echo "install-deps: Go is needed to build versitygw" >&2; exit 1; }

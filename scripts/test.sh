@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the project: installs dependencies, then the whole Cargo test suite
 # (unit tests, the under-store behaviour suite against a real S3 server, and integration
-# tests on real FUSE mounts). Needs root and /dev/fuse.
+# tests on real FUSE mounts), then the Python SDK's tests. Needs root and /dev/fuse.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -11,3 +11,7 @@ export SILT_VERSITYGW="$root/.deps/bin/versitygw"
 # in parallel.
 cargo test --workspace --locked -- --test-threads=4
 python3 -m pytest -q bench/tests
+# The Python SDK: its wheel (maturin, abi3) into the project's venv, then its tests against a
+# real S3 server and real `silt` daemons and workers (the debug `silt` cargo test built).
+"$root/scripts/python-wheel.sh"
+"$root/.deps/pyvenv/bin/python" -m pytest -q -p no:cacheprovider python/tests

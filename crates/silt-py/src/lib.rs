@@ -1,0 +1,808 @@
+//! `silt._native`: the Silt client for Python. No second implementation: every call goes to
+//! the same `silt_client::Client` (built by `silt_node`) the FUSE daemon serves, on a Tokio
+//! runtime owned by the Python object, with the GIL released while it waits.
+//!
+//! How a client connects (`connect`, docs/python.md):
+//! - **cluster**: the options name etcd or static workers: a cluster client, as `silt mount`.
+//! - **attached**: a Silt on this host owns the state directory (`silt up`, or another
+//!   Python process's embedded client): a cluster client of that one worker over its Unix
+//!   socket, sharing its cache (whole cached files are read straight from its cache files).
+//! - **embedded**: nothing owns it and mounts are given: this process becomes the single node
+//!   owning the directory (cache, metadata snapshot) and serves it to same-host processes, so
+//!   DataLoader workers it starts attach to it instead of opening a second cache.
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use bytes::Bytes;
+use pyo3::exceptions::{PyConnectionError, PyOSError, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use silt_client::{Entry, FileWriter, OpenFile, OpenOptions};
+use silt_common::config::Config;
+use silt_common::write::WriteType;
+use silt_common::{Error, ErrorKind};
+use silt_node::local::{lock_state_dir, LocalService, StateLock};
+use silt_node::Node;
+use silt_ufs::EntryKind;
+
+type Result<T> = std::result::Result<T, Error>;
+
+/// A Silt error as the Python exception a Python user expects: `OSError` with the errno
+/// (Python picks `FileNotFoundError`, `FileExistsError`, ... from it), `ValueError` for bad
+/// input, `ConnectionError`/`TimeoutError` when Silt or its store cannot be reached.
+fn py_err(e: Error) -> PyErr {
+    let msg = e.to_string();
+    match e.kind() {
+        ErrorKind::InvalidInput => PyValueError::new_err(msg),
+        ErrorKind::Unavailable => PyConnectionError::new_err(msg),
+        ErrorKind::Timeout => PyTimeoutError::new_err(msg),
+        k => PyOSError::new_err((k.errno(), msg)),
+    }
+}
+
+/// How long a process that finds the state directory locked waits for its owner to start
+/// serving it (an owner being set up: a sibling DataLoader worker, a starting `silt up`).
+const OWNER_WAIT: Duration = Duration::from_secs(20);
+
+/// Options the binding takes itself (not `Config` options).
+const CLIENT_DIR: &str = "client_dir";
+
+struct Inner {
+    node: Node,
+    mode: &'static str,
+    owner_dir: PathBuf,
+    /// Serving the owned state directory (embedded).
+    local: Option<LocalService>,
+    lock: Option<StateLock>,
+    /// Spill directory of a cluster or attached client (removed with it).
+    client_dir: Option<tempfile::TempDir>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Inner {
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        // Only `drop` takes the runtime.
+        self.rt.as_ref().expect("runtime present until drop")
+    }
+
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt().block_on(f)
+    }
+
+    /// `op`, a change of `path` (and `also`) in the store; once it succeeded, the node a
+    /// client is attached to is told (`Node::changed`).
+    async fn mutate<T>(
+        &self,
+        path: &str,
+        also: Option<&str>,
+        op: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let r = op.await?;
+        self.node.changed(path).await;
+        if let Some(p) = also {
+            self.node.changed(p).await;
+        }
+        Ok(r)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Stop serving first (attached processes fail over to reading the store), then save
+        // what the next embedded start can reuse, then stop the runtime.
+        self.local.take();
+        if self.mode == "embedded" {
+            let snapshot = self.owner_dir.join(silt_node::METADATA_SNAPSHOT);
+            if let Err(e) = self.node.client.save_metadata(&snapshot) {
+                tracing::warn!(error = %e, "could not save the metadata cache");
+            }
+        }
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+        self.lock.take();
+        self.client_dir.take();
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .thread_name("silt-py")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::from(e).context("starting the client's runtime"))
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SILT_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The configuration: Python's defaults (writes go `through` to the store, logging at
+/// `warn`), then `SILT_*` variables, then the options given.
+fn config(options: &HashMap<String, String>) -> Result<Config> {
+    let mut cfg = Config::default();
+    cfg.set("write_type", "through")?;
+    cfg.set("log", "warn")?;
+    cfg.apply_env()?;
+    for (k, v) in options {
+        if k == CLIENT_DIR {
+            continue;
+        }
+        cfg.set(k, v).map_err(|e| match e.kind() {
+            ErrorKind::InvalidInput => e,
+            _ => Error::invalid(e.to_string()),
+        })?;
+    }
+    cfg.load_secret_files()?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// A directory for what a cluster or attached client keeps itself (spilled writes): the one
+/// given, else a private temporary one. `back` writes are acknowledged from a log there, so
+/// they need a directory that outlives the process.
+fn client_dir(
+    cfg: &mut Config,
+    options: &HashMap<String, String>,
+) -> Result<Option<tempfile::TempDir>> {
+    if let Some(dir) = options.get(CLIENT_DIR) {
+        cfg.state_dir = PathBuf::from(dir);
+        return Ok(None);
+    }
+    let rules = silt_common::write::WriteRules::new(cfg.write_type, cfg.write_rules.clone());
+    let back = cfg.write_type == WriteType::Back
+        || cfg
+            .write_rules
+            .iter()
+            .any(|r| r.write_type == WriteType::Back);
+    if back && rules.any_writable() {
+        return Err(Error::invalid(
+            "`back` writes are acknowledged from a log that must outlive the process: give client_dir=DIR (a directory of this client's own), or write `through`",
+        ));
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("silt-client-")
+        .tempdir()
+        .map_err(|e| Error::from(e).context("creating the client's temporary directory"))?;
+    cfg.state_dir = tmp.path().to_path_buf();
+    Ok(Some(tmp))
+}
+
+fn connect(options: HashMap<String, String>, mode: &str) -> Result<Inner> {
+    if !matches!(mode, "auto" | "embedded" | "attach" | "cluster") {
+        return Err(Error::invalid(format!(
+            "mode {mode:?}: expected auto, embedded, attach or cluster"
+        )));
+    }
+    let cfg = config(&options)?;
+    init_logging(&cfg.log);
+    let owner_dir = cfg.state_dir.clone();
+    let rt = runtime()?;
+    let mut own = cfg.clone();
+    let inner = |node, mode, local, lock, client_dir, rt| Inner {
+        node,
+        mode,
+        owner_dir: owner_dir.clone(),
+        local,
+        lock,
+        client_dir,
+        rt: Some(rt),
+    };
+
+    if cfg.is_cluster() {
+        if !matches!(mode, "auto" | "cluster") {
+            return Err(Error::invalid(format!(
+                "mode {mode:?} with etcd or workers given: those name a cluster (mode cluster)"
+            )));
+        }
+        // The secret the cluster's members hold, from the state dir if not given.
+        if own.cluster_secret.is_empty() {
+            let file = owner_dir.join(silt_cluster::auth::SECRET_FILE);
+            if let Ok((s, _)) = silt_common::secret::read_secret_file(&file) {
+                own.cluster_secret = s;
+            }
+        }
+        let tmp = client_dir(&mut own, &options)?;
+        let node = Node::build(&own, &rt)?;
+        return Ok(inner(node, "cluster", None, None, tmp, rt));
+    }
+    if mode == "cluster" {
+        return Err(Error::invalid(
+            "mode cluster needs etcd=\"http://HOST:2379\" or workers=\"ID=HOST:PORT,...\"",
+        ));
+    }
+
+    let attach = |own: &mut Config,
+                  rt: &tokio::runtime::Runtime|
+     -> Result<Option<(Node, Option<tempfile::TempDir>)>> {
+        if silt_node::local::AttachInfo::read(&owner_dir)?.is_none() {
+            return Ok(None);
+        }
+        let tmp = client_dir(own, &options)?;
+        Ok(Node::attach(own, &owner_dir, rt)?.map(|n| (n, tmp)))
+    };
+    if mode != "embedded" {
+        if let Some((node, tmp)) = attach(&mut own, &rt)? {
+            return Ok(inner(node, "attached", None, None, tmp, rt));
+        }
+    }
+    if mode == "attach" {
+        return Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "no Silt serves {} on this host: start `silt up` (or give mounts for an embedded client)",
+                owner_dir.display()
+            ),
+        ));
+    }
+    if cfg.mounts.is_empty() {
+        return Err(Error::invalid(format!(
+            "no Silt serves {} on this host and no mounts were given: start `silt up`, or pass mounts={{\"/data\": \"s3://bucket/prefix\"}} (embedded), or etcd=/workers= (a cluster)",
+            owner_dir.display()
+        )));
+    }
+    match lock_state_dir(&owner_dir) {
+        Ok(lock) => {
+            let node = Node::build(&cfg, &rt)?;
+            node.keep_metadata(&owner_dir)?;
+            let key = silt_cluster::auth::cluster_key(&cfg.cluster_secret, &owner_dir, true)?;
+            let local = LocalService::start(&node.client, &owner_dir, key, rt.handle())?;
+            Ok(inner(node, "embedded", Some(local), Some(lock), None, rt))
+        }
+        Err(e) if e.kind() == ErrorKind::Busy && mode == "auto" => {
+            // Another process owns it and is starting to serve it (a sibling worker won the
+            // lock): attach once it does.
+            let until = Instant::now() + OWNER_WAIT;
+            while Instant::now() < until {
+                if let Some((node, tmp)) = attach(&mut own, &rt)? {
+                    return Ok(inner(node, "attached", None, None, tmp, rt));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e.context(format!(
+                "its owner did not start serving it within {OWNER_WAIT:?}"
+            )))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The client: one per process and configuration (the Python layer keeps them, and makes a
+/// new one in a forked child).
+#[pyclass(module = "silt._native", name = "Client", frozen)]
+struct PyClient {
+    inner: RwLock<Option<Arc<Inner>>>,
+}
+
+impl PyClient {
+    fn get(&self) -> PyResult<Arc<Inner>> {
+        self.inner
+            .read()
+            .map_err(|_| PyOSError::new_err("silt client lock poisoned"))?
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("this silt client is closed"))
+    }
+}
+
+fn entry_dict<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("name", &e.path)?;
+    d.set_item("size", e.size)?;
+    d.set_item(
+        "type",
+        match e.kind {
+            EntryKind::File => "file",
+            EntryKind::Dir => "directory",
+            EntryKind::Symlink => "link",
+        },
+    )?;
+    let mtime = e
+        .mtime
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_secs_f64());
+    d.set_item("mtime", mtime)?;
+    d.set_item(
+        "mode",
+        e.mode
+            .unwrap_or_else(|| silt_client::attrs::default_mode(e.is_dir())),
+    )?;
+    if let Some(o) = &e.object {
+        d.set_item("etag", o.meta.etag.clone())?;
+        d.set_item("version", o.meta.version.clone())?;
+    }
+    Ok(d)
+}
+
+/// `bytes` holding `chunks` one after another: the one copy from the cache into Python.
+fn concat<'py>(py: Python<'py>, chunks: &[Bytes]) -> PyResult<Bound<'py, PyBytes>> {
+    let total = chunks.iter().map(Bytes::len).sum();
+    PyBytes::new_with(py, total, |buf| {
+        let mut at = 0;
+        for c in chunks {
+            buf[at..at + c.len()].copy_from_slice(c);
+            at += c.len();
+        }
+        Ok(())
+    })
+}
+
+#[pymethods]
+impl PyClient {
+    /// `options`: configuration options by name (docs/CONFIGURATION.md) as text, plus
+    /// `client_dir`. `mode`: auto | embedded | attach | cluster.
+    #[new]
+    #[pyo3(signature = (options, mode = "auto"))]
+    fn new(py: Python<'_>, options: HashMap<String, String>, mode: &str) -> PyResult<Self> {
+        let inner = py.detach(|| connect(options, mode)).map_err(py_err)?;
+        Ok(PyClient {
+            inner: RwLock::new(Some(Arc::new(inner))),
+        })
+    }
+
+    /// `embedded`, `attached` or `cluster`.
+    #[getter]
+    fn mode(&self) -> PyResult<&'static str> {
+        Ok(self.get()?.mode)
+    }
+
+    /// The state directory this client owns (embedded) or attached to.
+    #[getter]
+    fn owner_dir(&self) -> PyResult<String> {
+        Ok(self.get()?.owner_dir.display().to_string())
+    }
+
+    #[getter]
+    fn page_size(&self) -> PyResult<u64> {
+        Ok(self.get()?.node.client.worker().page_size())
+    }
+
+    /// The namespace: `[(path, uri), ...]`.
+    fn mounts(&self) -> PyResult<Vec<(String, String)>> {
+        Ok(silt_node::client_mounts(&self.get()?.node.client)
+            .into_iter()
+            .map(|m| (m.path, m.uri))
+            .collect())
+    }
+
+    /// Stops the client: an embedded one stops serving its cache and saves its metadata.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = self
+            .inner
+            .write()
+            .map_err(|_| PyOSError::new_err("silt client lock poisoned"))?
+            .take();
+        py.detach(move || drop(inner));
+        Ok(())
+    }
+
+    fn stat<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
+        let inner = self.get()?;
+        let e = py
+            .detach(|| inner.block_on(inner.node.client.stat_live(path)))
+            .map_err(py_err)?
+            .0;
+        entry_dict(py, &e)
+    }
+
+    fn ls<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyList>> {
+        let inner = self.get()?;
+        let list = py
+            .detach(|| inner.block_on(inner.node.client.list_live(path)))
+            .map_err(py_err)?;
+        let out = PyList::empty(py);
+        for e in list.iter() {
+            out.append(entry_dict(py, e)?)?;
+        }
+        Ok(out)
+    }
+
+    /// Bytes `[start, end)` of a file (`end` None: to the end).
+    #[pyo3(signature = (path, start = 0, end = None))]
+    fn cat<'py>(
+        &self,
+        py: Python<'py>,
+        path: &str,
+        start: u64,
+        end: Option<u64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let inner = self.get()?;
+        let chunks = py
+            .detach(|| {
+                inner.block_on(async {
+                    let c = &inner.node.client;
+                    let f = c.open(path).await?;
+                    let end = end.unwrap_or(u64::MAX).min(f.size());
+                    c.read_chunks(&f, start, end.saturating_sub(start)).await
+                })
+            })
+            .map_err(py_err)?;
+        concat(py, &chunks)
+    }
+
+    /// Many ranges at once, read side by side: `[(path, start, end), ...]` → `[bytes, ...]`;
+    /// a failed range gives its exception in its place.
+    fn cat_ranges<'py>(
+        &self,
+        py: Python<'py>,
+        ranges: Vec<(String, u64, Option<u64>)>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        use futures::stream::{self, StreamExt};
+        let inner = self.get()?;
+        let results: Vec<Result<Vec<Bytes>>> = py.detach(|| {
+            inner.block_on(
+                stream::iter(ranges.iter())
+                    .map(|(path, start, end)| async {
+                        let c = &inner.node.client;
+                        let f = c.open(path).await?;
+                        let end = end.unwrap_or(u64::MAX).min(f.size());
+                        c.read_chunks(&f, *start, end.saturating_sub(*start)).await
+                    })
+                    .buffered(64)
+                    .collect(),
+            )
+        });
+        let out = PyList::empty(py);
+        for r in results {
+            match r {
+                Ok(chunks) => out.append(concat(py, &chunks)?)?,
+                Err(e) => out.append(py_err(e).into_value(py))?,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Opens a file for reading: the version it has now, for every read of the handle.
+    fn open(&self, py: Python<'_>, path: &str) -> PyResult<Reader> {
+        let inner = self.get()?;
+        let file = py
+            .detach(|| inner.block_on(inner.node.client.open(path)))
+            .map_err(py_err)?;
+        Ok(Reader {
+            local: Default::default(),
+            tried_local: AtomicBool::new(false),
+            inner,
+            file,
+        })
+    }
+
+    /// Opens a file for writing: `w` (create or truncate), `a` (create, append) or `x`
+    /// (create, fail if it exists). The bytes are the store's (per the write type) at
+    /// `close`.
+    fn open_write(&self, py: Python<'_>, path: &str, mode: &str) -> PyResult<Writer> {
+        let opts = match mode {
+            "w" => OpenOptions {
+                create: true,
+                truncate: true,
+                load_now: true,
+                ..Default::default()
+            },
+            "a" => OpenOptions {
+                create: true,
+                append: true,
+                load_now: true,
+                ..Default::default()
+            },
+            "x" => OpenOptions {
+                create: true,
+                exclusive: true,
+                load_now: true,
+                ..Default::default()
+            },
+            m => {
+                return Err(PyValueError::new_err(format!(
+                    "write mode {m:?}: expected w, a or x"
+                )))
+            }
+        };
+        let inner = self.get()?;
+        let w = py
+            .detach(|| inner.block_on(inner.node.client.open_write(path, opts)))
+            .map_err(py_err)?;
+        Ok(Writer {
+            pos: AtomicU64::new(w.len()),
+            closed: AtomicBool::new(false),
+            inner,
+            w,
+        })
+    }
+
+    /// Writes a whole file (`w`) in one call.
+    fn pipe(&self, py: Python<'_>, path: &str, data: &[u8]) -> PyResult<()> {
+        let inner = self.get()?;
+        py.detach(|| {
+            inner.block_on(async {
+                let c = &inner.node.client;
+                let w = c
+                    .open_write(
+                        path,
+                        OpenOptions {
+                            create: true,
+                            truncate: true,
+                            load_now: true,
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                let wrote = c.write(&w, 0, data).await;
+                let closed = c.close(&w).await;
+                wrote.and(closed)?;
+                inner.node.changed(path).await;
+                Ok(())
+            })
+        })
+        .map_err(py_err)
+    }
+
+    fn mkdir(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        let inner = self.get()?;
+        py.detach(|| inner.block_on(inner.mutate(path, None, inner.node.client.mkdir(path))))
+            .map(drop)
+            .map_err(py_err)
+    }
+
+    fn rmdir(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        let inner = self.get()?;
+        py.detach(|| inner.block_on(inner.mutate(path, None, inner.node.client.rmdir(path))))
+            .map_err(py_err)
+    }
+
+    fn rm_file(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        let inner = self.get()?;
+        py.detach(|| inner.block_on(inner.mutate(path, None, inner.node.client.remove_file(path))))
+            .map_err(py_err)
+    }
+
+    fn rename(&self, py: Python<'_>, from: &str, to: &str) -> PyResult<()> {
+        let inner = self.get()?;
+        py.detach(|| {
+            inner.block_on(inner.mutate(from, Some(to), inner.node.client.rename(from, to)))
+        })
+        .map(drop)
+        .map_err(py_err)
+    }
+
+    /// Forgets the cached metadata and pages at or below `path`.
+    fn invalidate(&self, py: Python<'_>, path: &str) -> PyResult<()> {
+        let inner = self.get()?;
+        py.detach(|| inner.block_on(inner.node.client.invalidate(path)))
+            .map(drop)
+            .map_err(py_err)
+    }
+
+    /// Revalidates `path` (below it with `recursive`) against the store now.
+    #[pyo3(signature = (path, recursive = false))]
+    fn sync(&self, py: Python<'_>, path: &str, recursive: bool) -> PyResult<(u64, u64)> {
+        let inner = self.get()?;
+        py.detach(|| inner.block_on(inner.node.client.sync(path, recursive)))
+            .map(|r| {
+                (
+                    r.checked,
+                    r.added + r.removed + r.content_changed + r.metadata_changed,
+                )
+            })
+            .map_err(py_err)
+    }
+
+    /// For each path the fraction of its pages cached here or on the cluster's workers (None:
+    /// not a file). No data moves.
+    fn residency(&self, py: Python<'_>, paths: Vec<String>) -> PyResult<Vec<Option<f64>>> {
+        let inner = self.get()?;
+        Ok(py.detach(|| inner.block_on(inner.node.residency(&paths))))
+    }
+
+    /// Starts loading `paths` into the cache in the background, in order, a few files at a
+    /// time; returns at once.
+    fn prefetch(&self, paths: Vec<String>) -> PyResult<()> {
+        use futures::stream::{self, StreamExt};
+        let inner = self.get()?;
+        let client = inner.node.client.clone();
+        inner.rt().spawn(async move {
+            stream::iter(paths)
+                .for_each_concurrent(8, |p| {
+                    let client = client.clone();
+                    async move {
+                        if let Err(e) = client.load(&p, |_| {}).await {
+                            tracing::debug!(path = %p, error = %e, "prefetch failed");
+                        }
+                    }
+                })
+                .await
+        });
+        Ok(())
+    }
+
+    /// Loads every file at or below `path` into the cache and waits: (files, bytes).
+    fn load(&self, py: Python<'_>, path: &str) -> PyResult<(u64, u64)> {
+        let inner = self.get()?;
+        py.detach(|| inner.block_on(inner.node.client.load(path, |_| {})))
+            .map(|p| (p.files_total, p.bytes_total))
+            .map_err(py_err)
+    }
+
+    /// Page-cache counters of this process: hits, misses, bytes per tier.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = self.get()?;
+        let s = inner.node.client.worker().stats();
+        let d = PyDict::new(py);
+        d.set_item("hits", s.hits)?;
+        d.set_item("misses", s.misses)?;
+        d.set_item("bytes_cached", s.tiers.iter().map(|t| t.used).sum::<u64>())?;
+        Ok(d)
+    }
+}
+
+/// A file open for reading (one pinned version). Reads of a file whole in a same-host cache
+/// come straight from the cache file (like FUSE passthrough); others through the client,
+/// whose read-ahead follows sequential readers.
+#[pyclass(module = "silt._native", frozen)]
+struct Reader {
+    inner: Arc<Inner>,
+    file: OpenFile,
+    local: RwLock<Option<Local>>,
+    tried_local: AtomicBool,
+}
+
+/// Where a reader finds the file's bytes on this host.
+enum Local {
+    /// This process's own cache file, verified when pinned (like FUSE passthrough); the
+    /// guard keeps its pages from eviction.
+    Own(std::fs::File, Box<dyn Send + Sync>),
+    /// A same-host worker's cache file, pinned there while the lease lives; every read
+    /// checks the pages it touches.
+    Leased(silt_cluster::rpc::Lease),
+}
+
+impl Local {
+    fn read_into(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        match self {
+            Local::Own(f, _guard) => f.read_exact_at(buf, offset),
+            Local::Leased(l) => l
+                .read_into(offset, buf)
+                .map_err(|e| std::io::Error::other(e.to_string())),
+        }
+    }
+}
+
+impl Reader {
+    /// Looks for a local cache file once, when a read wants more than a page (small files
+    /// are one page read anyway).
+    fn try_local(&self) {
+        if self.tried_local.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let client = &self.inner.node.client;
+        let obj = self.file.object();
+        let found = if self.inner.mode == "embedded" {
+            let l = client.pin_local_file(obj);
+            l.file.map(|f| Local::Own(f, l.guard))
+        } else {
+            let cluster = self.inner.node.cluster.as_ref();
+            cluster
+                .and_then(|r| self.inner.block_on(r.lease(obj)))
+                .map(Local::Leased)
+        };
+        if let Ok(mut local) = self.local.write() {
+            *local = found;
+        }
+    }
+}
+
+#[pymethods]
+impl Reader {
+    #[getter]
+    fn size(&self) -> u64 {
+        self.file.size()
+    }
+
+    /// Up to `len` bytes at `offset` (fewer only at end of file).
+    fn read<'py>(&self, py: Python<'py>, offset: u64, len: u64) -> PyResult<Bound<'py, PyBytes>> {
+        let size = self.file.size();
+        let n = len.min(size.saturating_sub(offset));
+        if n == 0 {
+            return Ok(PyBytes::new(py, b""));
+        }
+        if n > self.inner.node.client.worker().page_size() {
+            py.detach(|| self.try_local());
+        }
+        let failed = match self.local.read().as_deref() {
+            Ok(Some(l)) => {
+                let read = PyBytes::new_with(py, n as usize, |buf| {
+                    py.detach(|| l.read_into(offset, buf))
+                        .map_err(|e| PyOSError::new_err(e.to_string()))
+                });
+                match read {
+                    Ok(b) => return Ok(b),
+                    Err(e) => {
+                        tracing::warn!(path = %self.file.object().meta.path, error = %e, "local read failed; reading through Silt");
+                        true
+                    }
+                }
+            }
+            _ => false,
+        };
+        if failed {
+            // A page failed its check (the worker restarted under the lease, say): read
+            // through the client from now on, as if there were no local file.
+            if let Ok(mut local) = self.local.write() {
+                *local = None;
+            }
+        }
+        let inner = &self.inner;
+        let chunks = py
+            .detach(|| inner.block_on(inner.node.client.read_chunks(&self.file, offset, n)))
+            .map_err(py_err)?;
+        concat(py, &chunks)
+    }
+
+    /// Whether reads come from a local cache file.
+    #[getter]
+    fn is_local(&self) -> bool {
+        self.local.read().map(|l| l.is_some()).unwrap_or(false)
+    }
+}
+
+/// A file open for writing.
+#[pyclass(module = "silt._native", frozen)]
+struct Writer {
+    inner: Arc<Inner>,
+    w: FileWriter,
+    pos: AtomicU64,
+    closed: AtomicBool,
+}
+
+#[pymethods]
+impl Writer {
+    /// Writes `data` at the handle's position (at the end for `a`); returns its length.
+    fn write(&self, py: Python<'_>, data: &[u8]) -> PyResult<usize> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(PyValueError::new_err("write to a closed file"));
+        }
+        let pos = self.pos.fetch_add(data.len() as u64, Ordering::AcqRel);
+        let inner = &self.inner;
+        py.detach(|| inner.block_on(inner.node.client.write(&self.w, pos, data)))
+            .map_err(py_err)?;
+        Ok(data.len())
+    }
+
+    /// Makes what was written so far what the write type promises (the store has it, for
+    /// `through`), keeping the file open.
+    fn commit(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = &self.inner;
+        let path = self.w.path();
+        py.detach(|| inner.block_on(inner.mutate(&path, None, inner.node.client.commit(&self.w))))
+            .map(drop)
+            .map_err(py_err)
+    }
+
+    /// Commits and closes (once; later calls do nothing).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let inner = &self.inner;
+        let path = self.w.path();
+        py.detach(|| inner.block_on(inner.mutate(&path, None, inner.node.client.close(&self.w))))
+            .map_err(py_err)
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyClient>()?;
+    m.add_class::<Reader>()?;
+    m.add_class::<Writer>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,451 @@
+"""The ``silt://`` fsspec filesystem: a thin adapter over the native Silt client.
+
+Every call goes to the Rust client (``silt._native``); Python only translates fsspec's calls
+and keeps one native client per process and configuration.  A client made in a parent is never
+used in a forked child: the child makes its own (attaching to the parent's cache when the
+parent owns one), and a filesystem unpickled in a spawned process does the same.
+"""
+
+import atexit
+import io
+import os
+import threading
+
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+
+from silt import _native
+
+# One native client per (options, mode) in this process.
+_clients = {}
+_clients_pid = os.getpid()
+_lock = threading.Lock()
+# Clients inherited through fork: never used and never freed in the child (freeing one would
+# stop a runtime whose threads did not survive the fork).
+_inherited = []
+
+
+def _forget_after_fork():
+    global _clients, _clients_pid, _lock
+    _inherited.extend(_clients.values())
+    _clients = {}
+    _clients_pid = os.getpid()
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+@atexit.register
+def _close_all():
+    # Owners save their metadata and stop serving before the interpreter goes.
+    if os.getpid() != _clients_pid:
+        return
+    for c in list(_clients.values()):
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+    _clients.clear()
+
+
+def _native_client(options, mode):
+    key = (tuple(sorted(options.items())), mode)
+    if os.getpid() != _clients_pid:
+        _forget_after_fork()
+    with _lock:
+        c = _clients.get(key)
+        if c is None:
+            c = _native.Client(options, mode)
+            _clients[key] = c
+        return c
+
+
+def _text(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_text(v) for v in value)
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def _options(mounts, cache_dir, etcd, workers, client_dir, options):
+    out = {k: _text(v) for k, v in options.items() if v is not None}
+    if mounts is not None:
+        out["mounts"] = _text(mounts)
+    if cache_dir is not None:
+        out["state_dir"] = os.fspath(cache_dir)
+    if etcd is not None:
+        out["etcd"] = _text(etcd)
+    if workers is not None:
+        out["workers"] = _text(workers)
+    if client_dir is not None:
+        out["client_dir"] = os.fspath(client_dir)
+    return out
+
+
+class SiltFileSystem(AbstractFileSystem):
+    """Silt's namespace as an fsspec filesystem.
+
+    ``SiltFileSystem()`` attaches to the ``silt up`` of this host (state dir
+    ``SILT_STATE_DIR`` or /var/lib/silt); ``etcd=`` or ``workers=`` join a cluster;
+    ``mounts={"/data": "s3://bucket/prefix"}`` with ``cache_dir=`` runs embedded when nothing
+    serves that directory yet.  Other keyword arguments are Silt options by name
+    (docs/CONFIGURATION.md), e.g. ``s3_endpoint=``, ``write_type=``, ``memory_capacity=``.
+    """
+
+    protocol = "silt"
+    root_marker = "/"
+
+    def __init__(
+        self,
+        mounts=None,
+        cache_dir=None,
+        etcd=None,
+        workers=None,
+        mode="auto",
+        client_dir=None,
+        block_size=None,
+        **options,
+    ):
+        fsspec_options = {
+            k: options.pop(k)
+            for k in ("use_listings_cache", "listings_expiry_time", "max_paths", "skip_instance_cache", "asynchronous", "loop")
+            if k in options
+        }
+        super().__init__(
+            mounts=mounts,
+            cache_dir=cache_dir,
+            etcd=etcd,
+            workers=workers,
+            mode=mode,
+            client_dir=client_dir,
+            block_size=block_size,
+            **options,
+            **fsspec_options,
+        )
+        self._native_options = _options(mounts, cache_dir, etcd, workers, client_dir, options)
+        self._mode = mode
+        self.blocksize = block_size or 4 * 2**20
+        # Connect now: a bad option or an unreachable cluster fails here, with its message.
+        self.client
+
+    def close(self):
+        """Closes this process's native client of this configuration (an embedded one stops
+        serving its cache and saves its metadata). A later call makes a new one."""
+        key = (tuple(sorted(self._native_options.items())), self._mode)
+        with _lock:
+            c = _clients.pop(key, None) if os.getpid() == _clients_pid else None
+        if c is not None:
+            c.close()
+
+    @property
+    def client(self):
+        """The native client of this process (made again in a forked or spawned child)."""
+        return _native_client(self._native_options, self._mode)
+
+    # -- paths -----------------------------------------------------------------------------
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        path = os.fspath(path)
+        if path.startswith("silt://"):
+            path = path[len("silt://") :]
+        elif path.startswith("silt:"):
+            path = path[len("silt:") :]
+        path = "/" + path.lstrip("/")
+        if len(path) > 1:
+            path = path.rstrip("/")
+        return path
+
+    def unstrip_protocol(self, name):
+        return "silt://" + name.lstrip("/")
+
+    @staticmethod
+    def _get_kwargs_from_urls(path):
+        return {}
+
+    def _parent(self, path):
+        path = self._strip_protocol(path)
+        parent = path.rsplit("/", 1)[0]
+        return parent or "/"
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def info(self, path, **kwargs):
+        return self.client.stat(self._strip_protocol(path))
+
+    def ls(self, path, detail=True, **kwargs):
+        path = self._strip_protocol(path)
+        st = self.client.stat(path)
+        if st["type"] != "directory":
+            entries = [st]
+        else:
+            entries = self.client.ls(path)
+        if detail:
+            return entries
+        return [e["name"] for e in entries]
+
+    def exists(self, path, **kwargs):
+        try:
+            self.info(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def modified(self, path):
+        import datetime
+
+        mtime = self.info(path).get("mtime")
+        if mtime is None:
+            raise ValueError(f"{path}: the store keeps no modification time")
+        return datetime.datetime.fromtimestamp(mtime, tz=datetime.timezone.utc)
+
+    def checksum(self, path):
+        """A number that changes when the file's version changes (ETag or mtime and size)."""
+        i = self.info(path)
+        return int(
+            abs(hash((i["name"], i["size"], i.get("etag"), i.get("version"), i.get("mtime"))))
+        )
+
+    def invalidate_cache(self, path=None):
+        """Forgets what Silt has cached (metadata and pages) at or below ``path`` (all
+        mounts when None): the next access asks the store."""
+        paths = [self._strip_protocol(path)] if path else [p for p, _ in self.client.mounts()]
+        for p in paths:
+            try:
+                self.client.invalidate(p)
+            except FileNotFoundError:
+                pass
+        super().invalidate_cache(path)
+
+    def sync(self, path, recursive=False):
+        """Revalidates ``path`` against the store now: (entries checked, changes found)."""
+        return self.client.sync(self._strip_protocol(path), recursive)
+
+    def residency(self, paths):
+        """For each path the fraction of it in Silt's cache (None: not a file)."""
+        return self.client.residency([self._strip_protocol(p) for p in paths])
+
+    def prefetch(self, paths):
+        """Starts loading files into the cache in the background, in the order given."""
+        self.client.prefetch([self._strip_protocol(p) for p in paths])
+
+    def load(self, path):
+        """Loads every file at or below ``path`` into the cache and waits: (files, bytes)."""
+        return self.client.load(self._strip_protocol(path))
+
+    # -- directories -----------------------------------------------------------------------
+
+    def mkdir(self, path, create_parents=True, **kwargs):
+        path = self._strip_protocol(path)
+        if create_parents:
+            return self.makedirs(path, exist_ok=True)
+        self.client.mkdir(path)
+
+    def makedirs(self, path, exist_ok=False):
+        path = self._strip_protocol(path)
+        if self.exists(path):
+            if not exist_ok or not self.isdir(path):
+                raise FileExistsError(17, f"{path}: file exists")
+            return
+        parent = self._parent(path)
+        if parent != path and not self.exists(parent):
+            self.makedirs(parent, exist_ok=True)
+        try:
+            self.client.mkdir(path)
+        except FileExistsError:
+            if not exist_ok or not self.isdir(path):
+                raise
+
+    def rmdir(self, path):
+        self.client.rmdir(self._strip_protocol(path))
+
+    # -- files -----------------------------------------------------------------------------
+
+    def cat_file(self, path, start=None, end=None, **kwargs):
+        path = self._strip_protocol(path)
+        if (start is not None and start < 0) or (end is not None and end < 0):
+            size = self.info(path)["size"]
+            if start is not None and start < 0:
+                start = max(size + start, 0)
+            if end is not None and end < 0:
+                end = max(size + end, 0)
+        return self.client.cat(path, start or 0, end)
+
+    def cat_ranges(self, paths, starts, ends, max_gap=None, on_error="return", **kwargs):
+        if not isinstance(paths, list):
+            raise TypeError("paths must be a list")
+        n = len(paths)
+        if not isinstance(starts, list):
+            starts = [starts] * n
+        if not isinstance(ends, list):
+            ends = [ends] * n
+        if len(starts) != n or len(ends) != n:
+            raise ValueError("paths, starts and ends must have the same length")
+        ranges = []
+        for p, s, e in zip(paths, starts, ends):
+            p = self._strip_protocol(p)
+            if (s is not None and s < 0) or (e is not None and e < 0):
+                size = self.info(p)["size"]
+                s = max(size + s, 0) if s is not None and s < 0 else s
+                e = max(size + e, 0) if e is not None and e < 0 else e
+            ranges.append((p, s or 0, e))
+        out = self.client.cat_ranges(ranges)
+        if on_error == "raise":
+            for r in out:
+                if isinstance(r, BaseException):
+                    raise r
+        return out
+
+    def pipe_file(self, path, value, mode="overwrite", **kwargs):
+        path = self._strip_protocol(path)
+        if mode == "create":
+            w = self.client.open_write(path, "x")
+            try:
+                w.write(bytes(value))
+            finally:
+                w.close()
+            return
+        self.client.pipe(path, bytes(value))
+
+    def rm_file(self, path):
+        self.client.rm_file(self._strip_protocol(path))
+
+    def _rm(self, path):
+        self.rm_file(path)
+
+    def rm(self, path, recursive=False, maxdepth=None):
+        paths = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
+        # Deepest first: a directory is empty by the time it is removed.
+        for p in sorted(paths, key=lambda p: (-p.count("/"), p)):
+            try:
+                if self.isdir(p):
+                    self.client.rmdir(p)
+                else:
+                    self.client.rm_file(p)
+            except FileNotFoundError:
+                # An object store's directory goes away with its last file.
+                if p in paths and not self.exists(p):
+                    continue
+                raise
+
+    def mv(self, path1, path2, recursive=False, maxdepth=None, **kwargs):
+        """A rename when it is one path onto a new name (Silt renames in place: a file is
+        one copy in the store, a directory what the store does for it); else copy and
+        delete, as fsspec does."""
+        if (
+            isinstance(path1, str)
+            and isinstance(path2, str)
+            and not any(c in path1 for c in "*?[")
+            and not path2.endswith("/")
+        ):
+            p1, p2 = self._strip_protocol(path1), self._strip_protocol(path2)
+            if p1 == p2:
+                return
+            if not self.isdir(p1) or recursive:
+                if not self.exists(p2) or not self.isdir(p2):
+                    self.client.rename(p1, p2)
+                    return
+        return super().mv(path1, path2, recursive=recursive, maxdepth=maxdepth, **kwargs)
+
+    def cp_file(self, path1, path2, **kwargs):
+        p1, p2 = self._strip_protocol(path1), self._strip_protocol(path2)
+        if self.isdir(p1):
+            self.makedirs(p2, exist_ok=True)
+            return
+        reader = self.client.open(p1)
+        w = self.client.open_write(p2, "w")
+        try:
+            step = 16 * 2**20
+            for off in range(0, reader.size, step):
+                w.write(reader.read(off, step))
+        finally:
+            w.close()
+
+    def created(self, path):
+        return self.modified(path)
+
+    def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None, **kwargs):
+        path = self._strip_protocol(path)
+        if mode == "rb":
+            return SiltReadFile(
+                self,
+                path,
+                mode="rb",
+                block_size=block_size or self.blocksize,
+                cache_type=kwargs.get("cache_type", "readahead"),
+                cache_options=cache_options,
+            )
+        if mode in ("wb", "ab", "xb"):
+            raw = _SiltRawWriter(self, path, mode[0])
+            f = io.BufferedWriter(raw, buffer_size=block_size or self.blocksize)
+            return f
+        raise ValueError(f"mode {mode!r}: Silt opens files rb, wb, ab or xb (text modes wrap them)")
+
+
+class SiltReadFile(AbstractBufferedFile):
+    """A file open for reading: one pinned version; fsspec's read-ahead buffer on top of the
+    client's own read-ahead for sequential readers."""
+
+    def __init__(self, fs, path, **kwargs):
+        self._reader = fs.client.open(path)
+        super().__init__(fs, path, size=self._reader.size, **kwargs)
+
+    def _fetch_range(self, start, end):
+        return self._reader.read(start, end - start)
+
+    def read(self, length=-1):
+        # Large reads skip fsspec's buffer (one copy less): the client reads ahead for
+        # sequential readers itself, and a file cached on this host is read in place.
+        if length is None or length < 0:
+            length = self.size - self.loc
+        if self.closed or length < min(self.blocksize, self.fs.client.page_size):
+            return super().read(length)
+        data = self._fetch_range(self.loc, min(self.loc + length, self.size))
+        self.loc += len(data)
+        return data
+
+
+class _SiltRawWriter(io.RawIOBase):
+    """The unbuffered side of a file open for writing (io.BufferedWriter batches writes)."""
+
+    def __init__(self, fs, path, mode):
+        super().__init__()
+        self.fs = fs
+        self.path = path
+        self.name = path
+        self._w = fs.client.open_write(path, mode)
+        self._pos = 0
+
+    def writable(self):
+        return True
+
+    def seekable(self):
+        return False
+
+    def tell(self):
+        return self._pos
+
+    def write(self, b):
+        data = bytes(b)
+        self._w.write(data)
+        self._pos += len(data)
+        return len(data)
+
+    def close(self):
+        if self.closed:
+            return
+        try:
+            self._w.close()
+        finally:
+            super().close()
+
+
+def filesystem(**kwargs):
+    """``SiltFileSystem(**kwargs)`` (docs/python.md)."""
+    return SiltFileSystem(**kwargs)

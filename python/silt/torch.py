@@ -1,0 +1,171 @@
+"""PyTorch helpers over Silt: datasets, a cache-aware sampler, checkpoint load/save.
+
+Importable without torch: the datasets and the sampler are plain Python (a DataLoader takes any
+object with ``__len__``/``__getitem__``, or an ``IterableDataset``, whose base class is used
+when torch is installed); only ``load``/``save`` need torch itself.
+
+Every helper takes ``fs=`` (a ``SiltFileSystem``) or the keyword arguments of one; with
+neither it attaches to the local ``silt up``.  The filesystem goes to DataLoader workers with
+the dataset: forked or spawned, each worker makes its own client (attached to this process's
+cache when this process owns one).
+"""
+
+import io
+import random
+import tarfile
+
+from silt.fs import SiltFileSystem
+
+try:  # a DataLoader recognises iterable datasets by their base class
+    from torch.utils.data import IterableDataset as _IterableBase
+except ImportError:  # torch is optional
+    _IterableBase = object
+
+
+def _fs(fs, fs_options):
+    if fs is not None:
+        return fs
+    return SiltFileSystem(**fs_options)
+
+
+class FileDataset:
+    """Map-style: sample ``i`` is the bytes of the ``i``-th file (sorted) below ``root``, or
+    of ``files[i]``, passed through ``transform``."""
+
+    def __init__(self, root=None, files=None, transform=None, fs=None, **fs_options):
+        if (root is None) == (files is None):
+            raise ValueError("give root= (a directory) or files= (a list of paths), not both")
+        self.fs = _fs(fs, fs_options)
+        if files is None:
+            files = sorted(self.fs.find(root))
+        self.files = [self.fs._strip_protocol(f) for f in files]
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        data = self.fs.cat_file(self.files[i])
+        return self.transform(data) if self.transform is not None else data
+
+
+class ShardDataset(_IterableBase):
+    """Iterable over tar shards (WebDataset layout: members ``KEY.EXT`` grouped by key):
+    yields ``{"__key__": KEY, EXT: bytes, ...}`` per sample, through ``decode`` if given.
+    Shards are split between DataLoader workers (and, with ``shuffle``, visited in a new order
+    each epoch); each shard is read sequentially, so Silt's read-ahead streams it."""
+
+    def __init__(self, shards, decode=None, shuffle=False, seed=0, fs=None, **fs_options):
+        self.fs = _fs(fs, fs_options)
+        if isinstance(shards, str):
+            shards = sorted(p for p in self.fs.find(shards) if p.endswith(".tar"))
+        self.shards = [self.fs._strip_protocol(s) for s in shards]
+        self.decode = decode
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def _my_shards(self):
+        shards = list(self.shards)
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(shards)
+        try:
+            from torch.utils.data import get_worker_info
+
+            info = get_worker_info()
+        except ImportError:
+            info = None
+        if info is not None:
+            shards = shards[info.id :: info.num_workers]
+        return shards
+
+    def __iter__(self):
+        for shard in self._my_shards():
+            with self.fs.open(shard, "rb") as f, tarfile.open(fileobj=f, mode="r|") as tar:
+                sample, key = {}, None
+                for m in tar:
+                    if not m.isfile():
+                        continue
+                    base = m.name.rsplit("/", 1)[-1]
+                    k, _, ext = base.partition(".")
+                    prefix = m.name[: len(m.name) - len(base)]
+                    k = prefix + k
+                    if key is not None and k != key:
+                        yield self._out(key, sample)
+                        sample = {}
+                    key = k
+                    sample[ext] = tar.extractfile(m).read()
+                if key is not None:
+                    yield self._out(key, sample)
+
+    def _out(self, key, sample):
+        sample["__key__"] = key
+        return self.decode(sample) if self.decode is not None else sample
+
+
+class CacheAwareSampler:
+    """Yields every index of a ``FileDataset`` once per epoch: first, in a random order, the
+    samples whose files Silt already holds whole (one batched residency question), then the
+    rest in a random order while Silt loads them in that order in the background.  The epoch
+    stays a permutation; which samples come early depends on the cache, so this trades a
+    little randomness for reading from cache while the rest arrives."""
+
+    def __init__(self, dataset, shuffle=True, seed=0, prefetch=True):
+        self.dataset = dataset
+        self.shuffle = shuffle
+        self.seed = seed
+        self.prefetch = prefetch
+        self.epoch = 0
+        self.last_cached = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def order(self):
+        n = len(self.dataset)
+        order = list(range(n))
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(order)
+        fs, files = self.dataset.fs, self.dataset.files
+        resident = fs.residency(files)
+        cached = [i for i in order if (resident[i] or 0.0) >= 1.0]
+        rest = [i for i in order if (resident[i] or 0.0) < 1.0]
+        self.last_cached = len(cached)
+        if self.prefetch and rest:
+            fs.prefetch([files[i] for i in rest])
+        return cached + rest
+
+    def __iter__(self):
+        order = self.order()
+        self.epoch += 1
+        return iter(order)
+
+
+def read_buffer(path, fs=None, **fs_options):
+    """The whole file as ``bytes`` in one read (for ``safetensors.torch.load``, which takes
+    bytes: no mmap over FUSE, no page-by-page reads)."""
+    return _fs(fs, fs_options).cat_file(path)
+
+
+def load(path, fs=None, map_location=None, weights_only=True, **fs_options):
+    """``torch.load`` of a checkpoint in Silt, read in one request into memory."""
+    import torch
+
+    data = read_buffer(path, fs=fs, **fs_options)
+    return torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
+
+
+def save(obj, path, fs=None, **fs_options):
+    """``torch.save`` into Silt: serialised in memory, then written in one call (the file
+    is the store's, per its write type, when this returns)."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    _fs(fs, fs_options).pipe_file(path, buf.getvalue())

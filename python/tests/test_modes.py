@@ -1,0 +1,294 @@
+"""The three ways to connect (embedded, attached, cluster) against a real S3 server and real
+`silt` processes, a worker killed during reads, and clear errors for bad input."""
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+
+import fsspec
+import pytest
+
+import silt
+from conftest import cluster_secret, free_port, run_silt
+
+DATA = {f"train/{i:03d}.bin": hashlib.sha256(str(i).encode()).digest() * (97 + 1000 * i) for i in range(24)}
+
+
+def fill(s3):
+    for rel, data in DATA.items():
+        s3.put(rel, data)
+
+
+def check_all(fs, prefix="/data"):
+    for rel, data in DATA.items():
+        assert fs.cat_file(f"{prefix}/{rel}") == data, rel
+
+
+def embedded(s3, workdir, **kw):
+    return silt.SiltFileSystem(
+        mounts={"/data": f"s3://{s3.bucket}"},
+        cache_dir=os.path.join(workdir, "cache"),
+        skip_instance_cache=True,
+        **s3.options(),
+        **kw,
+    )
+
+
+def test_embedded_reads_writes_and_lists(s3, workdir):
+    fill(s3)
+    fs = embedded(s3, workdir)
+    try:
+        assert fs.client.mode == "embedded"
+        check_all(fs)
+        assert sorted(fs.ls("/data/train", detail=False)) == sorted(f"/data/{r}" for r in DATA)
+        big = DATA["train/023.bin"]
+        assert fs.cat_file("/data/train/023.bin", start=1000, end=5000) == big[1000:5000]
+        assert fs.cat_file("/data/train/023.bin", start=-10) == big[-10:]
+        paths = ["/data/train/023.bin", "/data/train/001.bin", "/data/missing.bin"]
+        got = fs.cat_ranges(paths, [5, 0, 0], [9000, None, 10])
+        assert got[:2] == [big[5:9000], DATA["train/001.bin"]]
+        assert isinstance(got[2], FileNotFoundError)
+        with pytest.raises(FileNotFoundError):
+            fs.cat_ranges(paths, 0, 10, on_error="raise")
+        # Random access through a file object, then a sequential read.
+        with fs.open("silt://data/train/023.bin", "rb", block_size=4096) as f:
+            f.seek(len(big) - 100)
+            assert f.read(100) == big[-100:]
+            f.seek(7)
+            assert f.read(3) == big[7:10]
+            f.seek(0)
+            assert f.read() == big
+        # Writes are the store's once closed (write type through).
+        with fs.open("/data/out/new.bin", "wb") as f:
+            f.write(b"a" * 10)
+            f.write(b"b" * 5)
+        with open(s3.path("out/new.bin"), "rb") as f:
+            assert f.read() == b"a" * 10 + b"b" * 5
+        with fs.open("/data/out/new.bin", "ab") as f:
+            f.write(b"c")
+        assert fs.cat_file("/data/out/new.bin") == b"a" * 10 + b"b" * 5 + b"c"
+        with pytest.raises(FileExistsError):
+            fs.open("/data/out/new.bin", "xb")
+        before = fs.checksum("/data/out/new.bin")
+        fs.pipe_file("/data/out/new.bin", b"z" * 15 + b"c")  # other bytes, same size
+        assert fs.checksum("/data/out/new.bin") != before  # a new version
+        assert fs.glob("/data/out/*.bin") == ["/data/out/new.bin"]
+        assert [(d, sorted(f)) for d, _, f in fs.walk("/data/out")] == [("/data/out", ["new.bin"])]
+        fs.mv("/data/out/new.bin", "/data/out/moved.bin")
+        assert not os.path.exists(s3.path("out/new.bin"))
+        assert fs.cat_file("/data/out/moved.bin").endswith(b"c")
+        assert fs.du("/data/out") == 16
+        fs.rm("/data/out", recursive=True)
+        assert not fs.exists("/data/out/moved.bin")
+        with pytest.raises(FileNotFoundError):
+            fs.cat_file("/data/out/moved.bin")
+        # A file changed behind Silt's back is seen after invalidate_cache.
+        s3.put("train/000.bin", b"changed")
+        fs.invalidate_cache("/data/train/000.bin")
+        assert fs.cat_file("/data/train/000.bin") == b"changed"
+    finally:
+        fs.close()
+
+
+def test_fsspec_url_and_entry_point(s3, workdir):
+    fill(s3)
+    fs = embedded(s3, workdir)
+    try:
+        # Registered through the `fsspec.specs` entry point: fsspec finds the class itself.
+        assert fsspec.get_filesystem_class("silt") is silt.SiltFileSystem
+        with fsspec.open(
+            "silt://data/train/001.bin",
+            "rb",
+            mounts={"/data": f"s3://{s3.bucket}"},
+            cache_dir=os.path.join(workdir, "cache"),
+            **s3.options(),
+        ) as f:
+            assert f.read() == DATA["train/001.bin"]
+    finally:
+        fs.close()
+
+
+CHILD = r"""
+import sys, json, silt
+fs = silt.SiltFileSystem(mounts={"/data": sys.argv[1]}, cache_dir=sys.argv[2], skip_instance_cache=True, **json.loads(sys.argv[3]))
+data = fs.cat_file("/data/train/005.bin")
+print(fs.client.mode, len(data), fs.residency(["/data/train/006.bin"])[0])
+"""
+
+
+def test_a_second_process_attaches_to_the_embedded_owner(s3, workdir):
+    import json
+
+    fill(s3)
+    fs = embedded(s3, workdir)
+    try:
+        fs.cat_file("/data/train/006.bin")  # cached by the owner
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, f"s3://{s3.bucket}", os.path.join(workdir, "cache"), json.dumps(s3.options())],
+            capture_output=True, text=True, timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        mode, n, resident = out.stdout.split()
+        # The child uses the owner's cache: it sees what the owner cached.
+        assert (mode, int(n), float(resident)) == ("attached", len(DATA["train/005.bin"]), 1.0)
+        # ... and what it read went into the owner's cache.
+        assert fs.residency(["/data/train/005.bin"]) == [1.0]
+    finally:
+        fs.close()
+
+
+def silt_up(s3, workdir, procs):
+    state = os.path.join(workdir, "state")
+    mnt = os.path.join(workdir, "mnt")
+    os.makedirs(mnt)
+    p = run_silt(
+        ["up", "--mount", f"/data=s3://{s3.bucket}", "--mountpoint", mnt, "--state-dir", state, "--write-type", "through"]
+        + s3.flags(),
+        procs,
+    )
+    p.wait_for("silt: serving", "silt up")
+    return p, state, mnt
+
+
+def test_attach_to_silt_up_shares_its_cache_and_reads_cached_files_locally(s3, workdir, procs):
+    fill(s3)
+    up, state, mnt = silt_up(s3, workdir, procs)
+    try:
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True, **s3.options())
+        assert fs.client.mode == "attached"
+        assert fs.client.mounts() == [("/data", f"s3://{s3.bucket}")]
+        big = os.urandom(10 << 20)  # several pages, two placement groups (8 MiB each)
+        s3.put("big.bin", big)
+        # Read through the mount: the daemon caches it whole.
+        with open(os.path.join(mnt, "data", "big.bin"), "rb") as f:
+            assert f.read() == big
+        assert fs.residency(["/data/big.bin"]) == [1.0]
+        r = fs.client.open("/data/big.bin")
+        assert r.read(0, len(big)) == big
+        # Whole in the daemon's cache on this host: read straight from its cache file.
+        assert r.is_local
+        assert r.read(12345, 100000) == big[12345:112345]
+        # A byte flipped in the owner's cache file under the open reader: its checks catch
+        # it, and the bytes still come right (through the client instead).
+        data_files = [
+            os.path.join(d, f) for d, _, fs_ in os.walk(os.path.join(state, "cache")) for f in fs_ if f.endswith(".data")
+        ]
+        cached = [p for p in data_files if os.path.getsize(p) >= len(big)]
+        assert len(cached) == 1, data_files
+        at = (5 << 20) + 3
+        with open(cached[0], "r+b") as f:
+            f.seek(at)
+            b = f.read(1)
+            f.seek(at)
+            f.write(bytes([b[0] ^ 0xFF]))
+        assert r.read(at - 100, 4 << 20) == big[at - 100 : at - 100 + (4 << 20)]
+        assert not r.is_local
+        check_all(fs)
+        # A write through the SDK is seen through the mount.
+        fs.pipe_file("/data/sdk.txt", b"from python")
+        with open(os.path.join(mnt, "data", "sdk.txt"), "rb") as f:
+            assert f.read() == b"from python"
+        fs.close()
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
+def start_workers(s3, workdir, procs, n=2):
+    secret = cluster_secret(workdir)
+    ports = [free_port() for _ in range(n)]
+    listed = ",".join(f"w{i}=127.0.0.1:{p}" for i, p in enumerate(ports))
+    workers = []
+    for i, port in enumerate(ports):
+        w = run_silt(
+            ["worker", "--workers", listed, "--worker-id", f"w{i}", "--listen", f"127.0.0.1:{port}",
+             "--mount", f"/data=s3://{s3.bucket}", "--state-dir", os.path.join(workdir, f"w{i}"),
+             "--cluster-secret-file", secret] + s3.flags(),
+            procs,
+        )
+        w.wait_for("silt: serving as worker", f"worker w{i}")
+        workers.append(w)
+    return workers, listed, secret
+
+
+def test_cluster_client_reads_through_workers_and_survives_a_worker_killed_mid_read(s3, workdir, procs):
+    fill(s3)
+    workers, listed, secret = start_workers(s3, workdir, procs)
+    fs = silt.SiltFileSystem(
+        workers=listed,
+        mounts={"/data": f"s3://{s3.bucket}"},
+        cluster_secret_file=secret,
+        # No same-host shortcut: every read goes over the workers' TCP protocol.
+        cluster_unix_socket=False,
+        memory_capacity="0",
+        skip_instance_cache=True,
+        **s3.options(),
+    )
+    try:
+        assert fs.client.mode == "cluster"
+        check_all(fs)
+        # Workers now hold the pages: residency asks them.
+        assert fs.residency(["/data/train/010.bin"]) == [1.0]
+        # Kill a worker while 4 threads keep reading everything: no error, right bytes.
+        errors, rounds = [], [0]
+        started = threading.Barrier(5)
+
+        def reader():
+            started.wait()
+            try:
+                for _ in range(3):
+                    check_all(fs)
+                    rounds[0] += 1
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=reader) for _ in range(4)]
+        for t in threads:
+            t.start()
+        started.wait()
+        workers[0].kill()
+        for t in threads:
+            t.join()
+        assert errors == [] and rounds[0] == 12
+    finally:
+        fs.close()
+
+
+def test_etcd_cluster_unreachable_is_a_clear_error(workdir):
+    port = free_port()  # nothing listens there
+    with pytest.raises(ConnectionError) as e:
+        silt.SiltFileSystem(etcd=f"http://127.0.0.1:{port}", cache_dir=workdir, skip_instance_cache=True,
+                            cluster_secret="x" * 32, ufs_timeout="2s")
+    assert f"127.0.0.1:{port}" in str(e.value)
+
+
+def test_bad_input_gives_python_exceptions_with_messages(s3, workdir):
+    with pytest.raises(ValueError, match="ftp"):
+        silt.SiltFileSystem(mounts={"/d": "ftp://host/x"}, cache_dir=workdir, skip_instance_cache=True)
+    with pytest.raises(ValueError, match="no_such_option"):
+        silt.SiltFileSystem(mounts={"/d": "file:///tmp"}, cache_dir=workdir, no_such_option=1, skip_instance_cache=True)
+    with pytest.raises(ValueError, match="no Silt serves"):
+        silt.SiltFileSystem(cache_dir=os.path.join(workdir, "empty"), skip_instance_cache=True)
+    with pytest.raises(ConnectionError, match="no Silt serves"):
+        silt.SiltFileSystem(cache_dir=os.path.join(workdir, "empty"), mode="attach", skip_instance_cache=True)
+    with pytest.raises(ValueError, match="mode"):
+        silt.SiltFileSystem(cache_dir=workdir, mode="sideways", skip_instance_cache=True)
+    # Wrong credentials: the store refuses, and the message says which mount.
+    opts = dict(s3.options(), s3_secret_access_key="wrong")
+    with pytest.raises(OSError, match="/data"):
+        silt.SiltFileSystem(mounts={"/data": f"s3://{s3.bucket}"}, cache_dir=os.path.join(workdir, "c2"),
+                            skip_instance_cache=True, **opts)
+    fs = embedded(s3, workdir)
+    try:
+        with pytest.raises(FileNotFoundError):
+            fs.cat_file("/data/nope")
+        with pytest.raises(FileNotFoundError):
+            fs.info("/elsewhere/x")
+        with pytest.raises(IsADirectoryError):
+            fs.cat_file("/data")
+        with pytest.raises(ValueError):
+            fs.open("/data/x", "r+b")
+    finally:
+        fs.close()

@@ -1,0 +1,175 @@
+"""silt.torch: datasets, the cache-aware sampler, DataLoader-style workers under the fork,
+spawn and forkserver start methods (a real DataLoader when torch is installed, else the same
+processes made by multiprocessing), and the checkpoint helpers."""
+
+import hashlib
+import io
+import multiprocessing as mp
+import os
+import tarfile
+import time
+
+import pytest
+
+import silt
+import silt.torch as st
+from test_modes import DATA, embedded, fill
+
+WORKERS = 4
+# A worker that has not finished by then hangs (the failure this test exists for).
+HANG = 180
+
+
+def digest(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def _worker(ds, indices, q):
+    # Under fork `ds` (and its filesystem, whose client the parent used) is inherited as is;
+    # under spawn and forkserver it arrives pickled.
+    try:
+        q.put([(i, digest(ds[i])) for i in indices])
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        q.put(repr(e))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_workers_read_a_dataset_made_in_the_parent(s3, workdir, method):
+    fill(s3)
+    fs = embedded(s3, workdir)
+    try:
+        ds = st.FileDataset("/data/train", fs=fs)
+        expected = {i: digest(DATA[f.removeprefix("/data/")]) for i, f in enumerate(ds.files)}
+        # The parent reads first: its client runs (threads, connections) when workers start.
+        assert digest(ds[0]) == expected[0]
+        try:
+            import torch.utils.data as tud
+        except ImportError:
+            tud = None
+        if tud is not None:
+            loader = tud.DataLoader(
+                ds, batch_size=None, num_workers=WORKERS, multiprocessing_context=method,
+                sampler=st.CacheAwareSampler(ds), timeout=HANG,
+            )
+            got = [digest(b) for b in loader]
+            assert sorted(got) == sorted(expected.values())
+        ctx = mp.get_context(method)
+        q = ctx.Queue()
+        indices = list(range(len(ds)))
+        procs = [ctx.Process(target=_worker, args=(ds, indices[k::WORKERS], q)) for k in range(WORKERS)]
+        for p in procs:
+            p.start()
+        try:
+            results = [q.get(timeout=HANG) for _ in procs]
+        finally:
+            for p in procs:
+                p.join(timeout=HANG)
+                if p.is_alive():
+                    p.kill()
+        errors = [r for r in results if isinstance(r, str)]
+        assert errors == []
+        got = dict(pair for r in results for pair in r)
+        assert got == expected
+        # The workers attached to the parent's cache: what they read is cached for everyone.
+        assert fs.residency(ds.files) == [1.0] * len(ds.files)
+    finally:
+        fs.close()
+
+
+def test_cache_aware_sampler_yields_cached_samples_first_and_a_permutation(s3, workdir):
+    fill(s3)
+    fs = embedded(s3, workdir)
+    try:
+        ds = st.FileDataset("/data/train", fs=fs, transform=len)
+        warm = {3, 7, 11, 20}
+        for i in warm:
+            assert ds[i] == len(DATA[ds.files[i].removeprefix("/data/")])
+        sampler = st.CacheAwareSampler(ds, seed=1)
+        order = list(sampler)
+        assert sorted(order) == list(range(len(ds)))
+        assert set(order[: len(warm)]) == warm and sampler.last_cached == len(warm)
+        # The rest is loaded in the background, in the order it will be read.
+        deadline = time.monotonic() + HANG
+        while fs.residency(ds.files) != [1.0] * len(ds):
+            assert time.monotonic() < deadline, "prefetch never completed"
+            time.sleep(0.05)  # polling for completion, not synchronising on time
+        # Next epoch: everything cached, a different random order, still a permutation.
+        order2 = list(sampler)
+        assert sorted(order2) == list(range(len(ds))) and order2 != order
+        assert sampler.last_cached == len(ds)
+        # Unshuffled and nothing cached beyond: cached first, then the rest in order.
+        plain = list(st.CacheAwareSampler(ds, shuffle=False, prefetch=False))
+        assert plain == list(range(len(ds)))
+    finally:
+        fs.close()
+
+
+def shard(samples):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for key, fields in samples:
+            for ext, data in fields.items():
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_shard_dataset_groups_members_by_key(s3, workdir):
+    samples = [(f"s{i:04d}", {"jpg": os.urandom(1000 + i), "cls": str(i % 7).encode()}) for i in range(30)]
+    s3.put("shards/a-000.tar", shard(samples[:17]))
+    s3.put("shards/a-001.tar", shard(samples[17:]))
+    s3.put("shards/notes.txt", b"not a shard")
+    fs = embedded(s3, workdir)
+    try:
+        ds = st.ShardDataset("/data/shards", fs=fs)
+        assert ds.shards == ["/data/shards/a-000.tar", "/data/shards/a-001.tar"]
+        got = list(ds)
+        assert [s["__key__"] for s in got] == [k for k, _ in samples]
+        assert all(s["jpg"] == f["jpg"] and s["cls"] == f["cls"] for s, (_, f) in zip(got, samples))
+        decoded = list(st.ShardDataset("/data/shards", fs=fs, decode=lambda s: int(s["cls"])))
+        assert decoded == [i % 7 for i in range(30)]
+    finally:
+        fs.close()
+
+
+def test_checkpoint_buffer_and_torch_helpers(s3, workdir):
+    fs = embedded(s3, workdir)
+    try:
+        blob = os.urandom(5 << 20)
+        fs.pipe_file("/data/ckpt/raw.bin", blob)
+        assert st.read_buffer("/data/ckpt/raw.bin", fs=fs) == blob
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        if torch is not None:
+            state = {"w": torch.arange(1000, dtype=torch.float32), "step": 7}
+            st.save(state, "/data/ckpt/model.pt", fs=fs)
+            back = st.load("/data/ckpt/model.pt", fs=fs)
+            assert back["step"] == 7 and torch.equal(back["w"], state["w"])
+        try:
+            from safetensors.torch import load as st_load, save as st_save
+        except ImportError:
+            st_load = None
+        if st_load is not None and torch is not None:
+            fs.pipe_file("/data/ckpt/m.safetensors", st_save({"a": torch.ones(3)}))
+            assert torch.equal(st_load(st.read_buffer("/data/ckpt/m.safetensors", fs=fs))["a"], torch.ones(3))
+    finally:
+        fs.close()
+
+
+def test_silt_torch_imports_without_torch():
+    # The parts that need no torch work in an interpreter where importing torch fails.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import silt.torch as st\n"
+        "assert st._IterableBase is object and callable(st.CacheAwareSampler)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    assert silt.torch is st
