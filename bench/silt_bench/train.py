@@ -22,9 +22,27 @@ except ImportError:  # pragma: no cover - depends on the machine
     LOADER = "multiprocessing pool (torch not importable)"
 
 
+_SDK = None
+
+
+def _sdk():
+    """This process's Silt filesystem for `silt://` paths (bench/sdk.py): made in the loader
+    process itself from $SILT_BENCH_SDK, the SDK's keyword arguments as JSON."""
+    global _SDK
+    if _SDK is None:
+        import json
+        import os
+
+        import silt
+        _SDK = silt.SiltFileSystem(**json.loads(os.environ["SILT_BENCH_SDK"]))
+    return _SDK
+
+
 def load_sample(path, size, synthetic):
     if synthetic:
         return len(bytearray(size))
+    if path.startswith("silt://"):
+        return len(_sdk().cat_file(path))
     with open(path, "rb") as f:
         return len(f.read())
 
