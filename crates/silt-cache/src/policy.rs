@@ -35,9 +35,27 @@ pub type Handle = u32;
 /// - Pinned keys are the caller's business: the caller skips them, the policy never needs to
 ///   know about pins.
 /// - Every operation except `for_each` SHOULD be O(1).
+///
+/// Admission: when a tier is full (above its high watermark), the store asks
+/// `admits(incoming, victim)` with how often each of the two pages was read lately (a
+/// [`FrequencySketch`] estimate, 0..=15) before evicting anything; `false` leaves the tier as
+/// it is and the page uncached there. Only the last level of the hierarchy asks (the disk
+/// tiers, or memory when there are none): the memory tier above disks stays a recency window,
+/// so a page read ahead is still there when its reader comes.
 pub trait EvictionPolicy: Send {
     /// The configuration name of the policy (`"lru"`).
     fn name(&self) -> &'static str;
+    /// Whether a page read `incoming` times lately (the read that missed included) may take
+    /// the place of the next victim, read `victim` times. Plain LRU: always.
+    fn admits(&self, _incoming: u8, _victim: u8) -> bool {
+        true
+    }
+    /// Whether `admits` ever refuses. Then a full tier evicts one page per admitted page
+    /// (down to the high watermark) instead of down to the low watermark: a batch would
+    /// make room that the next pages fill unasked, undoing the admission test.
+    fn filters_admission(&self) -> bool {
+        false
+    }
     fn on_insert(&mut self, key: PolicyKey) -> Option<Handle>;
     fn on_access(&mut self, handle: Handle, key: PolicyKey);
     fn on_remove(&mut self, handle: Handle, key: PolicyKey);
@@ -49,14 +67,150 @@ pub trait EvictionPolicy: Send {
     fn for_each(&self, f: &mut dyn FnMut(PolicyKey));
 }
 
+/// The policies `eviction_policy` may name.
+pub const POLICIES: &[&str] = &["tinylfu", "lru"];
+
 /// Builds the policy named in the configuration.
 pub fn new_policy(name: &str) -> Result<Box<dyn EvictionPolicy>> {
     match name {
         "lru" => Ok(Box::new(LruPolicy::new())),
+        "tinylfu" => Ok(Box::new(TinyLfuPolicy(LruPolicy::new()))),
         _ => Err(Error::invalid(format!(
-            "eviction_policy: unknown policy {name:?} (known: lru)"
+            "eviction_policy: unknown policy {name:?} (known: {})",
+            POLICIES.join(", ")
         ))),
     }
+}
+
+/// LRU order with frequency admission (TinyLFU's rule): a page replaces the next victim
+/// only if it was read more often lately; a tie keeps what is cached.
+///
+/// What it promises (checked by the trace tests in `store/tests.rs`): a working set
+/// larger than the tier, read over and over in any order, keeps a stable resident set, so
+/// each pass hits in about `capacity / working set` of its reads (LRU: close to none when
+/// the order changes every pass, none at all when it does not); a small set read often stays
+/// resident under a scan many times the tier's size; a new working set replaces an old one
+/// within a few passes (the sketch halves its counts every `10 × capacity` reads). Until a
+/// tier is full everything is admitted.
+pub struct TinyLfuPolicy(LruPolicy);
+
+impl EvictionPolicy for TinyLfuPolicy {
+    fn name(&self) -> &'static str {
+        "tinylfu"
+    }
+    fn admits(&self, incoming: u8, victim: u8) -> bool {
+        // `incoming` counts the read that missed; the victim's current-pass read may still
+        // be to come. Comparing reads before this one keeps equals (a pass over a working
+        // set, in any order) from displacing each other.
+        incoming.saturating_sub(1) > victim
+    }
+    fn filters_admission(&self) -> bool {
+        true
+    }
+    fn on_insert(&mut self, key: PolicyKey) -> Option<Handle> {
+        self.0.on_insert(key)
+    }
+    fn on_access(&mut self, handle: Handle, key: PolicyKey) {
+        self.0.on_access(handle, key)
+    }
+    fn on_remove(&mut self, handle: Handle, key: PolicyKey) {
+        self.0.on_remove(handle, key)
+    }
+    fn victim(&self) -> Option<(PolicyKey, Handle)> {
+        self.0.victim()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn for_each(&self, f: &mut dyn FnMut(PolicyKey)) {
+        self.0.for_each(f)
+    }
+}
+
+/// How often each page was read lately, approximately: a count-min sketch of four rows of
+/// 4-bit counters (kept in bytes, saturating at 15) with conservative increments, halved
+/// every `sample` increments so old popularity fades. Pages are named by a 64-bit
+/// fingerprint of (object, page index), stable across slot reuse. Estimates never
+/// undercount since the last halving; collisions can only overcount.
+pub struct FrequencySketch {
+    table: Vec<u8>,
+    width_mask: u64,
+    additions: u64,
+    sample: u64,
+}
+
+const SKETCH_ROWS: usize = 4;
+const SKETCH_MAX: u8 = 15;
+const SKETCH_SEEDS: [u64; SKETCH_ROWS] = [
+    0x9E37_79B9_7F4A_7C15,
+    0xC2B2_AE3D_27D4_EB4F,
+    0x1656_67B1_9E37_79F9,
+    0x27D4_EB2F_1656_67C5,
+];
+
+impl FrequencySketch {
+    /// A sketch for tiers holding `pages` pages in all: 8 counters per page in each row, so
+    /// the ~10 × `pages` distinct pages of one sample rarely share all four (at most 2^22 per
+    /// row: 16 MiB of counters).
+    pub fn new(pages: u64) -> FrequencySketch {
+        let width = pages
+            .saturating_mul(8)
+            .clamp(256, 1 << 22)
+            .next_power_of_two();
+        FrequencySketch {
+            table: vec![0; width as usize * SKETCH_ROWS],
+            width_mask: width - 1,
+            additions: 0,
+            sample: 10 * pages.max(64),
+        }
+    }
+
+    fn slots(&self, fp: u64) -> [usize; SKETCH_ROWS] {
+        let width = self.width_mask + 1;
+        std::array::from_fn(|row| {
+            let h = (fp ^ SKETCH_SEEDS[row]).wrapping_mul(SKETCH_SEEDS[(row + 1) % SKETCH_ROWS]);
+            (row as u64 * width + ((h >> 32) & self.width_mask)) as usize
+        })
+    }
+
+    /// The estimate for `fp`, 0..=15.
+    pub fn estimate(&self, fp: u64) -> u8 {
+        self.slots(fp)
+            .iter()
+            .map(|&i| self.table[i])
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Counts one read of `fp`.
+    pub fn record(&mut self, fp: u64) {
+        let slots = self.slots(fp);
+        let min = slots.iter().map(|&i| self.table[i]).min().unwrap_or(0);
+        if min < SKETCH_MAX {
+            for i in slots {
+                if self.table[i] == min {
+                    self.table[i] += 1;
+                }
+            }
+        }
+        self.additions += 1;
+        if self.additions >= self.sample {
+            for c in &mut self.table {
+                *c >>= 1;
+            }
+            self.additions /= 2;
+        }
+    }
+}
+
+/// A page's fingerprint for the sketch: (object id, page index) mixed (splitmix64).
+pub fn page_fingerprint(object: u128, index: u64) -> u64 {
+    let mut x = (object as u64)
+        ^ ((object >> 64) as u64).rotate_left(29)
+        ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
 }
 
 const NIL: u32 = u32::MAX;
@@ -257,10 +411,37 @@ mod tests {
     }
 
     #[test]
-    fn new_policy_knows_lru_only() {
-        assert_eq!(new_policy("lru").unwrap().name(), "lru");
+    fn new_policy_knows_its_names() {
+        for name in POLICIES {
+            assert_eq!(new_policy(name).unwrap().name(), *name);
+        }
         let e = new_policy("lfu").err().unwrap();
         assert_eq!(e.kind(), silt_common::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn the_sketch_counts_saturates_and_fades() {
+        let mut s = FrequencySketch::new(1000);
+        let fps: Vec<u64> = (0..500).map(|i| page_fingerprint(7, i)).collect();
+        for (i, &fp) in fps.iter().enumerate() {
+            for _ in 0..(i % 5) {
+                s.record(fp);
+            }
+        }
+        // Never under the true count (only collisions could add).
+        for (i, &fp) in fps.iter().enumerate() {
+            assert!(s.estimate(fp) >= (i % 5) as u8, "page {i}");
+        }
+        let hot = page_fingerprint(8, 0);
+        for _ in 0..100 {
+            s.record(hot);
+        }
+        assert_eq!(s.estimate(hot), SKETCH_MAX);
+        // 10 × 1000 more reads of other pages: the hot page's count has been halved.
+        for i in 0..10_000 {
+            s.record(page_fingerprint(9, i));
+        }
+        assert!(s.estimate(hot) <= SKETCH_MAX / 2, "{}", s.estimate(hot));
     }
 
     #[test]

@@ -29,7 +29,9 @@ use silt_common::{Error, ObjectId, PageKey, Result};
 use tracing::{debug, warn};
 
 use crate::disk::{self, DiskPage, DiskTier, RecoveredPage, PENDING};
-use crate::policy::{new_policy, EvictionPolicy, Handle, PolicyKey};
+use crate::policy::{
+    new_policy, page_fingerprint, EvictionPolicy, FrequencySketch, Handle, PolicyKey,
+};
 use crate::{page_count, page_len};
 
 /// Configuration of a [`PageStore`].
@@ -45,7 +47,7 @@ pub struct PageStoreConfig {
     pub high_watermark: f64,
     /// Fraction of a quota eviction brings usage down to.
     pub low_watermark: f64,
-    /// `"lru"`.
+    /// `"tinylfu"` or `"lru"` (`policy::POLICIES`).
     pub eviction_policy: String,
 }
 
@@ -107,6 +109,8 @@ pub struct PageStoreStats {
     pub misses: u64,
     pub evictions: u64,
     pub checksum_failures: u64,
+    /// Pages a full tier did not take: its admission judged the victim worth more.
+    pub admissions_refused: u64,
 }
 
 const NO_TIER: u8 = u8::MAX;
@@ -162,6 +166,8 @@ struct Counters {
     misses: u64,
     evictions: u64,
     checksum_failures: u64,
+    /// Pages a full tier did not take (admission said the victim was worth more).
+    refused: u64,
 }
 
 struct State {
@@ -175,6 +181,10 @@ struct State {
     mem: MemTier,
     disks: Vec<DiskTier>,
     pins: HashMap<ObjectId, u32>,
+    /// Objects being loaded on request (`silt load`): admitted without the frequency test.
+    preferred: HashMap<ObjectId, u32>,
+    /// How often each page was read lately, for admission to full tiers.
+    sketch: FrequencySketch,
     counters: Counters,
     /// Complete objects waiting to be sealed (see `PageStore::seal_completed`).
     seal_queue: Vec<ObjectId>,
@@ -258,19 +268,37 @@ pub struct PageStore {
     shared: Arc<Shared>,
 }
 
-/// Keeps an object's disk pages from being evicted while it lives (see [`PageStore::pin`]).
+/// Keeps an object's disk pages from being evicted while it lives (see [`PageStore::pin`]),
+/// or its pages admitted to full tiers ([`PageStore::prefer`]).
 pub struct PinGuard {
     shared: Arc<Shared>,
     object: ObjectId,
+    set: fn(&mut State) -> &mut HashMap<ObjectId, u32>,
+}
+
+impl PinGuard {
+    fn take(
+        shared: &Arc<Shared>,
+        object: ObjectId,
+        set: fn(&mut State) -> &mut HashMap<ObjectId, u32>,
+    ) -> PinGuard {
+        *set(&mut shared.state.lock()).entry(object).or_insert(0) += 1;
+        PinGuard {
+            shared: shared.clone(),
+            object,
+            set,
+        }
+    }
 }
 
 impl Drop for PinGuard {
     fn drop(&mut self) {
         let mut st = self.shared.state.lock();
-        if let Some(n) = st.pins.get_mut(&self.object) {
+        let set = (self.set)(&mut st);
+        if let Some(n) = set.get_mut(&self.object) {
             *n -= 1;
             if *n == 0 {
-                st.pins.remove(&self.object);
+                set.remove(&self.object);
             }
         }
     }
@@ -518,7 +546,12 @@ impl State {
             return false;
         }
         if self.mem.used + len > mark(cap, self.high) {
-            self.mem_evict_to(mark(cap, self.low).saturating_sub(len));
+            let to = if self.mem.policy.filters_admission() && self.disks.is_empty() {
+                self.high
+            } else {
+                self.low
+            };
+            self.mem_evict_to(mark(cap, to).saturating_sub(len));
         }
         self.mem.used + len <= cap
     }
@@ -552,6 +585,12 @@ impl State {
             }
         }
         let len = data.len() as u64;
+        if self.disks.is_empty()
+            && self.mem.used + len > mark(self.mem.capacity, self.high)
+            && !self.admits(None, id, index)
+        {
+            return;
+        }
         if !self.mem_make_room(len) {
             return;
         }
@@ -577,6 +616,36 @@ impl State {
         }
     }
 
+    /// Whether page `index` of `id` may replace the next victim of the memory tier (`None`)
+    /// or disk tier `t` (asked only when the tier is full): per its policy, from how often
+    /// each was read lately. Refusals are counted.
+    fn admits(&mut self, tier: Option<usize>, id: ObjectId, index: u32) -> bool {
+        if self.preferred.contains_key(&id) {
+            return true;
+        }
+        let policy = match tier {
+            None => &self.mem.policy,
+            Some(t) => &self.disks[t].policy,
+        };
+        let Some((victim, _)) = policy.victim() else {
+            return true;
+        };
+        let Some(victim_id) = self.slot(key_slot(victim)).map(|s| s.id) else {
+            return true;
+        };
+        let incoming = self
+            .sketch
+            .estimate(page_fingerprint(id.0, u64::from(index)));
+        let held = self
+            .sketch
+            .estimate(page_fingerprint(victim_id.0, u64::from(key_index(victim))));
+        let admitted = policy.admits(incoming, held);
+        if !admitted {
+            self.counters.refused += 1;
+        }
+        admitted
+    }
+
     // ---- disk tiers ----
 
     fn is_pinned(&self, key: PolicyKey) -> bool {
@@ -593,7 +662,12 @@ impl State {
             return false;
         }
         if self.disks[t].used + len > mark(quota, self.high) {
-            let low = mark(quota, self.low);
+            let to = if self.disks[t].policy.filters_admission() {
+                self.high
+            } else {
+                self.low
+            };
+            let low = mark(quota, to);
             let mut skips = 0;
             while self.disks[t].used + len > low {
                 let Some((key, handle)) = self.disks[t].policy.victim() else {
@@ -696,7 +770,7 @@ impl State {
 
     /// A tier for an object with no disk pages yet: the first with room below its high
     /// watermark, else the first that can make room by evicting.
-    fn choose_tier(&mut self, len: u64) -> Option<usize> {
+    fn choose_tier(&mut self, id: ObjectId, index: u32, len: u64) -> Option<usize> {
         let high = self.high;
         let free = self
             .disks
@@ -705,7 +779,15 @@ impl State {
         if free.is_some() {
             return free;
         }
-        (0..self.disks.len()).find(|&t| self.disk_make_room(t, len))
+        (0..self.disks.len())
+            .find(|&t| self.disk_admits(t, id, index, len) && self.disk_make_room(t, len))
+    }
+
+    /// Whether tier `t` takes `len` more bytes of page `index` of `id`: at once below its
+    /// high watermark, else as its admission decides.
+    fn disk_admits(&mut self, t: usize, id: ObjectId, index: u32, len: u64) -> bool {
+        let d = &self.disks[t];
+        d.used + len <= mark(d.quota, self.high) || self.admits(Some(t), id, index)
     }
 
     fn disk_reserve(
@@ -725,13 +807,15 @@ impl State {
         let t = match current {
             Some((s, tier)) if tier != NO_TIER => {
                 let t = usize::from(tier);
-                if self.disks[t].pages.contains_key(&pkey(s, index)) || !self.disk_make_room(t, len)
+                if self.disks[t].pages.contains_key(&pkey(s, index))
+                    || !self.disk_admits(t, id, index, len)
+                    || !self.disk_make_room(t, len)
                 {
                     return None;
                 }
                 t
             }
-            _ => self.choose_tier(len)?,
+            _ => self.choose_tier(id, index, len)?,
         };
         // Eviction may have released the slot or emptied the object's tier.
         let s = self.ensure_slot(id, size)?;
@@ -1190,6 +1274,11 @@ impl PageStore {
             },
             disks: Vec::with_capacity(cfg.disk_tiers.len()),
             pins: HashMap::new(),
+            preferred: HashMap::new(),
+            sketch: FrequencySketch::new(
+                (cfg.memory_capacity + cfg.disk_tiers.iter().map(|d| d.quota).sum::<u64>())
+                    / cfg.page_size.max(1),
+            ),
             counters: Counters::default(),
             seal_queue: Vec::new(),
             sealer: None,
@@ -1258,6 +1347,7 @@ impl PageStore {
     pub fn get(&self, key: &PageKey) -> Option<(Bytes, Source)> {
         let read = {
             let mut st = self.shared.state.lock();
+            st.sketch.record(page_fingerprint(key.object.0, key.index));
             match st.lookup_for_get(key) {
                 Lookup::Memory(data) => return Some((data, Source::Memory)),
                 Lookup::Miss => {
@@ -1531,11 +1621,13 @@ impl PageStore {
     /// While the returned guard (or any other for the object) lives, no disk page of the
     /// object is evicted. Explicit removal (`remove_object`, a failed checksum) still works.
     pub fn pin(&self, object: ObjectId) -> PinGuard {
-        *self.shared.state.lock().pins.entry(object).or_insert(0) += 1;
-        PinGuard {
-            shared: self.shared.clone(),
-            object,
-        }
+        PinGuard::take(&self.shared, object, |st| &mut st.pins)
+    }
+
+    /// While the returned guard lives, pages of the object are cached even in a full tier
+    /// whose policy would refuse them (an explicit load: the user asked for these bytes).
+    pub fn prefer(&self, object: ObjectId) -> PinGuard {
+        PinGuard::take(&self.shared, object, |st| &mut st.preferred)
     }
 
     /// Sets the memory tier's quota; lowering it evicts down to it (and to the low watermark)
@@ -1562,6 +1654,7 @@ impl PageStore {
             misses: st.counters.misses,
             evictions: st.counters.evictions,
             checksum_failures: st.counters.checksum_failures,
+            admissions_refused: st.counters.refused,
         }
     }
 }

@@ -1196,6 +1196,8 @@ impl Client {
             .map(|(obj, first, last, bytes)| {
                 let worker = self.worker.clone();
                 async move {
+                    // Asked for: cached even where the cache is full of pages read as often.
+                    let _prefer = worker.page_store().prefer(obj.id);
                     worker
                         .read_pages(&obj, first..=last)
                         .await

@@ -606,6 +606,8 @@ async fn serve_one(
         }
         "load" => {
             let obj = svc.object(&op, object).await?;
+            // Asked for: cached even where the cache is full of pages read as often.
+            let _prefer = svc.worker.page_store().prefer(obj.id);
             let pages = svc.pages(&obj, offset, len).await?;
             let bytes: u64 = pages.iter().map(|p| p.len() as u64).sum();
             write_json(s, &json!({"bytes": bytes}))

@@ -32,7 +32,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "disk_tiers", default: "auto", help: "Disk tiers as DIR:QUOTA, comma-separated, fastest first. `auto` = STATE_DIR/cache:10GiB; `none` disables disk caching." },
     OptionSpec { name: "high_watermark", default: "0.95", help: "Fraction of a tier's quota at which eviction starts." },
     OptionSpec { name: "low_watermark", default: "0.85", help: "Fraction of a tier's quota eviction brings usage down to." },
-    OptionSpec { name: "eviction_policy", default: "lru", help: "Page eviction policy: `lru`." },
+    OptionSpec { name: "eviction_policy", default: "tinylfu", help: "Page admission and eviction: `tinylfu` (LRU order; a full tier takes a page only if it was read more often lately than the page it would evict, so a working set larger than the cache keeps a stable resident part and a scan cannot flush a hot set) or `lru` (always admit, evict the least recently used)." },
     OptionSpec { name: "sync_policy", default: "interval=1h", help: "When cached metadata (stats, listings) is revalidated against the under-store: `never` (immutable data sets), `interval=D` (on access once older than D), `always` (every open, stat and directory read asks the store). Promises in docs/SEMANTICS.md." },
     OptionSpec { name: "sync_rules", default: "", help: "Sync policy per namespace prefix, PATH=POLICY comma-separated (e.g. /data/imagenet=never,/data/logs=always); the longest prefix wins, other paths use `sync_policy`." },
     OptionSpec { name: "negative_ttl", default: "10s", help: "How long a \"no such file\" answer from the store is trusted (never longer than the path's sync policy)." },
@@ -466,10 +466,10 @@ impl Config {
             "high_watermark" => self.high_watermark = parse_fraction(key, v)?,
             "low_watermark" => self.low_watermark = parse_fraction(key, v)?,
             "eviction_policy" => match v {
-                "lru" => self.eviction_policy = v.to_string(),
+                "tinylfu" | "lru" => self.eviction_policy = v.to_string(),
                 _ => {
                     return Err(Error::invalid(format!(
-                        "eviction_policy: unknown policy {v:?} (known: lru)"
+                        "eviction_policy: unknown policy {v:?} (known: tinylfu, lru)"
                     )))
                 }
             },

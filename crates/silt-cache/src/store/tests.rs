@@ -1315,3 +1315,216 @@ mod journal_fuzz {
         tier_with(journal, lens)
     }
 }
+
+// ---- admission traces: what each policy promises (policy.rs), on the real store ----
+
+/// A deterministic shuffle (xorshift), so traces are the same on every run.
+fn shuffled(n: u64, seed: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = (0..n).collect();
+    let mut x = seed | 1;
+    for i in (1..v.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    v
+}
+
+/// Reads page `(object, 0)` of one-page objects in `trace` order through `store` as a
+/// reader does (get, else fetch and put); the fraction of reads from `from` on that hit.
+fn replay(store: &PageStore, trace: &[u128], from: usize) -> f64 {
+    let mut hits = 0;
+    for &o in trace {
+        if store.get(&key(o, 0)).is_some() {
+            hits += usize::from(o as usize >= from);
+        } else {
+            put(store, o, 0, PS);
+        }
+        let _ = from;
+    }
+    hits as f64
+}
+
+/// Hit ratio of epochs 2.. over `dataset` one-page objects read in a new random order each
+/// epoch, in a memory-only store of `capacity` pages (default watermarks).
+fn epochs_hit_ratio(policy: &str, dataset: u64, capacity: u64, epochs: u64) -> f64 {
+    let mut c = cfg(capacity, &[], 0.95, 0.85);
+    c.eviction_policy = policy.into();
+    let store = PageStore::open(c).unwrap();
+    let mut hits = 0.0;
+    for e in 0..epochs {
+        let trace: Vec<u128> = shuffled(dataset, 0x5117 + e)
+            .into_iter()
+            .map(u128::from)
+            .collect();
+        let h = replay(&store, &trace, 0);
+        if e > 0 {
+            hits += h;
+        }
+    }
+    hits / (dataset * (epochs - 1)) as f64
+}
+
+/// tinylfu: a working set larger than the cache read in a new order each epoch keeps a
+/// stable resident part: each epoch hits about capacity/dataset (at the high watermark,
+/// 0.95 of it), where LRU keeps far less; the same order every epoch gives LRU nothing.
+#[test]
+fn tinylfu_keeps_a_stable_part_of_a_working_set_larger_than_the_cache() {
+    let dataset = 2000;
+    for quarter in [1, 2, 3] {
+        let capacity = dataset * quarter / 4;
+        let ideal = capacity as f64 / dataset as f64;
+        let tiny = epochs_hit_ratio("tinylfu", dataset, capacity, 4);
+        let lru = epochs_hit_ratio("lru", dataset, capacity, 4);
+        eprintln!(
+            "cache {quarter}/4 of the data set: tinylfu {tiny:.3}, lru {lru:.3} (ideal {ideal:.3})"
+        );
+        assert!(tiny >= 0.9 * ideal, "tinylfu {tiny} at {quarter}/4");
+        assert!(
+            tiny > lru,
+            "tinylfu {tiny} not above lru {lru} at {quarter}/4"
+        );
+    }
+    // Same order every epoch: LRU evicts each page just before it is read again.
+    let mut c = cfg(1000, &[], 0.95, 0.85);
+    c.eviction_policy = "lru".into();
+    let store = PageStore::open(c).unwrap();
+    let trace: Vec<u128> = (0..2000).collect();
+    replay(&store, &trace, 0);
+    assert_eq!(replay(&store, &trace, 0), 0.0);
+}
+
+/// tinylfu: a small set read often stays resident under a scan many times the cache's size
+/// (a Python environment under a data set scan); LRU loses it.
+#[test]
+fn a_hot_set_survives_a_scan_many_times_the_cache() {
+    for (policy, survives) in [("tinylfu", true), ("lru", false)] {
+        let mut c = cfg(500, &[], 0.95, 0.85);
+        c.eviction_policy = policy.into();
+        let store = PageStore::open(c).unwrap();
+        let hot: Vec<u128> = (1_000_000..1_000_050).collect();
+        for _ in 0..4 {
+            replay(&store, &hot, 0);
+        }
+        // A scan of 20 × the cache, the hot set read once in the middle of it.
+        let scan: Vec<u128> = (0..10_000).collect();
+        replay(&store, &scan[..5000], 0);
+        replay(&store, &hot, 0);
+        replay(&store, &scan[5000..], 0);
+        let resident = hot.iter().filter(|&&o| store.contains(&key(o, 0))).count();
+        eprintln!("{policy}: {resident}/50 hot pages resident after the scan");
+        if survives {
+            assert_eq!(resident, hot.len(), "{policy}");
+        } else {
+            assert!(resident < hot.len() / 2, "{policy}");
+        }
+    }
+}
+
+/// tinylfu: a new working set that fits replaces the old one within a few passes (the
+/// sketch fades old counts), so the cache is never stuck with yesterday's data.
+#[test]
+fn a_new_working_set_takes_over_within_a_few_passes() {
+    let mut c = cfg(1000, &[], 0.95, 0.85);
+    c.eviction_policy = "tinylfu".into();
+    let store = PageStore::open(c).unwrap();
+    let old: Vec<u128> = (0..2000).collect();
+    for e in 0..6 {
+        let t: Vec<u128> = shuffled(2000, e)
+            .into_iter()
+            .map(|o| old[o as usize])
+            .collect();
+        replay(&store, &t, 0);
+    }
+    let new: Vec<u128> = (10_000..10_600).collect();
+    let mut last = 0.0;
+    for pass in 0..30 {
+        last = replay(&store, &new, 0) / new.len() as f64;
+        if last >= 0.99 {
+            eprintln!(
+                "the new working set hits {last:.3} after {} passes",
+                pass + 1
+            );
+            break;
+        }
+    }
+    assert!(last >= 0.99, "the new working set still hits only {last}");
+}
+
+/// Mixed object sizes with a popular core (Zipf-like) under a background scan: tinylfu
+/// hits at least as often as LRU.
+#[test]
+fn mixed_sizes_with_a_popular_core_under_a_scan() {
+    let ratio = |policy: &str| {
+        let mut c = cfg(800, &[], 0.95, 0.85);
+        c.eviction_policy = policy.into();
+        let store = PageStore::open(c).unwrap();
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let (mut hits, mut reads) = (0u64, 0u64);
+        let mut scan = 100_000u128;
+        for step in 0..40_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Objects 1..=300 of 1..=8 pages, object k read with weight ~1/k; every
+            // third read is the next object of an endless scan instead.
+            let (o, pages) = if step % 3 == 0 {
+                scan += 1;
+                (scan, 4)
+            } else {
+                let u = (x % 10_000) as f64 / 10_000.0;
+                let k = (300f64.powf(u)) as u128; // log-uniform: weight ~ 1/k
+                (k.max(1), (k as u64 % 8) + 1)
+            };
+            let size = pages * PS;
+            for i in 0..pages {
+                reads += 1;
+                if store.get(&key(o, i)).is_some() {
+                    hits += 1;
+                } else {
+                    put(&store, o, i, size);
+                }
+            }
+        }
+        hits as f64 / reads as f64
+    };
+    let (tiny, lru) = (ratio("tinylfu"), ratio("lru"));
+    eprintln!("mixed sizes under a scan: tinylfu {tiny:.3}, lru {lru:.3}");
+    assert!(tiny >= lru, "tinylfu {tiny} < lru {lru}");
+}
+
+/// A full tier refuses a page read no more often than its victim, counts the refusal, and
+/// takes it anyway while the object is preferred (an explicit load).
+#[test]
+fn refused_pages_are_counted_and_a_load_is_admitted() {
+    let dir = TempDir::new().unwrap();
+    let mut c = cfg(2, &[(dir.path(), 10)], 0.95, 0.85);
+    c.eviction_policy = "tinylfu".into();
+    let store = PageStore::open(c).unwrap();
+    for o in 0..10 {
+        for _ in 0..3 {
+            if store.get(&key(o, 0)).is_none() {
+                put(&store, o, 0, PS);
+            }
+        }
+    }
+    let on_disk = |o| tier(&store, "disk0").pages > 0 && store.contains(&key(o, 0));
+    assert!((0..9).all(on_disk), "the first pages are cached");
+    let before = store.stats().admissions_refused;
+    assert!(store.get(&key(50, 0)).is_none());
+    put(&store, 50, 0, PS);
+    assert!(store.stats().admissions_refused > before, "not refused");
+    let guard = store.prefer(ObjectId(51));
+    put(&store, 51, 0, PS);
+    drop(guard);
+    // Off the (2-page) memory tier too: only the disk tier could hold it now.
+    for o in 60..64 {
+        put(&store, o, 0, PS);
+    }
+    assert!(
+        store.contains(&key(51, 0)),
+        "the preferred page was not admitted"
+    );
+    assert!(!store.contains(&key(50, 0)), "the refused page is cached");
+}
