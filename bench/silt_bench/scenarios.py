@@ -494,6 +494,32 @@ def b4_params(quick):
     return dict(epochs=3, batch_size=64, workers=4, prefetch=2, compute_s=0.02 if quick else 0.05)
 
 
+def B4_CACHES(data_bytes):
+    """(label, disk tier size, eviction policy) of each B4 run: a cache larger than the
+    dataset, the curve at 1/4, 1/2, 3/4 of it with the default policy, and LRU at 1/2."""
+    return (("full", str(2 * data_bytes), "tinylfu"),
+            ("quarter", str(data_bytes // 4), "tinylfu"),
+            ("half", str(data_bytes // 2), "tinylfu"),
+            ("threeq", str(data_bytes * 3 // 4), "tinylfu"),
+            ("half_lru", str(data_bytes // 2), "lru"))
+
+
+B4_CURVE = (("quarter", 0.25), ("half", 0.5), ("threeq", 0.75))
+
+
+def b4_plot(R):
+    """A text plot of B4's hit ratio (epochs 2-3) against cache size, one bar per cache."""
+    lines = []
+    for label, frac in B4_CURVE + (("half_lru", 0.5),):
+        keys = [f"b4_{label}_hit_e2", f"b4_{label}_hit_e3"]
+        if not all(k in R for k in keys):
+            continue
+        h = min(statistics.median(R[k]) for k in keys)
+        name = f"{frac:.2f} of the data{' (lru)' if label.endswith('lru') else ''}"
+        lines.append(f"  {name:<22} {'#' * round(h * 50):<50} {h:.3f} (best possible {frac:.2f})")
+    return "\n".join(lines)
+
+
 def b4(ctx):
     """Training loop over B2's files, 3 epochs: synthetic (no I/O), Silt with a cache larger than
     the dataset, Silt with a cache of half the dataset. The kernel's caches are dropped before
@@ -510,8 +536,9 @@ def b4(ctx):
         ctx.add("b4_synthetic", statistics.median(e["samples_per_s"] for e in syn), "samples/s")
         # The memory tier (a copy of hot disk-tier pages) is kept well under either cache size.
         memory = str(min(64 << 20, data_bytes // 8))
-        for label, disk in (("full", str(2 * data_bytes)), ("half", str(data_bytes // 2))):
-            with ctx.silt(ctx.fresh_state(f"b4-{label}"), memory=memory, disk=disk) as s:
+        for label, disk, policy in B4_CACHES(data_bytes):
+            extra = [*ctx.silt_extra, "--eviction-policy", policy]
+            with ctx.silt(ctx.fresh_state(f"b4-{label}"), memory=memory, disk=disk, extra=extra) as s:
                 items = [(s.path(k), size) for k, size, _ in small]
                 before = {}
 
@@ -527,6 +554,9 @@ def b4(ctx):
                 for e, r in enumerate(epochs):
                     ctx.add(f"b4_{label}_e{e + 1}", r["samples_per_s"], "samples/s")
         print(f"B4 rep {rep + 1}/{ctx.reps} done", flush=True)
+    plot = b4_plot(ctx.results)
+    print("B4 hit ratio by cache size, epochs 2-3:\n" + plot, flush=True)
+    ctx.note("B4 curve", "hit ratio by cache size, epochs 2-3:\n" + plot)
 
 
 # ---------------------------------------------------------------- B5
@@ -799,6 +829,12 @@ def ratios(ctx):
         out["B4 half-cache epochs 2-3"] = stats.ratio_of_medians(
             [statistics.mean(x) for x in zip(R["b4_half_e2"], R["b4_half_e3"])], R["b4_synthetic"])
         out["B4 hit ratio"] = min(stats.median(R["b4_half_hit_e2"]), stats.median(R["b4_half_hit_e3"]))
+        for label, frac in B4_CURVE + (("half_lru", 0.5),):
+            if f"b4_{label}_hit_e2" in R:
+                out[f"B4 hit ratio, cache {label}"] = min(
+                    stats.median(R[f"b4_{label}_hit_e2"]), stats.median(R[f"b4_{label}_hit_e3"]))
+                out[f"B4 cache {label} epochs 2-3"] = stats.ratio_of_medians(
+                    [statistics.mean(x) for x in zip(R[f"b4_{label}_e2"], R[f"b4_{label}_e3"])], R["b4_synthetic"])
     r("B5", "b5_mount", "b5_tmpfs")
     r("B5 client", "b5_client", "b5_tmpfs")
     if "b5_mount_peak_rss_over_budget" in R:

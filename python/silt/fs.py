@@ -231,6 +231,11 @@ class SiltFileSystem(AbstractFileSystem):
         """For each path the fraction of it in Silt's cache (None: not a file)."""
         return self.client.residency([self._strip_protocol(p) for p in paths])
 
+    def cached_fraction(self, paths):
+        """The same as `residency`: for each path the fraction of it cached (one batched
+        question per worker)."""
+        return self.residency(paths)
+
     def prefetch(self, paths):
         """Starts loading files into the cache in the background, in the order given."""
         self.client.prefetch([self._strip_protocol(p) for p in paths])

@@ -135,6 +135,7 @@ def test_a_second_process_attaches_to_the_embedded_owner(s3, workdir):
         assert (mode, int(n), float(resident)) == ("attached", len(DATA["train/005.bin"]), 1.0)
         # ... and what it read went into the owner's cache.
         assert fs.residency(["/data/train/005.bin"]) == [1.0]
+        assert fs.cached_fraction(["/data/train/005.bin", "/data/train"]) == [1.0, None]
     finally:
         fs.close()
 
