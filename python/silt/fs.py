@@ -240,6 +240,23 @@ class SiltFileSystem(AbstractFileSystem):
         """Starts loading files into the cache in the background, in the order given."""
         self.client.prefetch([self._strip_protocol(p) for p in paths])
 
+    def pin(self, path):
+        """Keeps the files at or below ``path`` cached (loaded now, never evicted); refused
+        when they would not fit. Embedded clients; elsewhere ``silt fs pin`` on the owner."""
+        return self.client.pin(self._strip_protocol(path))
+
+    def unpin(self, path):
+        """Lets the files at or below ``path`` be evicted again; how many were pinned."""
+        return self.client.unpin(self._strip_protocol(path))
+
+    def free(self, path):
+        """Drops the cached pages (and pins) of the files at or below ``path`` now."""
+        return self.client.free(self._strip_protocol(path))
+
+    def cache_usage(self, path):
+        """{files, bytes, cached_bytes, pinned_bytes} of the files at or below ``path``."""
+        return self.client.cache_usage(self._strip_protocol(path))
+
     def load(self, path):
         """Loads every file at or below ``path`` into the cache and waits: (files, bytes)."""
         return self.client.load(self._strip_protocol(path))

@@ -92,6 +92,27 @@ def test_embedded_reads_writes_and_lists(s3, workdir):
         fs.close()
 
 
+def test_pin_free_and_cache_usage(s3, workdir):
+    fill(s3)
+    fs = embedded(s3, workdir)
+    try:
+        size = len(DATA["train/003.bin"])
+        u = fs.pin("/data/train/003.bin")
+        assert (u["files"], u["cached_bytes"], u["pinned_bytes"]) == (1, size, size)
+        total = sum(len(d) for d in DATA.values())
+        u = fs.cache_usage("/data/train")
+        assert (u["files"], u["bytes"], u["pinned_bytes"]) == (len(DATA), total, size)
+        assert fs.cached_fraction(["/data/train/003.bin"]) == [1.0]
+        assert fs.free("/data/train/003.bin")["cached_bytes"] == size
+        assert fs.cached_fraction(["/data/train/003.bin"]) == [0.0]
+        assert fs.cache_usage("/data/train/003.bin")["pinned_bytes"] == 0
+        assert fs.unpin("/data/train") == 0
+        with pytest.raises(FileNotFoundError):
+            fs.pin("/data/nope")
+    finally:
+        fs.close()
+
+
 def test_fsspec_url_and_entry_point(s3, workdir):
     fill(s3)
     fs = embedded(s3, workdir)
@@ -187,6 +208,9 @@ def test_attach_to_silt_up_shares_its_cache_and_reads_cached_files_locally(s3, w
         assert r.read(at - 100, 4 << 20) == big[at - 100 : at - 100 + (4 << 20)]
         assert not r.is_local
         check_all(fs)
+        # The owner's cache is not this client's to pin.
+        with pytest.raises(ValueError, match="silt fs pin"):
+            fs.pin("/data/big.bin")
         # A write through the SDK is seen through the mount.
         fs.pipe_file("/data/sdk.txt", b"from python")
         with open(os.path.join(mnt, "data", "sdk.txt"), "rb") as f:

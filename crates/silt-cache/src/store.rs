@@ -183,6 +183,9 @@ struct State {
     pins: HashMap<ObjectId, u32>,
     /// Objects being loaded on request (`silt load`): admitted without the frequency test.
     preferred: HashMap<ObjectId, u32>,
+    /// Objects the user pinned (`silt fs pin`), with their sizes: never evicted, always
+    /// admitted; together at most the disk tiers' high watermarks.
+    user_pins: HashMap<ObjectId, u64>,
     /// How often each page was read lately, for admission to full tiers.
     sketch: FrequencySketch,
     counters: Counters,
@@ -620,7 +623,7 @@ impl State {
     /// or disk tier `t` (asked only when the tier is full): per its policy, from how often
     /// each was read lately. Refusals are counted.
     fn admits(&mut self, tier: Option<usize>, id: ObjectId, index: u32) -> bool {
-        if self.preferred.contains_key(&id) {
+        if self.preferred.contains_key(&id) || self.user_pins.contains_key(&id) {
             return true;
         }
         let policy = match tier {
@@ -649,10 +652,10 @@ impl State {
     // ---- disk tiers ----
 
     fn is_pinned(&self, key: PolicyKey) -> bool {
-        !self.pins.is_empty()
-            && self
-                .slot(key_slot(key))
-                .is_some_and(|s| self.pins.contains_key(&s.id))
+        (!self.pins.is_empty() || !self.user_pins.is_empty())
+            && self.slot(key_slot(key)).is_some_and(|s| {
+                self.pins.contains_key(&s.id) || self.user_pins.contains_key(&s.id)
+            })
     }
 
     /// Evicts per the watermarks so that `len` more bytes fit; whether they fit the quota.
@@ -1275,6 +1278,7 @@ impl PageStore {
             disks: Vec::with_capacity(cfg.disk_tiers.len()),
             pins: HashMap::new(),
             preferred: HashMap::new(),
+            user_pins: HashMap::new(),
             sketch: FrequencySketch::new(
                 (cfg.memory_capacity + cfg.disk_tiers.iter().map(|d| d.quota).sum::<u64>())
                     / cfg.page_size.max(1),
@@ -1624,6 +1628,52 @@ impl PageStore {
         PinGuard::take(&self.shared, object, |st| &mut st.pins)
     }
 
+    /// Pins the objects `(id, size)` until [`PageStore::unpin_user`]: their disk pages are
+    /// never evicted and always admitted. Refused, pinning nothing, when the pinned total
+    /// would pass the disk tiers' high watermarks (or there is no disk tier): then eviction
+    /// could not keep its quotas. Already pinned objects are not counted twice.
+    pub fn pin_user(&self, objects: &[(ObjectId, u64)]) -> Result<()> {
+        let mut st = self.shared.state.lock();
+        let room: u64 = st.disks.iter().map(|d| mark(d.quota, st.high)).sum();
+        let adding: u64 = objects
+            .iter()
+            .filter(|(id, _)| !st.user_pins.contains_key(id))
+            .map(|(_, size)| *size)
+            .sum();
+        let pinned: u64 = st.user_pins.values().sum();
+        if pinned + adding > room {
+            return Err(Error::invalid(format!(
+                "pinning {adding} more bytes would pin {} in all, more than the disk tiers \
+                 can hold ({room} bytes up to their high watermarks); unpin something or \
+                 pin less",
+                pinned + adding
+            )));
+        }
+        for &(id, size) in objects {
+            st.user_pins.insert(id, size);
+        }
+        Ok(())
+    }
+
+    /// Unpins the objects; how many were pinned.
+    pub fn unpin_user(&self, objects: &[ObjectId]) -> usize {
+        let mut st = self.shared.state.lock();
+        objects
+            .iter()
+            .filter(|id| st.user_pins.remove(id).is_some())
+            .count()
+    }
+
+    /// Whether the user pinned the object.
+    pub fn is_user_pinned(&self, object: ObjectId) -> bool {
+        self.shared.state.lock().user_pins.contains_key(&object)
+    }
+
+    /// Bytes of the objects the user pinned (cached or not yet).
+    pub fn user_pinned_bytes(&self) -> u64 {
+        self.shared.state.lock().user_pins.values().sum()
+    }
+
     /// While the returned guard lives, pages of the object are cached even in a full tier
     /// whose policy would refuse them (an explicit load: the user asked for these bytes).
     pub fn prefer(&self, object: ObjectId) -> PinGuard {
@@ -1643,7 +1693,10 @@ impl PageStore {
 
     /// Drops every page of the object from every tier and deletes its data file.
     pub fn remove_object(&self, object: ObjectId) {
-        self.shared.state.lock().remove_object(object);
+        let mut st = self.shared.state.lock();
+        // A version gone from the cache keeps no pin (it could never be read again).
+        st.user_pins.remove(&object);
+        st.remove_object(object);
     }
 
     pub fn stats(&self) -> PageStoreStats {

@@ -32,7 +32,7 @@ use parking_lot::{Mutex, RwLock};
 use silt_common::metrics;
 use silt_common::sync::{SyncPolicy, SyncRules};
 use silt_common::write::{WriteRules, WriteType};
-use silt_common::{Error, ErrorKind, Result};
+use silt_common::{Error, ErrorKind, ObjectId, Result};
 use silt_ufs::{EntryKind, ObjectMeta};
 use silt_worker::{BackingSource, HeldFile, ObjectRef, ReadSource, Worker};
 
@@ -172,6 +172,17 @@ pub struct LoadProgress {
     pub bytes_done: u64,
     /// Bytes that were already cached (skipped).
     pub bytes_cached: u64,
+}
+
+/// How much of a path is in this process's cache (`Client::cache_usage`, `pin`, `free`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CacheUsage {
+    pub files: u64,
+    pub bytes: u64,
+    /// Bytes whose pages are cached in some tier.
+    pub cached_bytes: u64,
+    /// Bytes of files the user pinned.
+    pub pinned_bytes: u64,
 }
 
 /// What `sync` or `invalidate` found, for the CLI.
@@ -1150,6 +1161,67 @@ impl Client {
 
     /// Preloads every file below `path` into the cache, pages from many files in flight at
     /// once (never one job per file). Already cached pages are skipped, so a rerun resumes.
+    /// How much of the files at or below `path` is cached here, and pinned.
+    pub async fn cache_usage(&self, path: &str) -> Result<CacheUsage> {
+        let files = self.walk_files(path).await?;
+        let store = self.worker.page_store();
+        let ps = self.worker.page_size();
+        let mut u = CacheUsage::default();
+        for f in &files {
+            u.files += 1;
+            u.bytes += f.size;
+            let Some(obj) = &f.object else { continue };
+            if store.is_user_pinned(obj.id) {
+                u.pinned_bytes += f.size;
+            }
+            for i in 0..f.size.div_ceil(ps) {
+                if store.contains(&silt_common::PageKey::new(obj.id, i)) {
+                    u.cached_bytes += ps.min(f.size - i * ps);
+                }
+            }
+        }
+        Ok(u)
+    }
+
+    /// Pins every file at or below `path` in this process's cache (their pages are never
+    /// evicted), then loads them. Refused as a whole, pinning nothing, when they would not
+    /// fit the disk tiers (see `PageStore::pin_user`).
+    pub async fn pin(&self, path: &str) -> Result<CacheUsage> {
+        let files = self.walk_files(path).await?;
+        let objects: Vec<(ObjectId, u64)> = files
+            .iter()
+            .filter_map(|f| f.object.as_ref().map(|o| (o.id, o.size())))
+            .collect();
+        self.worker
+            .page_store()
+            .pin_user(&objects)
+            .map_err(|e| e.context(path))?;
+        self.load(path, |_| {}).await?;
+        self.cache_usage(path).await
+    }
+
+    /// Unpins every file at or below `path`; how many were pinned.
+    pub async fn unpin(&self, path: &str) -> Result<u64> {
+        let files = self.walk_files(path).await?;
+        let ids: Vec<ObjectId> = files
+            .iter()
+            .filter_map(|f| f.object.as_ref().map(|o| o.id))
+            .collect();
+        Ok(self.worker.page_store().unpin_user(&ids) as u64)
+    }
+
+    /// Drops the cached pages (and pins) of every file at or below `path` now, here and on
+    /// the workers that hold them; what was cached before.
+    pub async fn free(&self, path: &str) -> Result<CacheUsage> {
+        let before = self.cache_usage(path).await?;
+        for f in self.walk_files(path).await? {
+            if let Some(obj) = &f.object {
+                self.worker.forget_object(obj);
+            }
+        }
+        Ok(before)
+    }
+
     pub async fn load(
         &self,
         path: &str,

@@ -623,6 +623,42 @@ impl PyClient {
         Ok(())
     }
 
+    /// Pins the files at or below `path` (loaded, never evicted): a dict of files, bytes,
+    /// cached_bytes, pinned_bytes. Embedded clients only: an attached or cluster client's
+    /// cache belongs to its owner or workers (`silt fs pin` there).
+    fn pin<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
+        let inner = self.own_cache("pin")?;
+        let u = py
+            .detach(|| inner.block_on(inner.node.client.pin(path)))
+            .map_err(py_err)?;
+        usage_dict(py, &u)
+    }
+
+    /// Unpins the files at or below `path`; how many were pinned.
+    fn unpin(&self, py: Python<'_>, path: &str) -> PyResult<u64> {
+        let inner = self.own_cache("unpin")?;
+        py.detach(|| inner.block_on(inner.node.client.unpin(path)))
+            .map_err(py_err)
+    }
+
+    /// Drops the cached pages (and pins) of the files at or below `path`: what was cached.
+    fn free<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
+        let inner = self.own_cache("free")?;
+        let u = py
+            .detach(|| inner.block_on(inner.node.client.free(path)))
+            .map_err(py_err)?;
+        usage_dict(py, &u)
+    }
+
+    /// How much of the files at or below `path` this client's cache holds, and pins.
+    fn cache_usage<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
+        let inner = self.get()?;
+        let u = py
+            .detach(|| inner.block_on(inner.node.client.cache_usage(path)))
+            .map_err(py_err)?;
+        usage_dict(py, &u)
+    }
+
     /// Loads every file at or below `path` into the cache and waits: (files, bytes).
     fn load(&self, py: Python<'_>, path: &str) -> PyResult<(u64, u64)> {
         let inner = self.get()?;
@@ -640,6 +676,30 @@ impl PyClient {
         d.set_item("misses", s.misses)?;
         d.set_item("bytes_cached", s.tiers.iter().map(|t| t.used).sum::<u64>())?;
         Ok(d)
+    }
+}
+
+fn usage_dict<'py>(py: Python<'py>, u: &silt_client::CacheUsage) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("files", u.files)?;
+    d.set_item("bytes", u.bytes)?;
+    d.set_item("cached_bytes", u.cached_bytes)?;
+    d.set_item("pinned_bytes", u.pinned_bytes)?;
+    Ok(d)
+}
+
+impl PyClient {
+    /// The client, if the cache it would change is its own (embedded).
+    fn own_cache(&self, what: &str) -> PyResult<Arc<Inner>> {
+        let inner = self.get()?;
+        if inner.mode != "embedded" {
+            return Err(PyValueError::new_err(format!(
+                "{what}: this {} client's cache belongs to {}; run `silt fs {what}` there",
+                inner.mode,
+                inner.owner_dir.display()
+            )));
+        }
+        Ok(inner)
     }
 }
 

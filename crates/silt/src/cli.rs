@@ -145,6 +145,24 @@ fn command() -> Command {
                         .args(state_args()),
                 )
                 .subcommand(
+                    Command::new("pin")
+                        .about("Keep the files at or below PATH cached: load them, and never evict them (refused if they would not fit the disk tiers)")
+                        .arg(path_arg())
+                        .args(state_args()),
+                )
+                .subcommand(
+                    Command::new("unpin")
+                        .about("Let the files at or below PATH be evicted again")
+                        .arg(path_arg())
+                        .args(state_args()),
+                )
+                .subcommand(
+                    Command::new("free")
+                        .about("Drop the cached pages (and pins) of the files at or below PATH now; metadata stays")
+                        .arg(path_arg())
+                        .args(state_args()),
+                )
+                .subcommand(
                     Command::new("invalidate")
                         .about("Drop cached metadata and data of PATH and everything below it")
                         .arg(path_arg())

@@ -108,6 +108,9 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
                 if let Ok(info) = d.client.policy_info(&req.path) {
                     v["sync"] = json!(info);
                 }
+                if let Ok(usage) = d.client.cache_usage(&req.path).await {
+                    v["cache"] = json!(usage);
+                }
                 write_json(&mut s, &v).await
             }
             Err(e) => return write_error(&mut s, &e).await,
@@ -116,6 +119,18 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
             let r = d.client.sync(&req.path, req.recursive).await;
             return answer_after_kernel(&mut s, d, r).await;
         }
+        "pin" => match d.client.pin(&req.path).await {
+            Ok(u) => write_json(&mut s, &json!(u)).await,
+            Err(e) => return write_error(&mut s, &e).await,
+        },
+        "unpin" => match d.client.unpin(&req.path).await {
+            Ok(n) => write_json(&mut s, &json!({"unpinned": n})).await,
+            Err(e) => return write_error(&mut s, &e).await,
+        },
+        "free" => match d.client.free(&req.path).await {
+            Ok(u) => write_json(&mut s, &json!(u)).await,
+            Err(e) => return write_error(&mut s, &e).await,
+        },
         "invalidate" => {
             let r = d.client.invalidate(&req.path).await;
             return answer_after_kernel(&mut s, d, r).await;
@@ -503,6 +518,24 @@ pub fn fs_command(state_dir: &Path, op: &str, path: &str) -> Result<ExitCode> {
                 out.flush()?;
                 Ok::<_, anyhow::Error>(())
             })?;
+        }
+        "pin" => {
+            let v = one_json(state_dir, Request::new("pin", path))?;
+            println!(
+                "pinned {path}: {} files, {} bytes pinned, {} bytes cached",
+                v["files"], v["pinned_bytes"], v["cached_bytes"]
+            );
+        }
+        "unpin" => {
+            let v = one_json(state_dir, Request::new("unpin", path))?;
+            println!("unpinned {path}: {} files", v["unpinned"]);
+        }
+        "free" => {
+            let v = one_json(state_dir, Request::new("free", path))?;
+            println!(
+                "freed {path}: {} files, {} cached bytes dropped",
+                v["files"], v["cached_bytes"]
+            );
         }
         other => bail!("unknown fs command {other}"),
     }

@@ -563,3 +563,84 @@ fn second_open_of_a_file_cached_while_open_succeeds() {
     }
     silt.stop();
 }
+
+/// `silt fs pin`: a pinned file stays cached through a scan many times the cache's size; a
+/// pin larger than the disk tier is refused whole; `silt fs free` drops the pages now and
+/// `silt fs stat` says how much is cached and pinned.
+#[test]
+fn pinned_files_survive_a_scan_and_free_drops_them() {
+    let backend = Backend::local();
+    let keep: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 251) as u8).collect();
+    backend.put("keep/model.bin", &keep);
+    // 48 MiB of scan files against an 8 MiB disk tier and a 2 MiB memory tier.
+    let scan: Vec<(String, Vec<u8>)> = (0..24)
+        .map(|i| (format!("scan/{i:02}.bin"), vec![i as u8; 2 << 20]))
+        .collect();
+    backend.put_many(&scan);
+    let dir = tempfile::tempdir().unwrap();
+    let tier = format!("{}:8MiB", dir.path().join("tier").display());
+    let silt = up(
+        &backend,
+        // LRU: the pin, not the admission policy, must be what keeps the file.
+        &[
+            "--disk-tiers",
+            &tier,
+            "--memory-capacity",
+            "2MiB",
+            "--eviction-policy",
+            "lru",
+        ],
+        dir.path(),
+    );
+    let stat = |p: &str| {
+        let o = silt.cli(&["fs", "stat", p]);
+        assert!(o.status.success(), "stat: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (
+            v["cache"]["cached_bytes"].as_u64().unwrap(),
+            v["cache"]["pinned_bytes"].as_u64().unwrap(),
+        )
+    };
+    let o = silt.cli(&["fs", "pin", "/data/keep"]);
+    assert!(o.status.success(), "pin: {}", stderr(&o));
+    assert_eq!(stat("/data/keep"), (keep.len() as u64, keep.len() as u64));
+    // Everything would be 51 MiB: refused, with a message, and nothing more is pinned.
+    let o = silt.cli(&["fs", "pin", "/data"]);
+    assert!(
+        !o.status.success(),
+        "a pin larger than the cache was accepted"
+    );
+    assert!(
+        stderr(&o).contains("more than the disk tiers can hold"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stat("/data/scan").1, 0);
+    // Read the scan files twice over (12 × the disk tier).
+    for _ in 0..2 {
+        for (p, b) in &scan {
+            assert!(std::fs::read(silt.path(&format!("data/{p}"))).unwrap() == *b);
+        }
+    }
+    assert_eq!(
+        stat("/data/keep"),
+        (keep.len() as u64, keep.len() as u64),
+        "the pinned file was evicted by the scan"
+    );
+    let fetched = silt.metric("silt_ufs_read_bytes_total");
+    assert!(std::fs::read(silt.path("data/keep/model.bin")).unwrap() == keep);
+    assert_eq!(
+        silt.metric("silt_ufs_read_bytes_total"),
+        fetched,
+        "refetched a pinned file"
+    );
+    // free: the pages go now, and the pin with them.
+    let o = silt.cli(&["fs", "free", "/data/keep"]);
+    assert!(o.status.success(), "free: {}", stderr(&o));
+    assert_eq!(stat("/data/keep"), (0, 0));
+    // unpin of what is not pinned is fine and says so.
+    let o = silt.cli(&["fs", "unpin", "/data/keep"]);
+    assert!(o.status.success(), "unpin: {}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("0 files"));
+    silt.stop();
+}
