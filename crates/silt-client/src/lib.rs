@@ -1225,6 +1225,17 @@ impl Client {
     pub async fn load(
         &self,
         path: &str,
+        progress: impl FnMut(&LoadProgress),
+    ) -> Result<LoadProgress> {
+        self.load_bounded(path, self.opts.fetch_concurrency, progress)
+            .await
+    }
+
+    /// `load` with at most `concurrency` fetches in flight.
+    pub async fn load_bounded(
+        &self,
+        path: &str,
+        concurrency: usize,
         mut progress: impl FnMut(&LoadProgress),
     ) -> Result<LoadProgress> {
         let files = self.walk_files(path).await?;
@@ -1277,7 +1288,7 @@ impl Client {
                         .map_err(|e| e.context(&obj.meta.path))
                 }
             })
-            .buffer_unordered(self.opts.fetch_concurrency.max(1));
+            .buffer_unordered(concurrency.max(1));
         while let Some(r) = results.next().await {
             let (pages, bytes) = r?;
             p.bytes_done += bytes;

@@ -190,8 +190,21 @@ fn command() -> Command {
         )
         .subcommand(
             Command::new("load")
-                .about("Preload a path into the cache, with progress")
-                .arg(path_arg())
+                .about("Preload paths into the cache, with progress (throughput, ETA); a rerun skips what is cached, so an interrupted load resumes")
+                .arg(path_arg().required(false).required_unless_present("from_file"))
+                .arg(
+                    Arg::new("from_file")
+                        .long("from-file")
+                        .value_name("FILE")
+                        .help("Also load every path listed in FILE, one per line (blank lines and lines starting with # are skipped)"),
+                )
+                .arg(
+                    Arg::new("concurrency")
+                        .long("concurrency")
+                        .value_name("N")
+                        .value_parser(clap::value_parser!(u32).range(1..=1024))
+                        .help("Fetches in flight at once (default: fetch_concurrency of the running Silt)"),
+                )
                 .args(state_args()),
         )
         .subcommand(
@@ -341,8 +354,21 @@ pub fn run() -> Result<ExitCode> {
             }
         }
         Some(("load", m)) => {
-            let path = m.get_one::<String>("path").cloned().unwrap_or_default();
-            control::load(&state_dir(m)?, &path)
+            let mut paths: Vec<String> = m.get_one::<String>("path").cloned().into_iter().collect();
+            if let Some(f) = m.get_one::<String>("from_file") {
+                let text = std::fs::read_to_string(f).with_context(|| format!("reading {f}"))?;
+                paths.extend(
+                    text.lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                        .map(str::to_string),
+                );
+                if paths.is_empty() {
+                    bail!("{f} lists no path to load");
+                }
+            }
+            let concurrency = m.get_one::<u32>("concurrency").map(|&n| n as usize);
+            control::load(&state_dir(m)?, &paths, concurrency)
         }
         Some(("report", m)) => control::report(&state_dir(m)?, m.get_flag("json")),
         Some(("memory", m)) => {

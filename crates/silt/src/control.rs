@@ -56,6 +56,11 @@ struct Request {
     write_memory: Option<u64>,
     #[serde(default)]
     cache_memory: Option<u64>,
+    /// `load`: more paths after `path`, and a bound on fetches in flight.
+    #[serde(default)]
+    paths: Vec<String>,
+    #[serde(default)]
+    concurrency: Option<usize>,
 }
 
 impl Request {
@@ -68,6 +73,8 @@ impl Request {
             policy: None,
             write_memory: None,
             cache_memory: None,
+            paths: Vec::new(),
+            concurrency: None,
         }
     }
 }
@@ -174,7 +181,15 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
             }
             write_json(&mut s, &memory_json(d)).await
         }
-        "load" => return load_stream(&mut s, d, &req.path).await,
+        "load" => {
+            let mut paths = vec![req.path.clone()];
+            paths.extend(req.paths.iter().cloned());
+            let concurrency = req
+                .concurrency
+                .filter(|n| (1..=1024).contains(n))
+                .unwrap_or(d.config.fetch_concurrency);
+            return load_stream(&mut s, d, paths, concurrency).await;
+        }
         "down" => {
             d.shutdown.notify_one();
             Ok(())
@@ -230,31 +245,42 @@ async fn cat(s: &mut UnixStream, d: &Daemon, path: &str) -> silt_common::Result<
     write_frame(s, FrameKind::End, &[]).await
 }
 
-async fn load_stream(s: &mut UnixStream, d: &Daemon, path: &str) -> silt_common::Result<()> {
+async fn load_stream(
+    s: &mut UnixStream,
+    d: &Daemon,
+    paths: Vec<String>,
+    concurrency: usize,
+) -> silt_common::Result<()> {
     let started = Instant::now();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
     let client = d.client.clone();
     let cluster = d.cluster.clone();
-    let concurrency = d.config.fetch_concurrency;
-    let path = path.to_string();
     let job = tokio::spawn(async move {
         let mut last = Instant::now() - Duration::from_secs(1);
-        let progress = |p: &silt_client::LoadProgress| {
-            // At most ten progress frames a second.
-            if last.elapsed() >= Duration::from_millis(100) || p.pages_done == p.pages_total {
-                last = Instant::now();
-                let _ = tx.send(json!({"progress": {
-                        "files_total": p.files_total, "bytes_total": p.bytes_total,
-                        "pages_done": p.pages_done, "pages_total": p.pages_total,
-                        "bytes_done": p.bytes_done, "bytes_cached": p.bytes_cached}}));
-            }
-        };
-        match cluster {
-            Some(router) => {
-                crate::cluster::load(&client, &router, &path, concurrency, progress).await
-            }
-            None => client.load(&path, progress).await,
+        // The paths one after another; progress is the sum over those begun so far.
+        let mut sum = silt_client::LoadProgress::default();
+        for path in &paths {
+            let base = sum.clone();
+            let progress = |p: &silt_client::LoadProgress| {
+                let t = add_progress(&base, p);
+                // At most ten progress frames a second.
+                if last.elapsed() >= Duration::from_millis(100) || p.pages_done == p.pages_total {
+                    last = Instant::now();
+                    let _ = tx.send(json!({"progress": {
+                            "files_total": t.files_total, "bytes_total": t.bytes_total,
+                            "pages_done": t.pages_done, "pages_total": t.pages_total,
+                            "bytes_done": t.bytes_done, "bytes_cached": t.bytes_cached}}));
+                }
+            };
+            let p = match &cluster {
+                Some(router) => {
+                    crate::cluster::load(&client, router, path, concurrency, progress).await
+                }
+                None => client.load_bounded(path, concurrency, progress).await,
+            }?;
+            sum = add_progress(&base, &p);
         }
+        Ok::<_, Error>(sum)
     });
     while let Some(v) = rx.recv().await {
         write_json(s, &v).await?;
@@ -271,6 +297,20 @@ async fn load_stream(s: &mut UnixStream, d: &Daemon, path: &str) -> silt_common:
         }
         Ok(Err(e)) => write_error(s, &e).await,
         Err(e) => write_error(s, &Error::internal(format!("load task failed: {e}"))).await,
+    }
+}
+
+fn add_progress(
+    a: &silt_client::LoadProgress,
+    b: &silt_client::LoadProgress,
+) -> silt_client::LoadProgress {
+    silt_client::LoadProgress {
+        files_total: a.files_total + b.files_total,
+        bytes_total: a.bytes_total + b.bytes_total,
+        pages_done: a.pages_done + b.pages_done,
+        pages_total: a.pages_total + b.pages_total,
+        bytes_done: a.bytes_done + b.bytes_done,
+        bytes_cached: a.bytes_cached + b.bytes_cached,
     }
 }
 
@@ -709,17 +749,23 @@ pub fn sync_policy(state_dir: &Path, path: &str, policy: Option<&str>) -> Result
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn load(state_dir: &Path, path: &str) -> Result<ExitCode> {
+pub fn load(state_dir: &Path, paths: &[String], concurrency: Option<usize>) -> Result<ExitCode> {
+    let (first, rest) = paths.split_first().context("no path to load")?;
+    let req = Request {
+        paths: rest.to_vec(),
+        concurrency,
+        ..Request::new("load", first)
+    };
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+            "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}",
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let mut done = Value::Null;
     client_rt()?.block_on(async {
-        let mut s = connect(state_dir, Request::new("load", path)).await?;
+        let mut s = connect(state_dir, req).await?;
         drain(
             &mut s,
             |v| {

@@ -644,3 +644,72 @@ fn pinned_files_survive_a_scan_and_free_drops_them() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("0 files"));
     silt.stop();
 }
+
+/// `silt load --from-file` resumes after a crash: what the killed daemon had cached (its disk
+/// tier survives SIGKILL) is skipped, and only the rest is fetched. Bad lists are refused.
+#[test]
+fn load_from_a_file_list_resumes_after_sigkill() {
+    let backend = Backend::local();
+    let a: Vec<(String, Vec<u8>)> = (0..6)
+        .map(|i| (format!("a/{i}.bin"), bytes(i, 700_000)))
+        .collect();
+    let b: Vec<(String, Vec<u8>)> = (0..4)
+        .map(|i| (format!("b/{i}.bin"), bytes(100 + i, 900_000)))
+        .collect();
+    backend.put_many(&a);
+    backend.put_many(&b);
+    let size = |f: &[(String, Vec<u8>)]| f.iter().map(|(_, d)| d.len() as u64).sum::<u64>();
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("list.txt");
+    std::fs::write(&list, "# the dataset\n/data/a\n\n/data/b/0.bin\n/data/b\n").unwrap();
+    let list = list.to_str().unwrap();
+
+    let mut silt = up(&backend, &[], dir.path());
+    let o = silt.cli(&["load", "/data/a", "--concurrency", "2"]);
+    assert!(o.status.success(), "load a: {}", stderr(&o));
+    assert_eq!(silt.metric("silt_ufs_read_bytes_total"), size(&a));
+    silt.crash();
+
+    let silt = Silt::restart(
+        &[("/data", &backend.uri())],
+        &backend
+            .args()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        dir.path(),
+    );
+    let o = silt.cli(&["load", "--from-file", list]);
+    assert!(o.status.success(), "load --from-file: {}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("loaded 11 files"), "{out}");
+    // Only b was fetched (b/0.bin once, although listed twice).
+    assert_eq!(silt.metric("silt_ufs_read_bytes_total"), size(&b), "{out}");
+    for (p, d) in a.iter().chain(&b) {
+        assert!(
+            std::fs::read(silt.path(&format!("data/{p}"))).unwrap() == *d,
+            "{p}"
+        );
+    }
+    assert_eq!(silt.metric("silt_ufs_read_bytes_total"), size(&b));
+
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "# nothing\n\n").unwrap();
+    for (args, says) in [
+        (
+            vec!["load", "--from-file", empty.to_str().unwrap()],
+            "lists no path",
+        ),
+        (
+            vec!["load", "--from-file", "/nonexistent/list"],
+            "reading /nonexistent/list",
+        ),
+        (vec!["load", "/data/a", "--concurrency", "0"], "concurrency"),
+        (vec!["load", "/data/missing"], "no such file"),
+    ] {
+        let o = silt.cli(&args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+    silt.stop();
+}
