@@ -70,6 +70,9 @@ pub struct ClientOptions {
     pub lookup_lists_parent: bool,
     pub prefetch_max: u64,
     pub fetch_concurrency: usize,
+    /// Longest time a file's cached pages are served, per namespace prefix (longest prefix
+    /// wins); counted from the first open of the version by this client.
+    pub cache_ttl: Vec<(String, Duration)>,
     /// Time source of metadata ages (a manual clock in tests).
     pub clock: Clock,
 }
@@ -84,6 +87,7 @@ impl ClientOptions {
             lookup_lists_parent: cfg.lookup_lists_parent,
             prefetch_max: cfg.prefetch_max,
             fetch_concurrency: cfg.fetch_concurrency,
+            cache_ttl: cfg.cache_ttl_rules.clone(),
             clock: Clock::system(),
         }
     }
@@ -282,6 +286,8 @@ pub struct Client {
     snapshot_saves: Mutex<bool>,
     /// Directory times moved by changes through this client (`attrs.rs`).
     dir_times: attrs::DirTimes,
+    /// When each version under a `cache_ttl` prefix was first opened here.
+    ttl_since: Mutex<std::collections::HashMap<ObjectId, std::time::Instant>>,
 }
 
 /// The namespace path of a store path `rel` under a mount at `mount_path`.
@@ -354,6 +360,33 @@ impl Client {
             writes: write::Writes::read_only(clock),
             snapshot_saves: Mutex::new(false),
             dir_times: Default::default(),
+            ttl_since: Mutex::new(Default::default()),
+        }
+    }
+
+    /// The cache TTL of a namespace path, if a `cache_ttl` prefix covers it.
+    fn cache_ttl_of(&self, path: &str) -> Option<Duration> {
+        self.opts
+            .cache_ttl
+            .iter()
+            .filter(|(prefix, _)| is_at_or_under(path, prefix))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map(|(_, ttl)| *ttl)
+    }
+
+    /// Drops the cached pages of `obj` (here and on the workers) once they have been served
+    /// longer than the TTL of `path`, so the next read fetches them again.
+    fn expire_cached(&self, path: &str, obj: &Arc<ObjectRef>) {
+        let Some(ttl) = self.cache_ttl_of(path) else {
+            return;
+        };
+        let now = self.opts.clock.now();
+        let mut since = self.ttl_since.lock();
+        let first = *since.entry(obj.id).or_insert(now);
+        if now.saturating_duration_since(first) > ttl {
+            since.insert(obj.id, now);
+            drop(since);
+            self.worker.forget_object(obj);
         }
     }
 
@@ -999,6 +1032,9 @@ impl Client {
         } else {
             None
         };
+        if resident.is_none() {
+            self.expire_cached(&entry.path, &obj);
+        }
         Ok(OpenFile {
             entry,
             obj,

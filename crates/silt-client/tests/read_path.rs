@@ -334,3 +334,57 @@ async fn a_corrupt_disk_page_is_refetched_not_served() {
         "and fetched again from the store"
     );
 }
+
+/// `cache_ttl`: pages of a file under a TTL prefix are served for at most the TTL from the
+/// first open, then fetched again; elsewhere they stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_ttl_refetches_after_the_ttl_only_under_its_prefix() {
+    let mem = Arc::new(MemStore::new("mem://ttl"));
+    mem.put("tmp/x", data(PS as usize)).unwrap();
+    mem.put("keep/y", data(PS as usize)).unwrap();
+    let store: DynStore = mem.clone();
+    let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(PS, 1 << 20)).unwrap());
+    let worker = Arc::new(Worker::new(
+        pages,
+        &WorkerOptions {
+            fetch_concurrency: 4,
+            buffer_memory: 1 << 20,
+            request_size: PS,
+        },
+        tokio::runtime::Handle::current(),
+    ));
+    let ns = Namespace::new(vec![MountPoint {
+        path: "/d".into(),
+        store,
+    }])
+    .unwrap();
+    let clock = silt_client::Clock::manual();
+    let opts = ClientOptions {
+        cache_ttl: vec![("/d/tmp".into(), Duration::from_secs(60))],
+        clock: clock.clone(),
+        ..ClientOptions::from_config(&Config::default())
+    };
+    let client = Client::new(ns, worker, opts, tokio::runtime::Handle::current());
+    let read_all = |path: &'static str| {
+        let client = &client;
+        async move {
+            let f = client.open(path).await.unwrap();
+            assert_eq!(client.read(&f, 0, PS).await.unwrap().len(), PS as usize);
+        }
+    };
+    let fetches = || mem.requests();
+    read_all("/d/tmp/x").await;
+    read_all("/d/keep/y").await;
+    let cold = fetches();
+    clock.advance(Duration::from_secs(59));
+    read_all("/d/tmp/x").await;
+    read_all("/d/keep/y").await;
+    assert_eq!(fetches(), cold, "refetched within the TTL");
+    clock.advance(Duration::from_secs(2));
+    read_all("/d/tmp/x").await;
+    read_all("/d/keep/y").await;
+    assert_eq!(fetches(), cold + 1, "only the TTL'd file is fetched again");
+    // The TTL starts over from that fetch.
+    read_all("/d/tmp/x").await;
+    assert_eq!(fetches(), cold + 1);
+}

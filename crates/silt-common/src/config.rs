@@ -34,6 +34,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "low_watermark", default: "0.85", help: "Fraction of a tier's quota eviction brings usage down to." },
     OptionSpec { name: "eviction_policy", default: "tinylfu", help: "Page admission and eviction: `tinylfu` (LRU order; a full tier takes a page only if it was read more often lately than the page it would evict, so a working set larger than the cache keeps a stable resident part and a scan cannot flush a hot set) or `lru` (always admit, evict the least recently used)." },
     OptionSpec { name: "sync_policy", default: "interval=1h", help: "When cached metadata (stats, listings) is revalidated against the under-store: `never` (immutable data sets), `interval=D` (on access once older than D), `always` (every open, stat and directory read asks the store). Promises in docs/SEMANTICS.md." },
+    OptionSpec { name: "cache_ttl_rules", default: "", help: "Longest time cached pages are served per namespace prefix, PATH=DURATION comma-separated (e.g. /data/tmp=1h): a file opened once its version was first opened longer ago is fetched again. Counted per client process from the first open." },
     OptionSpec { name: "sync_rules", default: "", help: "Sync policy per namespace prefix, PATH=POLICY comma-separated (e.g. /data/imagenet=never,/data/logs=always); the longest prefix wins, other paths use `sync_policy`." },
     OptionSpec { name: "negative_ttl", default: "10s", help: "How long a \"no such file\" answer from the store is trusted (never longer than the path's sync policy)." },
     OptionSpec { name: "bulk_list_max", default: "100000", help: "Load a directory tree with one recursive listing of the store (on S3 split by subdirectory, listed side by side) when it has at most this many entries; a bigger tree is listed a directory at a time. 0 disables bulk listing." },
@@ -124,6 +125,7 @@ pub struct Config {
     pub eviction_policy: String,
     pub sync_policy: SyncPolicy,
     pub sync_rules: Vec<SyncRule>,
+    pub cache_ttl_rules: Vec<(String, Duration)>,
     pub write_type: WriteType,
     pub write_rules: Vec<WriteRule>,
     pub write_memory: u64,
@@ -189,6 +191,7 @@ impl Default for Config {
             eviction_policy: String::new(),
             sync_policy: SyncPolicy::Always,
             sync_rules: Vec::new(),
+            cache_ttl_rules: Vec::new(),
             write_type: WriteType::ReadOnly,
             write_rules: Vec::new(),
             write_memory: 0,
@@ -475,6 +478,13 @@ impl Config {
             },
             "sync_policy" => self.sync_policy = SyncPolicy::parse(v).map_err(|e| e.context(key))?,
             "sync_rules" => self.sync_rules = parse_sync_rules(v).map_err(|e| e.context(key))?,
+            "cache_ttl_rules" => {
+                self.cache_ttl_rules =
+                    parse_path_rules(v, "cache TTL rule", "/data/tmp=1h", |prefix, d| {
+                        Ok((prefix.to_string(), parse_duration(key, d)?))
+                    })
+                    .map_err(|e| e.context(key))?
+            }
             "write_type" => self.write_type = WriteType::parse(v).map_err(|e| e.context(key))?,
             "write_rules" => self.write_rules = parse_write_rules(v).map_err(|e| e.context(key))?,
             "write_memory" => self.write_memory = parse_size_opt(key, v)?,
@@ -822,6 +832,23 @@ mod tests {
             c.disk_tiers().unwrap()[0].dir,
             PathBuf::from("/var/lib/silt/cache")
         );
+    }
+
+    #[test]
+    fn cache_ttl_rules_parse_and_refuse_bad_ones() {
+        let mut c = Config::default();
+        c.set("cache_ttl_rules", "/data/tmp=1h, /scratch=90s").unwrap();
+        assert_eq!(
+            c.cache_ttl_rules,
+            vec![
+                ("/data/tmp".to_string(), Duration::from_secs(3600)),
+                ("/scratch".to_string(), Duration::from_secs(90))
+            ]
+        );
+        for bad in ["/data/tmp", "/data/tmp=soon", "data=1h"] {
+            let e = c.set("cache_ttl_rules", bad).unwrap_err();
+            assert!(e.to_string().contains("cache_ttl_rules"), "{bad}: {e}");
+        }
     }
 
     #[test]
