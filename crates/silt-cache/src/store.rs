@@ -117,6 +117,8 @@ const NO_TIER: u8 = u8::MAX;
 /// Most pinned victims one eviction round steps over before giving up (bounds the work of
 /// one put when the tier is full of pinned pages).
 const MAX_PIN_SKIPS: usize = 4096;
+/// Most pages memory eviction keeps aside for the disk tiers at once (see `State::demoted`).
+const MAX_DEMOTED: usize = 64;
 
 /// One cached object version. 48 bytes.
 struct ObjectSlot {
@@ -188,6 +190,11 @@ struct State {
     user_pins: HashMap<ObjectId, u64>,
     /// How often each page was read lately, for admission to full tiers.
     sketch: FrequencySketch,
+    /// Pages memory evicted that no disk tier holds (a full tier refused them when they
+    /// came): offered to the disk tiers again after the put or get that evicted them, when
+    /// hits in memory may since have made them worth a place there. At most
+    /// `MAX_DEMOTED`; more are dropped as before.
+    demoted: Vec<(ObjectId, u64, u32, Bytes)>,
     counters: Counters,
     /// Complete objects waiting to be sealed (see `PageStore::seal_completed`).
     seal_queue: Vec<ObjectId>,
@@ -565,6 +572,7 @@ impl State {
             let Some((key, handle)) = self.mem.policy.victim() else {
                 break;
             };
+            self.maybe_demote(key);
             if self.mem_remove(key) {
                 self.count_eviction();
                 self.release_if_empty(key_slot(key));
@@ -572,6 +580,26 @@ impl State {
                 // Not ours (cannot happen with a correct policy): forget it so we progress.
                 self.mem.policy.on_remove(handle, key);
             }
+        }
+    }
+
+    /// Keeps memory page `key` aside for the disk tiers if none of them holds it.
+    fn maybe_demote(&mut self, key: PolicyKey) {
+        if self.disks.is_empty() || self.demoted.len() >= MAX_DEMOTED {
+            return;
+        }
+        let Some(slot) = self.slot(key_slot(key)) else {
+            return;
+        };
+        let on_disk =
+            slot.tier != NO_TIER && self.disks[usize::from(slot.tier)].pages.contains_key(&key);
+        if on_disk {
+            return;
+        }
+        let (id, size) = (slot.id, slot.size);
+        if let Some(p) = self.mem.pages.get(&key) {
+            self.demoted
+                .push((id, size, key_index(key), p.data.clone()));
         }
     }
 
@@ -987,6 +1015,8 @@ impl State {
     }
 
     fn remove_object(&mut self, object: ObjectId) {
+        // A page set aside for the disk tiers must not bring the version back.
+        self.demoted.retain(|(id, ..)| *id != object);
         let Some(s) = self.lookup(object) else {
             return;
         };
@@ -1279,6 +1309,7 @@ impl PageStore {
             pins: HashMap::new(),
             preferred: HashMap::new(),
             user_pins: HashMap::new(),
+            demoted: Vec::new(),
             sketch: FrequencySketch::new(
                 (cfg.memory_capacity + cfg.disk_tiers.iter().map(|d| d.quota).sum::<u64>())
                     / cfg.page_size.max(1),
@@ -1375,6 +1406,8 @@ impl PageStore {
         };
         st.count_hit();
         st.mem_put(read.object, read.object_size, read.index, &data);
+        drop(st);
+        self.write_demoted();
         Some((data, Source::Disk(read.tier)))
     }
 
@@ -1433,19 +1466,40 @@ impl PageStore {
             st.mem_put(key.object, object_size, index, &data);
             crc.and_then(|crc| st.disk_reserve(key.object, object_size, index, crc))
         };
-        let Some(r) = reservation else {
-            return Ok(());
-        };
-        let written = disk::write_page(&r.file, r.offset, &data);
+        if let Some(r) = reservation {
+            self.write_reserved(&r, &data);
+        }
+        self.write_demoted();
+        Ok(())
+    }
+
+    /// Writes a reserved disk page and commits it (or gives the reservation up).
+    fn write_reserved(&self, r: &Reservation, data: &[u8]) {
+        let written = disk::write_page(&r.file, r.offset, data);
         let mut st = self.shared.state.lock();
         match written {
-            Ok(()) => st.disk_commit(&r),
+            Ok(()) => st.disk_commit(r),
             Err(e) => {
                 warn!(path = %r.path.display(), error = %e, "cannot write a cache page");
-                st.disk_abort(&r);
+                st.disk_abort(r);
             }
         }
-        Ok(())
+    }
+
+    /// Offers the disk tiers the pages memory evicted that no disk tier held (see
+    /// `State::demoted`); each is admitted or not as any put is.
+    fn write_demoted(&self) {
+        if !self.shared.has_disks {
+            return;
+        }
+        let pages = std::mem::take(&mut self.shared.state.lock().demoted);
+        for (id, size, index, data) in pages {
+            let crc = crc32c::crc32c(&data);
+            let reservation = self.shared.state.lock().disk_reserve(id, size, index, crc);
+            if let Some(r) = reservation {
+                self.write_reserved(&r, &data);
+            }
+        }
     }
 
     /// `Some(file)` iff every page of the object is in one disk tier's data file and every

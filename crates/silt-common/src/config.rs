@@ -837,7 +837,8 @@ mod tests {
     #[test]
     fn cache_ttl_rules_parse_and_refuse_bad_ones() {
         let mut c = Config::default();
-        c.set("cache_ttl_rules", "/data/tmp=1h, /scratch=90s").unwrap();
+        c.set("cache_ttl_rules", "/data/tmp=1h, /scratch=90s")
+            .unwrap();
         assert_eq!(
             c.cache_ttl_rules,
             vec![

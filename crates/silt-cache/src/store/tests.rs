@@ -1528,3 +1528,35 @@ fn refused_pages_are_counted_and_a_load_is_admitted() {
     );
     assert!(!store.contains(&key(50, 0)), "the refused page is cached");
 }
+
+/// A page a full disk tier refused, then read often from memory, moves to disk when memory
+/// evicts it (instead of being dropped); a removed object's page set aside never comes back.
+#[test]
+fn memory_evicts_pages_worth_keeping_to_disk() {
+    let dir = TempDir::new().unwrap();
+    let mut c = cfg(4, &[(dir.path(), 10)], 0.95, 0.85);
+    c.eviction_policy = "tinylfu".into();
+    let store = PageStore::open(c).unwrap();
+    let read = |o: u128| {
+        if store.get(&key(o, 0)).is_none() {
+            put(&store, o, 0, PS);
+        }
+    };
+    // Fill the disk tier with pages read twice.
+    for o in 0..9 {
+        read(o);
+        read(o);
+    }
+    // A newcomer is refused by the full disk tier but lives in memory, where it is read
+    // often; then other pages push it out of memory.
+    read(100);
+    assert!(store.stats().admissions_refused > 0);
+    for _ in 0..6 {
+        read(100);
+    }
+    for o in 200..206 {
+        read(o);
+    }
+    assert!(store.contains(&key(100, 0)), "the hot page was dropped");
+    assert_eq!(expect_page(&store, 100, 0, PS), Source::Disk(0));
+}
