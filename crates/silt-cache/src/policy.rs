@@ -149,9 +149,10 @@ const SKETCH_SEEDS: [u64; SKETCH_ROWS] = [
 ];
 
 impl FrequencySketch {
-    /// A sketch for tiers holding `pages` pages in all: 8 counters per page in each row, so
-    /// the ~10 × `pages` distinct pages of one sample rarely share all four (at most 2^22 per
-    /// row: 16 MiB of counters).
+    /// A sketch with room for about `pages` tracked pages (8 counters per page in each row,
+    /// so the ~10 × `pages` distinct pages of one sample rarely share all four; at most 2^22
+    /// per row: 16 MiB of counters). Counts are halved every 10 × the pages tracked (see
+    /// [`FrequencySketch::ensure`]).
     pub fn new(pages: u64) -> FrequencySketch {
         let width = pages
             .saturating_mul(8)
@@ -161,8 +162,19 @@ impl FrequencySketch {
             table: vec![0; width as usize * SKETCH_ROWS],
             width_mask: width - 1,
             additions: 0,
-            sample: 10 * pages.max(64),
+            sample: 10 * 64,
         }
+    }
+
+    /// Follows the number of pages the tiers track: the halving period is 10 × that (a pass
+    /// over the cache's contents must not halve the counts it builds), and a sketch too
+    /// narrow for them is rebuilt wider (its counts start over; the store sizes it for pages of
+    /// 1/16 of the page size, so this happens only for caches of still smaller files).
+    pub fn ensure(&mut self, pages: u64) {
+        if pages.saturating_mul(8) > self.width_mask + 1 && self.width_mask + 1 < 1 << 22 {
+            *self = FrequencySketch::new(pages.next_power_of_two());
+        }
+        self.sample = 10 * pages.max(64);
     }
 
     fn slots(&self, fp: u64) -> [usize; SKETCH_ROWS] {
@@ -422,6 +434,7 @@ mod tests {
     #[test]
     fn the_sketch_counts_saturates_and_fades() {
         let mut s = FrequencySketch::new(1000);
+        s.ensure(1000);
         let fps: Vec<u64> = (0..500).map(|i| page_fingerprint(7, i)).collect();
         for (i, &fp) in fps.iter().enumerate() {
             for _ in 0..(i % 5) {

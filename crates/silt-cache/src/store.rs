@@ -1310,9 +1310,11 @@ impl PageStore {
             preferred: HashMap::new(),
             user_pins: HashMap::new(),
             demoted: Vec::new(),
+            // Sized for pages of 1/16 of the page size (64 KiB of 1 MiB) on average: small
+            // files make many short pages.
             sketch: FrequencySketch::new(
                 (cfg.memory_capacity + cfg.disk_tiers.iter().map(|d| d.quota).sum::<u64>())
-                    / cfg.page_size.max(1),
+                    / (cfg.page_size / 16).max(256),
             ),
             counters: Counters::default(),
             seal_queue: Vec::new(),
@@ -1382,6 +1384,9 @@ impl PageStore {
     pub fn get(&self, key: &PageKey) -> Option<(Bytes, Source)> {
         let read = {
             let mut st = self.shared.state.lock();
+            let tracked =
+                st.mem.pages.len() + st.disks.iter().map(|d| d.pages.len()).sum::<usize>();
+            st.sketch.ensure(tracked as u64);
             st.sketch.record(page_fingerprint(key.object.0, key.index));
             match st.lookup_for_get(key) {
                 Lookup::Memory(data) => return Some((data, Source::Memory)),
