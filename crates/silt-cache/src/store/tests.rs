@@ -1591,3 +1591,30 @@ fn memory_evicts_pages_worth_keeping_to_disk() {
     assert!(store.contains(&key(100, 0)), "the hot page was dropped");
     assert_eq!(expect_page(&store, 100, 0, PS), Source::Disk(0));
 }
+
+/// B4's shape at the store: a small memory tier over a disk tier of half the data set,
+/// objects a tenth of a page: every epoch after the first hits about half (0.95 of it).
+#[test]
+fn b4_shape_with_a_disk_tier_keeps_half() {
+    let dir = TempDir::new().unwrap();
+    let size = PS / 10;
+    let mut c = cfg(0, &[], 0.95, 0.85);
+    c.memory_capacity = 74 * size;
+    c.disk_tiers = vec![DiskTierSpec {
+        dir: dir.path().to_path_buf(),
+        quota: 1000 * size,
+    }];
+    c.eviction_policy = "tinylfu".into();
+    let store = PageStore::open(c).unwrap();
+    for e in 0..4 {
+        let trace: Vec<u128> = shuffled(2000, 0x5117 + e)
+            .into_iter()
+            .map(u128::from)
+            .collect();
+        let hit = replay_sized(&store, &trace, size) / 2000.0;
+        eprintln!("epoch {e}: hit {hit:.3}");
+        if e > 0 {
+            assert!(hit >= 0.45, "epoch {e}: {hit}");
+        }
+    }
+}
