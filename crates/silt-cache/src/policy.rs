@@ -90,8 +90,8 @@ pub fn new_policy(name: &str) -> Result<Box<dyn EvictionPolicy>> {
 /// each pass hits in about `capacity / working set` of its reads (LRU: close to none when
 /// the order changes every pass, none at all when it does not); a small set read often stays
 /// resident under a scan many times the tier's size; a new working set replaces an old one
-/// within a few passes (the sketch halves its counts every `10 × capacity` reads). Until a
-/// tier is full everything is admitted.
+/// within a few passes (the sketch halves its counts every 10 × the pages tracked, in
+/// reads). Until a tier is full everything is admitted.
 pub struct TinyLfuPolicy(LruPolicy);
 
 impl EvictionPolicy for TinyLfuPolicy {

@@ -1728,11 +1728,6 @@ impl PageStore {
         self.shared.state.lock().user_pins.contains_key(&object)
     }
 
-    /// Bytes of the objects the user pinned (cached or not yet).
-    pub fn user_pinned_bytes(&self) -> u64 {
-        self.shared.state.lock().user_pins.values().sum()
-    }
-
     /// While the returned guard lives, pages of the object are cached even in a full tier
     /// whose policy would refuse them (an explicit load: the user asked for these bytes).
     pub fn prefer(&self, object: ObjectId) -> PinGuard {

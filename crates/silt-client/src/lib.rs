@@ -1195,15 +1195,16 @@ impl Client {
         Ok(files)
     }
 
-    /// Preloads every file below `path` into the cache, pages from many files in flight at
-    /// once (never one job per file). Already cached pages are skipped, so a rerun resumes.
     /// How much of the files at or below `path` is cached here, and pinned.
     pub async fn cache_usage(&self, path: &str) -> Result<CacheUsage> {
-        let files = self.walk_files(path).await?;
+        Ok(self.usage_of(&self.walk_files(path).await?))
+    }
+
+    fn usage_of(&self, files: &[Entry]) -> CacheUsage {
         let store = self.worker.page_store();
         let ps = self.worker.page_size();
         let mut u = CacheUsage::default();
-        for f in &files {
+        for f in files {
             u.files += 1;
             u.bytes += f.size;
             let Some(obj) = &f.object else { continue };
@@ -1216,7 +1217,7 @@ impl Client {
                 }
             }
         }
-        Ok(u)
+        u
     }
 
     /// Pins every file at or below `path` in this process's cache (their pages are never
@@ -1232,8 +1233,9 @@ impl Client {
             .page_store()
             .pin_user(&objects)
             .map_err(|e| e.context(path))?;
-        self.load(path, |_| {}).await?;
-        self.cache_usage(path).await
+        self.load_files(&files, self.opts.fetch_concurrency, |_| {})
+            .await?;
+        Ok(self.usage_of(&files))
     }
 
     /// Unpins every file at or below `path`; how many were pinned.
@@ -1249,15 +1251,16 @@ impl Client {
     /// Drops the cached pages (and pins) of every file at or below `path` now, here and on
     /// the workers that hold them; what was cached before.
     pub async fn free(&self, path: &str) -> Result<CacheUsage> {
-        let before = self.cache_usage(path).await?;
-        for f in self.walk_files(path).await? {
-            if let Some(obj) = &f.object {
-                self.worker.forget_object(obj);
-            }
+        let files = self.walk_files(path).await?;
+        let before = self.usage_of(&files);
+        for obj in files.iter().filter_map(|f| f.object.as_ref()) {
+            self.worker.forget_object(obj);
         }
         Ok(before)
     }
 
+    /// Preloads every file below `path` into the cache, pages from many files in flight at
+    /// once (never one job per file). Already cached pages are skipped, so a rerun resumes.
     pub async fn load(
         &self,
         path: &str,
@@ -1272,9 +1275,18 @@ impl Client {
         &self,
         path: &str,
         concurrency: usize,
-        mut progress: impl FnMut(&LoadProgress),
+        progress: impl FnMut(&LoadProgress),
     ) -> Result<LoadProgress> {
         let files = self.walk_files(path).await?;
+        self.load_files(&files, concurrency, progress).await
+    }
+
+    async fn load_files(
+        &self,
+        files: &[Entry],
+        concurrency: usize,
+        mut progress: impl FnMut(&LoadProgress),
+    ) -> Result<LoadProgress> {
         let ps = self.worker.page_size();
         let mut p = LoadProgress {
             files_total: files.len() as u64,
@@ -1284,7 +1296,7 @@ impl Client {
         // Runs of consecutive missing pages, each one request long.
         let per_request = self.worker.request_pages();
         let mut work: Vec<(Arc<ObjectRef>, u64, u64, u64)> = Vec::new();
-        for f in &files {
+        for f in files {
             let Some(obj) = f.object.clone() else {
                 continue;
             };
