@@ -119,16 +119,6 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Error::from(e).context("starting the client's runtime"))
 }
 
-fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SILT_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 /// The configuration: Python's defaults (writes go `through` to the store, logging at
 /// `warn`), then `SILT_*` variables, then the options given.
 fn config(options: &HashMap<String, String>) -> Result<Config> {
@@ -187,7 +177,7 @@ fn connect(options: HashMap<String, String>, mode: &str) -> Result<Inner> {
         )));
     }
     let cfg = config(&options)?;
-    init_logging(&cfg.log);
+    silt_node::init_logging("SILT_LOG", &cfg.log, "warn");
     let owner_dir = cfg.state_dir.clone();
     let rt = runtime()?;
     let mut own = cfg.clone();

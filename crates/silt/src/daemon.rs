@@ -56,13 +56,7 @@ const WORKER_ID_FILE: &str = "worker-id";
 const WORKER_SOCKET: &str = "worker.sock";
 
 fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    silt_node::init_logging("RUST_LOG", filter, "info");
 }
 
 /// Raises the soft limit on open files to the hard one: worker connections, passed
