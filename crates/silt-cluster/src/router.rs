@@ -349,13 +349,20 @@ impl Router {
             return None;
         }
         let owner = self.candidates(obj.id, 0).into_iter().next()?;
-        let groups = obj.size().div_ceil(self.opts.group_size);
-        let shared = (1..groups).any(|g| {
-            self.candidates(obj.id, g)
-                .first()
-                .is_none_or(|m| m.id != owner.id)
-        });
-        (!shared).then_some(owner)
+        // One view for every group; a view of one member (an attached client's) owns all.
+        let view = self.membership.view();
+        if view.members.len() > 1 {
+            let groups = obj.size().div_ceil(self.opts.group_size);
+            let shared = (1..groups).any(|g| {
+                placement::candidates(&view, placement::key(obj.id, g), 1)
+                    .first()
+                    .is_none_or(|m| m.id != owner.id)
+            });
+            if shared {
+                return None;
+            }
+        }
+        Some(owner)
     }
 
     /// Asks the sole owner of `obj` for a local file (`what` names it in logs); `None` when
