@@ -121,19 +121,22 @@ async fn a_dead_endpoint_is_a_link_failure() {
 }
 
 /// A worker with a disk tier (behind its Unix socket) and a client of it, over a store
-/// holding one file of five pages and a bit: (its bytes, the object, client, state dir).
-async fn disk_worker_with_a_file() -> (Vec<u8>, ObjectRef, WorkerClient, tempfile::TempDir) {
+/// holding one file of five pages and a bit: (its bytes, the object, client, state dir, the
+/// store).
+async fn disk_worker_with_a_file() -> (
+    Vec<u8>,
+    ObjectRef,
+    WorkerClient,
+    tempfile::TempDir,
+    Arc<MemStore>,
+) {
     let mem = Arc::new(MemStore::new("mem://fd"));
     let data: Vec<u8> = (0..5 * PS as u32 + 77).map(|i| (i % 241) as u8).collect();
     let meta = mem.put("f", data.clone()).unwrap();
-    let store: DynStore = mem;
+    let store: DynStore = mem.clone();
     let (ep, dir) = worker_with(store.clone(), true).await;
-    (
-        data,
-        ObjectRef::new(store, meta),
-        WorkerClient::new(ep, key()),
-        dir,
-    )
+    let obj = ObjectRef::new(store, meta);
+    (data, obj, WorkerClient::new(ep, key()), dir, mem)
 }
 
 /// Flips the byte at `offset` of the (only) data file in the worker's disk tier.
@@ -150,7 +153,7 @@ fn flip_cached_byte(state: &std::path::Path, offset: u64) {
 /// Reads through a passed descriptor check every page's crc32c, like local disk reads.
 #[tokio::test]
 async fn passed_descriptors_are_read_and_checked() {
-    let (data, obj, c, dir) = disk_worker_with_a_file().await;
+    let (data, obj, c, dir, _) = disk_worker_with_a_file().await;
     let fd_reads = || silt_common::metrics::REMOTE_FD_READS.get();
     // First read fetches (bytes); then the pages are on the worker's disk: descriptors.
     let size = data.len() as u64;
@@ -178,7 +181,7 @@ async fn passed_descriptors_are_read_and_checked() {
 /// every read through it checks the pages it touches, so a flipped byte is an error.
 #[tokio::test]
 async fn a_lease_reads_the_workers_file_and_checks_every_page() {
-    let (data, obj, c, dir) = disk_worker_with_a_file().await;
+    let (data, obj, c, dir, mem) = disk_worker_with_a_file().await;
     let size = data.len() as u64;
     assert!(c.lease(&obj).await.unwrap().is_none(), "nothing cached yet");
     c.read(&obj, 0..size).await.unwrap();
@@ -211,6 +214,26 @@ async fn a_lease_reads_the_workers_file_and_checks_every_page() {
     flip_cached_byte(dir.path(), 2 * PS + 3);
     let err = read(PS + 1, PS as usize).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Corrupted, "{err}");
+    assert_eq!(read(0, PS as usize).unwrap(), &data[..PS as usize]);
+    // Loads of twice the disk tier (admitted whatever their counts) evict everything else:
+    // the leased object stays whole while the lease lives.
+    for i in 0..8 {
+        let meta = mem
+            .put(&format!("o{i}"), vec![i as u8; (64 * PS) as usize])
+            .unwrap();
+        let other = ObjectRef::new(mem.clone(), meta);
+        c.call("load", Some(&other), 0..64 * PS).await.unwrap();
+    }
+    let ask = silt_cluster::rpc::PageRange {
+        object: obj.id.to_hex(),
+        first: 0,
+        last: 5,
+    };
+    assert_eq!(
+        c.cached(vec![ask]).await.unwrap(),
+        vec![6],
+        "the leased object was evicted"
+    );
     assert_eq!(read(0, PS as usize).unwrap(), &data[..PS as usize]);
     // Dropping the lease ends its connection; the worker goes on serving.
     drop(lease);
