@@ -537,6 +537,30 @@ impl State {
 
     // ---- memory tier ----
 
+    /// Counts one read of page `index` of `object` in the frequency sketch (sized for the
+    /// pages the tiers track now).
+    fn record_read(&mut self, object: ObjectId, index: u64) {
+        let tracked =
+            self.mem.pages.len() + self.disks.iter().map(|d| d.pages.len()).sum::<usize>();
+        self.sketch.ensure(tracked as u64);
+        self.sketch.record(page_fingerprint(object.0, index));
+    }
+
+    /// Counts a read of every page of `object` (slot `s`, whole in disk tier `t`) served
+    /// from its data file outside the store (passthrough, a lent file): for admission and
+    /// recency as if each page were read with `get`, or a file read only that way would look
+    /// cold next to the ones read through the store and be displaced by them.
+    fn file_read(&mut self, t: usize, s: u32, object: ObjectId, pages: u64) {
+        for index in 0..pages {
+            self.record_read(object, index);
+            let key = pkey(s, index as u32);
+            if let Some(p) = self.disks[t].pages.get(&key) {
+                let handle = p.handle;
+                self.disks[t].policy.on_access(handle, key);
+            }
+        }
+    }
+
     /// Removes a memory page without releasing its slot.
     fn mem_remove(&mut self, key: PolicyKey) -> bool {
         let Some(p) = self.mem.pages.remove(&key) else {
@@ -1382,16 +1406,30 @@ impl PageStore {
     /// is dropped, counted, and reported as a miss so the caller refetches). Disk hits are
     /// promoted into the memory tier.
     pub fn get(&self, key: &PageKey) -> Option<(Bytes, Source)> {
+        self.get_counted(key, true)
+    }
+
+    /// [`PageStore::get`] for a caller that has just missed the page with `get` and looks
+    /// once more before fetching it (another reader may have cached it meanwhile): not
+    /// another read for admission, nor another miss. Counting it would make every miss weigh
+    /// twice a hit in the frequency sketch, so each epoch's misses would displace the pages
+    /// that hit.
+    pub fn get_again(&self, key: &PageKey) -> Option<(Bytes, Source)> {
+        self.get_counted(key, false)
+    }
+
+    fn get_counted(&self, key: &PageKey, count: bool) -> Option<(Bytes, Source)> {
         let read = {
             let mut st = self.shared.state.lock();
-            let tracked =
-                st.mem.pages.len() + st.disks.iter().map(|d| d.pages.len()).sum::<usize>();
-            st.sketch.ensure(tracked as u64);
-            st.sketch.record(page_fingerprint(key.object.0, key.index));
+            if count {
+                st.record_read(key.object, key.index);
+            }
             match st.lookup_for_get(key) {
                 Lookup::Memory(data) => return Some((data, Source::Memory)),
                 Lookup::Miss => {
-                    st.counters.misses += 1;
+                    if count {
+                        st.counters.misses += 1;
+                    }
                     return None;
                 }
                 Lookup::Disk(r) => r,
@@ -1517,13 +1555,16 @@ impl PageStore {
     /// (by anyone but the store) is read back again, and a page that fails is dropped, so the
     /// object is not complete until refetched. The unchanged case costs one `open` + `fstat`.
     ///
+    /// The caller reads the file outside the store, so a complete file counts as a read of
+    /// each of its pages (for admission and recency).
+    ///
     /// Pin the object ([`PageStore::pin`]) before calling this and keep the guard while the
     /// file is in use, or eviction may punch holes into it.
     pub fn complete_file(&self, object: ObjectId, object_size: u64) -> Option<CompleteFile> {
         let ps = self.page_size();
         let pages = page_count(object_size, ps);
         let (t, s, gen, epoch, path, stamp, settle, recovered) = {
-            let st = self.shared.state.lock();
+            let mut st = self.shared.state.lock();
             let (s, slot, t) = st.on_disk(object, object_size)?;
             // A pending page is not on disk yet (its bytes may still be a hole).
             if slot.pending != 0 || u64::from(slot.disk_pages) != pages {
@@ -1532,16 +1573,9 @@ impl PageStore {
             let stamp = st.stamps.get(&s).copied();
             let path = st.disks[t].data_path(object);
             let trusted = slot.recovered && slot.verified;
-            (
-                t,
-                s,
-                slot.gen,
-                slot.disk_epoch,
-                path,
-                stamp,
-                st.settle,
-                trusted,
-            )
+            let (gen, epoch) = (slot.gen, slot.disk_epoch);
+            st.file_read(t, s, object, pages);
+            (t, s, gen, epoch, path, stamp, st.settle, trusted)
         };
         let taken = std::time::SystemTime::now();
         let file = File::open(&path).ok()?;

@@ -329,6 +329,18 @@ fn tree_from(
     })
 }
 
+/// The pieces as one buffer (no copy for one piece).
+fn concat(chunks: Vec<Bytes>) -> Bytes {
+    if chunks.len() <= 1 {
+        return chunks.into_iter().next().unwrap_or_default();
+    }
+    let mut out = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+    for c in &chunks {
+        out.extend_from_slice(c);
+    }
+    out.freeze()
+}
+
 fn count_source(source: ReadSource, n: u64) {
     match source {
         ReadSource::Memory => metrics::READ_BYTES_MEMORY.add(n),
@@ -1061,15 +1073,7 @@ impl Client {
 
     /// Reads up to `len` bytes at `offset` (fewer only at end of file).
     pub async fn read(&self, file: &OpenFile, offset: u64, len: u64) -> Result<Bytes> {
-        let chunks = self.read_chunks(file, offset, len).await?;
-        if chunks.len() <= 1 {
-            return Ok(chunks.into_iter().next().unwrap_or_default());
-        }
-        let mut out = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
-        for c in &chunks {
-            out.extend_from_slice(c);
-        }
-        Ok(out.freeze())
+        Ok(concat(self.read_chunks(file, offset, len).await?))
     }
 
     /// `read` as the cached pieces themselves, in order (no copy into one buffer): for a
@@ -1083,13 +1087,32 @@ impl Client {
         if let Some(b) = self.read_resident(file, offset, end) {
             return b.map(|b| vec![b]);
         }
+        let (first, last) = self.page_span(offset, end);
+        let looked = self.worker.cached_pages(file.obj.id, first..=last);
+        self.read_looked(file, offset, end, looked).await
+    }
+
+    /// Pages `[first, last]` holding the bytes `[offset, end)` (`end > offset`).
+    fn page_span(&self, offset: u64, end: u64) -> (u64, u64) {
+        let ps = self.worker.page_size();
+        (offset / ps, (end - 1) / ps)
+    }
+
+    /// The bytes `[offset, end)` as pieces, given the cache's answer for their pages
+    /// (`Worker::cached_pages`, looked at once per read: each look counts for admission).
+    async fn read_looked(
+        &self,
+        file: &OpenFile,
+        offset: u64,
+        end: u64,
+        looked: Vec<Option<(Bytes, ReadSource)>>,
+    ) -> Result<Vec<Bytes>> {
         self.prefetch(file, offset, end);
         let ps = self.worker.page_size();
-        let first = offset / ps;
-        let last = (end - 1) / ps;
+        let (first, _) = self.page_span(offset, end);
         let pages = self
             .worker
-            .read_pages(&file.obj, first..=last)
+            .fill_missing(&file.obj, first, looked)
             .await
             .map_err(|e| e.context(&file.entry.path))?;
         Ok(pages
@@ -1113,18 +1136,6 @@ impl Client {
             metrics::READ_BYTES_RESIDENT.add(b.len() as u64);
         }
         Some(b)
-    }
-
-    /// The bytes `[offset, end)` if every page is cached; `None` otherwise. No network.
-    fn read_cached(&self, file: &OpenFile, offset: u64, end: u64) -> Option<Bytes> {
-        let ps = self.worker.page_size();
-        let first = offset / ps;
-        let last = (end - 1) / ps;
-        let mut pages = Vec::with_capacity((last - first + 1) as usize);
-        for i in first..=last {
-            pages.push(self.worker.cached_page(file.obj.id, i)?);
-        }
-        Some(Self::assemble(ps, first, offset, end, pages))
     }
 
     fn assemble(
@@ -1163,11 +1174,18 @@ impl Client {
         if let Some(b) = self.read_resident(file, offset, end) {
             return b;
         }
-        if let Some(b) = self.read_cached(file, offset, end) {
+        let (first, last) = self.page_span(offset, end);
+        let looked = self.worker.cached_pages(file.obj.id, first..=last);
+        if looked.iter().all(Option::is_some) {
+            let pages = looked.into_iter().flatten().collect();
+            let b = Self::assemble(self.worker.page_size(), first, offset, end, pages);
             self.prefetch(file, offset, end);
             return Ok(b);
         }
-        self.rt.block_on(self.read(file, offset, len))
+        Ok(concat(
+            self.rt
+                .block_on(self.read_looked(file, offset, end, looked))?,
+        ))
     }
 
     /// Every file below `path` (or `path` itself if it is a file), walking listings.

@@ -388,3 +388,96 @@ async fn cache_ttl_refetches_after_the_ttl_only_under_its_prefix() {
     read_all("/d/tmp/x").await;
     assert_eq!(fetches(), cold + 1);
 }
+
+/// B4's shape through the client (not the page store alone): small files, a small memory tier
+/// over a disk tier that holds half of them, read in a new random order every epoch — with
+/// every read through `Client::read`, through `read_blocking` (FUSE's path), and with files
+/// whole on disk read from the file `pin_local_file` hands out (FUSE passthrough, an SDK
+/// lease). The default policy must keep about half resident from epoch 2 on (the ideal is
+/// 0.5). Fails when a miss counts as more than one read for admission (it did: 0.13-0.15),
+/// or when reads outside the store do not count at all (0.22 by epoch 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_epochs_through_the_client_keep_half_the_dataset_cached() {
+    use std::io::Read;
+    const FILES: u64 = 400;
+    let size = PS / 10;
+    for how in ["read", "read_blocking", "local file"] {
+        let mem = Arc::new(MemStore::new("mem://epochs"));
+        for i in 0..FILES {
+            mem.put(&format!("f{i:04}"), data(size as usize)).unwrap();
+        }
+        let dir = tempfile::TempDir::new().unwrap();
+        let probe = Arc::new(Probe {
+            inner: mem,
+            reads: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
+            delay: Duration::ZERO,
+        });
+        let pages = Arc::new(
+            PageStore::open(PageStoreConfig {
+                disk_tiers: vec![silt_common::config::DiskTierSpec {
+                    dir: dir.path().to_path_buf(),
+                    quota: FILES / 2 * size,
+                }],
+                eviction_policy: "tinylfu".into(),
+                ..PageStoreConfig::in_memory(PS, 16 * size)
+            })
+            .unwrap(),
+        );
+        let worker = Arc::new(Worker::new(
+            pages,
+            &WorkerOptions {
+                fetch_concurrency: 4,
+                buffer_memory: 1 << 20,
+                request_size: PS,
+            },
+            tokio::runtime::Handle::current(),
+        ));
+        let ns = Namespace::new(vec![MountPoint {
+            path: "/d".into(),
+            store: probe.clone(),
+        }])
+        .unwrap();
+        let client = Client::new(
+            ns,
+            worker,
+            ClientOptions::from_config(&Config::default()),
+            tokio::runtime::Handle::current(),
+        );
+        let mut order: Vec<u64> = (0..FILES).collect();
+        let mut seed = 0x5eed_u64;
+        for epoch in 0..4 {
+            // Fisher-Yates with a fixed xorshift: the same orders every run.
+            for i in (1..order.len()).rev() {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                order.swap(i, (seed % (i as u64 + 1)) as usize);
+            }
+            let before = probe.reads.load(Ordering::SeqCst);
+            for &i in &order {
+                let f = client.open(&format!("/d/f{i:04}")).await.unwrap();
+                let local = (how == "local file").then(|| client.pin_local_file(f.object()));
+                let got = match local.and_then(|l| l.file.map(|file| (file, l.guard))) {
+                    Some((mut file, _guard)) => {
+                        let mut buf = Vec::new();
+                        file.read_to_end(&mut buf).unwrap();
+                        buf
+                    }
+                    None if how == "read_blocking" => tokio::task::block_in_place(|| {
+                        client.read_blocking(&f, 0, size).unwrap().to_vec()
+                    }),
+                    None => client.read(&f, 0, size).await.unwrap().to_vec(),
+                };
+                assert_eq!(got.len() as u64, size);
+            }
+            let fetched = probe.reads.load(Ordering::SeqCst) - before;
+            let hit = 1.0 - fetched as f64 / FILES as f64;
+            eprintln!("{how}, epoch {epoch}: hit ratio {hit:.3}");
+            if epoch > 0 {
+                assert!(hit >= 0.45, "{how}, epoch {epoch}: hit ratio {hit:.3}");
+            }
+        }
+    }
+}

@@ -250,7 +250,12 @@ impl Worker {
         obj: &ObjectRef,
         range: RangeInclusive<u64>,
     ) -> Result<Vec<(Bytes, ReadSource)>> {
-        let (first, last) = (*range.start(), *range.end());
+        self.check_pages(obj, *range.start(), *range.end())?;
+        let looked = self.cached_pages(obj.id, range.clone());
+        self.fill_missing(obj, *range.start(), looked).await
+    }
+
+    fn check_pages(&self, obj: &ObjectRef, first: u64, last: u64) -> Result<()> {
         if last >= self.page_count(obj.size()) || first > last {
             return Err(Error::invalid(format!(
                 "pages {first}..={last} are past the end of {} ({} bytes)",
@@ -258,16 +263,34 @@ impl Worker {
                 obj.size()
             )));
         }
-        let mut out: Vec<Option<(Bytes, ReadSource)>> =
-            Vec::with_capacity((last - first + 1) as usize);
-        let mut missing = Vec::new();
-        for i in first..=last {
-            let hit = self.cached_page(obj.id, i);
-            if hit.is_none() {
-                missing.push(i);
-            }
-            out.push(hit);
-        }
+        Ok(())
+    }
+
+    /// The cached pages of `range`, `None` for each missing one. Each look counts as a read
+    /// of the page (for the cache's admission): look once per read, then hand the result to
+    /// [`Worker::fill_missing`] rather than calling [`Worker::read_pages`] again.
+    pub fn cached_pages(
+        &self,
+        object: ObjectId,
+        range: RangeInclusive<u64>,
+    ) -> Vec<Option<(Bytes, ReadSource)>> {
+        range.map(|i| self.cached_page(object, i)).collect()
+    }
+
+    /// Pages `first..first + looked.len()` of `obj` in order, given what
+    /// [`Worker::cached_pages`] found: the missing ones fetched (or joined if in flight).
+    pub async fn fill_missing(
+        &self,
+        obj: &ObjectRef,
+        first: u64,
+        looked: Vec<Option<(Bytes, ReadSource)>>,
+    ) -> Result<Vec<(Bytes, ReadSource)>> {
+        let last = (first + looked.len() as u64).wrapping_sub(1);
+        self.check_pages(obj, first, last)?;
+        let mut out = looked;
+        let missing: Vec<u64> = (first..=last)
+            .filter(|&i| out[(i - first) as usize].is_none())
+            .collect();
         for (i, mut rx) in self.claim_and_fetch(obj, &missing).0 {
             let result = rx
                 .wait_for(Option::is_some)
@@ -317,7 +340,7 @@ impl Worker {
                 }
                 let (tx, rx) = watch::channel(None);
                 // Arrived since the caller looked: serve it from the cache.
-                if let Some((bytes, _)) = sh.pages.get(&key) {
+                if let Some((bytes, _)) = sh.pages.get_again(&key) {
                     let _ = tx.send(Some(Ok(bytes)));
                     waits.push((i, rx));
                     continue;
