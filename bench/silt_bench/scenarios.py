@@ -496,12 +496,14 @@ def b4_params(quick):
 
 def B4_CACHES(data_bytes):
     """(label, disk tier size, eviction policy) of each B4 run: a cache larger than the
-    dataset, the curve at 1/4, 1/2, 3/4 of it with the default policy, and LRU at 1/2."""
+    dataset, the curve at 1/4, 1/2, 3/4 of it with the default policy, LRU at 1/2, and the
+    default at 1/2 with silt.torch's CacheAwareSampler ordering each epoch."""
     every = (("full", str(2 * data_bytes), "tinylfu"),
              ("quarter", str(data_bytes // 4), "tinylfu"),
              ("half", str(data_bytes // 2), "tinylfu"),
              ("threeq", str(data_bytes * 3 // 4), "tinylfu"),
-             ("half_lru", str(data_bytes // 2), "lru"))
+             ("half_lru", str(data_bytes // 2), "lru"),
+             ("half_sampler", str(data_bytes // 2), "tinylfu"))
     # SILT_B4_CACHES=half,half_lru runs only those (a shorter run).
     wanted = os.environ.get("SILT_B4_CACHES")
     return tuple(c for c in every if not wanted or c[0] in wanted.split(","))
@@ -521,6 +523,41 @@ def b4_plot(R):
         name = f"{frac:.2f} of the data{' (lru)' if label.endswith('lru') else ''}"
         lines.append(f"  {name:<22} {'#' * round(h * 50):<50} {h:.3f} (best possible {frac:.2f})")
     return "\n".join(lines)
+
+
+def cache_aware_sampler(ctx, s, small, memory, seed):
+    """silt.torch.CacheAwareSampler over B4's files, through an SDK client attached to `s`
+    (residency and prefetch go to its cache; the loader still reads through the mount), its
+    look-ahead half the memory tier. None, with a note, when the SDK does not import (it is
+    built into the project's venv by scripts/python-wheel.sh --release)."""
+    import glob
+    import sys
+    for site in glob.glob(os.path.join(mech.ROOT, ".deps/pyvenv/lib/python3*/site-packages")):
+        if site not in sys.path:
+            sys.path.append(site)
+    try:
+        import silt
+        import silt.torch
+    except ImportError as e:
+        ctx.note("B4", f"CacheAwareSampler run skipped: the SDK does not import ({e})")
+        return None
+    store = ctx.store
+    fs = silt.SiltFileSystem(skip_instance_cache=True, cache_dir=s.state, mode="attach",
+                             s3_endpoint=store.endpoint, s3_access_key_id=store.key,
+                             s3_secret_access_key=store.secret)
+
+    class Files:
+        def __init__(self):
+            self.fs, self.files = fs, ["/data/" + k for k, _, _ in small]
+
+        def __len__(self):
+            return len(self.files)
+
+    mean = max(1, generators.total_bytes(small) // len(small))
+    lookahead = max(64, memory // 2 // mean)
+    ctx.note("B4 sampler", f"CacheAwareSampler look-ahead {lookahead} samples "
+                           f"({lookahead * mean / 2**20:.0f} MiB of a {memory / 2**20:.0f} MiB memory tier)")
+    return silt.torch.CacheAwareSampler(Files(), seed=seed, lookahead=lookahead)
 
 
 def b4(ctx):
@@ -553,7 +590,13 @@ def b4(ctx):
                     fetched = s.metric(UFS_READ_BYTES) - before[e]
                     ctx.add(f"b4_{label}_hit_e{e + 1}", max(0.0, 1 - fetched / data_bytes), "ratio")
 
-                epochs = train.run(items, seed=rep, before_epoch=drop, after_epoch=hits, **p)
+                sampler = None
+                if label.endswith("sampler"):
+                    sampler = cache_aware_sampler(ctx, s, small, int(memory), seed=rep)
+                    if sampler is None:
+                        continue
+                epochs = train.run(items, seed=rep, before_epoch=drop, after_epoch=hits,
+                                   sampler=sampler, **p)
                 for e, r in enumerate(epochs):
                     ctx.add(f"b4_{label}_e{e + 1}", r["samples_per_s"], "samples/s")
         print(f"B4 rep {rep + 1}/{ctx.reps} done", flush=True)
@@ -825,19 +868,23 @@ def ratios(ctx):
     r("B3 second", "b3_second", "b3_local_walk")
     for label in [policy_key(p) for p in B3P_POLICIES] + [policy_key(p) + "_dropped" for p in B3P_POLICIES] + ["cold"]:
         r(f"B3P open+stat p50, {label} ÷ local", f"b3p_{label}_p50_ms", "b3p_local_p50_ms")
+    def epochs23(label):
+        return [statistics.mean(x) for x in zip(R[f"b4_{label}_e2"], R[f"b4_{label}_e3"])]
+
     if "b4_full_e2" in R and "b4_synthetic" in R:
-        cached = [statistics.mean(x) for x in zip(R["b4_full_e2"], R["b4_full_e3"])]
-        out["B4 cached"] = stats.ratio_of_medians(cached, R["b4_synthetic"])
+        out["B4 cached"] = stats.ratio_of_medians(epochs23("full"), R["b4_synthetic"])
         out["B4 cold epoch"] = stats.ratio_of_medians(R["b4_full_e1"], R["b4_synthetic"])
-        out["B4 half-cache epochs 2-3"] = stats.ratio_of_medians(
-            [statistics.mean(x) for x in zip(R["b4_half_e2"], R["b4_half_e3"])], R["b4_synthetic"])
+    if "b4_half_hit_e2" in R:
         out["B4 hit ratio"] = min(stats.median(R["b4_half_hit_e2"]), stats.median(R["b4_half_hit_e3"]))
-        for label, frac in B4_CURVE + (("half_lru", 0.5),):
-            if f"b4_{label}_hit_e2" in R:
-                out[f"B4 hit ratio, cache {label}"] = min(
-                    stats.median(R[f"b4_{label}_hit_e2"]), stats.median(R[f"b4_{label}_hit_e3"]))
+    if "b4_half_e2" in R and "b4_half_sampler_e2" in R:
+        out["B4 sampler"] = stats.ratio_of_medians(epochs23("half_sampler"), epochs23("half"))
+    for label, frac in B4_CURVE + (("half_lru", 0.5), ("half_sampler", 0.5)):
+        if f"b4_{label}_hit_e2" in R:
+            out[f"B4 hit ratio, cache {label}"] = min(
+                stats.median(R[f"b4_{label}_hit_e2"]), stats.median(R[f"b4_{label}_hit_e3"]))
+            if "b4_synthetic" in R:
                 out[f"B4 cache {label} epochs 2-3"] = stats.ratio_of_medians(
-                    [statistics.mean(x) for x in zip(R[f"b4_{label}_e2"], R[f"b4_{label}_e3"])], R["b4_synthetic"])
+                    epochs23(label), R["b4_synthetic"])
     r("B5", "b5_mount", "b5_tmpfs")
     r("B5 client", "b5_client", "b5_tmpfs")
     if "b5_mount_peak_rss_over_budget" in R:

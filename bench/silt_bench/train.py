@@ -9,6 +9,7 @@ order. `LOADER` says which one runs.
 Synthetic (`synthetic=True`): the same loop, the same sample sizes, no I/O (each sample is a
 buffer of the file's size made in memory): the upper bound of the loop.
 """
+import itertools
 import multiprocessing as mp
 import random
 import time
@@ -96,29 +97,50 @@ def _epoch_torch(items, order, batch_size, workers, prefetch, compute_s, synthet
 
 
 def _epoch_pool(pool, items, order, batch_size, workers, prefetch, compute_s, synthetic):
-    todo = batches(items, order, batch_size)
-    in_flight, total, nxt = [], 0, 0
-    while nxt < len(todo) or in_flight:
-        while nxt < len(todo) and len(in_flight) < workers * prefetch:
-            in_flight.append(pool.apply_async(_load_batch, ((todo[nxt], synthetic),)))
-            nxt += 1
-        total += in_flight.pop(0).get()
-        time.sleep(compute_s)
+    # Batches are cut from the order as they are dispatched, as a DataLoader takes indices
+    # from its sampler (a sampler may act on how far the loader has got).
+    indices = iter(order)
+    in_flight, total, more = [], 0, True
+    while more or in_flight:
+        while more and len(in_flight) < workers * prefetch:
+            batch = [items[i] for i in itertools.islice(indices, batch_size)]
+            if not batch:
+                more = False
+                break
+            in_flight.append(pool.apply_async(_load_batch, ((batch, synthetic),)))
+        if in_flight:
+            total += in_flight.pop(0).get()
+            time.sleep(compute_s)
     return total
 
 
+class _Lazy:
+    """One epoch of a sampler: iterated once, with the dataset's length."""
+
+    def __init__(self, sampler, n):
+        self.sampler, self.n = sampler, n
+
+    def __iter__(self):
+        return iter(self.sampler)
+
+    def __len__(self):
+        return self.n
+
+
 def run(items, epochs=3, batch_size=64, workers=4, prefetch=2, compute_s=0.05, seed=0,
-        synthetic=False, before_epoch=None, after_epoch=None):
+        synthetic=False, before_epoch=None, after_epoch=None, sampler=None):
     """items: [(path, size)]. Returns one dict per epoch: samples, bytes, seconds, samples_per_s.
-    before_epoch(e) / after_epoch(e) run outside the timed part (cache drops, counters)."""
+    before_epoch(e) / after_epoch(e) run outside the timed part (cache drops, counters).
+    `sampler`: an iterable giving each epoch's indices (e.g. silt.torch.CacheAwareSampler),
+    iterated inside the timed part; the default is a seeded random permutation per epoch."""
     out = []
     pool = None if torch is not None else mp.get_context("fork").Pool(workers)
     try:
         for e in range(epochs):
             if before_epoch:
                 before_epoch(e)
-            order = epoch_order(len(items), seed, e)
             t = time.perf_counter()
+            order = epoch_order(len(items), seed, e) if sampler is None else _Lazy(sampler, len(items))
             if pool is None:
                 nbytes = _epoch_torch(items, order, batch_size, workers, prefetch, compute_s, synthetic)
             else:

@@ -345,6 +345,22 @@ def test_training_loop_reads_every_sample_each_epoch(tmp_path):
     assert train.epoch_order(30, 0, 1) == train.epoch_order(30, 0, 1)
 
 
+def test_training_loop_takes_a_samplers_indices_as_it_dispatches(tmp_path):
+    m = gen.imagenet_like(str(tmp_path), files=30, dirs=3, seed=2)
+    items = [(str(tmp_path / p), s) for p, s, _ in m]
+    taken = []
+
+    class Sampler:  # each epoch a permutation, handed out lazily
+        def __iter__(self):
+            for i in reversed(range(len(items))):
+                taken.append(i)
+                yield i
+
+    epochs = train.run(items, epochs=2, batch_size=4, workers=2, prefetch=2, compute_s=0, sampler=Sampler())
+    assert [e["bytes"] for e in epochs] == [gen.total_bytes(m)] * 2
+    assert taken == list(reversed(range(30))) * 2
+
+
 def test_scenario_ratios_from_medians():
     ctx = scenarios.Ctx(None, "/nonexistent", reps=3)
     for name, runs in {"b1_warm_1": [9, 10, 11], "b1_local_1": [20, 20, 20], "b3_first": [3, 4, 5],

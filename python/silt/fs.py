@@ -237,7 +237,9 @@ class SiltFileSystem(AbstractFileSystem):
         return self.residency(paths)
 
     def prefetch(self, paths):
-        """Starts loading files into the cache in the background, in the order given."""
+        """Starts fetching files for reads coming soon, in the background, in the order given.
+        Unlike ``load``, what is fetched is kept only as the read would keep it (the cache's
+        admission decides) and does not count as a read."""
         self.client.prefetch([self._strip_protocol(p) for p in paths])
 
     def pin(self, path):

@@ -109,15 +109,22 @@ class ShardDataset(_IterableBase):
 class CacheAwareSampler:
     """Yields every index of a ``FileDataset`` once per epoch: first, in a random order, the
     samples whose files Silt already holds whole (one batched residency question), then the
-    rest in a random order while Silt loads them in that order in the background.  The epoch
-    stays a permutation; which samples come early depends on the cache, so this trades a
-    little randomness for reading from cache while the rest arrives."""
+    rest in a random order.  While the indices are taken, Silt is asked to fetch the uncached
+    files ``lookahead`` samples before they are due (``fs.prefetch``: fetched from the store
+    in parallel, kept as the read will find them, not counted as reads), so the cached half
+    of an epoch hides the first fetches and the rest arrives ahead of the loader.  The window
+    bounds what is fetched but not yet read; keep it under the memory tier.  The epoch stays a
+    permutation; which samples come early depends on the cache, so this trades a little
+    randomness for reading from cache while the rest arrives."""
 
-    def __init__(self, dataset, shuffle=True, seed=0, prefetch=True):
+    def __init__(self, dataset, shuffle=True, seed=0, prefetch=True, lookahead=256):
+        if lookahead < 1:
+            raise ValueError(f"lookahead must be at least 1, got {lookahead}")
         self.dataset = dataset
         self.shuffle = shuffle
         self.seed = seed
         self.prefetch = prefetch
+        self.lookahead = lookahead
         self.epoch = 0
         self.last_cached = 0
 
@@ -128,23 +135,33 @@ class CacheAwareSampler:
         return len(self.dataset)
 
     def order(self):
+        """This epoch's order (cached first); sets ``last_cached``.  Prefetches nothing."""
         n = len(self.dataset)
         order = list(range(n))
         if self.shuffle:
             random.Random(self.seed + self.epoch).shuffle(order)
-        fs, files = self.dataset.fs, self.dataset.files
-        resident = fs.residency(files)
+        resident = self.dataset.fs.residency(self.dataset.files)
         cached = [i for i in order if (resident[i] or 0.0) >= 1.0]
         rest = [i for i in order if (resident[i] or 0.0) < 1.0]
         self.last_cached = len(cached)
-        if self.prefetch and rest:
-            fs.prefetch([files[i] for i in rest])
         return cached + rest
 
     def __iter__(self):
         order = self.order()
         self.epoch += 1
-        return iter(order)
+        return self._take(order, self.last_cached)
+
+    def _take(self, order, first_rest):
+        fs, files = self.dataset.fs, self.dataset.files
+        step = max(1, self.lookahead // 4)  # ask in a few calls per window, not one per sample
+        asked = first_rest  # order[first_rest:asked] has been asked for
+        for j, i in enumerate(order):
+            if self.prefetch:
+                due = min(len(order), j + self.lookahead)
+                if due > asked and (due - asked >= step or due == len(order)):
+                    fs.prefetch([files[k] for k in order[asked:due]])
+                    asked = due
+            yield i
 
 
 def read_buffer(path, fs=None, **fs_options):

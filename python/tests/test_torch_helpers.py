@@ -104,6 +104,40 @@ def test_cache_aware_sampler_yields_cached_samples_first_and_a_permutation(s3, w
         fs.close()
 
 
+def test_cache_aware_sampler_prefetches_only_a_window_ahead_of_the_loader():
+    class Fs:  # records what the sampler asks; files 0, 5, 9 are cached
+        def __init__(self):
+            self.asked = []
+
+        def residency(self, files):
+            return [1.0 if f in ("f0", "f5", "f9") else 0.0 for f in files]
+
+        def prefetch(self, paths):
+            self.asked += paths
+
+    class Files:
+        def __init__(self):
+            self.fs, self.files = Fs(), [f"f{i}" for i in range(40)]
+
+        def __len__(self):
+            return len(self.files)
+
+    ds = Files()
+    sampler = st.CacheAwareSampler(ds, seed=3, lookahead=8)
+    it = iter(sampler)
+    assert ds.fs.asked == []  # nothing before the loader takes an index
+    taken = []
+    for i in it:
+        taken.append(i)
+        # Never more than `lookahead` samples past the one just taken.
+        assert len(ds.fs.asked) <= max(0, len(taken) - 1 + 8 - 3)
+    assert sorted(taken) == list(range(40)) and set(taken[:3]) == {0, 5, 9}
+    # Every uncached file asked for once, in the order it is read.
+    assert ds.fs.asked == [f"f{i}" for i in taken[3:]]
+    with pytest.raises(ValueError):
+        st.CacheAwareSampler(ds, lookahead=0)
+
+
 def shard(samples):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:

@@ -249,6 +249,46 @@ impl Router {
         ))
     }
 
+    /// Asks the owners of `obj`'s placement groups to start fetching what they do not hold,
+    /// for a read coming soon: no bytes come back, each owner's admission decides as for a
+    /// read, and it is not counted as a read there. Returns the pages they started. A hint:
+    /// a group no worker answers for is skipped (logged).
+    pub async fn prefetch(&self, obj: &ObjectRef) -> u64 {
+        let mut started = 0;
+        for range in split(0..obj.size(), self.opts.group_size) {
+            match self.prefetch_group(obj, range).await {
+                Ok(n) => started += n,
+                Err(e) => tracing::debug!(path = %obj.meta.path, error = %e, "prefetch skipped"),
+            }
+        }
+        started
+    }
+
+    async fn prefetch_group(&self, obj: &ObjectRef, range: Range<u64>) -> Result<u64> {
+        let group = range.start / self.opts.group_size;
+        let mut last = None;
+        for m in self.candidates(obj.id, group) {
+            let client = self.client(&m);
+            let call = client.call("prefetch", Some(obj), range.clone());
+            match self.attempt(&m, self.opts.timeout, call).await {
+                Ok(v) => return Ok(v.get("pages").and_then(Value::as_u64).unwrap_or(0)),
+                Err(CallError::Worker(e)) => return Err(e),
+                Err(CallError::Link(e)) => {
+                    self.mark_failed(&m, &e);
+                    last = Some(e);
+                }
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "{}: no worker could prefetch bytes {range:?}{}",
+                obj.meta.path,
+                last.map(|e| format!(" (last: {e})")).unwrap_or_default()
+            ),
+        ))
+    }
+
     /// How many pages of each object (id, size) the cluster holds, asking each placement
     /// group's first candidate, one batched call per worker, all workers at once. A worker
     /// that does not answer counts as holding nothing: this is a hint for ordering reads

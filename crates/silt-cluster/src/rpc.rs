@@ -614,6 +614,17 @@ async fn serve_one(
                 .await
                 .map_err(broken)
         }
+        "prefetch" => {
+            // Read soon by the asker: fetched now, admitted as any read would be and not
+            // counted as one (the read itself will be). Answers at once.
+            let obj = svc.object(&op, object).await?;
+            let end = checked_end(&obj, offset, len)?;
+            let ps = svc.worker.page_size();
+            let started = svc.worker.prefetch(&obj, offset / ps..=(end - 1) / ps);
+            write_json(s, &json!({"pages": started}))
+                .await
+                .map_err(broken)
+        }
         "forget" => {
             // A client saw this version replaced or deleted in the store: its pages can never
             // be asked for again.

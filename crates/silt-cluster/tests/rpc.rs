@@ -241,6 +241,45 @@ async fn a_lease_reads_the_workers_file_and_checks_every_page() {
     assert_eq!(stats["files_lent"], 1, "{stats}");
 }
 
+/// `prefetch` answers at once and starts fetching what the worker lacks; a read right after
+/// joins those fetches instead of fetching again; a range past the end is refused.
+#[tokio::test]
+async fn prefetch_starts_fetches_that_a_read_then_joins() {
+    let mem = Arc::new(MemStore::new("mem://prefetch"));
+    let data = vec![3u8; (5 * PS) as usize];
+    let a = mem.put("a", data.clone()).unwrap();
+    let b = mem.put("b", data.clone()).unwrap();
+    let store: DynStore = mem.clone();
+    let (ep, _dir) = worker(store.clone()).await;
+    let c = WorkerClient::new(ep, key());
+    let (a, b) = (ObjectRef::new(store.clone(), a), ObjectRef::new(store, b));
+    // The cost of reading b cold, for comparison.
+    let before = mem.requests();
+    assert_eq!(
+        c.read(&b, 0..5 * PS).await.unwrap().len(),
+        (5 * PS) as usize
+    );
+    let cold = mem.requests() - before;
+    let before = mem.requests();
+    let v = c.call("prefetch", Some(&a), 0..5 * PS).await.unwrap();
+    assert_eq!(v["pages"], 5, "{v}");
+    assert_eq!(&c.read(&a, 0..5 * PS).await.unwrap()[..], &data[..]);
+    assert_eq!(mem.requests() - before, cold, "the read fetched again");
+    let ask = silt_cluster::rpc::PageRange {
+        object: a.id.to_hex(),
+        first: 0,
+        last: 4,
+    };
+    assert_eq!(c.cached(vec![ask]).await.unwrap(), vec![5]);
+    // Prefetching what is cached starts nothing.
+    let v = c.call("prefetch", Some(&a), 0..5 * PS).await.unwrap();
+    assert_eq!(v["pages"], 0, "{v}");
+    match c.call("prefetch", Some(&a), 4 * PS..6 * PS).await {
+        Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}"),
+        other => panic!("a prefetch past the end: {other:?}"),
+    }
+}
+
 /// `cached` counts the pages a worker holds without fetching any; hostile asks are refused;
 /// `changed` is refused by a worker with no namespace of its own.
 #[tokio::test]

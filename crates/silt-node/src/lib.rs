@@ -34,6 +34,7 @@ const METADATA_SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
 pub const ATTACHED: &str = "attached client";
 
 /// A client ready to serve, and what it belongs to.
+#[derive(Clone)]
 pub struct Node {
     pub client: Arc<Client>,
     /// The cluster this process belongs to (reads, preloads and reports go through it).
@@ -248,6 +249,42 @@ impl Node {
                 })
             })
             .collect()
+    }
+
+    /// Starts fetching `paths` (files; anything else is skipped) for reads coming soon, from
+    /// the cluster's owners or into this node's cache, without waiting and without counting as
+    /// reads: each page is admitted as the read will find it (unlike `load`, which keeps what
+    /// it loads whatever the cache holds). Returns the pages started.
+    pub async fn prefetch(&self, paths: &[String]) -> u64 {
+        use futures::stream::{self, StreamExt};
+        let client = &self.client;
+        let objects: Vec<Arc<silt_worker::ObjectRef>> = stream::iter(paths.to_vec())
+            .map(|p| async move {
+                let e = client.stat(&p).await.ok()?;
+                let dir = e.is_dir();
+                e.object.filter(|_| !dir)
+            })
+            .buffered(64)
+            .filter_map(|o| async move { o })
+            .collect()
+            .await;
+        match &self.cluster {
+            Some(router) => {
+                stream::iter(objects)
+                    .map(|o| async move { router.prefetch(&o).await })
+                    .buffer_unordered(16)
+                    .fold(0, |a, n| async move { a + n })
+                    .await
+            }
+            None => {
+                let worker = self.client.worker();
+                objects
+                    .iter()
+                    .filter(|o| o.size() > 0)
+                    .map(|o| worker.prefetch(o, 0..=worker.page_count(o.size()) - 1))
+                    .sum()
+            }
+        }
     }
 
     /// Restores the metadata cache from `STATE_DIR/metadata-snapshot` (listings and stats

@@ -592,23 +592,14 @@ impl PyClient {
         Ok(py.detach(|| inner.block_on(inner.node.residency(&paths))))
     }
 
-    /// Starts loading `paths` into the cache in the background, in order, a few files at a
-    /// time; returns at once.
+    /// Starts fetching `paths` for reads coming soon, in the background; returns at once.
+    /// Not a load: each page is admitted as the read will find it, and nothing counts as a
+    /// read until it is read (see `Node::prefetch`).
     fn prefetch(&self, paths: Vec<String>) -> PyResult<()> {
-        use futures::stream::{self, StreamExt};
         let inner = self.get()?;
-        let client = inner.node.client.clone();
+        let node = inner.node.clone();
         inner.rt().spawn(async move {
-            stream::iter(paths)
-                .for_each_concurrent(8, |p| {
-                    let client = client.clone();
-                    async move {
-                        if let Err(e) = client.load(&p, |_| {}).await {
-                            tracing::debug!(path = %p, error = %e, "prefetch failed");
-                        }
-                    }
-                })
-                .await
+            node.prefetch(&paths).await;
         });
         Ok(())
     }
