@@ -244,7 +244,8 @@ class SiltFileSystem(AbstractFileSystem):
 
     def pin(self, path):
         """Keeps the files at or below ``path`` cached (loaded now, never evicted); refused
-        when they would not fit. Embedded clients; elsewhere ``silt fs pin`` on the owner."""
+        when they would not fit. In this process's cache (embedded) or on the owner or
+        workers that hold each part (attached, cluster), as ``silt fs pin`` does."""
         return self.client.pin(self._strip_protocol(path))
 
     def unpin(self, path):

@@ -2,6 +2,7 @@
 `silt` processes, a worker killed during reads, and clear errors for bad input."""
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import fsspec
 import pytest
 
 import silt
-from conftest import cluster_secret, free_port, run_silt
+from conftest import SILT, cluster_secret, free_port, run_silt
 
 DATA = {f"train/{i:03d}.bin": hashlib.sha256(str(i).encode()).digest() * (97 + 1000 * i) for i in range(24)}
 
@@ -208,9 +209,15 @@ def test_attach_to_silt_up_shares_its_cache_and_reads_cached_files_locally(s3, w
         assert r.read(at - 100, 4 << 20) == big[at - 100 : at - 100 + (4 << 20)]
         assert not r.is_local
         check_all(fs)
-        # The owner's cache is not this client's to pin.
-        with pytest.raises(ValueError, match="silt fs pin"):
-            fs.pin("/data/big.bin")
+        # A pin from the attached client lands in the owner's cache: `silt fs stat` there
+        # shows it, and unpinning from here removes it.
+        u = fs.pin("/data/big.bin")
+        assert u["pinned_bytes"] == len(big) and u["cached_bytes"] == len(big), u
+        stat = json.loads(subprocess.run([SILT, "fs", "stat", "/data/big.bin", "--state-dir", state],
+                                         capture_output=True, text=True, check=True).stdout)
+        assert stat["cache"]["pinned_bytes"] == len(big), stat
+        assert fs.unpin("/data/big.bin") == 1
+        assert fs.cache_usage("/data/big.bin")["pinned_bytes"] == 0
         # A write through the SDK is seen through the mount.
         fs.pipe_file("/data/sdk.txt", b"from python")
         with open(os.path.join(mnt, "data", "sdk.txt"), "rb") as f:

@@ -188,6 +188,8 @@ struct State {
     /// Objects the user pinned (`silt fs pin`), with their sizes: never evicted, always
     /// admitted; together at most the disk tiers' high watermarks.
     user_pins: HashMap<ObjectId, u64>,
+    /// Where `user_pins` is kept across restarts (beside the first disk tier), if anywhere.
+    pins_file: Option<PathBuf>,
     /// How often each page was read lately, for admission to full tiers.
     sketch: FrequencySketch,
     /// Pages memory evicted that no disk tier holds (a full tier refused them when they
@@ -533,6 +535,29 @@ impl State {
     fn count_hit(&mut self) {
         self.counters.hits += 1;
         metrics::PAGE_HITS.inc();
+    }
+
+    /// Writes the user's pins to `pins_file` (whole, then renamed over the old one, so a
+    /// crash leaves the old or the new list). A failure is logged: the pins hold until the
+    /// daemon stops.
+    fn save_pins(&self) {
+        let Some(path) = &self.pins_file else {
+            return;
+        };
+        let mut text = String::from(PINS_HEADER);
+        for (id, size) in &self.user_pins {
+            text.push_str(&format!("{} {size}\n", id.to_hex()));
+        }
+        let tmp = path.with_extension("tmp");
+        let written = (|| {
+            let mut f = silt_common::private::create(&tmp)?;
+            std::io::Write::write_all(&mut f, text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)
+        })();
+        if let Err(e) = written {
+            warn!(path = %path.display(), error = %e, "cannot save the pins; they hold until the daemon stops");
+        }
     }
 
     // ---- memory tier ----
@@ -1311,6 +1336,41 @@ fn validate(cfg: &PageStoreConfig) -> Result<()> {
     Ok(())
 }
 
+/// The user's pins beside the first disk tier: a header line, then `OBJECT_ID_HEX SIZE` each.
+const PINS_FILE: &str = "pins";
+const PINS_HEADER: &str = "silt-pins 1\n";
+
+/// The pins `path` holds; none if it is missing, and the readable ones (with a warning) if it
+/// is damaged: a pin is a wish to keep bytes cached, never needed for correct reads.
+fn load_pins(path: &std::path::Path) -> HashMap<ObjectId, u64> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return HashMap::new(),
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "cannot read the pins; starting without them");
+            return HashMap::new();
+        }
+    };
+    let mut lines = text.lines();
+    if lines.next() != Some(PINS_HEADER.trim_end()) {
+        warn!(path = %path.display(), "not a pins file; starting without pins");
+        return HashMap::new();
+    }
+    let mut pins = HashMap::new();
+    for line in lines {
+        let parsed = line
+            .split_once(' ')
+            .and_then(|(id, size)| Some((ObjectId::from_hex(id)?, size.parse::<u64>().ok()?)));
+        match parsed {
+            Some((id, size)) => {
+                pins.insert(id, size);
+            }
+            None => warn!(path = %path.display(), line, "pins: line ignored"),
+        }
+    }
+    pins
+}
+
 impl PageStore {
     /// Opens the store: creates the tier directories and recovers what the disk tiers hold.
     pub fn open(cfg: PageStoreConfig) -> Result<PageStore> {
@@ -1332,7 +1392,12 @@ impl PageStore {
             disks: Vec::with_capacity(cfg.disk_tiers.len()),
             pins: HashMap::new(),
             preferred: HashMap::new(),
-            user_pins: HashMap::new(),
+            user_pins: cfg
+                .disk_tiers
+                .first()
+                .map(|d| load_pins(&d.dir.join(PINS_FILE)))
+                .unwrap_or_default(),
+            pins_file: cfg.disk_tiers.first().map(|d| d.dir.join(PINS_FILE)),
             demoted: Vec::new(),
             // Sized for pages of 1/16 of the page size (64 KiB of 1 MiB) on average: small
             // files make many short pages.
@@ -1745,16 +1810,21 @@ impl PageStore {
         for &(id, size) in objects {
             st.user_pins.insert(id, size);
         }
+        st.save_pins();
         Ok(())
     }
 
     /// Unpins the objects; how many were pinned.
     pub fn unpin_user(&self, objects: &[ObjectId]) -> usize {
         let mut st = self.shared.state.lock();
-        objects
+        let n = objects
             .iter()
             .filter(|id| st.user_pins.remove(id).is_some())
-            .count()
+            .count();
+        if n > 0 {
+            st.save_pins();
+        }
+        n
     }
 
     /// Whether the user pinned the object.
@@ -1783,7 +1853,9 @@ impl PageStore {
     pub fn remove_object(&self, object: ObjectId) {
         let mut st = self.shared.state.lock();
         // A version gone from the cache keeps no pin (it could never be read again).
-        st.user_pins.remove(&object);
+        if st.user_pins.remove(&object).is_some() {
+            st.save_pins();
+        }
         st.remove_object(object);
     }
 

@@ -507,6 +507,10 @@ impl Client {
         &self.ns
     }
 
+    pub fn options(&self) -> &ClientOptions {
+        &self.opts
+    }
+
     pub fn worker(&self) -> &Arc<Worker> {
         &self.worker
     }
@@ -1218,7 +1222,8 @@ impl Client {
         Ok(self.usage_of(&self.walk_files(path).await?))
     }
 
-    fn usage_of(&self, files: &[Entry]) -> CacheUsage {
+    /// How much of `files` (from `walk_files`) is in this process's cache, and pinned.
+    pub fn usage_of(&self, files: &[Entry]) -> CacheUsage {
         let store = self.worker.page_store();
         let ps = self.worker.page_size();
         let mut u = CacheUsage::default();

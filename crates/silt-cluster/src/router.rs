@@ -221,17 +221,82 @@ impl Router {
     /// now holds for it. A load waits for the owner's store fetch, so its deadline is ten
     /// times a read's.
     pub async fn load(&self, obj: &ObjectRef, range: Range<u64>) -> Result<u64> {
+        let v = self.ask_owner("load", obj, range, 10).await?;
+        Ok(v.get("bytes").and_then(Value::as_u64).unwrap_or(0))
+    }
+
+    /// Pins `range` of `obj` (one placement group) on its owner and loads it there, trying
+    /// the next candidates like reads; the bytes the owner holds. Refused by an owner whose
+    /// disk tiers cannot hold its pins.
+    pub async fn pin(&self, obj: &ObjectRef, range: Range<u64>) -> Result<u64> {
+        let v = self.ask_owner("pin", obj, range, 10).await?;
+        Ok(v.get("bytes").and_then(Value::as_u64).unwrap_or(0))
+    }
+
+    /// Unpins `obj` on every candidate of each of its groups (a pin lands on the first that
+    /// answered, which may have changed since); whether any held a pin. Best effort: a
+    /// worker that does not answer keeps its pin until it restarts.
+    pub async fn unpin(&self, obj: &ObjectRef) -> bool {
+        self.tell_all_candidates("unpin", obj)
+            .await
+            .iter()
+            .any(|v| v.get("unpinned").and_then(Value::as_u64).unwrap_or(0) > 0)
+    }
+
+    /// Drops `obj`'s pages (and pins) on every candidate of each of its groups (`silt fs
+    /// free`). Best effort, like `unpin`.
+    pub async fn free(&self, obj: &ObjectRef) {
+        self.tell_all_candidates("forget", obj).await;
+    }
+
+    async fn tell_all_candidates(&self, op: &str, obj: &ObjectRef) -> Vec<Value> {
+        let mut members: HashMap<String, Member> = HashMap::new();
+        for range in split(0..obj.size().max(1), self.opts.group_size) {
+            for m in self.candidates(obj.id, range.start / self.opts.group_size) {
+                members.entry(m.id.clone()).or_insert(m);
+            }
+        }
+        let calls = members.into_values().map(|m| async move {
+            let client = self.client(&m);
+            let call = client.call(op, Some(obj), 0..0);
+            match self.attempt(&m, self.opts.timeout, call).await {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::debug!(worker = %m.id, error = %e.into_error(), op, "not passed on");
+                    None
+                }
+            }
+        });
+        futures::future::join_all(calls)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// Asks the first candidate of `range`'s group that answers to do `op` on it, with
+    /// `deadline_reads` times a read's deadline.
+    async fn ask_owner(
+        &self,
+        op: &str,
+        obj: &ObjectRef,
+        range: Range<u64>,
+        deadline_reads: u32,
+    ) -> Result<Value> {
         let group = range.start / self.opts.group_size;
         debug_assert!(
             range.is_empty() || (range.end - 1) / self.opts.group_size == group,
-            "load of {range:?} spans placement groups"
+            "{op} of {range:?} spans placement groups"
         );
         let mut last = None;
         for m in self.candidates(obj.id, group) {
             let client = self.client(&m);
-            let call = client.call("load", Some(obj), range.clone());
-            match self.attempt(&m, self.opts.timeout * 10, call).await {
-                Ok(v) => return Ok(v.get("bytes").and_then(Value::as_u64).unwrap_or(0)),
+            let call = client.call(op, Some(obj), range.clone());
+            match self
+                .attempt(&m, self.opts.timeout * deadline_reads, call)
+                .await
+            {
+                Ok(v) => return Ok(v),
                 Err(CallError::Worker(e)) => return Err(e),
                 Err(CallError::Link(e)) => {
                     self.mark_failed(&m, &e);
@@ -242,7 +307,7 @@ impl Router {
         Err(Error::new(
             ErrorKind::Unavailable,
             format!(
-                "{}: no worker could load bytes {range:?}{}",
+                "{}: no worker could {op} bytes {range:?}{}",
                 obj.meta.path,
                 last.map(|e| format!(" (last: {e})")).unwrap_or_default()
             ),
@@ -256,37 +321,12 @@ impl Router {
     pub async fn prefetch(&self, obj: &ObjectRef) -> u64 {
         let mut started = 0;
         for range in split(0..obj.size(), self.opts.group_size) {
-            match self.prefetch_group(obj, range).await {
-                Ok(n) => started += n,
+            match self.ask_owner("prefetch", obj, range, 1).await {
+                Ok(v) => started += v.get("pages").and_then(Value::as_u64).unwrap_or(0),
                 Err(e) => tracing::debug!(path = %obj.meta.path, error = %e, "prefetch skipped"),
             }
         }
         started
-    }
-
-    async fn prefetch_group(&self, obj: &ObjectRef, range: Range<u64>) -> Result<u64> {
-        let group = range.start / self.opts.group_size;
-        let mut last = None;
-        for m in self.candidates(obj.id, group) {
-            let client = self.client(&m);
-            let call = client.call("prefetch", Some(obj), range.clone());
-            match self.attempt(&m, self.opts.timeout, call).await {
-                Ok(v) => return Ok(v.get("pages").and_then(Value::as_u64).unwrap_or(0)),
-                Err(CallError::Worker(e)) => return Err(e),
-                Err(CallError::Link(e)) => {
-                    self.mark_failed(&m, &e);
-                    last = Some(e);
-                }
-            }
-        }
-        Err(Error::new(
-            ErrorKind::Unavailable,
-            format!(
-                "{}: no worker could prefetch bytes {range:?}{}",
-                obj.meta.path,
-                last.map(|e| format!(" (last: {e})")).unwrap_or_default()
-            ),
-        ))
     }
 
     /// How many pages of each object (id, size) the cluster holds, asking each placement
@@ -294,8 +334,24 @@ impl Router {
     /// that does not answer counts as holding nothing: this is a hint for ordering reads
     /// (`CacheAwareSampler`), never a promise.
     pub async fn cached_pages(&self, objects: &[(ObjectId, u64)], page_size: u64) -> Vec<u64> {
+        self.cache_state(objects, page_size)
+            .await
+            .into_iter()
+            .map(|(pages, _)| pages)
+            .collect()
+    }
+
+    /// For each object (id, size): the pages the cluster holds (as `cached_pages`) and the
+    /// bytes of it pinned on their owners (`silt fs pin`).
+    pub async fn cache_state(
+        &self,
+        objects: &[(ObjectId, u64)],
+        page_size: u64,
+    ) -> Vec<(u64, u64)> {
         let page_size = page_size.max(1);
-        let mut asks: HashMap<String, (Member, Vec<(usize, PageRange)>)> = HashMap::new();
+        // Per worker: (object's index, the group's bytes, its pages).
+        type Asked = Vec<(usize, u64, PageRange)>;
+        let mut asks: HashMap<String, (Member, Asked)> = HashMap::new();
         for (i, &(id, size)) in objects.iter().enumerate() {
             for range in split(0..size, self.opts.group_size) {
                 let group = range.start / self.opts.group_size;
@@ -310,30 +366,37 @@ impl Router {
                 asks.entry(owner.id.clone())
                     .or_insert_with(|| (owner, Vec::new()))
                     .1
-                    .push((i, ask));
+                    .push((i, range.end - range.start, ask));
             }
         }
         let calls = asks.into_values().map(|(m, asked)| async move {
             let client = self.client(&m);
-            let ranges = asked.iter().map(|(_, r)| r.clone()).collect();
+            let ranges = asked.iter().map(|(_, _, r)| r.clone()).collect();
             let r = self
-                .attempt(&m, self.opts.timeout, client.cached(ranges))
+                .attempt(&m, self.opts.timeout, client.cache_state(ranges))
                 .await;
             match r {
-                Ok(counts) => asked.into_iter().map(|(i, _)| i).zip(counts).collect(),
+                Ok(states) => asked
+                    .into_iter()
+                    .zip(states)
+                    .map(|((i, bytes, _), (pages, pinned))| {
+                        (i, pages, if pinned { bytes } else { 0 })
+                    })
+                    .collect(),
                 Err(e) => {
                     tracing::debug!(worker = %m.id, error = %e.into_error(), "no residency answer");
                     Vec::new()
                 }
             }
         });
-        let mut pages = vec![0u64; objects.len()];
+        let mut out = vec![(0u64, 0u64); objects.len()];
         for answer in futures::future::join_all(calls).await {
-            for (i, n) in answer {
-                pages[i] += n;
+            for (i, pages, pinned) in answer {
+                out[i].0 += pages;
+                out[i].1 += pinned;
             }
         }
-        pages
+        out
     }
 
     /// Tells every worker of the view that namespace directory `dir` changed in the store

@@ -558,9 +558,34 @@ async fn serve_one(
         }
         "cached" => {
             let pages = svc.cached(&ranges)?;
-            write_json(s, &json!({ "pages": pages }))
+            let store = svc.worker.page_store();
+            // Parsed by `cached` already: every object id is valid.
+            let pinned: Vec<bool> = ranges
+                .iter()
+                .map(|r| ObjectId::from_hex(&r.object).is_some_and(|id| store.is_user_pinned(id)))
+                .collect();
+            write_json(s, &json!({ "pages": pages, "pinned": pinned }))
                 .await
                 .map_err(broken)
+        }
+        "pin" => {
+            // `silt fs pin` in a cluster: this worker's part of the object, kept until unpinned
+            // (refused, pinning nothing, past the disk tiers' high watermarks), then loaded.
+            let obj = svc.object(&op, object).await?;
+            let end = checked_end(&obj, offset, len)?;
+            svc.worker
+                .page_store()
+                .pin_user(&[(obj.id, end - offset)])?;
+            let pages = svc.pages(&obj, offset, len).await?;
+            let bytes: u64 = pages.iter().map(|p| p.len() as u64).sum();
+            write_json(s, &json!({"bytes": bytes}))
+                .await
+                .map_err(broken)
+        }
+        "unpin" => {
+            let obj = svc.object(&op, object).await?;
+            let n = svc.worker.page_store().unpin_user(&[obj.id]);
+            write_json(s, &json!({"unpinned": n})).await.map_err(broken)
         }
         "read" => {
             let obj = svc.object(&op, object).await?;
@@ -1408,6 +1433,20 @@ impl WorkerClient {
 
     /// How many pages of each of `ranges` this worker holds (one answer per range).
     pub async fn cached(&self, ranges: Vec<PageRange>) -> std::result::Result<Vec<u64>, CallError> {
+        Ok(self
+            .cache_state(ranges)
+            .await?
+            .into_iter()
+            .map(|(pages, _)| pages)
+            .collect())
+    }
+
+    /// For each range: how many of its pages the worker holds, and whether the user pinned
+    /// its object there (`silt fs pin`).
+    pub async fn cache_state(
+        &self,
+        ranges: Vec<PageRange>,
+    ) -> std::result::Result<Vec<(u64, bool)>, CallError> {
         let n = ranges.len();
         let req = Request {
             ranges,
@@ -1415,13 +1454,18 @@ impl WorkerClient {
         };
         let v = self.call_req(&req).await?;
         let pages: Vec<u64> = garbled(serde_json::from_value(v["pages"].clone()))?;
-        if pages.len() != n {
+        let pinned: Vec<bool> = garbled(serde_json::from_value(v["pinned"].clone()))?;
+        if pages.len() != n || pinned.len() != n {
             return Err(CallError::Link(Error::new(
                 ErrorKind::Corrupted,
-                format!("worker answered {} counts for {n} ranges", pages.len()),
+                format!(
+                    "worker answered {} counts and {} pin flags for {n} ranges",
+                    pages.len(),
+                    pinned.len()
+                ),
             )));
         }
-        Ok(pages)
+        Ok(pages.into_iter().zip(pinned).collect())
     }
 
     /// Tells the worker that directory `path` of the namespace changed in the store.

@@ -148,6 +148,9 @@ fn requests() -> Vec<Vec<u8>> {
         json(serde_json::json!({"v": 1, "op": "hold", "object": obj})),
         json(serde_json::json!({"v": 1, "op": "load", "object": obj})),
         json(serde_json::json!({"v": 1, "op": "forget", "object": obj})),
+        json(serde_json::json!({"v": 1, "op": "prefetch", "object": obj, "offset": 0, "len": 100})),
+        json(serde_json::json!({"v": 1, "op": "pin", "object": obj, "offset": 0, "len": 100})),
+        json(serde_json::json!({"v": 1, "op": "unpin", "object": obj})),
         [
             json(serde_json::json!({"v": 1, "op": "rput", "path": "/c/f", "file": file})),
             frame(2, b"hello"),

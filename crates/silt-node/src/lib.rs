@@ -287,6 +287,111 @@ impl Node {
         }
     }
 
+    /// How much of the files at or below `path` is cached and pinned: here, and for a
+    /// cluster (or attached) client also on the owning workers (one batched question each;
+    /// a file counts as cached as far as the better of the two holds it).
+    pub async fn cache_usage(&self, path: &str) -> Result<silt_client::CacheUsage> {
+        let files = self.client.walk_files(path).await?;
+        Ok(self.usage_of(&files).await)
+    }
+
+    async fn usage_of(&self, files: &[silt_client::Entry]) -> silt_client::CacheUsage {
+        let mut u = self.client.usage_of(files);
+        let Some(router) = &self.cluster else {
+            return u;
+        };
+        let ps = self.client.worker().page_size();
+        let objects: Vec<(silt_common::ObjectId, u64)> = files
+            .iter()
+            .filter_map(|f| f.object.as_ref().map(|o| (o.id, o.size())))
+            .collect();
+        let there = router.cache_state(&objects, ps).await;
+        let (cached, pinned) = objects.iter().zip(&there).fold(
+            (0u64, 0u64),
+            |(c, p), (&(_, size), &(pages, pinned))| {
+                (c + (pages * ps).min(size), p + pinned.min(size))
+            },
+        );
+        u.cached_bytes = u.cached_bytes.max(cached);
+        u.pinned_bytes = u.pinned_bytes.max(pinned);
+        u
+    }
+
+    /// Pins the files at or below `path` and loads them (`silt fs pin`): in this process's
+    /// cache, or for a cluster (or attached) client on the workers owning each placement
+    /// group. Refused as a whole when a cache cannot hold its part: what this call pinned is
+    /// unpinned again (pins made before it stay).
+    pub async fn pin(&self, path: &str) -> Result<silt_client::CacheUsage> {
+        use futures::stream::{self, StreamExt};
+        let Some(router) = &self.cluster else {
+            return self.client.pin(path).await;
+        };
+        let files = self.client.walk_files(path).await?;
+        let objects: Vec<Arc<silt_worker::ObjectRef>> =
+            files.iter().filter_map(|f| f.object.clone()).collect();
+        let ps = self.client.worker().page_size();
+        let ids: Vec<_> = objects.iter().map(|o| (o.id, o.size())).collect();
+        let before = router.cache_state(&ids, ps).await;
+        let work: Vec<_> = objects
+            .iter()
+            .flat_map(|o| {
+                silt_cluster::router::split(0..o.size(), router.group_size())
+                    .into_iter()
+                    .map(move |r| (o.clone(), r))
+            })
+            .collect();
+        let results: Vec<Result<u64>> =
+            stream::iter(work)
+                .map(|(o, r)| async move {
+                    router.pin(&o, r).await.map_err(|e| e.context(&o.meta.path))
+                })
+                .buffer_unordered(self.client.options().fetch_concurrency.max(1))
+                .collect()
+                .await;
+        if let Some(e) = results.into_iter().find_map(Result::err) {
+            for (o, &(_, pinned)) in objects.iter().zip(&before) {
+                if pinned == 0 {
+                    router.unpin(o).await;
+                }
+            }
+            return Err(e.context(path));
+        }
+        Ok(self.usage_of(&files).await)
+    }
+
+    /// Unpins the files at or below `path` (here, and on the owning workers for a cluster
+    /// or attached client); how many were pinned.
+    pub async fn unpin(&self, path: &str) -> Result<u64> {
+        let Some(router) = &self.cluster else {
+            return self.client.unpin(path).await;
+        };
+        let files = self.client.walk_files(path).await?;
+        let mut n = self.client.unpin(path).await?;
+        let mut there = 0;
+        for o in files.iter().filter_map(|f| f.object.as_ref()) {
+            there += u64::from(router.unpin(o).await);
+        }
+        n = n.max(there);
+        Ok(n)
+    }
+
+    /// Drops the cached pages (and pins) of the files at or below `path`, here and on the
+    /// workers that hold them; what was cached before.
+    pub async fn free(&self, path: &str) -> Result<silt_client::CacheUsage> {
+        let Some(router) = &self.cluster else {
+            return self.client.free(path).await;
+        };
+        let files = self.client.walk_files(path).await?;
+        let before = self.usage_of(&files).await;
+        // Awaited here (the client's own free tells the workers in the background), so what
+        // this returns is gone from the workers that answered.
+        for obj in files.iter().filter_map(|f| f.object.clone()) {
+            self.client.worker().page_store().remove_object(obj.id);
+            router.forget(obj).await;
+        }
+        Ok(before)
+    }
+
     /// Restores the metadata cache from `STATE_DIR/metadata-snapshot` (listings and stats
     /// still fresh from before a restart, see silt_client::snapshot) and keeps saving it as it
     /// changes, so a crash restart is as warm as a clean one. The first save is at once: what

@@ -605,37 +605,38 @@ impl PyClient {
     }
 
     /// Pins the files at or below `path` (loaded, never evicted): a dict of files, bytes,
-    /// cached_bytes, pinned_bytes. Embedded clients only: an attached or cluster client's
-    /// cache belongs to its owner or workers (`silt fs pin` there).
+    /// cached_bytes, pinned_bytes. In this process's cache (embedded) or on the owner or
+    /// workers holding each part (attached, cluster), like `silt fs pin`.
     fn pin<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
-        let inner = self.own_cache("pin")?;
+        let inner = self.get()?;
         let u = py
-            .detach(|| inner.block_on(inner.node.client.pin(path)))
+            .detach(|| inner.block_on(inner.node.pin(path)))
             .map_err(py_err)?;
         usage_dict(py, &u)
     }
 
     /// Unpins the files at or below `path`; how many were pinned.
     fn unpin(&self, py: Python<'_>, path: &str) -> PyResult<u64> {
-        let inner = self.own_cache("unpin")?;
-        py.detach(|| inner.block_on(inner.node.client.unpin(path)))
+        let inner = self.get()?;
+        py.detach(|| inner.block_on(inner.node.unpin(path)))
             .map_err(py_err)
     }
 
     /// Drops the cached pages (and pins) of the files at or below `path`: what was cached.
     fn free<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
-        let inner = self.own_cache("free")?;
+        let inner = self.get()?;
         let u = py
-            .detach(|| inner.block_on(inner.node.client.free(path)))
+            .detach(|| inner.block_on(inner.node.free(path)))
             .map_err(py_err)?;
         usage_dict(py, &u)
     }
 
-    /// How much of the files at or below `path` this client's cache holds, and pins.
+    /// How much of the files at or below `path` is cached and pinned (here, and on the owner
+    /// or workers for attached and cluster clients).
     fn cache_usage<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
         let inner = self.get()?;
         let u = py
-            .detach(|| inner.block_on(inner.node.client.cache_usage(path)))
+            .detach(|| inner.block_on(inner.node.cache_usage(path)))
             .map_err(py_err)?;
         usage_dict(py, &u)
     }
@@ -667,21 +668,6 @@ fn usage_dict<'py>(py: Python<'py>, u: &silt_client::CacheUsage) -> PyResult<Bou
     d.set_item("cached_bytes", u.cached_bytes)?;
     d.set_item("pinned_bytes", u.pinned_bytes)?;
     Ok(d)
-}
-
-impl PyClient {
-    /// The client, if the cache it would change is its own (embedded).
-    fn own_cache(&self, what: &str) -> PyResult<Arc<Inner>> {
-        let inner = self.get()?;
-        if inner.mode != "embedded" {
-            return Err(PyValueError::new_err(format!(
-                "{what}: this {} client's cache belongs to {}; run `silt fs {what}` there",
-                inner.mode,
-                inner.owner_dir.display()
-            )));
-        }
-        Ok(inner)
-    }
 }
 
 /// A file open for reading (one pinned version). Reads of a file whole in a same-host cache

@@ -115,7 +115,7 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
                 if let Ok(info) = d.client.policy_info(&req.path) {
                     v["sync"] = json!(info);
                 }
-                if let Ok(usage) = d.client.cache_usage(&req.path).await {
+                if let Ok(usage) = d.node().cache_usage(&req.path).await {
                     v["cache"] = json!(usage);
                 }
                 write_json(&mut s, &v).await
@@ -126,15 +126,15 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
             let r = d.client.sync(&req.path, req.recursive).await;
             return answer_after_kernel(&mut s, d, r).await;
         }
-        "pin" => match d.client.pin(&req.path).await {
+        "pin" => match d.node().pin(&req.path).await {
             Ok(u) => write_json(&mut s, &json!(u)).await,
             Err(e) => return write_error(&mut s, &e).await,
         },
-        "unpin" => match d.client.unpin(&req.path).await {
+        "unpin" => match d.node().unpin(&req.path).await {
             Ok(n) => write_json(&mut s, &json!({"unpinned": n})).await,
             Err(e) => return write_error(&mut s, &e).await,
         },
-        "free" => match d.client.free(&req.path).await {
+        "free" => match d.node().free(&req.path).await {
             Ok(u) => write_json(&mut s, &json!(u)).await,
             Err(e) => return write_error(&mut s, &e).await,
         },

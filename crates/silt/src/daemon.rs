@@ -48,6 +48,15 @@ impl Daemon {
     pub fn mounts(&self) -> Vec<MountSpec> {
         silt_node::client_mounts(&self.client)
     }
+
+    /// The client and its cluster as a `Node` (for the calls shared with the Python SDK).
+    pub fn node(&self) -> Node {
+        Node {
+            client: self.client.clone(),
+            cluster: self.cluster.clone(),
+            role: self.role,
+        }
+    }
 }
 
 /// The state file holding a worker's generated identity.

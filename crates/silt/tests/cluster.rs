@@ -539,7 +539,11 @@ fn a_static_worker_list_serves_without_etcd() {
             cmd.arg("worker")
                 .args(&args)
                 .args(["--worker-id", id, "--listen", &format!("127.0.0.1:{port}")])
-                .args(["--state-dir", state.to_str().unwrap()]);
+                .args(["--state-dir", state.to_str().unwrap()])
+                .args([
+                    "--disk-tiers",
+                    &format!("{}:1MiB", state.join("cache").display()),
+                ]);
             Silt::spawn(cmd, None, &state).unwrap_or_else(|e| panic!("worker {id}: {e}"))
         })
         .collect();
@@ -554,6 +558,35 @@ fn a_static_worker_list_serves_without_etcd() {
             "worker {id} served nothing"
         );
     }
+    // Pins, usage and free reach the workers that own each part. A small file is pinned
+    // there (the client's stat counts what the workers answer), then unpinned.
+    let stat = |path: &str| -> Value {
+        let o = client.cli(&["fs", "stat", path]);
+        assert!(o.status.success(), "stat {path}: {}", stderr(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let (small, small_len) = (&files[0].0, files[0].1.len() as u64);
+    let small = format!("/data/{small}");
+    let o = client.cli(&["fs", "pin", &small]);
+    assert!(o.status.success(), "pin: {}", stderr(&o));
+    assert_eq!(stat(&small)["cache"]["pinned_bytes"], small_len);
+    assert!(client.cli(&["fs", "unpin", &small]).status.success());
+    assert_eq!(stat(&small)["cache"]["pinned_bytes"], 0);
+    // A 1 MiB group cannot be pinned in a 1 MiB disk tier (its high watermark is below):
+    // refused with a message, nothing left pinned.
+    let large = format!("/data/{}", files[20].0);
+    let o = client.cli(&["fs", "pin", &large]);
+    assert!(
+        !o.status.success(),
+        "a pin larger than the disk tiers was accepted"
+    );
+    assert!(stderr(&o).contains("disk tiers can hold"), "{}", stderr(&o));
+    assert_eq!(stat(&large)["cache"]["pinned_bytes"], 0);
+    // Free drops the pages on the workers too.
+    assert!(stat("/data")["cache"]["cached_bytes"].as_u64().unwrap() > 0);
+    let o = client.cli(&["fs", "free", "/data"]);
+    assert!(o.status.success(), "free: {}", stderr(&o));
+    assert_eq!(stat("/data")["cache"]["cached_bytes"], 0);
     // A worker id that is not in the list is refused with a clear message.
     let o = silt(&[
         "worker",

@@ -1618,3 +1618,47 @@ fn b4_shape_with_a_disk_tier_keeps_half() {
         }
     }
 }
+
+/// Pins are kept beside the first disk tier: a restart keeps them (and they still hold
+/// against a scan), unpin and free drop them for good, and a damaged list costs only the
+/// lines it damaged.
+#[test]
+fn user_pins_survive_a_restart_and_a_damaged_list_only_loses_its_bad_lines() {
+    let dir = TempDir::new().unwrap();
+    let open = || PageStore::open(cfg(4, &[(dir.path(), 16)], 0.95, 0.85)).unwrap();
+    let store = open();
+    store
+        .pin_user(&[(ObjectId(1), PS), (ObjectId(2), PS)])
+        .unwrap();
+    put(&store, 1, 0, PS);
+    drop(store);
+
+    let store = open();
+    assert!(store.is_user_pinned(ObjectId(1)) && store.is_user_pinned(ObjectId(2)));
+    for o in 10..60 {
+        put(&store, o, 0, PS);
+    }
+    assert!(
+        store.contains(&key(1, 0)),
+        "a pin restored at start did not hold"
+    );
+    assert_eq!(store.unpin_user(&[ObjectId(2)]), 1);
+    store.remove_object(ObjectId(1)); // `silt fs free`
+    drop(store);
+
+    let store = open();
+    assert!(!store.is_user_pinned(ObjectId(1)) && !store.is_user_pinned(ObjectId(2)));
+    drop(store);
+    std::fs::write(dir.path().join("pins"), "not a pins file\n").unwrap();
+    let store = open();
+    assert!(!store.is_user_pinned(ObjectId(1)));
+    drop(store);
+    let text = format!(
+        "silt-pins 1\n{} 5\nbroken line\n{} x\n",
+        ObjectId(7).to_hex(),
+        ObjectId(8).to_hex()
+    );
+    std::fs::write(dir.path().join("pins"), text).unwrap();
+    let store = open();
+    assert!(store.is_user_pinned(ObjectId(7)) && !store.is_user_pinned(ObjectId(8)));
+}
