@@ -111,6 +111,9 @@ pub struct PageStoreStats {
     pub checksum_failures: u64,
     /// Pages a full tier did not take: its admission judged the victim worth more.
     pub admissions_refused: u64,
+    /// Objects the user pinned (`silt fs pin`), and their bytes.
+    pub pinned_objects: u64,
+    pub pinned_bytes: u64,
 }
 
 const NO_TIER: u8 = u8::MAX;
@@ -1868,6 +1871,8 @@ impl PageStore {
             evictions: st.counters.evictions,
             checksum_failures: st.counters.checksum_failures,
             admissions_refused: st.counters.refused,
+            pinned_objects: st.user_pins.len() as u64,
+            pinned_bytes: st.user_pins.values().sum(),
         }
     }
 }

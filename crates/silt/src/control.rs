@@ -438,6 +438,7 @@ fn report_json(d: &Daemon) -> Value {
         "page_misses": misses,
         "evictions": stats.evictions,
         "admissions_refused": stats.admissions_refused,
+        "pinned": {"objects": stats.pinned_objects, "bytes": stats.pinned_bytes},
         "hit_ratio": if hits + misses > 0 { hits as f64 / (hits + misses) as f64 } else { 0.0 },
         "bytes_by_source": {
             "memory": metrics::READ_BYTES_MEMORY.get(),

@@ -604,6 +604,7 @@ fn pinned_files_survive_a_scan_and_free_drops_them() {
     let o = silt.cli(&["fs", "pin", "/data/keep"]);
     assert!(o.status.success(), "pin: {}", stderr(&o));
     assert_eq!(stat("/data/keep"), (keep.len() as u64, keep.len() as u64));
+    assert_eq!(silt.report()["pinned"]["bytes"], keep.len() as u64);
     // Everything would be 51 MiB: refused, with a message, and nothing more is pinned.
     let o = silt.cli(&["fs", "pin", "/data"]);
     assert!(
