@@ -286,8 +286,16 @@ pub struct Client {
     snapshot_saves: Mutex<bool>,
     /// Directory times moved by changes through this client (`attrs.rs`).
     dir_times: attrs::DirTimes,
-    /// When each version under a `cache_ttl` prefix was first opened here.
-    ttl_since: Mutex<std::collections::HashMap<ObjectId, std::time::Instant>>,
+    /// Each version under a `cache_ttl` prefix opened here: when it was first opened (or its
+    /// pages last dropped), and its TTL.
+    ttl_since: Mutex<std::collections::HashMap<ObjectId, TtlEntry>>,
+}
+
+/// A version under a `cache_ttl` prefix (see `Client::expire_cached`).
+struct TtlEntry {
+    since: std::time::Instant,
+    ttl: Duration,
+    obj: Arc<ObjectRef>,
 }
 
 /// The namespace path of a store path `rel` under a mount at `mount_path`.
@@ -394,12 +402,44 @@ impl Client {
         };
         let now = self.opts.clock.now();
         let mut since = self.ttl_since.lock();
-        let first = *since.entry(obj.id).or_insert(now);
-        if now.saturating_duration_since(first) > ttl {
-            since.insert(obj.id, now);
+        let e = since.entry(obj.id).or_insert_with(|| TtlEntry {
+            since: now,
+            ttl,
+            obj: obj.clone(),
+        });
+        if now.saturating_duration_since(e.since) > ttl {
+            e.since = now;
             drop(since);
             self.worker.forget_object(obj);
         }
+    }
+
+    /// Drops the cached pages of every version under a `cache_ttl` prefix whose TTL has run
+    /// out since it was first opened here, opened again or not (so a prefix's pages free their
+    /// space, not only stop being served); the next open starts its TTL over. Returns how many
+    /// versions it dropped. The daemon calls this periodically (`Node::keep_sweeping_ttl`).
+    pub fn sweep_expired(&self) -> usize {
+        let now = self.opts.clock.now();
+        let expired: Vec<Arc<ObjectRef>> = {
+            let mut since = self.ttl_since.lock();
+            let ids: Vec<ObjectId> = since
+                .iter()
+                .filter(|(_, e)| now.saturating_duration_since(e.since) > e.ttl)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.iter()
+                .filter_map(|id| since.remove(id).map(|e| e.obj))
+                .collect()
+        };
+        for obj in &expired {
+            self.worker.forget_object(obj);
+        }
+        expired.len()
+    }
+
+    /// The shortest `cache_ttl`, if any rule is set.
+    pub fn shortest_cache_ttl(&self) -> Option<Duration> {
+        self.opts.cache_ttl.iter().map(|(_, ttl)| *ttl).min()
     }
 
     /// The write type of a namespace path (`ReadOnly` for a path that is not valid).

@@ -376,6 +376,7 @@ async fn cache_ttl_refetches_after_the_ttl_only_under_its_prefix() {
     read_all("/d/tmp/x").await;
     read_all("/d/keep/y").await;
     let cold = fetches();
+    let x_id = client.open("/d/tmp/x").await.unwrap().object().id;
     clock.advance(Duration::from_secs(59));
     read_all("/d/tmp/x").await;
     read_all("/d/keep/y").await;
@@ -387,6 +388,30 @@ async fn cache_ttl_refetches_after_the_ttl_only_under_its_prefix() {
     // The TTL starts over from that fetch.
     read_all("/d/tmp/x").await;
     assert_eq!(fetches(), cold + 1);
+    // Not opened again: the sweep drops its pages once the TTL runs out, and only then.
+    let cached = || {
+        client
+            .worker()
+            .page_store()
+            .contains(&silt_common::PageKey::new(x_id, 0))
+    };
+    clock.advance(Duration::from_secs(59));
+    assert_eq!(client.sweep_expired(), 0);
+    assert!(cached());
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(
+        client.sweep_expired(),
+        1,
+        "the expired version was not swept"
+    );
+    assert!(!cached(), "a swept version's pages are still cached");
+    assert_eq!(client.sweep_expired(), 0);
+    read_all("/d/keep/y").await;
+    assert_eq!(
+        fetches(),
+        cold + 1,
+        "the prefix without a TTL lost its pages"
+    );
 }
 
 /// B4's shape through the client (not the page store alone): small files, a small memory tier

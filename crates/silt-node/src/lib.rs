@@ -392,6 +392,32 @@ impl Node {
         Ok(before)
     }
 
+    /// With `cache_ttl_rules` set, drops the pages of versions whose TTL ran out
+    /// (`Client::sweep_expired`) every quarter of the shortest TTL (at least every second, at
+    /// most every minute), so a TTL'd prefix frees its cache space whether or not it is read
+    /// again. The thread ends with the client.
+    pub fn keep_sweeping_ttl(&self) -> Result<()> {
+        let Some(shortest) = self.client.shortest_cache_ttl() else {
+            return Ok(());
+        };
+        let every = (shortest / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let client: Weak<Client> = Arc::downgrade(&self.client);
+        std::thread::Builder::new()
+            .name("silt-ttl-sweep".into())
+            .spawn(move || loop {
+                std::thread::sleep(every);
+                let Some(client) = client.upgrade() else {
+                    return;
+                };
+                let n = client.sweep_expired();
+                if n > 0 {
+                    tracing::debug!(versions = n, "cache TTL: pages dropped");
+                }
+            })
+            .map_err(|e| Error::from(e).context("starting the cache TTL sweep"))?;
+        Ok(())
+    }
+
     /// Restores the metadata cache from `STATE_DIR/metadata-snapshot` (listings and stats
     /// still fresh from before a restart, see silt_client::snapshot) and keeps saving it as it
     /// changes, so a crash restart is as warm as a clean one. The first save is at once: what

@@ -247,6 +247,7 @@ fn connect(options: HashMap<String, String>, mode: &str) -> Result<Inner> {
         Ok(lock) => {
             let node = Node::build(&cfg, &rt)?;
             node.keep_metadata(&owner_dir)?;
+            node.keep_sweeping_ttl()?;
             let key = silt_cluster::auth::cluster_key(&cfg.cluster_secret, &owner_dir, true)?;
             let local = LocalService::start(&node.client, &owner_dir, key, rt.handle())?;
             Ok(inner(node, "embedded", Some(local), Some(lock), None, rt))

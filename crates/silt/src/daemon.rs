@@ -133,6 +133,7 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
     // The client (single node or cluster client), its metadata kept across restarts.
     let node = Node::build(&cfg, &rt)?;
     node.keep_metadata(&cfg.state_dir)?;
+    node.keep_sweeping_ttl()?;
     let snapshot = cfg.state_dir.join(METADATA_SNAPSHOT);
     let Node {
         client,
