@@ -1662,3 +1662,29 @@ fn user_pins_survive_a_restart_and_a_damaged_list_only_loses_its_bad_lines() {
     let store = open();
     assert!(store.is_user_pinned(ObjectId(7)) && !store.is_user_pinned(ObjectId(8)));
 }
+
+/// An explicit load (admitted whatever the counts say, `prefer`) of four times the disk tier
+/// evicts everything but what the user pinned; under `tinylfu` as under `lru`.
+#[test]
+fn a_load_never_evicts_user_pinned_pages() {
+    for policy in ["tinylfu", "lru"] {
+        let dir = TempDir::new().unwrap();
+        let mut c = cfg(2, &[(dir.path(), 16)], 0.95, 0.85);
+        c.eviction_policy = policy.into();
+        let store = PageStore::open(c).unwrap();
+        store.pin_user(&[(ObjectId(1), 4 * PS)]).unwrap();
+        for i in 0..4 {
+            put(&store, 1, i, 4 * PS);
+        }
+        for o in 100..116 {
+            let _load = store.prefer(ObjectId(o));
+            for i in 0..4 {
+                put(&store, o, i, 4 * PS);
+            }
+        }
+        for i in 0..4 {
+            assert!(store.contains(&key(1, i)), "{policy}: pinned page {i} evicted");
+        }
+        assert!(store.contains(&key(115, 3)), "{policy}: the load cached nothing");
+    }
+}
