@@ -120,6 +120,19 @@ const NO_TIER: u8 = u8::MAX;
 /// Most pinned victims one eviction round steps over before giving up (bounds the work of
 /// one put when the tier is full of pinned pages).
 const MAX_PIN_SKIPS: usize = 4096;
+/// Most prefetched pages waiting for their first read that the store protects (`State::unread`).
+const MAX_UNREAD: usize = 1 << 16;
+
+/// A page memory evicted, offered to the disk tiers (see `State::demoted`): admitted as a
+/// put would be, or regardless if `unread` (prefetched and not read yet).
+struct Demoted {
+    id: ObjectId,
+    size: u64,
+    index: u32,
+    data: Bytes,
+    unread: bool,
+}
+
 /// Most pages memory eviction keeps aside for the disk tiers at once (see `State::demoted`).
 const MAX_DEMOTED: usize = 64;
 
@@ -199,7 +212,12 @@ struct State {
     /// came): offered to the disk tiers again after the put or get that evicted them, when
     /// hits in memory may since have made them worth a place there. At most
     /// `MAX_DEMOTED`; more are dropped as before.
-    demoted: Vec<(ObjectId, u64, u32, Bytes)>,
+    demoted: Vec<Demoted>,
+    /// Pages fetched ahead of a read (`put_prefetched`) that no read has asked for yet. A
+    /// full disk tier may refuse them (they were not read), so they live in memory; if memory
+    /// evicts one before its read, it goes to disk regardless, since dropping it would only
+    /// fetch it again moments later. At most `MAX_UNREAD`.
+    unread: HashSet<(ObjectId, u32)>,
     counters: Counters,
     /// Complete objects waiting to be sealed (see `PageStore::seal_completed`).
     seal_queue: Vec<ObjectId>,
@@ -572,6 +590,11 @@ impl State {
             self.mem.pages.len() + self.disks.iter().map(|d| d.pages.len()).sum::<usize>();
         self.sketch.ensure(tracked as u64);
         self.sketch.record(page_fingerprint(object.0, index));
+        if !self.unread.is_empty() {
+            if let Ok(index) = u32::try_from(index) {
+                self.unread.remove(&(object, index));
+            }
+        }
     }
 
     /// Counts a read of every page of `object` (slot `s`, whole in disk tier `t`) served
@@ -648,10 +671,16 @@ impl State {
         if on_disk {
             return;
         }
-        let (id, size) = (slot.id, slot.size);
+        let (id, size, index) = (slot.id, slot.size, key_index(key));
+        let unread = self.unread.remove(&(id, index));
         if let Some(p) = self.mem.pages.get(&key) {
-            self.demoted
-                .push((id, size, key_index(key), p.data.clone()));
+            self.demoted.push(Demoted {
+                id,
+                size,
+                index,
+                data: p.data.clone(),
+                unread,
+            });
         }
     }
 
@@ -853,7 +882,7 @@ impl State {
 
     /// A tier for an object with no disk pages yet: the first with room below its high
     /// watermark, else the first that can make room by evicting.
-    fn choose_tier(&mut self, id: ObjectId, index: u32, len: u64) -> Option<usize> {
+    fn choose_tier(&mut self, id: ObjectId, index: u32, len: u64, force: bool) -> Option<usize> {
         let high = self.high;
         let free = self
             .disks
@@ -863,22 +892,24 @@ impl State {
             return free;
         }
         (0..self.disks.len())
-            .find(|&t| self.disk_admits(t, id, index, len) && self.disk_make_room(t, len))
+            .find(|&t| self.disk_admits(t, id, index, len, force) && self.disk_make_room(t, len))
     }
 
     /// Whether tier `t` takes `len` more bytes of page `index` of `id`: at once below its
-    /// high watermark, else as its admission decides.
-    fn disk_admits(&mut self, t: usize, id: ObjectId, index: u32, len: u64) -> bool {
+    /// high watermark or when `force`d, else as its admission decides.
+    fn disk_admits(&mut self, t: usize, id: ObjectId, index: u32, len: u64, force: bool) -> bool {
         let d = &self.disks[t];
-        d.used + len <= mark(d.quota, self.high) || self.admits(Some(t), id, index)
+        force || d.used + len <= mark(d.quota, self.high) || self.admits(Some(t), id, index)
     }
 
+    /// Reserves a disk page for page `index` of `id` (admitted regardless if `force`).
     fn disk_reserve(
         &mut self,
         id: ObjectId,
         size: u64,
         index: u32,
         crc: u32,
+        force: bool,
     ) -> Option<Reservation> {
         if self.disks.is_empty() {
             return None;
@@ -891,14 +922,14 @@ impl State {
             Some((s, tier)) if tier != NO_TIER => {
                 let t = usize::from(tier);
                 if self.disks[t].pages.contains_key(&pkey(s, index))
-                    || !self.disk_admits(t, id, index, len)
+                    || !self.disk_admits(t, id, index, len, force)
                     || !self.disk_make_room(t, len)
                 {
                     return None;
                 }
                 t
             }
-            _ => self.choose_tier(id, index, len)?,
+            _ => self.choose_tier(id, index, len, force)?,
         };
         // Eviction may have released the slot or emptied the object's tier.
         let s = self.ensure_slot(id, size)?;
@@ -1068,7 +1099,8 @@ impl State {
 
     fn remove_object(&mut self, object: ObjectId) {
         // A page set aside for the disk tiers must not bring the version back.
-        self.demoted.retain(|(id, ..)| *id != object);
+        self.demoted.retain(|d| d.id != object);
+        self.unread.retain(|(id, _)| *id != object);
         let Some(s) = self.lookup(object) else {
             return;
         };
@@ -1402,6 +1434,7 @@ impl PageStore {
                 .unwrap_or_default(),
             pins_file: cfg.disk_tiers.first().map(|d| d.dir.join(PINS_FILE)),
             demoted: Vec::new(),
+            unread: HashSet::new(),
             // Sized for pages of 1/16 of the page size (64 KiB of 1 MiB) on average: small
             // files make many short pages.
             sketch: FrequencySketch::new(
@@ -1543,6 +1576,24 @@ impl PageStore {
     /// is not cached; a failing disk write is logged and the page stays uncached there.
     /// Errors only for a page that does not belong to an object of `object_size` bytes.
     pub fn put(&self, key: PageKey, data: Bytes, object_size: u64) -> Result<()> {
+        self.put_page(key, data, object_size, false)
+    }
+
+    /// [`PageStore::put`] of a page fetched ahead of a read that has not asked for it yet
+    /// (read-ahead, a prefetch): admitted as any put, but until that read comes, memory does
+    /// not drop it: evicted from memory, it goes to a disk tier regardless of its admission
+    /// (see `State::unread`).
+    pub fn put_prefetched(&self, key: PageKey, data: Bytes, object_size: u64) -> Result<()> {
+        self.put_page(key, data, object_size, true)
+    }
+
+    fn put_page(
+        &self,
+        key: PageKey,
+        data: Bytes,
+        object_size: u64,
+        prefetched: bool,
+    ) -> Result<()> {
         let ps = self.page_size();
         let Some(len) = page_len(key.index, object_size, ps) else {
             return Err(Error::invalid(format!(
@@ -1575,7 +1626,10 @@ impl PageStore {
                 }
             }
             st.mem_put(key.object, object_size, index, &data);
-            crc.and_then(|crc| st.disk_reserve(key.object, object_size, index, crc))
+            if prefetched && st.unread.len() < MAX_UNREAD {
+                st.unread.insert((key.object, index));
+            }
+            crc.and_then(|crc| st.disk_reserve(key.object, object_size, index, crc, false))
         };
         if let Some(r) = reservation {
             self.write_reserved(&r, &data);
@@ -1604,11 +1658,15 @@ impl PageStore {
             return;
         }
         let pages = std::mem::take(&mut self.shared.state.lock().demoted);
-        for (id, size, index, data) in pages {
-            let crc = crc32c::crc32c(&data);
-            let reservation = self.shared.state.lock().disk_reserve(id, size, index, crc);
+        for d in pages {
+            let crc = crc32c::crc32c(&d.data);
+            let reservation = self
+                .shared
+                .state
+                .lock()
+                .disk_reserve(d.id, d.size, d.index, crc, d.unread);
             if let Some(r) = reservation {
-                self.write_reserved(&r, &data);
+                self.write_reserved(&r, &d.data);
             }
         }
     }

@@ -291,7 +291,7 @@ impl Worker {
         let missing: Vec<u64> = (first..=last)
             .filter(|&i| out[(i - first) as usize].is_none())
             .collect();
-        for (i, mut rx) in self.claim_and_fetch(obj, &missing).0 {
+        for (i, mut rx) in self.claim_and_fetch(obj, &missing, false).0 {
             let result = rx
                 .wait_for(Option::is_some)
                 .await
@@ -317,15 +317,16 @@ impl Worker {
         let wanted: Vec<u64> = (*range.start()..=last)
             .filter(|&i| !self.shared.pages.contains(&PageKey::new(obj.id, i)))
             .collect();
-        let (_, started) = self.claim_and_fetch(obj, &wanted);
+        let (_, started) = self.claim_and_fetch(obj, &wanted, true);
         metrics::PREFETCH_PAGES.add(started);
         started
     }
 
     /// Claims every page of `missing` not already in flight (joining the others), spawns one
     /// fetch per run of consecutive claimed pages (split at the request size), and returns a
-    /// receiver for every page of `missing` and how many pages this call claimed.
-    fn claim_and_fetch(&self, obj: &ObjectRef, missing: &[u64]) -> (Claims, u64) {
+    /// receiver for every page of `missing` and how many pages this call claimed. `ahead`:
+    /// fetched before any read asked (kept until read: `PageStore::put_prefetched`).
+    fn claim_and_fetch(&self, obj: &ObjectRef, missing: &[u64], ahead: bool) -> (Claims, u64) {
         let sh = &self.shared;
         let mut waits = Vec::with_capacity(missing.len());
         let mut claimed: Vec<(u64, watch::Sender<Option<FlightResult>>)> = Vec::new();
@@ -366,7 +367,8 @@ impl Worker {
         }
         let claimed_pages = runs.iter().map(|r| r.len() as u64).sum();
         for run in runs {
-            self.rt.spawn(fetch_run(sh.clone(), obj.clone(), run));
+            self.rt
+                .spawn(fetch_run(sh.clone(), obj.clone(), run, ahead));
         }
         (waits, claimed_pages)
     }
@@ -387,6 +389,7 @@ async fn fetch_run(
     sh: Arc<Shared>,
     obj: ObjectRef,
     run: Vec<(u64, watch::Sender<Option<FlightResult>>)>,
+    ahead: bool,
 ) {
     let ps = sh.pages.page_size();
     let size = obj.size();
@@ -407,7 +410,13 @@ async fn fetch_run(
                 // One page per request needs no copy; otherwise copy each page out, so the
                 // memory tier never pins a whole request buffer for one surviving page.
                 let page = if single { bytes.clone() } else { Bytes::copy_from_slice(&bytes[from..to]) };
-                if let Err(e) = sh.pages.put(PageKey::new(obj.id, *i), page.clone(), size) {
+                let key = PageKey::new(obj.id, *i);
+                let put = if ahead {
+                    sh.pages.put_prefetched(key, page.clone(), size)
+                } else {
+                    sh.pages.put(key, page.clone(), size)
+                };
+                if let Err(e) = put {
                     tracing::warn!(path = %obj.meta.path, index = i, error = %e, "could not cache page");
                 }
                 Ok(page)

@@ -483,7 +483,7 @@ fn reserve(store: &PageStore, o: u128, i: u64, size: u64) -> (Reservation, Bytes
         .shared
         .state
         .lock()
-        .disk_reserve(ObjectId(o), size, i as u32, crc)
+        .disk_reserve(ObjectId(o), size, i as u32, crc, false)
         .unwrap();
     (r, data)
 }
@@ -1683,8 +1683,50 @@ fn a_load_never_evicts_user_pinned_pages() {
             }
         }
         for i in 0..4 {
-            assert!(store.contains(&key(1, i)), "{policy}: pinned page {i} evicted");
+            assert!(
+                store.contains(&key(1, i)),
+                "{policy}: pinned page {i} evicted"
+            );
         }
-        assert!(store.contains(&key(115, 3)), "{policy}: the load cached nothing");
+        assert!(
+            store.contains(&key(115, 3)),
+            "{policy}: the load cached nothing"
+        );
     }
+}
+
+/// A prefetched page a full disk tier refused (never read, so not worth a place by its
+/// counts) is not lost when memory evicts it before its read: it goes to disk regardless.
+/// The same page put by a read is dropped as before; once read, a prefetched page is like
+/// any other.
+#[test]
+fn a_prefetched_page_waits_for_its_read() {
+    let dir = TempDir::new().unwrap();
+    let mut c = cfg(2, &[(dir.path(), 8)], 0.95, 0.85);
+    c.eviction_policy = "tinylfu".into();
+    let store = PageStore::open(c).unwrap();
+    // A disk tier full of pages read twice each: no page read less gets in.
+    for o in 1..=8 {
+        put(&store, o, 0, PS);
+        store.get(&key(o, 0));
+        store.get(&key(o, 0));
+    }
+    let (ahead, plain) = (100, 101);
+    store
+        .put_prefetched(key(ahead, 0), page_data(ObjectId(ahead), 0, PS), PS)
+        .unwrap();
+    put(&store, plain, 0, PS);
+    // Memory (2 pages) moves on to other pages, read once each.
+    for o in 200..204 {
+        put(&store, o, 0, PS);
+    }
+    assert!(
+        store.contains(&key(ahead, 0)),
+        "the prefetched page was dropped before its read"
+    );
+    assert!(
+        !store.contains(&key(plain, 0)),
+        "a page a read put was kept against the admission policy"
+    );
+    assert_eq!(expect_page(&store, ahead, 0, PS), Source::Disk(0));
 }
