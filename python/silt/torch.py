@@ -111,9 +111,10 @@ class CacheAwareSampler:
     samples whose files Silt already holds whole (one batched residency question), then the
     rest in a random order.  While the indices are taken, Silt is asked to fetch the uncached
     files ``lookahead`` samples before they are due (``fs.prefetch``: fetched from the store
-    in parallel, kept as the read will find them, not counted as reads), so the cached half
-    of an epoch hides the first fetches and the rest arrives ahead of the loader.  The window
-    bounds what is fetched but not yet read; keep it under the memory tier.  The epoch stays a
+    in parallel, kept until read, not counted as reads), so the cached half of an epoch hides
+    the first fetches and the rest arrives ahead of the loader.  The window bounds what is
+    fetched but not yet read; with the loader's own samples in flight it is best kept under
+    the memory tier (beyond it, prefetched samples spill to disk).  The epoch stays a
     permutation; which samples come early depends on the cache, so this trades a little
     randomness for reading from cache while the rest arrives."""
 
