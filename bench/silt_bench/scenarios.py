@@ -28,7 +28,7 @@ import time
 
 from . import generators, mech, stats, train
 
-SCENARIOS = ("B1", "B2", "B3", "B3P", "B4", "B5", "B6")
+SCENARIOS = ("B1", "B1F", "B2", "B3", "B3P", "B4", "B5", "B6")
 UFS_REQUESTS = "silt_ufs_requests_total"
 META_SWEEPS = "silt_meta_sweeps_total"
 UFS_READ_BYTES = "silt_ufs_read_bytes_total"
@@ -88,7 +88,7 @@ def sizes(quick):
 def generate(ctx, wanted):
     n_large, large_size, n_small, depth = sizes(ctx.quick)
     root = ctx.store.local_dir
-    if {"B1", "B6"} & wanted:
+    if {"B1", "B1F", "B6"} & wanted:
         ctx.manifests["large"] = generators.large(root, count=n_large, size=large_size, seed=ctx.seed)
     if {"B2", "B4"} & wanted:
         ctx.manifests["small"] = generators.imagenet_like(root, files=n_small, dirs=100, seed=ctx.seed)
@@ -228,6 +228,36 @@ def b1_b2(ctx, want):
                 _latency_and_open_files(ctx, s, order)
         shutil.rmtree(os.path.join(ctx.work, state), ignore_errors=True)
         print(f"B1/B2 rep {rep + 1}/{ctx.reps} done", flush=True)
+
+
+def b1f(ctx):
+    """B1F, the NFS-like case: B1's large files from a `file://` store (the bucket's directory,
+    its bytes in the page cache), read cold through Silt (a fresh state each, 1 and 4 readers)
+    and directly from the source files (1 and 4 readers), with the CPU seconds each spends
+    per GB: the daemon's from /proc, the direct reader's (this process) from getrusage."""
+    import resource
+    large = ctx.manifests["large"]
+    local = ctx.store.local
+    nbytes = sum(size for _, size, _ in large)
+    mounts = {"/f": f"file://{ctx.store.local_dir}"}
+
+    def own_cpu():
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    for rep in range(ctx.reps):
+        mech.timed_read([local(k) for k, _, _ in large], 4)  # the source in the page cache
+        for n in (1, 4):
+            cpu = own_cpu()
+            ctx.add(f"b1f_direct_{n}", _gb(mech.timed_read([local(k) for k, _, _ in large], n)), "GB/s")
+            ctx.add(f"b1f_direct_{n}_cpu_per_gb", (own_cpu() - cpu) / (nbytes / 1e9), "s/GB")
+            with ctx.silt(ctx.fresh_state(f"b1f-cold-{n}"), mounts=mounts) as s:
+                cpu = _cpu_seconds(s.p.pid)
+                got = mech.timed_read([s.ns("/f/" + k) for k, _, _ in large], n)
+                ctx.add(f"b1f_cold_{n}", _gb(got), "GB/s")
+                ctx.add(f"b1f_cold_{n}_cpu_per_gb", (_cpu_seconds(s.p.pid) - cpu) / (got[0] / 1e9), "s/GB")
+            shutil.rmtree(os.path.join(ctx.work, f"b1f-cold-{n}"), ignore_errors=True)
+        print(f"B1F rep {rep + 1}/{ctx.reps} done", flush=True)
 
 
 # --cluster-tls variants: every worker link over TCP (the client does not use the workers' Unix
@@ -862,6 +892,10 @@ def ratios(ctx):
     r("B1 hot", "b1_hot_1", "b1_local_1")
     r("B1 cold", "b1_cold_4", "b1_direct_parallel")
     r("B1 cold single", "b1_cold_1", "b1_direct_single")
+    r("B1F cold", "b1f_cold_4", "b1f_direct_4")
+    r("B1F cold single", "b1f_cold_1", "b1f_direct_1")
+    if "b1f_cold_4_cpu_per_gb" in R:
+        out["B1F CPU per GB"] = stats.median(R["b1f_cold_4_cpu_per_gb"])
     r("B2 cold", "b2_cold", "b2_direct")
     r("B2 warm", "b2_warm", "b2_local")
     r("B3 first", "b3_first", "b3_direct_list")

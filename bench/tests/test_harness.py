@@ -361,6 +361,18 @@ def test_training_loop_takes_a_samplers_indices_as_it_dispatches(tmp_path):
     assert taken == list(reversed(range(30))) * 2
 
 
+def test_b1f_ratios_and_cpu_per_gb():
+    ctx = scenarios.Ctx(None, "/nonexistent", reps=1)
+    for k, v, u in [("b1f_direct_4", 2.0, "GB/s"), ("b1f_cold_4", 0.5, "GB/s"), ("b1f_direct_1", 1.0, "GB/s"),
+                    ("b1f_cold_1", 0.25, "GB/s"), ("b1f_cold_4_cpu_per_gb", 3.5, "s/GB")]:
+        ctx.add(k, v, u)
+    r = scenarios.ratios(ctx)
+    assert r["B1F cold"] == pytest.approx(0.25) and r["B1F cold single"] == pytest.approx(0.25)
+    assert r["B1F CPU per GB"] == pytest.approx(3.5)
+    lines = stats.gaps(r)
+    assert any(line.startswith("3.50 daemon CPU seconds") and "gap 2.70" in line for line in lines), lines
+
+
 def test_scenario_ratios_from_medians():
     ctx = scenarios.Ctx(None, "/nonexistent", reps=3)
     for name, runs in {"b1_warm_1": [9, 10, 11], "b1_local_1": [20, 20, 20], "b3_first": [3, 4, 5],
