@@ -170,6 +170,45 @@ pub struct Capabilities {
     pub list_without_attrs: bool,
 }
 
+/// `chunks` (consecutive bytes of a response) cut into pieces of `piece` bytes, the last one
+/// shorter: a single chunk of at most one piece is passed on as it is; otherwise every byte is
+/// copied once, into an allocation per piece (a piece never shares a larger buffer, so whoever
+/// keeps it keeps only its own bytes).
+pub fn pieces(chunks: impl IntoIterator<Item = Bytes>, piece: u64) -> Vec<Bytes> {
+    let piece = usize::try_from(piece.max(1)).unwrap_or(usize::MAX);
+    let chunks: Vec<Bytes> = chunks.into_iter().filter(|c| !c.is_empty()).collect();
+    let mut out = Vec::new();
+    if let [only] = &chunks[..] {
+        if only.len() <= piece {
+            out.push(only.clone());
+            return out;
+        }
+    }
+    // Each piece allocated at its own length (the last one shorter), so a kept piece holds
+    // no more memory than its bytes.
+    let mut left: usize = chunks.iter().map(Bytes::len).sum();
+    let mut cur = bytes::BytesMut::new();
+    for chunk in &chunks {
+        let mut rest = &chunk[..];
+        while !rest.is_empty() {
+            if cur.capacity() == 0 {
+                cur.reserve(piece.min(left));
+                left -= piece.min(left);
+            }
+            let n = (piece - cur.len()).min(rest.len());
+            cur.extend_from_slice(&rest[..n]);
+            rest = &rest[n..];
+            if cur.len() == piece {
+                out.push(std::mem::take(&mut cur).freeze());
+            }
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur.freeze());
+    }
+    out
+}
+
 /// An under-store.
 ///
 /// Invariants every implementation MUST keep:
@@ -236,6 +275,21 @@ pub trait UnderStore: Send + Sync + 'static {
         Ok((all.len() <= max).then_some(all))
     }
     async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes>;
+    /// `read`, delivered as consecutive pieces of `piece` bytes (the last one may be shorter),
+    /// each its own allocation, so a cache can keep one page without pinning the whole
+    /// response. This default copies the pieces out of `read`'s answer (none when it is one
+    /// piece); a store that receives a response in chunks assembles the pieces from them
+    /// directly, copying each byte once.
+    async fn read_pieces(
+        &self,
+        path: &str,
+        range: Range<u64>,
+        expected: &ObjectMeta,
+        piece: u64,
+    ) -> Result<Vec<Bytes>> {
+        let bytes = self.read(path, range, expected).await?;
+        Ok(pieces(std::iter::once(bytes), piece))
+    }
     /// Writes a whole object; returns the new version's metadata as the store reported it for
     /// this write (so a caller never mistakes another writer's version for its own).
     async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta>;
@@ -381,5 +435,56 @@ mod tests {
         assert_eq!(clamp_range(&(0..0), 10).unwrap(), 0..0);
         let reversed = Range { start: 3, end: 2 };
         assert!(clamp_range(&reversed, 10).is_err());
+    }
+}
+
+#[cfg(test)]
+mod pieces_tests {
+    use super::pieces;
+    use bytes::Bytes;
+
+    fn data(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    /// Pieces reassemble to the input whatever the chunking, are `piece` long but the last,
+    /// and a single short chunk is passed on without a copy.
+    #[test]
+    fn pieces_cut_any_chunking_into_pages() {
+        let all = data(10_000);
+        for piece in [1u64, 7, 1000, 4096, 10_000, 20_000] {
+            for cuts in [
+                vec![],
+                vec![1],
+                vec![999, 1000, 1001],
+                vec![4096, 8192],
+                vec![3, 5000, 9999],
+            ] {
+                let mut chunks = Vec::new();
+                let mut at = 0;
+                for &c in cuts.iter().chain(std::iter::once(&all.len())) {
+                    chunks.push(Bytes::copy_from_slice(&all[at..c]));
+                    at = c;
+                }
+                chunks.push(Bytes::new()); // empty chunks are ignored
+                let got = pieces(chunks, piece);
+                assert_eq!(got.concat(), all, "piece {piece}, cuts {cuts:?}");
+                let (last, full) = got.split_last().unwrap();
+                assert!(
+                    full.iter().all(|p| p.len() as u64 == piece),
+                    "piece {piece}, cuts {cuts:?}"
+                );
+                assert!(!last.is_empty() && last.len() as u64 <= piece);
+            }
+        }
+        let one = Bytes::from(data(100));
+        let got = pieces([one.clone()], 100);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].as_ptr(), one.as_ptr(), "a single piece was copied");
+        assert!(pieces(Vec::<Bytes>::new(), 10).is_empty());
+        // No piece holds more memory than its bytes (a short last piece is not a page).
+        let got = pieces([Bytes::from(data(100)), Bytes::from(data(50))], 1 << 20);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].len(), 150);
     }
 }

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
 use opendal::layers::{RetryEvent, RetryLayer, TimeoutLayer};
-use opendal::{HttpTransporter, Metadata, OperationContext, Operator};
+use opendal::{Buffer, HttpTransporter, Metadata, OperationContext, Operator};
 use opendal_http_transport_reqwest::ReqwestTransport;
 use reqsign_aws_v4::{EnvCredentialProvider, ProfileCredentialProvider, StaticCredentialProvider};
 use reqsign_core::ProvideCredentialChain;
@@ -1096,16 +1096,14 @@ impl OpendalStore {
     }
 
     /// Ranged GET with If-Match on the expected ETag: the store refuses a newer version.
-    async fn s3_read(&self, path: &str, range: Range<u64>, etag: &str) -> Result<Bytes> {
+    async fn s3_read(&self, path: &str, range: Range<u64>, etag: &str) -> Result<Buffer> {
         UFS_REQUESTS.inc();
-        let buf = self
-            .op
+        self.op
             .read_with(path)
             .range(range)
             .if_match(&format!("\"{etag}\""))
             .await
-            .map_err(|e| self.map_err("read", path, e))?;
-        Ok(buf.to_bytes())
+            .map_err(|e| self.map_err("read", path, e))
     }
 
     /// A read guarded by stats before and after: the bytes are returned only if the object had
@@ -1115,7 +1113,7 @@ impl OpendalStore {
         path: &str,
         range: Range<u64>,
         expected: &ObjectMeta,
-    ) -> Result<Bytes> {
+    ) -> Result<Buffer> {
         let want = expected.content_fingerprint();
         let changed = || {
             Error::new(
@@ -1146,9 +1144,29 @@ impl OpendalStore {
         if after.content_fingerprint() != want {
             return Err(changed());
         }
-        result
-            .map(|b| b.to_bytes())
-            .map_err(|e| self.map_err("read", path, e))
+        result.map_err(|e| self.map_err("read", path, e))
+    }
+
+    /// The bytes `range` of `path`, as the store's response chunks (see `read`).
+    async fn read_buffer(
+        &self,
+        path: &str,
+        range: Range<u64>,
+        expected: &ObjectMeta,
+    ) -> Result<Buffer> {
+        let Some((path, range)) = plan_read(path, &range, expected, |p| self.full(p))? else {
+            return Ok(Buffer::new());
+        };
+        let buf = self
+            .count_errors(async {
+                match (&self.backend, &expected.etag) {
+                    (Backend::S3 { .. }, Some(etag)) => self.s3_read(path, range, etag).await,
+                    _ => self.checked_read(path, range, expected).await,
+                }
+            })
+            .await?;
+        UFS_READ_BYTES.add(buf.len() as u64);
+        Ok(buf)
     }
 
     async fn stat_inner(&self, path: &str) -> Result<ObjectMeta> {
@@ -1597,19 +1615,22 @@ impl UnderStore for OpendalStore {
     }
 
     async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
-        let Some((path, range)) = plan_read(path, &range, expected, |p| self.full(p))? else {
-            return Ok(Bytes::new());
-        };
-        let bytes = self
-            .count_errors(async {
-                match (&self.backend, &expected.etag) {
-                    (Backend::S3 { .. }, Some(etag)) => self.s3_read(path, range, etag).await,
-                    _ => self.checked_read(path, range, expected).await,
-                }
-            })
-            .await?;
-        UFS_READ_BYTES.add(bytes.len() as u64);
-        Ok(bytes)
+        Ok(self.read_buffer(path, range, expected).await?.to_bytes())
+    }
+
+    async fn read_pieces(
+        &self,
+        path: &str,
+        range: Range<u64>,
+        expected: &ObjectMeta,
+        piece: u64,
+    ) -> Result<Vec<Bytes>> {
+        // From the response's chunks straight into the pieces: one copy, not `to_bytes`'s
+        // plus a split's.
+        Ok(crate::pieces(
+            self.read_buffer(path, range, expected).await?,
+            piece,
+        ))
     }
 
     async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {

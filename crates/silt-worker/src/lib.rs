@@ -113,6 +113,17 @@ impl WorkerOptions {
 #[async_trait::async_trait]
 pub trait Fetcher: Send + Sync {
     async fn fetch(&self, obj: &ObjectRef, range: Range<u64>) -> Result<Bytes>;
+    /// `fetch`, cut into pieces of `page_size` bytes, each its own allocation (see
+    /// `UnderStore::read_pieces`). This default cuts `fetch`'s answer.
+    async fn fetch_pages(
+        &self,
+        obj: &ObjectRef,
+        range: Range<u64>,
+        page_size: u64,
+    ) -> Result<Vec<Bytes>> {
+        let bytes = self.fetch(obj, range).await?;
+        Ok(silt_ufs::pieces(std::iter::once(bytes), page_size))
+    }
     /// A version of an object is gone from the store (changed or deleted): whoever else holds
     /// its pages may drop them. Best effort; the pages could never be served for another
     /// version anyway (they are keyed by content fingerprint).
@@ -141,6 +152,17 @@ pub struct StoreFetcher;
 impl Fetcher for StoreFetcher {
     async fn fetch(&self, obj: &ObjectRef, range: Range<u64>) -> Result<Bytes> {
         obj.store.read(&obj.meta.path, range, &obj.meta).await
+    }
+
+    async fn fetch_pages(
+        &self,
+        obj: &ObjectRef,
+        range: Range<u64>,
+        page_size: u64,
+    ) -> Result<Vec<Bytes>> {
+        obj.store
+            .read_pieces(&obj.meta.path, range, &obj.meta, page_size)
+            .await
     }
 }
 
@@ -398,18 +420,18 @@ async fn fetch_run(
         _ => return,
     };
     let range = first * ps..((last + 1) * ps).min(size);
+    // Each page its own allocation (`Fetcher::fetch_pages`), so the memory tier never pins a
+    // whole request buffer for one surviving page.
     let result = fetch_range(&sh, &obj, range.clone()).await;
-    let single = run.len() == 1;
     // Cache every page before waking anyone (and outside the in-flight lock: puts write to disk).
     let pages: Vec<FlightResult> = run
         .iter()
         .map(|(i, _)| match &result {
-            Ok(bytes) => {
-                let from = ((i - first) * ps) as usize;
-                let to = (from + ps as usize).min(bytes.len());
-                // One page per request needs no copy; otherwise copy each page out, so the
-                // memory tier never pins a whole request buffer for one surviving page.
-                let page = if single { bytes.clone() } else { Bytes::copy_from_slice(&bytes[from..to]) };
+            Ok(fetched) => {
+                // fetch_range checked there is one page per index of the run.
+                let Some(page) = fetched.get((i - first) as usize).cloned() else {
+                    return Err((ErrorKind::Internal, "a fetched run missed a page".to_string()));
+                };
                 let key = PageKey::new(obj.id, *i);
                 let put = if ahead {
                     sh.pages.put_prefetched(key, page.clone(), size)
@@ -435,7 +457,7 @@ async fn fetch_range(
     sh: &Shared,
     obj: &ObjectRef,
     range: std::ops::Range<u64>,
-) -> std::result::Result<Bytes, (ErrorKind, String)> {
+) -> std::result::Result<Vec<Bytes>, (ErrorKind, String)> {
     let len = range.end - range.start;
     let closed = |_| (ErrorKind::Internal, "worker is shutting down".to_string());
     let _buffer = sh
@@ -444,21 +466,22 @@ async fn fetch_range(
         .await
         .map_err(closed)?;
     let _request = sh.requests.acquire().await.map_err(closed)?;
-    let bytes = sh
+    let ps = sh.pages.page_size();
+    let pages = sh
         .fetcher
-        .fetch(obj, range.clone())
+        .fetch_pages(obj, range.clone(), ps)
         .await
         .map_err(|e| (e.kind(), e.to_string()))?;
-    if bytes.len() as u64 != len {
+    let got: u64 = pages.iter().map(|p| p.len() as u64).sum();
+    if got != len || pages.len() as u64 != len.div_ceil(ps) {
         // Fewer bytes than the object's size promises: it changed under us.
         return Err((
             ErrorKind::ContentChanged,
             format!(
-                "{} returned {} bytes for {range:?}, expected {len}: object changed",
+                "{} returned {got} bytes for {range:?}, expected {len}: object changed",
                 obj.meta.path,
-                bytes.len()
             ),
         ));
     }
-    Ok(bytes)
+    Ok(pages)
 }
