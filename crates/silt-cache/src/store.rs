@@ -201,9 +201,10 @@ struct State {
     pins: HashMap<ObjectId, u32>,
     /// Objects being loaded on request (`silt load`): admitted without the frequency test.
     preferred: HashMap<ObjectId, u32>,
-    /// Objects the user pinned (`silt fs pin`), with their sizes: never evicted, always
+    /// Objects the user pinned (`silt fs pin`), with the byte ranges pinned (start → length;
+    /// a cluster worker pins only the placement groups it owns): never evicted, always
     /// admitted; together at most the disk tiers' high watermarks.
-    user_pins: HashMap<ObjectId, u64>,
+    user_pins: HashMap<ObjectId, HashMap<u64, u64>>,
     /// Where `user_pins` is kept across restarts (beside the first disk tier), if anywhere.
     pins_file: Option<PathBuf>,
     /// How often each page was read lately, for admission to full tiers.
@@ -558,6 +559,11 @@ impl State {
         metrics::PAGE_HITS.inc();
     }
 
+    /// Bytes the user pinned, all objects and ranges together.
+    fn pinned_bytes(&self) -> u64 {
+        self.user_pins.values().flat_map(HashMap::values).sum()
+    }
+
     /// Writes the user's pins to `pins_file` (whole, then renamed over the old one, so a
     /// crash leaves the old or the new list). A failure is logged: the pins hold until the
     /// daemon stops.
@@ -566,8 +572,10 @@ impl State {
             return;
         };
         let mut text = String::from(PINS_HEADER);
-        for (id, size) in &self.user_pins {
-            text.push_str(&format!("{} {size}\n", id.to_hex()));
+        for (id, parts) in &self.user_pins {
+            for (start, len) in parts {
+                text.push_str(&format!("{} {start} {len}\n", id.to_hex()));
+            }
         }
         let tmp = path.with_extension("tmp");
         let written = (|| {
@@ -586,9 +594,19 @@ impl State {
     /// Counts one read of page `index` of `object` in the frequency sketch (sized for the
     /// pages the tiers track now).
     fn record_read(&mut self, object: ObjectId, index: u64) {
+        self.size_sketch();
+        self.count_read(object, index);
+    }
+
+    /// Sizes the sketch for the pages the tiers track now.
+    fn size_sketch(&mut self) {
         let tracked =
             self.mem.pages.len() + self.disks.iter().map(|d| d.pages.len()).sum::<usize>();
         self.sketch.ensure(tracked as u64);
+    }
+
+    /// `record_read` with the sketch already sized.
+    fn count_read(&mut self, object: ObjectId, index: u64) {
         self.sketch.record(page_fingerprint(object.0, index));
         if !self.unread.is_empty() {
             if let Ok(index) = u32::try_from(index) {
@@ -602,8 +620,9 @@ impl State {
     /// recency as if each page were read with `get`, or a file read only that way would look
     /// cold next to the ones read through the store and be displaced by them.
     fn file_read(&mut self, t: usize, s: u32, object: ObjectId, pages: u64) {
+        self.size_sketch();
         for index in 0..pages {
-            self.record_read(object, index);
+            self.count_read(object, index);
             let key = pkey(s, index as u32);
             if let Some(p) = self.disks[t].pages.get(&key) {
                 let handle = p.handle;
@@ -1371,13 +1390,14 @@ fn validate(cfg: &PageStoreConfig) -> Result<()> {
     Ok(())
 }
 
-/// The user's pins beside the first disk tier: a header line, then `OBJECT_ID_HEX SIZE` each.
+/// The user's pins beside the first disk tier: a header line, then `OBJECT_ID_HEX START LEN`
+/// for each pinned byte range.
 const PINS_FILE: &str = "pins";
-const PINS_HEADER: &str = "silt-pins 1\n";
+const PINS_HEADER: &str = "silt-pins 2\n";
 
 /// The pins `path` holds; none if it is missing, and the readable ones (with a warning) if it
 /// is damaged: a pin is a wish to keep bytes cached, never needed for correct reads.
-fn load_pins(path: &std::path::Path) -> HashMap<ObjectId, u64> {
+fn load_pins(path: &std::path::Path) -> HashMap<ObjectId, HashMap<u64, u64>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return HashMap::new(),
@@ -1391,14 +1411,18 @@ fn load_pins(path: &std::path::Path) -> HashMap<ObjectId, u64> {
         warn!(path = %path.display(), "not a pins file; starting without pins");
         return HashMap::new();
     }
-    let mut pins = HashMap::new();
+    let mut pins: HashMap<ObjectId, HashMap<u64, u64>> = HashMap::new();
     for line in lines {
-        let parsed = line
-            .split_once(' ')
-            .and_then(|(id, size)| Some((ObjectId::from_hex(id)?, size.parse::<u64>().ok()?)));
+        let mut fields = line.split(' ');
+        let parsed = (|| {
+            let id = ObjectId::from_hex(fields.next()?)?;
+            let start = fields.next()?.parse::<u64>().ok()?;
+            let len = fields.next()?.parse::<u64>().ok()?;
+            fields.next().is_none().then_some((id, start, len))
+        })();
         match parsed {
-            Some((id, size)) => {
-                pins.insert(id, size);
+            Some((id, start, len)) => {
+                pins.entry(id).or_default().insert(start, len);
             }
             None => warn!(path = %path.display(), line, "pins: line ignored"),
         }
@@ -1847,19 +1871,26 @@ impl PageStore {
         PinGuard::take(&self.shared, object, |st| &mut st.pins)
     }
 
-    /// Pins the objects `(id, size)` until [`PageStore::unpin_user`]: their disk pages are
-    /// never evicted and always admitted. Refused, pinning nothing, when the pinned total
-    /// would pass the disk tiers' high watermarks (or there is no disk tier): then eviction
-    /// could not keep its quotas. Already pinned objects are not counted twice.
-    pub fn pin_user(&self, objects: &[(ObjectId, u64)]) -> Result<()> {
+    /// Pins the byte ranges `(id, range)` of objects until [`PageStore::unpin_user`]: their
+    /// disk pages are never evicted and always admitted. Refused, pinning nothing, when the
+    /// pinned total would pass the disk tiers' high watermarks (or there is no disk tier):
+    /// then eviction could not keep its quotas. A range already pinned is not counted twice;
+    /// a cluster worker pins each placement group of an object it owns as its own range.
+    pub fn pin_user(&self, parts: &[(ObjectId, std::ops::Range<u64>)]) -> Result<()> {
         let mut st = self.shared.state.lock();
         let room: u64 = st.disks.iter().map(|d| mark(d.quota, st.high)).sum();
-        let adding: u64 = objects
-            .iter()
-            .filter(|(id, _)| !st.user_pins.contains_key(id))
-            .map(|(_, size)| *size)
-            .sum();
-        let pinned: u64 = st.user_pins.values().sum();
+        let mut new: HashMap<(ObjectId, u64), u64> = HashMap::new();
+        for (id, r) in parts {
+            if !st
+                .user_pins
+                .get(id)
+                .is_some_and(|p| p.contains_key(&r.start))
+            {
+                new.insert((*id, r.start), r.end.saturating_sub(r.start));
+            }
+        }
+        let adding: u64 = new.values().sum();
+        let pinned = st.pinned_bytes();
         if pinned + adding > room {
             return Err(Error::invalid(format!(
                 "pinning {adding} more bytes would pin {} in all, more than the disk tiers \
@@ -1868,8 +1899,8 @@ impl PageStore {
                 pinned + adding
             )));
         }
-        for &(id, size) in objects {
-            st.user_pins.insert(id, size);
+        for ((id, start), len) in new {
+            st.user_pins.entry(id).or_default().insert(start, len);
         }
         st.save_pins();
         Ok(())
@@ -1888,9 +1919,23 @@ impl PageStore {
         n
     }
 
-    /// Whether the user pinned the object.
+    /// Whether the user pinned the object (any range of it).
     pub fn is_user_pinned(&self, object: ObjectId) -> bool {
         self.shared.state.lock().user_pins.contains_key(&object)
+    }
+
+    /// How many bytes of `range` of the object the user pinned here.
+    pub fn pinned_bytes_in(&self, object: ObjectId, range: std::ops::Range<u64>) -> u64 {
+        let st = self.shared.state.lock();
+        st.user_pins.get(&object).map_or(0, |parts| {
+            parts
+                .iter()
+                .map(|(&start, &len)| {
+                    let end = start.saturating_add(len).min(range.end);
+                    end.saturating_sub(start.max(range.start))
+                })
+                .sum()
+        })
     }
 
     /// While the returned guard lives, pages of the object are cached even in a full tier
@@ -1930,7 +1975,7 @@ impl PageStore {
             checksum_failures: st.counters.checksum_failures,
             admissions_refused: st.counters.refused,
             pinned_objects: st.user_pins.len() as u64,
-            pinned_bytes: st.user_pins.values().sum(),
+            pinned_bytes: st.pinned_bytes(),
         }
     }
 }

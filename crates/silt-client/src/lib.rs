@@ -1271,9 +1271,7 @@ impl Client {
             u.files += 1;
             u.bytes += f.size;
             let Some(obj) = &f.object else { continue };
-            if store.is_user_pinned(obj.id) {
-                u.pinned_bytes += f.size;
-            }
+            u.pinned_bytes += store.pinned_bytes_in(obj.id, 0..f.size);
             for i in 0..f.size.div_ceil(ps) {
                 if store.contains(&silt_common::PageKey::new(obj.id, i)) {
                     u.cached_bytes += ps.min(f.size - i * ps);
@@ -1288,9 +1286,9 @@ impl Client {
     /// fit the disk tiers (see `PageStore::pin_user`).
     pub async fn pin(&self, path: &str) -> Result<CacheUsage> {
         let files = self.walk_files(path).await?;
-        let objects: Vec<(ObjectId, u64)> = files
+        let objects: Vec<(ObjectId, std::ops::Range<u64>)> = files
             .iter()
-            .filter_map(|f| f.object.as_ref().map(|o| (o.id, o.size())))
+            .filter_map(|f| f.object.as_ref().map(|o| (o.id, 0..o.size())))
             .collect();
         self.worker
             .page_store()

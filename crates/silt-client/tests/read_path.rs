@@ -63,20 +63,23 @@ fn data(n: usize) -> Vec<u8> {
 }
 
 fn setup(mem: Arc<MemStore>) -> (Client, Arc<Probe>) {
-    setup_with(mem, 64 << 20, vec![])
+    setup_with(mem, 64 << 20, vec![], Duration::from_millis(20))
 }
 
+/// A client over `mem` (through a `Probe` delaying each read by `delay`) with a page store of
+/// `memory_capacity` bytes over `disk_tiers`, the default eviction policy.
 fn setup_with(
     mem: Arc<MemStore>,
     memory_capacity: u64,
     disk_tiers: Vec<silt_common::config::DiskTierSpec>,
+    delay: Duration,
 ) -> (Client, Arc<Probe>) {
     let probe = Arc::new(Probe {
         inner: mem,
         reads: AtomicU64::new(0),
         in_flight: AtomicU64::new(0),
         max_in_flight: AtomicU64::new(0),
-        delay: Duration::from_millis(20),
+        delay,
     });
     let pages = Arc::new(
         PageStore::open(PageStoreConfig {
@@ -301,7 +304,7 @@ async fn a_corrupt_disk_page_is_refetched_not_served() {
         quota: 64 << 20,
     };
     // No memory tier: every hit is read back from disk and checksummed.
-    let (client, probe) = setup_with(mem, 0, vec![tier]);
+    let (client, probe) = setup_with(mem, 0, vec![tier], Duration::from_millis(20));
     let file = client.open("/d/f").await.unwrap();
     assert_eq!(
         &client.read(&file, PS, PS).await.unwrap()[..],
@@ -432,44 +435,11 @@ async fn random_epochs_through_the_client_keep_half_the_dataset_cached() {
             mem.put(&format!("f{i:04}"), data(size as usize)).unwrap();
         }
         let dir = tempfile::TempDir::new().unwrap();
-        let probe = Arc::new(Probe {
-            inner: mem,
-            reads: AtomicU64::new(0),
-            in_flight: AtomicU64::new(0),
-            max_in_flight: AtomicU64::new(0),
-            delay: Duration::ZERO,
-        });
-        let pages = Arc::new(
-            PageStore::open(PageStoreConfig {
-                disk_tiers: vec![silt_common::config::DiskTierSpec {
-                    dir: dir.path().to_path_buf(),
-                    quota: FILES / 2 * size,
-                }],
-                eviction_policy: "tinylfu".into(),
-                ..PageStoreConfig::in_memory(PS, 16 * size)
-            })
-            .unwrap(),
-        );
-        let worker = Arc::new(Worker::new(
-            pages,
-            &WorkerOptions {
-                fetch_concurrency: 4,
-                buffer_memory: 1 << 20,
-                request_size: PS,
-            },
-            tokio::runtime::Handle::current(),
-        ));
-        let ns = Namespace::new(vec![MountPoint {
-            path: "/d".into(),
-            store: probe.clone(),
-        }])
-        .unwrap();
-        let client = Client::new(
-            ns,
-            worker,
-            ClientOptions::from_config(&Config::default()),
-            tokio::runtime::Handle::current(),
-        );
+        let tier = silt_common::config::DiskTierSpec {
+            dir: dir.path().to_path_buf(),
+            quota: FILES / 2 * size,
+        };
+        let (client, probe) = setup_with(mem, 16 * size, vec![tier], Duration::ZERO);
         let mut order: Vec<u64> = (0..FILES).collect();
         let mut seed = 0x5eed_u64;
         for epoch in 0..4 {

@@ -349,8 +349,8 @@ impl Router {
         page_size: u64,
     ) -> Vec<(u64, u64)> {
         let page_size = page_size.max(1);
-        // Per worker: (object's index, the group's bytes, its pages).
-        type Asked = Vec<(usize, u64, PageRange)>;
+        // Per worker: (object's index, its pages).
+        type Asked = Vec<(usize, PageRange)>;
         let mut asks: HashMap<String, (Member, Asked)> = HashMap::new();
         for (i, &(id, size)) in objects.iter().enumerate() {
             for range in split(0..size, self.opts.group_size) {
@@ -366,12 +366,12 @@ impl Router {
                 asks.entry(owner.id.clone())
                     .or_insert_with(|| (owner, Vec::new()))
                     .1
-                    .push((i, range.end - range.start, ask));
+                    .push((i, ask));
             }
         }
         let calls = asks.into_values().map(|(m, asked)| async move {
             let client = self.client(&m);
-            let ranges = asked.iter().map(|(_, _, r)| r.clone()).collect();
+            let ranges = asked.iter().map(|(_, r)| r.clone()).collect();
             let r = self
                 .attempt(&m, self.opts.timeout, client.cache_state(ranges))
                 .await;
@@ -379,9 +379,7 @@ impl Router {
                 Ok(states) => asked
                     .into_iter()
                     .zip(states)
-                    .map(|((i, bytes, _), (pages, pinned))| {
-                        (i, pages, if pinned { bytes } else { 0 })
-                    })
+                    .map(|((i, _), (pages, pinned))| (i, pages, pinned))
                     .collect(),
                 Err(e) => {
                     tracing::debug!(worker = %m.id, error = %e.into_error(), "no residency answer");

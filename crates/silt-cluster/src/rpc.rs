@@ -559,10 +559,15 @@ async fn serve_one(
         "cached" => {
             let pages = svc.cached(&ranges)?;
             let store = svc.worker.page_store();
+            let ps = store.page_size();
             // Parsed by `cached` already: every object id is valid.
-            let pinned: Vec<bool> = ranges
+            let pinned: Vec<u64> = ranges
                 .iter()
-                .map(|r| ObjectId::from_hex(&r.object).is_some_and(|id| store.is_user_pinned(id)))
+                .map(|r| {
+                    let bytes =
+                        r.first.saturating_mul(ps)..r.last.saturating_add(1).saturating_mul(ps);
+                    ObjectId::from_hex(&r.object).map_or(0, |id| store.pinned_bytes_in(id, bytes))
+                })
                 .collect();
             write_json(s, &json!({ "pages": pages, "pinned": pinned }))
                 .await
@@ -573,9 +578,7 @@ async fn serve_one(
             // (refused, pinning nothing, past the disk tiers' high watermarks), then loaded.
             let obj = svc.object(&op, object).await?;
             let end = checked_end(&obj, offset, len)?;
-            svc.worker
-                .page_store()
-                .pin_user(&[(obj.id, end - offset)])?;
+            svc.worker.page_store().pin_user(&[(obj.id, offset..end)])?;
             let pages = svc.pages(&obj, offset, len).await?;
             let bytes: u64 = pages.iter().map(|p| p.len() as u64).sum();
             write_json(s, &json!({"bytes": bytes}))
@@ -1441,12 +1444,12 @@ impl WorkerClient {
             .collect())
     }
 
-    /// For each range: how many of its pages the worker holds, and whether the user pinned
-    /// its object there (`silt fs pin`).
+    /// For each range: how many of its pages the worker holds, and how many of its bytes the
+    /// user pinned there (`silt fs pin`).
     pub async fn cache_state(
         &self,
         ranges: Vec<PageRange>,
-    ) -> std::result::Result<Vec<(u64, bool)>, CallError> {
+    ) -> std::result::Result<Vec<(u64, u64)>, CallError> {
         let n = ranges.len();
         let req = Request {
             ranges,
@@ -1454,7 +1457,7 @@ impl WorkerClient {
         };
         let v = self.call_req(&req).await?;
         let pages: Vec<u64> = garbled(serde_json::from_value(v["pages"].clone()))?;
-        let pinned: Vec<bool> = garbled(serde_json::from_value(v["pinned"].clone()))?;
+        let pinned: Vec<u64> = garbled(serde_json::from_value(v["pinned"].clone()))?;
         if pages.len() != n || pinned.len() != n {
             return Err(CallError::Link(Error::new(
                 ErrorKind::Corrupted,

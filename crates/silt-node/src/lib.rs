@@ -349,11 +349,12 @@ impl Node {
                 .collect()
                 .await;
         if let Some(e) = results.into_iter().find_map(Result::err) {
-            for (o, &(_, pinned)) in objects.iter().zip(&before) {
-                if pinned == 0 {
-                    router.unpin(o).await;
-                }
-            }
+            let undo = objects
+                .iter()
+                .zip(&before)
+                .filter(|(_, &(_, pinned))| pinned == 0)
+                .map(|(o, _)| router.unpin(o));
+            futures::future::join_all(undo).await;
             return Err(e.context(path));
         }
         Ok(self.usage_of(&files).await)
@@ -366,13 +367,17 @@ impl Node {
             return self.client.unpin(path).await;
         };
         let files = self.client.walk_files(path).await?;
-        let mut n = self.client.unpin(path).await?;
-        let mut there = 0;
-        for o in files.iter().filter_map(|f| f.object.as_ref()) {
-            there += u64::from(router.unpin(o).await);
-        }
-        n = n.max(there);
-        Ok(n)
+        let here = self.client.unpin(path).await?;
+        let asks = files
+            .iter()
+            .filter_map(|f| f.object.as_ref())
+            .map(|o| router.unpin(o));
+        let there = futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .filter(|&unpinned| unpinned)
+            .count() as u64;
+        Ok(here.max(there))
     }
 
     /// Drops the cached pages (and pins) of the files at or below `path`, here and on the
@@ -385,10 +390,12 @@ impl Node {
         let before = self.usage_of(&files).await;
         // Awaited here (the client's own free tells the workers in the background), so what
         // this returns is gone from the workers that answered.
-        for obj in files.iter().filter_map(|f| f.object.clone()) {
-            self.client.worker().page_store().remove_object(obj.id);
-            router.forget(obj).await;
-        }
+        let store = self.client.worker().page_store();
+        let asks = files.iter().filter_map(|f| f.object.clone()).map(|obj| {
+            store.remove_object(obj.id);
+            router.forget(obj)
+        });
+        futures::future::join_all(asks).await;
         Ok(before)
     }
 

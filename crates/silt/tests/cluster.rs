@@ -511,7 +511,9 @@ fn with_cluster_tls_members_read_through_workers_and_plaintext_clients_are_refus
 fn a_static_worker_list_serves_without_etcd() {
     let s3 = S3Server::start();
     s3.create_bucket(BUCKET);
-    let files = Arc::new(cluster_dataset(20, &[3 << 20]));
+    // The large file's last placement group is half a group: it fits a worker's 1 MiB disk
+    // tier where whole groups do not (the partly refused pin below).
+    let files = Arc::new(cluster_dataset(20, &[(3 << 20) + (512 << 10)]));
     write_local(&s3.root().join(BUCKET).join("ds"), &files);
     let dir = tempfile::tempdir().unwrap();
     let ports: Vec<u16> = (0..2)
@@ -572,8 +574,9 @@ fn a_static_worker_list_serves_without_etcd() {
     assert_eq!(stat(&small)["cache"]["pinned_bytes"], small_len);
     assert!(client.cli(&["fs", "unpin", &small]).status.success());
     assert_eq!(stat(&small)["cache"]["pinned_bytes"], 0);
-    // A 1 MiB group cannot be pinned in a 1 MiB disk tier (its high watermark is below):
-    // refused with a message, nothing left pinned.
+    // A 1 MiB group cannot be pinned in a 1 MiB disk tier (its high watermark is below), but
+    // the last half group can: the pin is refused with a message, and what its owner did pin
+    // is undone, so nothing is left pinned.
     let large = format!("/data/{}", files[20].0);
     let o = client.cli(&["fs", "pin", &large]);
     assert!(

@@ -1628,7 +1628,7 @@ fn user_pins_survive_a_restart_and_a_damaged_list_only_loses_its_bad_lines() {
     let open = || PageStore::open(cfg(4, &[(dir.path(), 16)], 0.95, 0.85)).unwrap();
     let store = open();
     store
-        .pin_user(&[(ObjectId(1), PS), (ObjectId(2), PS)])
+        .pin_user(&[(ObjectId(1), 0..PS), (ObjectId(2), 0..PS)])
         .unwrap();
     put(&store, 1, 0, PS);
     drop(store);
@@ -1654,7 +1654,7 @@ fn user_pins_survive_a_restart_and_a_damaged_list_only_loses_its_bad_lines() {
     assert!(!store.is_user_pinned(ObjectId(1)));
     drop(store);
     let text = format!(
-        "silt-pins 1\n{} 5\nbroken line\n{} x\n",
+        "silt-pins 2\n{} 0 5\nbroken line\n{} 0 x\n",
         ObjectId(7).to_hex(),
         ObjectId(8).to_hex()
     );
@@ -1672,7 +1672,7 @@ fn a_load_never_evicts_user_pinned_pages() {
         let mut c = cfg(2, &[(dir.path(), 16)], 0.95, 0.85);
         c.eviction_policy = policy.into();
         let store = PageStore::open(c).unwrap();
-        store.pin_user(&[(ObjectId(1), 4 * PS)]).unwrap();
+        store.pin_user(&[(ObjectId(1), 0..4 * PS)]).unwrap();
         for i in 0..4 {
             put(&store, 1, i, 4 * PS);
         }
@@ -1729,4 +1729,27 @@ fn a_prefetched_page_waits_for_its_read() {
         "a page a read put was kept against the admission policy"
     );
     assert_eq!(expect_page(&store, ahead, 0, PS), Source::Disk(0));
+}
+
+/// A cluster worker pins an object group by group: each range counts against the disk
+/// tiers once (pinning it again adds nothing), and ranges of one object add up.
+#[test]
+fn pinned_ranges_of_one_object_add_up() {
+    let dir = TempDir::new().unwrap();
+    // High watermark 0.95 of 10 pages: 9.5 pages may be pinned.
+    let store = PageStore::open(cfg(2, &[(dir.path(), 10)], 0.95, 0.85)).unwrap();
+    let o = ObjectId(5);
+    store.pin_user(&[(o, 0..4 * PS)]).unwrap();
+    store.pin_user(&[(o, 0..4 * PS)]).unwrap();
+    store.pin_user(&[(o, 4 * PS..8 * PS)]).unwrap();
+    assert_eq!(store.stats().pinned_bytes, 8 * PS);
+    let e = store.pin_user(&[(o, 8 * PS..10 * PS)]).unwrap_err();
+    assert!(e.to_string().contains("disk tiers"), "{e}");
+    assert_eq!(
+        store.stats().pinned_bytes,
+        8 * PS,
+        "a refused pin pinned something"
+    );
+    assert_eq!(store.unpin_user(&[o]), 1);
+    assert_eq!(store.stats().pinned_bytes, 0);
 }
