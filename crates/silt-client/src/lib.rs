@@ -1327,19 +1327,31 @@ impl Client {
         path: &str,
         progress: impl FnMut(&LoadProgress),
     ) -> Result<LoadProgress> {
-        self.load_bounded(path, self.opts.fetch_concurrency, progress)
+        let paths = [path.to_string()];
+        self.load_paths(&paths, self.opts.fetch_concurrency, progress)
             .await
     }
 
-    /// `load` with at most `concurrency` fetches in flight.
-    pub async fn load_bounded(
+    /// `load` of every file at or below each of `paths` as one job (pages of all of them in
+    /// flight together, not one path after another), with at most `concurrency` fetches in
+    /// flight.
+    pub async fn load_paths(
         &self,
-        path: &str,
+        paths: &[String],
         concurrency: usize,
         progress: impl FnMut(&LoadProgress),
     ) -> Result<LoadProgress> {
-        let files = self.walk_files(path).await?;
+        let files = self.walk_paths(paths).await?;
         self.load_files(&files, concurrency, progress).await
+    }
+
+    /// `walk_files` of each path, in order.
+    pub async fn walk_paths(&self, paths: &[String]) -> Result<Vec<Entry>> {
+        let mut files = Vec::new();
+        for p in paths {
+            files.extend(self.walk_files(p).await?);
+        }
+        Ok(files)
     }
 
     async fn load_files(

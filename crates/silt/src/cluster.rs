@@ -6,18 +6,18 @@ use silt_cluster::router::split;
 use silt_cluster::Router;
 use silt_common::Result;
 
-/// Preloads every file below `path` by asking each placement group's owner to cache it,
+/// Preloads every file at or below each of `paths` (one job) by asking each placement group's owner to cache it,
 /// `concurrency` groups at a time over all owners (never one job per file, never through
 /// this process). Progress counts groups in `pages_*` and bytes in `bytes_*`; owners skip
 /// what they already hold, so a rerun is cheap.
 pub async fn load(
     client: &Client,
     router: &Router,
-    path: &str,
+    paths: &[String],
     concurrency: usize,
     mut progress: impl FnMut(&LoadProgress),
 ) -> Result<LoadProgress> {
-    let files = client.walk_files(path).await?;
+    let files = client.walk_paths(paths).await?;
     let mut p = LoadProgress {
         files_total: files.len() as u64,
         bytes_total: files.iter().map(|f| f.size).sum(),

@@ -257,30 +257,23 @@ async fn load_stream(
     let cluster = d.cluster.clone();
     let job = tokio::spawn(async move {
         let mut last = Instant::now() - Duration::from_secs(1);
-        // The paths one after another; progress is the sum over those begun so far.
-        let mut sum = silt_client::LoadProgress::default();
-        for path in &paths {
-            let base = sum.clone();
-            let progress = |p: &silt_client::LoadProgress| {
-                let t = add_progress(&base, p);
-                // At most ten progress frames a second.
-                if last.elapsed() >= Duration::from_millis(100) || p.pages_done == p.pages_total {
-                    last = Instant::now();
-                    let _ = tx.send(json!({"progress": {
-                            "files_total": t.files_total, "bytes_total": t.bytes_total,
-                            "pages_done": t.pages_done, "pages_total": t.pages_total,
-                            "bytes_done": t.bytes_done, "bytes_cached": t.bytes_cached}}));
-                }
-            };
-            let p = match &cluster {
-                Some(router) => {
-                    crate::cluster::load(&client, router, path, concurrency, progress).await
-                }
-                None => client.load_bounded(path, concurrency, progress).await,
-            }?;
-            sum = add_progress(&base, &p);
+        let progress = |p: &silt_client::LoadProgress| {
+            // At most ten progress frames a second.
+            if last.elapsed() >= Duration::from_millis(100) || p.pages_done == p.pages_total {
+                last = Instant::now();
+                let _ = tx.send(json!({"progress": {
+                        "files_total": p.files_total, "bytes_total": p.bytes_total,
+                        "pages_done": p.pages_done, "pages_total": p.pages_total,
+                        "bytes_done": p.bytes_done, "bytes_cached": p.bytes_cached}}));
+            }
+        };
+        // Every path in one job: pages of all of them in flight together.
+        match &cluster {
+            Some(router) => {
+                crate::cluster::load(&client, router, &paths, concurrency, progress).await
+            }
+            None => client.load_paths(&paths, concurrency, progress).await,
         }
-        Ok::<_, Error>(sum)
     });
     while let Some(v) = rx.recv().await {
         write_json(s, &v).await?;
@@ -297,20 +290,6 @@ async fn load_stream(
         }
         Ok(Err(e)) => write_error(s, &e).await,
         Err(e) => write_error(s, &Error::internal(format!("load task failed: {e}"))).await,
-    }
-}
-
-fn add_progress(
-    a: &silt_client::LoadProgress,
-    b: &silt_client::LoadProgress,
-) -> silt_client::LoadProgress {
-    silt_client::LoadProgress {
-        files_total: a.files_total + b.files_total,
-        bytes_total: a.bytes_total + b.bytes_total,
-        pages_done: a.pages_done + b.pages_done,
-        pages_total: a.pages_total + b.pages_total,
-        bytes_done: a.bytes_done + b.bytes_done,
-        bytes_cached: a.bytes_cached + b.bytes_cached,
     }
 }
 
