@@ -1462,7 +1462,7 @@ impl WorkerClient {
             return Err(CallError::Link(Error::new(
                 ErrorKind::Corrupted,
                 format!(
-                    "worker answered {} counts and {} pin flags for {n} ranges",
+                    "worker answered {} page counts and {} pinned byte counts for {n} ranges",
                     pages.len(),
                     pinned.len()
                 ),
