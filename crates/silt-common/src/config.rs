@@ -32,6 +32,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "disk_tiers", default: "auto", help: "Disk tiers as DIR:QUOTA, comma-separated, fastest first. `auto` = STATE_DIR/cache:10GiB; `none` disables disk caching." },
     OptionSpec { name: "high_watermark", default: "0.95", help: "Fraction of a tier's quota at which eviction starts." },
     OptionSpec { name: "low_watermark", default: "0.85", help: "Fraction of a tier's quota eviction brings usage down to." },
+    OptionSpec { name: "disk_direct_io", default: "true", help: "Write whole cache pages to the disk tiers with O_DIRECT, straight from the fetch buffer: a cold read then costs a fraction of the CPU (no copy into the page cache) and the page cache keeps no second copy of what the memory tier holds; but a cached file's first read after a restart comes from the disk rather than the page cache. false: through the page cache. A file system that refuses O_DIRECT is written through the page cache either way." },
     OptionSpec { name: "eviction_policy", default: "tinylfu", help: "Page admission and eviction: `tinylfu` (LRU order; a full tier takes a page only if it was read more often lately than the page it would evict, so a working set larger than the cache keeps a stable resident part and a scan cannot flush a hot set) or `lru` (always admit, evict the least recently used)." },
     OptionSpec { name: "sync_policy", default: "interval=1h", help: "When cached metadata (stats, listings) is revalidated against the under-store: `never` (immutable data sets), `interval=D` (on access once older than D), `always` (every open, stat and directory read asks the store). Promises in docs/SEMANTICS.md." },
     OptionSpec { name: "cache_ttl_rules", default: "", help: "Longest time cached pages are served per namespace prefix, PATH=DURATION comma-separated (e.g. /data/tmp=1h): a file opened once its version was first opened longer ago is fetched again, and a sweep (every quarter of the shortest TTL, 1 s to 1 min) drops the pages of versions whose TTL ran out whether or not they are opened again. Counted per client process from the first open." },
@@ -123,6 +124,7 @@ pub struct Config {
     pub high_watermark: f64,
     pub low_watermark: f64,
     pub eviction_policy: String,
+    pub disk_direct_io: bool,
     pub sync_policy: SyncPolicy,
     pub sync_rules: Vec<SyncRule>,
     pub cache_ttl_rules: Vec<(String, Duration)>,
@@ -189,6 +191,7 @@ impl Default for Config {
             high_watermark: 0.0,
             low_watermark: 0.0,
             eviction_policy: String::new(),
+            disk_direct_io: false,
             sync_policy: SyncPolicy::Always,
             sync_rules: Vec::new(),
             cache_ttl_rules: Vec::new(),
@@ -506,6 +509,7 @@ impl Config {
                 self.ufs_list_page = n
             }
             "lookup_lists_parent" => self.lookup_lists_parent = parse_bool(key, v)?,
+            "disk_direct_io" => self.disk_direct_io = parse_bool(key, v)?,
             "attr_ttl" => self.attr_ttl = parse_duration(key, v)?,
             "entry_ttl" => self.entry_ttl = parse_duration(key, v)?,
             "prefetch_max" => self.prefetch_max = parse_size_opt(key, v)?,

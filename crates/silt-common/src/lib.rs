@@ -1,6 +1,7 @@
 //! Shared vocabulary of every Silt crate: the error model, object identities and
 //! fingerprints, byte-size parsing, the configuration table and metric names.
 
+pub mod bufpool;
 pub mod config;
 pub mod error;
 pub mod id;

@@ -66,8 +66,11 @@ define_metrics! {
     PREFETCH_PAGES = "silt_prefetch_pages_total", "Pages fetched ahead of the reader by the sequential prefetcher.";
     UFS_REQUESTS = "silt_ufs_requests_total", "Requests issued to under-stores (reads, stats, listings).";
     UFS_READ_BYTES = "silt_ufs_read_bytes_total", "Bytes read from under-stores.";
+    PAGE_BUFFERS_ALLOCATED = "silt_page_buffers_allocated_total", "Page-sized fetch buffers allocated because the pool had none idle.";
+    PAGE_BUFFERS_REUSED = "silt_page_buffers_reused_total", "Page-sized fetch buffers taken from the pool (freed by evicted pages) instead of allocated.";
     UFS_ERRORS = "silt_ufs_errors_total", "Under-store requests that failed.";
     CHECKSUM_FAILURES = "silt_checksum_failures_total", "Pages read from disk whose checksum did not match (dropped and refetched).";
+    DISK_DIRECT_WRITES = "silt_disk_direct_writes_total", "Pages written to a disk tier with O_DIRECT (straight from the fetch buffer, not through the page cache).";
     PAGES_EVICTED = "silt_pages_evicted_total", "Pages evicted from any tier.";
     META_CACHE_HITS = "silt_meta_cache_hits_total", "Stat or listing lookups answered by the metadata cache.";
     META_CACHE_MISSES = "silt_meta_cache_misses_total", "Stat or listing lookups that went to the under-store.";

@@ -13,6 +13,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use silt_common::bufpool::BufferPool;
 use silt_common::io::ReadAt;
 use silt_common::{Error, Result};
 
@@ -172,39 +173,54 @@ pub struct Capabilities {
 
 /// `chunks` (consecutive bytes of a response) cut into pieces of `piece` bytes, the last one
 /// shorter: a single chunk of at most one piece is passed on as it is; otherwise every byte is
-/// copied once, into an allocation per piece (a piece never shares a larger buffer, so whoever
-/// keeps it keeps only its own bytes).
+/// copied once, a whole piece into a pooled page buffer ([`BufferPool::for_size`]: reused,
+/// aligned for `O_DIRECT`), a shorter last piece into an allocation of its own length (a piece
+/// never shares a larger buffer, so whoever keeps it keeps only its own bytes).
 pub fn pieces(chunks: impl IntoIterator<Item = Bytes>, piece: u64) -> Vec<Bytes> {
     let piece = usize::try_from(piece.max(1)).unwrap_or(usize::MAX);
     let chunks: Vec<Bytes> = chunks.into_iter().filter(|c| !c.is_empty()).collect();
-    let mut out = Vec::new();
     if let [only] = &chunks[..] {
         if only.len() <= piece {
-            out.push(only.clone());
-            return out;
+            return vec![only.clone()];
         }
     }
-    // Each piece allocated at its own length (the last one shorter), so a kept piece holds
-    // no more memory than its bytes.
-    let mut left: usize = chunks.iter().map(Bytes::len).sum();
-    let mut cur = bytes::BytesMut::new();
-    for chunk in &chunks {
-        let mut rest = &chunk[..];
-        while !rest.is_empty() {
-            if cur.capacity() == 0 {
-                cur.reserve(piece.min(left));
-                left -= piece.min(left);
+    let total: usize = chunks.iter().map(Bytes::len).sum();
+    let pool = (total >= piece).then(|| BufferPool::for_size(piece));
+    let mut out = Vec::with_capacity(total.div_ceil(piece));
+    let mut src = chunks.iter().map(|c| &c[..]);
+    let mut rest: &[u8] = &[];
+    let mut left = total;
+    while left > 0 {
+        let len = piece.min(left);
+        left -= len;
+        let mut full = None;
+        let mut short = Vec::new();
+        let dst: &mut [u8] = match &pool {
+            Some(pool) if len == piece => &mut full.insert(pool.take()).as_mut_slice()[..len],
+            _ => {
+                short.resize(len, 0);
+                &mut short
             }
-            let n = (piece - cur.len()).min(rest.len());
-            cur.extend_from_slice(&rest[..n]);
+        };
+        let mut at = 0;
+        while at < len {
+            if rest.is_empty() {
+                // `total` counted every chunk's bytes, so one is left while bytes are.
+                match src.next() {
+                    Some(c) => rest = c,
+                    None => break,
+                }
+                continue;
+            }
+            let n = (len - at).min(rest.len());
+            dst[at..at + n].copy_from_slice(&rest[..n]);
             rest = &rest[n..];
-            if cur.len() == piece {
-                out.push(std::mem::take(&mut cur).freeze());
-            }
+            at += n;
         }
-    }
-    if !cur.is_empty() {
-        out.push(cur.freeze());
+        out.push(match full {
+            Some(buf) => buf.freeze(len),
+            None => Bytes::from(short),
+        });
     }
     out
 }
@@ -475,6 +491,10 @@ mod pieces_tests {
                     "piece {piece}, cuts {cuts:?}"
                 );
                 assert!(!last.is_empty() && last.len() as u64 <= piece);
+                if piece % 4096 == 0 && got.len() > 1 {
+                    // Whole pages land in pooled buffers a disk tier can write with O_DIRECT.
+                    assert!(full.iter().all(|p| silt_common::bufpool::is_aligned(p)));
+                }
             }
         }
         let one = Bytes::from(data(100));

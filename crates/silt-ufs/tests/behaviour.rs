@@ -337,12 +337,37 @@ mod cases {
         let bm = s.stat("r/big").await.unwrap();
         let got = s.read("r/big", 1..(3 << 20) - 1, &bm).await.unwrap();
         assert!(got[..] == big[1..big.len() - 1]);
+        // The same bytes as page-sized pieces (what a fetch caches), every piece but the last
+        // whole, each its own buffer.
+        for piece in [1000u64, 4096, 1 << 20] {
+            let got = s
+                .read_pieces("r/big", 1..(3 << 20) - 1, &bm, piece)
+                .await
+                .unwrap();
+            assert!(got.concat() == big[1..big.len() - 1], "piece {piece}");
+            let (last, whole) = got.split_last().unwrap();
+            assert!(
+                whole.iter().all(|p| p.len() as u64 == piece),
+                "piece {piece}"
+            );
+            assert!(!last.is_empty() && last.len() as u64 <= piece);
+        }
+        assert!(s
+            .read_pieces("r/big", 5..5, &bm, 4096)
+            .await
+            .unwrap()
+            .is_empty());
 
         let missing = ObjectMeta {
             path: "r/missing".into(),
             ..m.clone()
         };
         let e = s.read("r/missing", 0..10, &missing).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+        let e = s
+            .read_pieces("r/missing", 0..10, &missing, 4)
+            .await
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     }
 
@@ -358,6 +383,11 @@ mod cases {
             let e = s.read("c/obj", range.clone(), &m1).await.unwrap_err();
             assert_eq!(e.kind(), ErrorKind::ContentChanged, "{range:?}: {e}");
             assert!(!e.is_retryable());
+            let e = s
+                .read_pieces("c/obj", range.clone(), &m1, 32)
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::ContentChanged, "pieces {range:?}: {e}");
         }
         let m2 = s.stat("c/obj").await.unwrap();
         assert_ne!(m1.content_fingerprint(), m2.content_fingerprint());
@@ -368,6 +398,8 @@ mod cases {
 
         put(&f, "c/obj", &[b'c'; 50]).await;
         let e = s.read("c/obj", 0..50, &m2).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ContentChanged, "{e}");
+        let e = s.read_pieces("c/obj", 0..50, &m2, 16).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ContentChanged, "{e}");
 
         s.delete("c/obj").await.unwrap();

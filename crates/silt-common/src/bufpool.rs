@@ -1,0 +1,224 @@
+//! Page buffers reused instead of allocated per fetch.
+//!
+//! A cold read fills a page-sized buffer from the store and keeps it as the cached page
+//! until the memory tier evicts it. Allocating each one fresh costs the kernel a zeroed page
+//! per 4 KiB on first touch (and a free hands it back), so a page's buffer goes back to its
+//! pool when the last `Bytes` referring to it is dropped, and the next fetch takes it again.
+//!
+//! Every buffer starts on a 4 KiB boundary ([`ALIGN`]), so a whole page can be written to a
+//! disk tier with `O_DIRECT` straight from it.
+//!
+//! Invariants: a buffer is owned by exactly one [`PageBuf`] or frozen `Bytes` (and its clones)
+//! at a time, or idle in the pool, never two of these; the pool keeps at most `max_idle` idle
+//! buffers and frees the rest, so what it holds beyond the buffers in use is bounded.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::metrics::{PAGE_BUFFERS_ALLOCATED, PAGE_BUFFERS_REUSED};
+
+/// Alignment of every pooled buffer's first byte.
+pub const ALIGN: usize = 4096;
+
+/// Idle bytes each page-size pool may keep for reuse.
+const IDLE_BYTES: usize = 32 << 20;
+
+/// A pool of buffers of one size.
+#[derive(Debug)]
+pub struct BufferPool {
+    size: usize,
+    max_idle: usize,
+    idle: Mutex<Vec<Vec<u8>>>,
+}
+
+impl BufferPool {
+    /// A pool of `size`-byte buffers keeping at most `max_idle` of them idle.
+    pub fn new(size: usize, max_idle: usize) -> Arc<Self> {
+        Arc::new(BufferPool {
+            size,
+            max_idle,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The process-wide pool of `size`-byte buffers (one per size; in practice the page size).
+    pub fn for_size(size: usize) -> Arc<Self> {
+        static POOLS: Mutex<Vec<Arc<BufferPool>>> = Mutex::new(Vec::new());
+        let mut pools = POOLS.lock();
+        if let Some(p) = pools.iter().find(|p| p.size == size) {
+            return p.clone();
+        }
+        let p = BufferPool::new(size, (IDLE_BYTES / size.max(1)).max(4));
+        pools.push(p.clone());
+        p
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Buffers idle in the pool now.
+    pub fn idle(&self) -> usize {
+        self.idle.lock().len()
+    }
+
+    /// A buffer of `size()` bytes starting at an [`ALIGN`]ed address. Its contents are
+    /// whatever its last user left (zeros when new): fill what you freeze.
+    pub fn take(self: &Arc<Self>) -> PageBuf {
+        let raw = match self.idle.lock().pop() {
+            Some(raw) => {
+                PAGE_BUFFERS_REUSED.inc();
+                raw
+            }
+            None => {
+                PAGE_BUFFERS_ALLOCATED.inc();
+                // Over-allocated by ALIGN so an aligned window of `size` bytes always fits.
+                vec![0u8; self.size + ALIGN]
+            }
+        };
+        let off = raw.as_ptr().align_offset(ALIGN);
+        PageBuf {
+            raw: Some(raw),
+            off,
+            pool: self.clone(),
+        }
+    }
+
+    fn give_back(&self, raw: Vec<u8>) {
+        let mut idle = self.idle.lock();
+        if idle.len() < self.max_idle {
+            idle.push(raw);
+        }
+    }
+}
+
+/// A pooled buffer being filled. Dropped unfrozen, it goes back to its pool.
+#[derive(Debug)]
+pub struct PageBuf {
+    raw: Option<Vec<u8>>,
+    off: usize,
+    pool: Arc<BufferPool>,
+}
+
+impl PageBuf {
+    /// The whole buffer (`size()` bytes), aligned.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        let (off, size) = (self.off, self.pool.size);
+        match &mut self.raw {
+            Some(raw) => &mut raw[off..off + size],
+            None => &mut [],
+        }
+    }
+
+    /// Its first `len` bytes (at most `size()`) as `Bytes`; the buffer returns to the pool
+    /// when the last clone is dropped.
+    pub fn freeze(mut self, len: usize) -> Bytes {
+        let Some(raw) = self.raw.take() else {
+            return Bytes::new();
+        };
+        Bytes::from_owner(Filled {
+            raw: Some(raw),
+            off: self.off,
+            len: len.min(self.pool.size),
+            pool: self.pool.clone(),
+        })
+    }
+}
+
+impl Drop for PageBuf {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            self.pool.give_back(raw);
+        }
+    }
+}
+
+/// The owner behind a frozen buffer's `Bytes`.
+struct Filled {
+    raw: Option<Vec<u8>>,
+    off: usize,
+    len: usize,
+    pool: Arc<BufferPool>,
+}
+
+impl AsRef<[u8]> for Filled {
+    fn as_ref(&self) -> &[u8] {
+        match &self.raw {
+            Some(raw) => &raw[self.off..self.off + self.len],
+            None => &[],
+        }
+    }
+}
+
+impl Drop for Filled {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            self.pool.give_back(raw);
+        }
+    }
+}
+
+/// Whether `data` can be written with `O_DIRECT` as is: its address and length are
+/// multiples of [`ALIGN`].
+pub fn is_aligned(data: &[u8]) -> bool {
+    (data.as_ptr() as usize).is_multiple_of(ALIGN) && data.len().is_multiple_of(ALIGN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn buffers_in_use_are_never_handed_out_twice() {
+        let pool = BufferPool::new(8192, 4);
+        let fill = |mark: u8| {
+            let mut b = pool.take();
+            b.as_mut_slice().fill(mark);
+            b.freeze(8192)
+        };
+        let mut live: Vec<(u8, Bytes)> = (0..6).map(|m| (m, fill(m))).collect();
+        // Drop three; one of them lives on in a clone, so its buffer is still in use.
+        let clone = live[1].1.clone();
+        live.drain(0..3);
+        live.push((1, clone));
+        assert_eq!(pool.idle(), 2);
+        for m in 100..106 {
+            live.push((m, fill(m)));
+        }
+        let addrs: HashSet<usize> = live.iter().map(|(_, b)| b.as_ptr() as usize).collect();
+        assert_eq!(addrs.len(), live.len(), "two live pages share a buffer");
+        for (mark, b) in &live {
+            assert!(is_aligned(b), "every buffer starts aligned");
+            assert!(b.iter().all(|x| x == mark), "buffer {mark} was overwritten");
+        }
+    }
+
+    #[test]
+    fn the_pool_keeps_at_most_max_idle_buffers() {
+        let pool = BufferPool::new(4096, 3);
+        let taken: Vec<PageBuf> = (0..10).map(|_| pool.take()).collect();
+        assert_eq!(pool.idle(), 0);
+        drop(taken);
+        assert_eq!(pool.idle(), 3, "the rest are freed");
+        let again: Vec<Bytes> = (0..5).map(|_| pool.take().freeze(100)).collect();
+        assert_eq!(pool.idle(), 0);
+        assert!(again.iter().all(|b| b.len() == 100));
+        drop(again);
+        assert_eq!(pool.idle(), 3);
+    }
+
+    #[test]
+    fn a_freeze_shows_only_the_filled_bytes() {
+        let pool = BufferPool::new(4096, 1);
+        let mut b = pool.take();
+        b.as_mut_slice()[..3].copy_from_slice(b"abc");
+        let bytes = b.freeze(3);
+        assert_eq!(&bytes[..], b"abc");
+        assert_eq!(bytes.slice(1..).as_ref(), b"bc");
+        // Longer than the buffer: capped at its size.
+        assert_eq!(pool.take().freeze(1 << 20).len(), 4096);
+    }
+}
