@@ -49,6 +49,8 @@ pub struct PageStoreConfig {
     pub low_watermark: f64,
     /// `"tinylfu"` or `"lru"` (`policy::POLICIES`).
     pub eviction_policy: String,
+    /// Whole pages in aligned buffers go to disk with `O_DIRECT` (`disk::write_page`).
+    pub disk_direct_io: bool,
 }
 
 impl PageStoreConfig {
@@ -63,6 +65,7 @@ impl PageStoreConfig {
             high_watermark: defaults.high_watermark,
             low_watermark: defaults.low_watermark,
             eviction_policy: defaults.eviction_policy,
+            disk_direct_io: defaults.disk_direct_io,
         }
     }
 
@@ -75,6 +78,7 @@ impl PageStoreConfig {
             high_watermark: c.high_watermark,
             low_watermark: c.low_watermark,
             eviction_policy: c.eviction_policy.clone(),
+            disk_direct_io: c.disk_direct_io,
         })
     }
 }
@@ -295,6 +299,8 @@ struct Shared {
     state: Mutex<State>,
     page_size: u64,
     has_disks: bool,
+    /// `PageStoreConfig::disk_direct_io`.
+    direct_io: bool,
 }
 
 /// The worker's page store. `Send + Sync`; share it behind an `Arc`.
@@ -1098,8 +1104,8 @@ impl State {
         if !current {
             return None;
         }
-        let reason = match disk::read_page(&r.path, r.offset, r.len) {
-            Ok(d) if crc32c::crc32c(&d) == r.crc => return Some(Bytes::from(d)),
+        let reason = match disk::read_page(&r.path, r.offset, r.len, self.page_size) {
+            Ok(d) if crc32c::crc32c(&d) == r.crc => return Some(d),
             Ok(_) => "checksum mismatch".to_string(),
             Err(e) => e.to_string(),
         };
@@ -1493,6 +1499,7 @@ impl PageStore {
         }
         let shared = Arc::new(Shared {
             has_disks,
+            direct_io: cfg.disk_direct_io,
             state: Mutex::new(st),
             page_size: cfg.page_size,
         });
@@ -1560,8 +1567,8 @@ impl PageStore {
                 Lookup::Disk(r) => r,
             }
         };
-        let verified = match disk::read_page(&read.path, read.offset, read.len) {
-            Ok(d) if crc32c::crc32c(&d) == read.crc => Some(Bytes::from(d)),
+        let verified = match disk::read_page(&read.path, read.offset, read.len, self.page_size()) {
+            Ok(d) if crc32c::crc32c(&d) == read.crc => Some(d),
             _ => None,
         };
         let mut st = self.shared.state.lock();
@@ -1664,7 +1671,7 @@ impl PageStore {
 
     /// Writes a reserved disk page and commits it (or gives the reservation up).
     fn write_reserved(&self, r: &Reservation, data: &[u8]) {
-        let written = disk::write_page(&r.file, r.offset, data);
+        let written = disk::write_page(&r.file, r.offset, data, self.shared.direct_io);
         let mut st = self.shared.state.lock();
         match written {
             Ok(()) => st.disk_commit(r),

@@ -49,6 +49,7 @@ fn index_bytes(objects: u64, pages: u64) -> f64 {
         high_watermark: 0.95,
         low_watermark: 0.85,
         eviction_policy: "lru".into(),
+        disk_direct_io: true,
     })
     .unwrap();
     let data = Bytes::from(vec![7u8; PS as usize]);
