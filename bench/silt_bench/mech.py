@@ -157,6 +157,15 @@ class Store:
         return os.path.join(self.local_dir, rel)
 
 
+def parse_size(text):
+    """Bytes in a size as silt takes it ("1GiB", "256MiB", "4096")."""
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+    for unit, mult in units.items():
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * mult)
+    return int(text)
+
+
 def direct(store, args):
     """The direct baseline (crates/silt/examples/direct_read): (bytes or entries, seconds)."""
     os.sync()
@@ -171,6 +180,7 @@ class Silt:
     (e.g. {"/b3": "s3://bench/tree"}), reached with `ns(path)`."""
 
     def __init__(self, work, state, store, memory="1GiB", disk="40GiB", extra=(), mounts=None):
+        self.memory = memory
         self.mnt = os.path.join(work, "mnt")
         os.makedirs(self.mnt, exist_ok=True)
         self.state = state

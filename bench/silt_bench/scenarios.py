@@ -133,6 +133,13 @@ def _cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _children_cpu():
+    """CPU seconds of this process's waited-for children (the direct reader runs as one)."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def b1_b2(ctx, want):
     """B1 (large files: cold, warm, hot; 1 and 4 readers) and B2 (small files, 8 threads, cold and
     warm) share Silt instances, so they run together; `want` says which are reported."""
@@ -159,7 +166,10 @@ def b1_b2(ctx, want):
         if b1:
             size = os.path.getsize(local(large[0]))
             ctx.add("b1_direct_single", _gb(mech.direct(ctx.store, ["large", "1", str(size), large[0]])), "GB/s")
-            ctx.add("b1_direct_parallel", _gb(mech.direct(ctx.store, ["large", "8", "8MiB"] + large)), "GB/s")
+            cpu = _children_cpu()
+            got = mech.direct(ctx.store, ["large", "8", "8MiB"] + large)
+            ctx.add("b1_direct_parallel", _gb(got), "GB/s")
+            ctx.add("b1_direct_parallel_cpu_per_gb", (_children_cpu() - cpu) / (got[0] / 1e9), "s/GB")
         if b2:
             ctx.add("b2_direct", len(order) / mech.direct(ctx.store, ["small", "8"] + order)[1], "files/s")
         if ctx.compare:
@@ -174,7 +184,10 @@ def b1_b2(ctx, want):
         # Silt cold: a fresh state dir. One reader, then (fresh again) four readers and B2.
         if b1:
             with ctx.silt(ctx.fresh_state("b1-cold-1")) as s:
-                ctx.add("b1_cold_1", _gb(mech.timed_read([s.path(k) for k in large], 1)), "GB/s")
+                cpu = _cpu_seconds(s.p.pid)
+                got = mech.timed_read([s.path(k) for k in large], 1)
+                ctx.add("b1_cold_1", _gb(got), "GB/s")
+                ctx.add("b1_cold_1_cpu_per_gb", (_cpu_seconds(s.p.pid) - cpu) / (got[0] / 1e9), "s/GB")
             # Removed at once: its 4 GiB of pages would otherwise sit in the page cache beside
             # the state measured warm below and push that out of memory.
             shutil.rmtree(os.path.join(ctx.work, "b1-cold-1"), ignore_errors=True)
@@ -184,7 +197,7 @@ def b1_b2(ctx, want):
                 cpu = _cpu_seconds(s.p.pid)
                 nbytes, secs = mech.timed_read([s.path(k) for k in large], 4)
                 ctx.add("b1_cold_4", nbytes / secs / 1e9, "GB/s")
-                ctx.counter("b1_cold_4 daemon CPU s per GB", (_cpu_seconds(s.p.pid) - cpu) / (nbytes / 1e9))
+                ctx.add("b1_cold_4_cpu_per_gb", (_cpu_seconds(s.p.pid) - cpu) / (nbytes / 1e9), "s/GB")
             if b2:
                 ctx.add("b2_cold", len(order) / mech.timed_read([s.path(k) for k in order], 8)[1], "files/s")
             ctx.counter("peak RSS of the mount after cold B1+B2 (MiB)", s.report()["peak_rss_bytes"] / 2**20)
@@ -256,6 +269,10 @@ def b1f(ctx):
                 got = mech.timed_read([s.ns("/f/" + k) for k, _, _ in large], n)
                 ctx.add(f"b1f_cold_{n}", _gb(got), "GB/s")
                 ctx.add(f"b1f_cold_{n}_cpu_per_gb", (_cpu_seconds(s.p.pid) - cpu) / (got[0] / 1e9), "s/GB")
+                # Peak RSS against what the configuration bounds: the memory tier plus the
+                # fetch buffers in flight (buffer_memory, 256 MiB by default).
+                budget = mech.parse_size(s.memory) + (256 << 20)
+                ctx.add(f"b1f_cold_{n}_peak_rss_of_budget", s.report()["peak_rss_bytes"] / budget, "×")
             shutil.rmtree(os.path.join(ctx.work, f"b1f-cold-{n}"), ignore_errors=True)
         print(f"B1F rep {rep + 1}/{ctx.reps} done", flush=True)
 
@@ -896,6 +913,11 @@ def ratios(ctx):
     r("B1F cold single", "b1f_cold_1", "b1f_direct_1")
     if "b1f_cold_4_cpu_per_gb" in R:
         out["B1F CPU per GB"] = stats.median(R["b1f_cold_4_cpu_per_gb"])
+    if "b1_cold_4_cpu_per_gb" in R:
+        out["B1 cold CPU per GB"] = stats.median(R["b1_cold_4_cpu_per_gb"])
+    for n in (1, 4):
+        if f"b1f_cold_{n}_peak_rss_of_budget" in R:
+            out[f"B1F peak RSS ÷ budget, {n} reader{'s' if n > 1 else ''}"] = max(R[f"b1f_cold_{n}_peak_rss_of_budget"])
     r("B2 cold", "b2_cold", "b2_direct")
     r("B2 warm", "b2_warm", "b2_local")
     r("B3 first", "b3_first", "b3_direct_list")

@@ -361,14 +361,21 @@ def test_training_loop_takes_a_samplers_indices_as_it_dispatches(tmp_path):
     assert taken == list(reversed(range(30))) * 2
 
 
+def test_parse_size():
+    assert mech.parse_size("1GiB") == 1 << 30 and mech.parse_size("256MiB") == 256 << 20
+    assert mech.parse_size("4096") == 4096
+
+
 def test_b1f_ratios_and_cpu_per_gb():
     ctx = scenarios.Ctx(None, "/nonexistent", reps=1)
     for k, v, u in [("b1f_direct_4", 2.0, "GB/s"), ("b1f_cold_4", 0.5, "GB/s"), ("b1f_direct_1", 1.0, "GB/s"),
-                    ("b1f_cold_1", 0.25, "GB/s"), ("b1f_cold_4_cpu_per_gb", 3.5, "s/GB")]:
+                    ("b1f_cold_1", 0.25, "GB/s"), ("b1f_cold_4_cpu_per_gb", 3.5, "s/GB"),
+                    ("b1f_cold_4_peak_rss_of_budget", 0.9, "×"), ("b1f_cold_4_peak_rss_of_budget", 1.2, "×")]:
         ctx.add(k, v, u)
     r = scenarios.ratios(ctx)
     assert r["B1F cold"] == pytest.approx(0.25) and r["B1F cold single"] == pytest.approx(0.25)
     assert r["B1F CPU per GB"] == pytest.approx(3.5)
+    assert r["B1F peak RSS ÷ budget, 4 readers"] == pytest.approx(1.2), "the worst repetition counts"
     lines = stats.gaps(r)
     assert any(line.startswith("3.50 daemon CPU seconds") and "gap 2.70" in line for line in lines), lines
 
