@@ -23,7 +23,7 @@ use crate::metrics::{PAGE_BUFFERS_ALLOCATED, PAGE_BUFFERS_REUSED};
 pub const ALIGN: usize = 4096;
 
 /// Idle bytes each page-size pool may keep for reuse.
-const IDLE_BYTES: usize = 32 << 20;
+const IDLE_BYTES: usize = 16 << 20;
 
 /// A pool of buffers of one size.
 #[derive(Debug)]
