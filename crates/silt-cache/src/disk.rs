@@ -395,8 +395,12 @@ pub(crate) fn read_page(
     page_size: u64,
 ) -> io::Result<bytes::Bytes> {
     let file = File::open(path)?;
-    if len as u64 == page_size {
-        let mut buf = bufpool::BufferPool::for_size(len).take();
+    // Only whole pages: a pool per short length would never be reused.
+    let pool = (len as u64 == page_size)
+        .then(|| bufpool::BufferPool::for_size(len))
+        .flatten();
+    if let Some(pool) = pool {
+        let mut buf = pool.take();
         file.read_exact_at(&mut buf.as_mut_slice()[..len], offset)?;
         return Ok(buf.freeze(len));
     }

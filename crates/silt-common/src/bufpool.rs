@@ -43,16 +43,21 @@ impl BufferPool {
         })
     }
 
-    /// The process-wide pool of `size`-byte buffers (one per size; in practice the page size).
-    pub fn for_size(size: usize) -> Arc<Self> {
+    /// The process-wide pool of `size`-byte buffers (one per size; in practice the page
+    /// size), or `None` below [`ALIGN`] bytes, where a pooled buffer would hold more memory
+    /// than its bytes and gain nothing.
+    pub fn for_size(size: usize) -> Option<Arc<Self>> {
         static POOLS: Mutex<Vec<Arc<BufferPool>>> = Mutex::new(Vec::new());
+        if size < ALIGN {
+            return None;
+        }
         let mut pools = POOLS.lock();
         if let Some(p) = pools.iter().find(|p| p.size == size) {
-            return p.clone();
+            return Some(p.clone());
         }
-        let p = BufferPool::new(size, (IDLE_BYTES / size.max(1)).max(4));
+        let p = BufferPool::new(size, (IDLE_BYTES / (size + ALIGN)).max(1));
         pools.push(p.clone());
-        p
+        Some(p)
     }
 
     pub fn size(&self) -> usize {
@@ -208,6 +213,16 @@ mod tests {
         assert!(again.iter().all(|b| b.len() == 100));
         drop(again);
         assert_eq!(pool.idle(), 3);
+    }
+
+    #[test]
+    fn one_shared_pool_per_size_and_none_for_tiny_pieces() {
+        assert!(BufferPool::for_size(ALIGN - 1).is_none());
+        let (a, b) = (BufferPool::for_size(3 * ALIGN), BufferPool::for_size(3 * ALIGN));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(Arc::ptr_eq(&a, &b));
+        // Its idle buffers are bounded in bytes, not only in count.
+        assert!(a.max_idle * (a.size + ALIGN) <= IDLE_BYTES);
     }
 
     #[test]

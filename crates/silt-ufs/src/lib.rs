@@ -185,7 +185,7 @@ pub fn pieces(chunks: impl IntoIterator<Item = Bytes>, piece: u64) -> Vec<Bytes>
         }
     }
     let total: usize = chunks.iter().map(Bytes::len).sum();
-    let pool = (total >= piece).then(|| BufferPool::for_size(piece));
+    let pool = BufferPool::for_size(piece).filter(|_| total >= piece);
     let mut out = Vec::with_capacity(total.div_ceil(piece));
     let mut src = chunks.iter().map(|c| &c[..]);
     let mut rest: &[u8] = &[];

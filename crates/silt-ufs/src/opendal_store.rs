@@ -1343,9 +1343,9 @@ fn fs_read_pieces(
     };
     version(&f)?;
     let piece = piece.max(1);
-    let pool = silt_common::bufpool::BufferPool::for_size(
-        usize::try_from(piece).map_err(|_| Error::invalid(format!("piece size {piece}")))?,
-    );
+    let pool = usize::try_from(piece)
+        .ok()
+        .and_then(silt_common::bufpool::BufferPool::for_size);
     let mut out = Vec::with_capacity((range.end - range.start).div_ceil(piece) as usize);
     let mut at = range.start;
     while at < range.end {
@@ -1356,15 +1356,17 @@ fn fs_read_pieces(
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(changed()),
             Err(e) => Err(io(e)),
         };
-        out.push(if len == pool.size() {
-            let mut buf = pool.take();
-            read(buf.as_mut_slice())?;
-            buf.freeze(len)
-        } else {
-            let mut buf = vec![0u8; len];
-            read(&mut buf)?;
-            Bytes::from(buf)
-        });
+        out.push(
+            if let Some(pool) = pool.as_ref().filter(|p| p.size() == len) {
+                let mut buf = pool.take();
+                read(buf.as_mut_slice())?;
+                buf.freeze(len)
+            } else {
+                let mut buf = vec![0u8; len];
+                read(&mut buf)?;
+                Bytes::from(buf)
+            },
+        );
         at += len as u64;
     }
     version(&f)?;
