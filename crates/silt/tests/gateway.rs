@@ -36,8 +36,7 @@ EP = os.environ["GW"]
 def client(ak=None, sk=None, unsigned=False):
     cfg = dict(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
                connect_timeout=10, read_timeout=60)
-    if unsigned:
-        cfg["signature_version"] = botocore.UNSIGNED
+    cfg["signature_version"] = botocore.UNSIGNED if unsigned else "s3v4"
     return boto3.client("s3", endpoint_url=EP, region_name="us-east-1",
                         aws_access_key_id=ak or "x", aws_secret_access_key=sk or "x",
                         config=Config(**cfg))
@@ -169,9 +168,15 @@ impl Fx {
 }
 
 fn py_at(endpoint: &str, dir: &Path, snippet: &str) {
+    py_env(endpoint, dir, snippet, &[]);
+}
+
+/// `py_at` with more environment for the snippet.
+fn py_env(endpoint: &str, dir: &Path, snippet: &str, env: &[(&str, &str)]) {
     let script = dir.join("check.py");
     std::fs::write(&script, format!("{PRELUDE}\n{snippet}\nprint('ok')\n")).unwrap();
     let out = Command::new(python())
+        .envs(env.iter().copied())
         .arg(&script)
         .env("GW", endpoint)
         .env("AK", ACCESS)
@@ -391,6 +396,29 @@ err(lambda: ro.list_objects_v2(Bucket="other"), "AccessDenied", 403)
 err(lambda: ro.put_object(Bucket="data", Key="new", Body=b"x"), "AccessDenied", 403)
 # Writes are not served yet, whoever asks.
 err(lambda: good.put_object(Bucket="data", Key="new", Body=b"x"), "NotImplemented", 501)
+
+# Presigned URLs (SigV4 in the query): valid, tampered, expired.
+import re, urllib.request, urllib.error
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+url = good.generate_presigned_url("get_object", Params={"Bucket": "data", "Key": "f"}, ExpiresIn=300)
+assert fetch(url) == (200, b"data"), fetch(url)
+sig = re.search(r"X-Amz-Signature=([0-9a-f]{64})", url).group(1)
+flipped = sig[:-1] + ("0" if sig[-1] != "0" else "1")
+status, body = fetch(url.replace(sig, flipped))
+assert status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in body, (status, body)
+real_now = botocore.auth.get_current_datetime
+botocore.auth.get_current_datetime = lambda: real_now() - datetime.timedelta(hours=1)
+try:
+    old_url = good.generate_presigned_url("get_object", Params={"Bucket": "data", "Key": "f"}, ExpiresIn=60)
+finally:
+    botocore.auth.get_current_datetime = real_now
+status, body = fetch(old_url)
+assert status == 403 and b"<Code>AccessDenied</Code>" in body, (status, body)
 "#);
     // The gateway logs at debug level here (requests included): never a secret.
     let log = fx.gateway.log_text();
@@ -470,6 +498,56 @@ assert anon.get_object(Bucket="data", Key="x/y.txt")["Body"].read() == b"through
 r = anon.list_objects_v2(Bucket="data", Delimiter="/")
 assert [p["Prefix"] for p in r["CommonPrefixes"]] == ["x/"], r
 "#,
+    );
+    up.stop();
+}
+
+#[test]
+fn gateway_etag_is_the_stores_over_s3() {
+    // An S3 store (a real versitygw): the gateway's ETag is the one the store gives.
+    let fx = S3Fx::start(false);
+    let big = bytes(11, 3 * 1024 * 1024 + 5);
+    fx.put("obj.bin", &big);
+    fx.put("sub/small", b"small object");
+    let dir = tempfile::tempdir().unwrap();
+    let up = fx.up(
+        &["--gateway", "127.0.0.1:0", "--gateway-anonymous"],
+        dir.path(),
+    );
+    let endpoint = endpoint_in(&up.log_text(), "silt: S3 gateway at");
+    let expect = dir.path().join("expect.bin");
+    std::fs::write(&expect, &big).unwrap();
+    py_env(
+        &endpoint,
+        dir.path(),
+        r#"
+gw = client(unsigned=True)
+store = boto3.client("s3", endpoint_url=os.environ["S3_EP"], region_name="us-east-1",
+                     aws_access_key_id=os.environ["S3_AK"], aws_secret_access_key=os.environ["S3_SK"],
+                     config=Config(s3={"addressing_style": "path"}))
+big = open(os.environ["EXPECT"], "rb").read()
+for key, size in [("obj.bin", len(big)), ("sub/small", 12)]:
+    want = store.head_object(Bucket=os.environ["S3_BUCKET"], Key="ds/" + key)["ETag"]
+    h = gw.head_object(Bucket="data", Key=key)
+    assert h["ETag"] == want and h["ContentLength"] == size, (key, h["ETag"], want)
+    r = gw.get_object(Bucket="data", Key=key, IfMatch=want)
+    assert r["ETag"] == want
+    body = r["Body"].read()
+    assert len(body) == size and (key != "obj.bin" or body == big)
+    err(lambda: gw.get_object(Bucket="data", Key=key, IfNoneMatch=want), "304", 304)
+listed = {o["Key"]: o["ETag"] for o in gw.list_objects_v2(Bucket="data")["Contents"]}
+stored = {o["Key"][3:]: o["ETag"] for o in store.list_objects_v2(Bucket=os.environ["S3_BUCKET"], Prefix="ds/")["Contents"]}
+assert listed == stored, (listed, stored)
+r = gw.get_object(Bucket="data", Key="obj.bin", Range="bytes=-7")
+assert r["ContentRange"] == "bytes %d-%d/%d" % (len(big) - 7, len(big) - 1, len(big)) and r["Body"].read() == big[-7:]
+"#,
+        &[
+            ("S3_EP", fx.server.endpoint().as_str()),
+            ("S3_AK", fx.server.access_key()),
+            ("S3_SK", fx.server.secret_key()),
+            ("S3_BUCKET", BUCKET),
+            ("EXPECT", expect.to_str().unwrap()),
+        ],
     );
     up.stop();
 }
