@@ -412,6 +412,21 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let svc = service.clone();
+        // s3s answers every HeadObject 200; S3 answers a ranged one 206 like the GET.
+        let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let svc = svc.clone();
+            async move {
+                let head = req.method() == hyper::Method::HEAD;
+                let mut resp = svc.call(req.map(s3s::Body::from)).await?;
+                if head
+                    && resp.status() == hyper::StatusCode::OK
+                    && resp.headers().contains_key(hyper::header::CONTENT_RANGE)
+                {
+                    *resp.status_mut() = hyper::StatusCode::PARTIAL_CONTENT;
+                }
+                Ok::<_, s3s::HttpError>(resp)
+            }
+        });
         tokio::spawn(async move {
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);

@@ -251,6 +251,14 @@ for rng, first, last in [("bytes=10-19", 10, 19), ("bytes=-5", n - 5, n - 1),
     assert r["ContentLength"] == last - first + 1
     assert r["Body"].read() == big[first:last + 1], rng
 err(lambda: s3.get_object(Bucket="data", Key="dir/big.bin", Range="bytes=%d-" % n), "InvalidRange", 416)
+h = s3.head_object(Bucket="data", Key="dir/big.bin", Range="bytes=-5")
+assert h["ResponseMetadata"]["HTTPStatusCode"] == 206, h["ResponseMetadata"]
+assert h["ContentRange"] == "bytes %d-%d/%d" % (n - 5, n - 1, n) and h["ContentLength"] == 5, h
+try:
+    s3.head_object(Bucket="data", Key="dir/big.bin", Range="bytes=%d-" % n)
+    raise AssertionError("HeadObject of an unsatisfiable range succeeded")
+except ClientError as e:
+    assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 416, e.response
 err(lambda: s3.get_object(Bucket="data", Key="empty", Range="bytes=0-0"), "InvalidRange", 416)
 
 # Missing things.
@@ -459,6 +467,35 @@ fn gateway_needs_keys_or_explicit_anonymous_access() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("chmod 600"), "{}", stderr(&o));
     assert!(!stderr(&o).contains(SECRET), "the secret in an error");
+
+    // With mounts given and no Silt serving its state dir, a gateway is its own single node.
+    let store = dir.path().join("store");
+    write(&store, &[("own/node.txt", b"no daemon needed".to_vec())]);
+    let mut gw = Command::new(SILT);
+    gw.args([
+        "gateway",
+        "--listen",
+        "127.0.0.1:0",
+        "--anonymous",
+        "--state-dir",
+    ])
+    .arg(dir.path().join("own-state"))
+    .arg("--mount")
+    .arg(format!("/data=file://{}", store.display()));
+    let own = Silt::spawn(gw, None, &dir.path().join("own-gw")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        own.log_text().contains("(single node client"),
+        "{}",
+        own.log_text()
+    );
+    py_at(
+        &endpoint_in(&own.log_text(), "silt: serving S3 gateway"),
+        dir.path(),
+        r#"
+assert client(unsigned=True).get_object(Bucket="data", Key="own/node.txt")["Body"].read() == b"no daemon needed"
+"#,
+    );
+    drop(own);
 
     // --anonymous: unsigned reads are served.
     let fx = Fx::start(&[("f", b"open".to_vec())], &["--anonymous"], None);
