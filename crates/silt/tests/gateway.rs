@@ -106,6 +106,17 @@ fn endpoint_in(log: &str, marker: &str) -> String {
 
 impl Fx {
     fn start(files: &[(&str, Vec<u8>)], gateway_args: &[&str], keys: Option<&str>) -> Fx {
+        Fx::start_with(files, gateway_args, keys, false)
+    }
+
+    /// `shared_secret`: `silt up` and the gateway are both given the harness's cluster secret
+    /// (in the environment), so the state dir holds none; else `silt up` generates one there.
+    fn start_with(
+        files: &[(&str, Vec<u8>)],
+        gateway_args: &[&str],
+        keys: Option<&str>,
+        shared_secret: bool,
+    ) -> Fx {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("store-data");
         let other = dir.path().join("store-other");
@@ -124,18 +135,22 @@ impl Fx {
             .arg("--mount")
             .arg(format!("/data=file://{}", data.display()))
             .arg("--mount")
-            .arg(format!("/other=file://{}", other.display()))
+            .arg(format!("/other=file://{}", other.display()));
+        if !shared_secret {
             // The attached gateway proves the state dir's own secret (generated there by
             // `silt up` when none is given), as same-host Python clients do.
-            .env_remove("SILT_CLUSTER_SECRET");
+            up.env_remove("SILT_CLUSTER_SECRET");
+        }
         let up = Silt::spawn(up, Some(&mp), &state).unwrap_or_else(|e| panic!("{e}"));
 
         let mut gw = Command::new(SILT);
         gw.args(["gateway", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(&state)
             .args(gateway_args)
-            .env_remove("SILT_CLUSTER_SECRET")
             .env("RUST_LOG", "debug");
+        if !shared_secret {
+            gw.env_remove("SILT_CLUSTER_SECRET");
+        }
         if let Some(text) = keys {
             let f = dir.path().join("keys");
             std::fs::write(&f, text).unwrap();
@@ -497,8 +512,14 @@ assert client(unsigned=True).get_object(Bucket="data", Key="own/node.txt")["Body
     );
     drop(own);
 
-    // --anonymous: unsigned reads are served.
-    let fx = Fx::start(&[("f", b"open".to_vec())], &["--anonymous"], None);
+    // --anonymous: unsigned reads are served. (Here `silt up` and the gateway share a secret
+    // given in the environment: the gateway attaches with it.)
+    let fx = Fx::start_with(&[("f", b"open".to_vec())], &["--anonymous"], None, true);
+    assert!(
+        !fx.dir.path().join("state/cluster-secret").exists(),
+        "silt up wrote a secret it was given"
+    );
+    assert!(fx.gateway.log_text().contains("(attached client"));
     fx.py(r#"
 anon = client(unsigned=True)
 assert anon.get_object(Bucket="data", Key="f")["Body"].read() == b"open"
