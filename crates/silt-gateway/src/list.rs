@@ -84,7 +84,7 @@ pub async fn list(client: &Client, root: &str, q: &Query<'_>) -> Result<Vec<Item
     // The common prefix a key (or a directory's key) rolls up into, if any.
     let rolled = |key: &str| -> Option<String> {
         let d = delimiter?;
-        let i = key[q.prefix.len()..].find(d)?;
+        let i = key.strip_prefix(q.prefix)?.find(d)?;
         Some(key[..q.prefix.len() + i + d.len()].to_string())
     };
     while let Some((kids, next)) = stack.last_mut() {
