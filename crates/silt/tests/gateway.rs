@@ -276,6 +276,20 @@ except ClientError as e:
     assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 416, e.response
 err(lambda: s3.get_object(Bucket="data", Key="empty", Range="bytes=0-0"), "InvalidRange", 416)
 
+# Many clients at once, each on its own connections: every ranged read exact.
+import random, concurrent.futures
+clients = [client(os.environ["AK"], os.environ["SK"]) for _ in range(48)]
+def reader(i):
+    rnd = random.Random(i)
+    for _ in range(4):
+        first = rnd.randrange(0, n - 1)
+        last = min(n - 1, first + rnd.randrange(1, 1 << 20))
+        r = clients[i].get_object(Bucket="data", Key="dir/big.bin", Range="bytes=%d-%d" % (first, last))
+        assert r["Body"].read() == big[first:last + 1], (i, first, last)
+    return True
+with concurrent.futures.ThreadPoolExecutor(48) as ex:
+    assert all(ex.map(reader, range(48)))
+
 # Missing things.
 err(lambda: s3.get_object(Bucket="data", Key="nope"), "NoSuchKey", 404)
 err(lambda: s3.get_object(Bucket="data", Key="dir"), "NoSuchKey", 404)
