@@ -29,7 +29,7 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::stream::{ByteStream, RemainingLength};
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 use silt_client::{Client, Entry, OpenFile};
-use silt_common::ErrorKind;
+use silt_common::{metrics, ErrorKind};
 use silt_ufs::EntryKind;
 use tokio::net::TcpListener;
 use tracing::{debug, warn};
@@ -418,6 +418,14 @@ pub async fn serve(
             async move {
                 let head = req.method() == hyper::Method::HEAD;
                 let mut resp = svc.call(req.map(s3s::Body::from)).await?;
+                metrics::GATEWAY_REQUESTS.inc();
+                let status = resp.status();
+                if status.is_client_error() || status.is_server_error() {
+                    metrics::GATEWAY_ERRORS.inc();
+                }
+                if status == hyper::StatusCode::FORBIDDEN {
+                    metrics::GATEWAY_DENIED.inc();
+                }
                 if head
                     && resp.status() == hyper::StatusCode::OK
                     && resp.headers().contains_key(hyper::header::CONTENT_RANGE)
@@ -497,6 +505,7 @@ impl futures::Stream for Body {
         match self.rx.poll_recv(cx) {
             Poll::Ready(Some(Ok(b))) => {
                 self.remaining = self.remaining.saturating_sub(b.len() as u64);
+                metrics::GATEWAY_READ_BYTES.add(b.len() as u64);
                 Poll::Ready(Some(Ok(b)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),

@@ -569,7 +569,17 @@ anon = client(unsigned=True)
 assert anon.get_object(Bucket="data", Key="x/y.txt")["Body"].read() == b"through the mount and S3"
 r = anon.list_objects_v2(Bucket="data", Delimiter="/")
 assert [p["Prefix"] for p in r["CommonPrefixes"]] == ["x/"], r
+err(lambda: client("AKIDNOBODY", "x").get_object(Bucket="data", Key="x/y.txt"), "InvalidAccessKeyId", 403)
+err(lambda: anon.get_object(Bucket="data", Key="missing"), "NoSuchKey", 404)
 "#,
+    );
+    // The daemon serving the gateway counts its requests (`silt report`, docs/METRICS.md).
+    assert_eq!(up.metric("silt_gateway_requests_total"), 4);
+    assert_eq!(up.metric("silt_gateway_errors_total"), 2);
+    assert_eq!(up.metric("silt_gateway_denied_total"), 1);
+    assert_eq!(
+        up.metric("silt_gateway_read_bytes_total"),
+        b"through the mount and S3".len() as u64
     );
     up.stop();
 }
