@@ -92,6 +92,10 @@ define_metrics! {
     RPC_AUTH_FAILURES = "silt_rpc_auth_failures_total", "Connections to a worker refused because they did not prove cluster membership (no, wrong or replayed proof of the cluster secret, or none in time).";
     WRITE_SPILLED_BYTES = "silt_write_spilled_bytes_total", "Bytes of write-buffer chunks placed on a spill disk (moved out of memory under pressure, or allocated there when memory was full), a whole chunk each.";
     WRITE_NOSPACE = "silt_write_nospace_total", "Write-buffer chunks refused with ENOSPC because neither memory nor any spill tier had room.";
+    GATEWAY_REQUESTS = "silt_gateway_requests_total", "HTTP requests the S3 gateway answered.";
+    GATEWAY_ERRORS = "silt_gateway_errors_total", "S3 gateway requests answered with an error status (4xx, 5xx; 304 is not one).";
+    GATEWAY_DENIED = "silt_gateway_denied_total", "S3 gateway requests refused with 403 (bad signature, unknown key, expired URL, no right to the operation or bucket, unsigned without --anonymous).";
+    GATEWAY_READ_BYTES = "silt_gateway_read_bytes_total", "Object bytes the S3 gateway sent in GetObject bodies.";
 }
 
 #[cfg(test)]

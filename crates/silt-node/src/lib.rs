@@ -80,8 +80,9 @@ impl Node {
     /// an embedded Python client: see [`local`]): its only worker is the owner, reached over
     /// the owner's Unix socket with the secret in `owner_dir`, so it shares the owner's cache
     /// (same-host reads of whole files straight from the owner's cache files). `cfg` is this
-    /// process's own configuration (its write rules, its state dir for spilled writes); its
-    /// mounts, if any, must be the owner's. `Ok(None)` when nothing serves `owner_dir`.
+    /// process's own configuration (its write rules, its state dir for spilled writes, the
+    /// cluster secret when the owner's state dir holds none); its mounts, if any, must be the
+    /// owner's. `Ok(None)` when nothing serves `owner_dir`.
     pub fn attach(
         cfg: &Config,
         owner_dir: &Path,
@@ -101,7 +102,14 @@ impl Node {
                 mount_table_text(&cfg.mounts)
             )));
         }
-        let key = cluster_key(&Default::default(), owner_dir, false)?;
+        // The owner's secret is the one in its state dir, or, when it was given its secret
+        // (environment, secret file) and so wrote none there, the one this process was given.
+        let generated = owner_dir.join(silt_cluster::auth::SECRET_FILE);
+        let key = if cfg.cluster_secret.is_empty() || generated.exists() {
+            cluster_key(&Default::default(), owner_dir, false)?
+        } else {
+            ClusterKey::new(&cfg.cluster_secret)?
+        };
         let m: Arc<dyn Membership> = Arc::new(StaticMembership::new(vec![info.member()]));
         let mut opts = router_options(cfg, key);
         // The owner is reached only over its socket.

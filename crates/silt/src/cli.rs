@@ -10,7 +10,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 use silt_common::config::{env_name, flag_name, Config, OPTIONS, SECRET_OPTIONS};
 use silt_common::size::parse_size;
 
-use crate::{control, daemon, ring};
+use crate::{control, daemon, gateway, ring};
 
 fn option_args() -> Vec<Arg> {
     OPTIONS
@@ -80,7 +80,34 @@ fn command() -> Command {
                 .about("Run a worker and a FUSE mount on this machine (state in --state-dir)")
                 .arg(config_arg())
                 .arg(takeover_arg())
+                .arg(
+                    Arg::new("gateway")
+                        .long("gateway")
+                        .value_name("ADDR")
+                        .env("SILT_GATEWAY")
+                        .help("Also serve the namespace over the S3 API at ADDR (host:port; see docs/gateway.md)"),
+                )
+                .args(gateway::auth_args("gateway-"))
                 .args(option_args()),
+        )
+        .subcommand(
+            Command::new("gateway")
+                .about("Serve the namespace over the S3 API: attached to the silt up of --state-dir, a cluster client with --etcd/--workers, or its own single node over --mount")
+                .arg(
+                    Arg::new("listen")
+                        .long("listen")
+                        .value_name("ADDR")
+                        .required(true)
+                        .help("Address to serve S3 on (host:port; port 0 picks a free one)"),
+                )
+                .args(gateway::auth_args(""))
+                .arg(config_arg())
+                .args(
+                    // `listen` is the gateway's own here (a gateway serves no worker port).
+                    option_args()
+                        .into_iter()
+                        .filter(|a| a.get_id() != "mountpoint" && a.get_id() != "listen"),
+                ),
         )
         .subcommand(
             Command::new("worker")
@@ -312,7 +339,14 @@ fn state_dir(m: &ArgMatches) -> Result<PathBuf> {
 pub fn run() -> Result<ExitCode> {
     let matches = command().get_matches();
     match matches.subcommand() {
-        Some(("up", m)) => daemon::run(build_config(m, None)?, m.get_flag("takeover")),
+        Some(("up", m)) => {
+            let gw = match m.get_one::<String>("gateway") {
+                Some(addr) => Some((addr.clone(), gateway::keys(m, "gateway-")?)),
+                None => None,
+            };
+            daemon::run(build_config(m, None)?, m.get_flag("takeover"), gw)
+        }
+        Some(("gateway", m)) => gateway::run(build_config(m, None)?, m),
         Some(("worker", m)) => daemon::run_worker(build_config(m, None)?),
         Some(("mount", m)) => {
             let first = m.get_one::<String>("uri").cloned();
@@ -321,6 +355,7 @@ pub fn run() -> Result<ExitCode> {
                 (Some(uri), Some(target)) => daemon::run(
                     build_config(m, Some((&uri, Path::new(&target))))?,
                     m.get_flag("takeover"),
+                    None,
                 ),
                 // One argument: the mountpoint of a cluster client (namespace from the cluster).
                 (Some(target), None) => {
@@ -329,7 +364,7 @@ pub fn run() -> Result<ExitCode> {
                         bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers");
                     }
                     cfg.mountpoint = PathBuf::from(target);
-                    daemon::run(cfg, m.get_flag("takeover"))
+                    daemon::run(cfg, m.get_flag("takeover"), None)
                 }
                 _ => {
                     bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers")

@@ -64,7 +64,7 @@ const WORKER_ID_FILE: &str = "worker-id";
 /// A worker's Unix socket for clients on the same host.
 const WORKER_SOCKET: &str = "worker.sock";
 
-fn init_logging(filter: &str) {
+pub(crate) fn init_logging(filter: &str) {
     silt_node::init_logging("RUST_LOG", filter, "info");
 }
 
@@ -84,7 +84,7 @@ fn raise_fd_limit() {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     raise_fd_limit();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
@@ -97,7 +97,12 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// The membership named by the configuration: etcd, or the static worker list.
 /// `silt up` / `silt mount`: a single node, or a cluster client when the configuration names
 /// a cluster.
-pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
+/// `gateway`: also serve the namespace over S3 at this address with these keys.
+pub fn run(
+    cfg: Config,
+    takeover: bool,
+    gateway: Option<(String, silt_gateway::Keys)>,
+) -> Result<ExitCode> {
     init_logging(&cfg.log);
     let rt = runtime()?;
 
@@ -161,6 +166,16 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
     });
     let socket = control::socket_path(&cfg.state_dir);
     let listener = rt.block_on(control::bind(&socket))?;
+    // Bound before mounting: a bad address fails the start with nothing to undo.
+    let gateway_addr = match gateway {
+        Some((addr, keys)) => Some(crate::gateway::start(
+            daemon.client.clone(),
+            keys,
+            &addr,
+            &rt,
+        )?),
+        None => None,
+    };
 
     let mounted = silt_fuse::mount(
         client,
@@ -181,6 +196,10 @@ pub fn run(cfg: Config, takeover: bool) -> Result<ExitCode> {
         },
     )?;
     rt.spawn(control::serve(listener, daemon.clone()));
+    if let Some(addr) = gateway_addr {
+        // Said before the "serving" line: whoever waits for that line finds this one too.
+        eprintln!("silt: S3 gateway at http://{addr}");
+    }
     eprintln!(
         "silt: serving {} at {} (state {}, control {}){}",
         mount_table_text(&daemon.mounts()),

@@ -5,6 +5,7 @@ mod cli;
 mod cluster;
 mod control;
 mod daemon;
+mod gateway;
 mod ring;
 
 use std::process::ExitCode;
