@@ -218,7 +218,10 @@ mod tests {
     #[test]
     fn one_shared_pool_per_size_and_none_for_tiny_pieces() {
         assert!(BufferPool::for_size(ALIGN - 1).is_none());
-        let (a, b) = (BufferPool::for_size(3 * ALIGN), BufferPool::for_size(3 * ALIGN));
+        let (a, b) = (
+            BufferPool::for_size(3 * ALIGN),
+            BufferPool::for_size(3 * ALIGN),
+        );
         let (a, b) = (a.unwrap(), b.unwrap());
         assert!(Arc::ptr_eq(&a, &b));
         // Its idle buffers are bounded in bytes, not only in count.
