@@ -44,35 +44,39 @@ impl std::fmt::Display for Secret {
 /// Largest secret file read.
 const MAX_SECRET_FILE: u64 = 64 << 10;
 
-/// Reads a secret from `path`: its text without surrounding whitespace (a trailing newline
-/// from `echo` or an editor is not part of the secret). Errors name the file, never its bytes.
-/// Also answers whether users other than the owner may read the file, for a warning.
-pub fn read_secret_file(path: &Path) -> Result<(Secret, bool)> {
-    use std::os::unix::fs::MetadataExt;
-    let what = || format!("secret file {}", path.display());
+/// The text of a file holding secrets (`what` names it in errors, which never quote its
+/// bytes), read with one open so the mode looked at is that of the file read, and at most
+/// `max` bytes (a path given by mistake, say /dev/zero, is an error, not a hang). Also answers
+/// whether users other than the owner may read the file.
+pub fn read_owner_file(path: &Path, max: u64, what: &str) -> Result<(String, bool)> {
     use std::io::Read;
-    // One open: the mode looked at is that of the file read, and at most MAX_SECRET_FILE
-    // bytes are read (a path given by mistake, say /dev/zero, is an error, not a hang).
-    let file = std::fs::File::open(path).map_err(|e| Error::from(e).context(what()))?;
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::File::open(path).map_err(|e| Error::from(e).context(what))?;
     let shared = file
         .metadata()
         .map(|m| m.mode() & 0o077 != 0)
         .unwrap_or(false);
     let mut bytes = Vec::new();
-    file.take(MAX_SECRET_FILE + 1)
+    file.take(max + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| Error::from(e).context(what()))?;
-    if bytes.len() as u64 > MAX_SECRET_FILE {
-        return Err(Error::invalid(format!(
-            "{} is larger than {MAX_SECRET_FILE} bytes: not a secret",
-            what()
-        )));
+        .map_err(|e| Error::from(e).context(what))?;
+    if bytes.len() as u64 > max {
+        return Err(Error::invalid(format!("{what} is larger than {max} bytes")));
     }
     let text = String::from_utf8(bytes)
-        .map_err(|_| Error::invalid(format!("{} is not UTF-8 text", what())))?;
+        .map_err(|_| Error::invalid(format!("{what} is not UTF-8 text")))?;
+    Ok((text, shared))
+}
+
+/// Reads a secret from `path`: its text without surrounding whitespace (a trailing newline
+/// from `echo` or an editor is not part of the secret). Errors name the file, never its bytes.
+/// Also answers whether users other than the owner may read the file, for a warning.
+pub fn read_secret_file(path: &Path) -> Result<(Secret, bool)> {
+    let what = format!("secret file {}", path.display());
+    let (text, shared) = read_owner_file(path, MAX_SECRET_FILE, &what)?;
     let text = text.trim();
     if text.is_empty() {
-        return Err(Error::invalid(format!("{} is empty", what())));
+        return Err(Error::invalid(format!("{what} is empty")));
     }
     Ok((Secret::new(text), shared))
 }

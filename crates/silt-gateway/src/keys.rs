@@ -4,15 +4,15 @@
 //! The keys file has one key a line, `ACCESS_KEY SECRET [ro|rw] [BUCKET,...]`; blank lines and
 //! lines starting with `#` are skipped. Rights default to `ro`; the bucket list defaults to
 //! every bucket (`*` says so explicitly). Like every secret file of Silt it must not be
-//! readable by group or others. Secrets are never logged nor printed: `Debug` shows the
-//! access keys only.
+//! readable by group or others. Secrets are never logged nor printed: they are held as
+//! `silt_common::secret::Secret`, whose `Debug` is redacted.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::Path;
 
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::{s3_error, S3Result};
+use silt_common::secret::{read_owner_file, Secret};
 
 use crate::GatewayError;
 
@@ -20,9 +20,9 @@ use crate::GatewayError;
 const MAX_KEYS_FILE: u64 = 1 << 20;
 
 /// What one access key may do.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyRights {
-    secret: String,
+    secret: Secret,
     /// Read-write (writes are not served yet; see docs/gateway.md): a read-only key is refused
     /// every operation that is not a read.
     pub writable: bool,
@@ -36,16 +36,6 @@ impl KeyRights {
         self.buckets
             .as_ref()
             .is_none_or(|b| b.iter().any(|x| x == bucket))
-    }
-}
-
-impl fmt::Debug for KeyRights {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyRights")
-            .field("secret", &"<redacted>")
-            .field("writable", &self.writable)
-            .field("buckets", &self.buckets)
-            .finish()
     }
 }
 
@@ -74,7 +64,7 @@ impl Keys {
         self.keys.insert(
             access_key.to_string(),
             KeyRights {
-                secret: secret.to_string(),
+                secret: Secret::new(secret),
                 writable,
                 buckets,
             },
@@ -139,29 +129,14 @@ impl Keys {
 
     /// Reads a keys file, refusing one that group or others may read.
     pub fn from_file(path: &Path) -> Result<Keys, GatewayError> {
-        use std::io::Read;
-        use std::os::unix::fs::MetadataExt;
         let what = path.display().to_string();
-        let io = |e: std::io::Error| GatewayError::Keys(format!("{what}: {e}"));
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mode = file.metadata().map_err(io)?.mode();
-        if mode & 0o077 != 0 {
+        let (text, shared) = read_owner_file(path, MAX_KEYS_FILE, &what)
+            .map_err(|e| GatewayError::Keys(e.to_string()))?;
+        if shared {
             return Err(GatewayError::Keys(format!(
-                "{what}: readable by group or others (mode {:o}); chmod 600 it",
-                mode & 0o777
+                "{what}: readable by group or others; chmod 600 it"
             )));
         }
-        let mut bytes = Vec::new();
-        file.take(MAX_KEYS_FILE + 1)
-            .read_to_end(&mut bytes)
-            .map_err(io)?;
-        if bytes.len() as u64 > MAX_KEYS_FILE {
-            return Err(GatewayError::Keys(format!(
-                "{what}: larger than {MAX_KEYS_FILE} bytes: not a keys file"
-            )));
-        }
-        let text = String::from_utf8(bytes)
-            .map_err(|_| GatewayError::Keys(format!("{what}: not UTF-8 text")))?;
         Keys::parse(&text, &what)
     }
 }
@@ -171,7 +146,7 @@ impl Keys {
 impl S3Auth for Keys {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
         match self.keys.get(access_key) {
-            Some(k) => Ok(SecretKey::from(k.secret.as_str())),
+            Some(k) => Ok(SecretKey::from(k.secret.expose())),
             None => Err(s3_error!(
                 InvalidAccessKeyId,
                 "The AWS Access Key Id you provided does not exist in our records."
