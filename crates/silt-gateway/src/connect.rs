@@ -15,7 +15,7 @@
 
 use silt_common::config::Config;
 use silt_common::write::WriteType;
-use silt_node::local::{lock_state_dir, AttachInfo, StateLock};
+use silt_node::local::{lock_state_dir, StateLock};
 use silt_node::Node;
 
 use crate::GatewayError;
@@ -42,10 +42,8 @@ pub fn connect(cfg: &Config, rt: &tokio::runtime::Runtime) -> Result<Connected, 
         return Ok(connected(Node::build(&own, rt)?, "cluster", None));
     }
     let owner_dir = own.state_dir.clone();
-    if AttachInfo::read(&owner_dir)?.is_some() {
-        if let Some(node) = Node::attach(&own, &owner_dir, rt)? {
-            return Ok(connected(node, "attached", None));
-        }
+    if let Some(node) = Node::attach(&own, &owner_dir, rt)? {
+        return Ok(connected(node, "attached", None));
     }
     if own.mounts.is_empty() {
         return Err(GatewayError::Config(format!(

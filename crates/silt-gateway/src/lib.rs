@@ -115,29 +115,28 @@ impl Gateway {
         }
     }
 
-    /// The file `key` names in `bucket`.
-    async fn object(&self, bucket: &str, key: &str) -> S3Result<Entry> {
+    /// The namespace path `key` names in `bucket`, if it can name a file.
+    async fn key_path(&self, bucket: &str, key: &str) -> S3Result<String> {
         let root = self.bucket_root(bucket).await?;
         if !valid_key(key) {
             return Err(no_such_key(key));
         }
-        match self.client.stat(&format!("{root}/{key}")).await {
+        Ok(format!("{root}/{key}"))
+    }
+
+    /// The file `key` names in `bucket`.
+    async fn object(&self, bucket: &str, key: &str) -> S3Result<Entry> {
+        match self.client.stat(&self.key_path(bucket, key).await?).await {
             Ok(e) if e.kind == EntryKind::File => Ok(e),
             Ok(_) => Err(no_such_key(key)),
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-                Err(no_such_key(key))
-            }
+            Err(e) if is_missing(e.kind()) => Err(no_such_key(key)),
             Err(e) => Err(to_s3(e)),
         }
     }
 
     /// The file `key` names, opened (pinned to the version it has now).
     async fn open(&self, bucket: &str, key: &str) -> S3Result<OpenFile> {
-        let root = self.bucket_root(bucket).await?;
-        if !valid_key(key) {
-            return Err(no_such_key(key));
-        }
-        match self.client.open(&format!("{root}/{key}")).await {
+        match self.client.open(&self.key_path(bucket, key).await?).await {
             Ok(f) => Ok(f),
             Err(e) if is_missing(e.kind()) => Err(no_such_key(key)),
             Err(e) => Err(to_s3(e)),
