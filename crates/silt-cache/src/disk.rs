@@ -89,8 +89,9 @@ use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use silt_common::bufpool::{self, ALIGN};
@@ -386,8 +387,8 @@ pub(crate) fn punch_hole(f: &File, offset: u64, len: u64) -> io::Result<()> {
 }
 
 /// Reads one page's bytes; a file that is too short is an error (the caller treats it like
-/// a checksum mismatch).
-/// A whole page lands in a pooled buffer (reused, not a fresh zeroed allocation).
+/// a checksum mismatch). A whole page lands in a pooled buffer (reused, not a fresh zeroed
+/// allocation).
 pub(crate) fn read_page(
     path: &Path,
     offset: u64,
@@ -411,63 +412,44 @@ pub(crate) fn read_page(
 
 /// Writes one page's bytes into a data file opened by [`DiskTier::data_file`].
 ///
-/// With `direct` (the `disk_direct_io` option), a whole page in an aligned buffer (a pooled fetch buffer, see `silt_common::bufpool`) is
-/// written with `O_DIRECT` through a second handle on the same open file: the bytes go from
-/// the buffer to the device without being copied into the page cache, which on a cold read
-/// cost more CPU than anything else the daemon did (docs/benchmarks.md, issue 18), and a
-/// cold scan no longer fills the page cache with pages the memory tier already holds.
-/// Anything else, or a file system that refuses `O_DIRECT`, is written through the page cache.
-pub(crate) fn write_page(file: &File, offset: u64, data: &[u8], direct: bool) -> io::Result<()> {
-    if direct && offset.is_multiple_of(ALIGN as u64) && bufpool::is_aligned(data) {
-        if let Some(direct) = direct_handle(file) {
-            match direct.write_all_at(data, offset) {
-                Ok(()) => {
-                    silt_common::metrics::DISK_DIRECT_WRITES.inc();
-                    return Ok(());
-                }
-                // EINVAL: this file system wants another alignment; the page cache will do.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => no_direct_on(file),
-                Err(e) => return Err(e),
+/// While `direct` holds (the `disk_direct_io` option, per tier), a whole page in an aligned
+/// buffer (a pooled fetch buffer, see `silt_common::bufpool`) is written with `O_DIRECT`
+/// through a second handle on the same open file (`/proc/self/fd`, so it is the same file
+/// even if its path was unlinked or replaced since): the bytes go from the buffer to the
+/// device without being copied into the page cache, which on a cold read cost more CPU than
+/// anything else the daemon did (docs/benchmarks.md, issue 18). Anything else is written
+/// through the page cache, and so is everything after the tier's file system refused
+/// `O_DIRECT` once (`direct` is cleared).
+pub(crate) fn write_page(
+    file: &File,
+    offset: u64,
+    data: &[u8],
+    direct: &AtomicBool,
+) -> io::Result<()> {
+    if direct.load(Ordering::Relaxed)
+        && offset.is_multiple_of(ALIGN as u64)
+        && bufpool::is_aligned(data)
+    {
+        let written = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .and_then(|d| d.write_all_at(data, offset));
+        match written {
+            Ok(()) => {
+                silt_common::metrics::DISK_DIRECT_WRITES.inc();
+                return Ok(());
             }
+            // The open refused (EINVAL: the file system has no O_DIRECT), or the write wants
+            // another alignment: the page cache will do, from now on.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                debug!(error = %e, "O_DIRECT refused; cache pages written through the page cache");
+                direct.store(false, Ordering::Relaxed);
+            }
+            Err(e) => return Err(e),
         }
     }
     file.write_all_at(data, offset)
-}
-
-/// Devices whose file systems refused an `O_DIRECT` open or write: not tried again.
-static NO_DIRECT: parking_lot::Mutex<Vec<u64>> = parking_lot::Mutex::new(Vec::new());
-
-fn no_direct_on(file: &File) {
-    if let Ok(md) = file.metadata() {
-        let mut devs = NO_DIRECT.lock();
-        if !devs.contains(&md.dev()) {
-            debug!(
-                device = md.dev(),
-                "O_DIRECT refused; cache pages written through the page cache"
-            );
-            devs.push(md.dev());
-        }
-    }
-}
-
-/// `file` opened again with `O_DIRECT` (through `/proc/self/fd`, so it is the same file even
-/// if its path was unlinked or replaced since), or `None` where `O_DIRECT` does not work.
-fn direct_handle(file: &File) -> Option<File> {
-    let dev = file.metadata().ok()?.dev();
-    if NO_DIRECT.lock().contains(&dev) {
-        return None;
-    }
-    match OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
-    {
-        Ok(f) => Some(f),
-        Err(_) => {
-            no_direct_on(file);
-            None
-        }
-    }
 }
 
 /// The relative path of an object's data file.

@@ -19,6 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc, Weak};
 
 use bytes::Bytes;
@@ -299,8 +300,9 @@ struct Shared {
     state: Mutex<State>,
     page_size: u64,
     has_disks: bool,
-    /// `PageStoreConfig::disk_direct_io`.
-    direct_io: bool,
+    /// Per disk tier: `PageStoreConfig::disk_direct_io`, cleared once the tier's file system
+    /// refuses `O_DIRECT` (`disk::write_page`).
+    direct_io: Vec<AtomicBool>,
 }
 
 /// The worker's page store. `Send + Sync`; share it behind an `Arc`.
@@ -1499,7 +1501,9 @@ impl PageStore {
         }
         let shared = Arc::new(Shared {
             has_disks,
-            direct_io: cfg.disk_direct_io,
+            direct_io: (0..st.disks.len())
+                .map(|_| AtomicBool::new(cfg.disk_direct_io))
+                .collect(),
             state: Mutex::new(st),
             page_size: cfg.page_size,
         });
@@ -1671,7 +1675,7 @@ impl PageStore {
 
     /// Writes a reserved disk page and commits it (or gives the reservation up).
     fn write_reserved(&self, r: &Reservation, data: &[u8]) {
-        let written = disk::write_page(&r.file, r.offset, data, self.shared.direct_io);
+        let written = disk::write_page(&r.file, r.offset, data, &self.shared.direct_io[r.tier]);
         let mut st = self.shared.state.lock();
         match written {
             Ok(()) => st.disk_commit(r),

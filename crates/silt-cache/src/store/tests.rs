@@ -2,6 +2,7 @@ use super::*;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 
 use silt_common::ErrorKind;
 use tempfile::TempDir;
@@ -498,7 +499,7 @@ fn complete_file_waits_for_pages_being_written() {
     let (r, data) = reserve(&store, o, 1, size);
     // Every page is indexed, but page 1 is still a hole in the file.
     assert_eq!(whole(&store, ObjectId(o), size), None);
-    disk::write_page(&r.file, r.offset, &data, true).unwrap();
+    disk::write_page(&r.file, r.offset, &data, &AtomicBool::new(true)).unwrap();
     store.shared.state.lock().disk_commit(&r);
     let path = whole(&store, ObjectId(o), size).unwrap();
     assert_eq!(fs::read(&path).unwrap(), object_bytes(ObjectId(o), size));
@@ -513,7 +514,7 @@ fn a_write_outliving_its_reservation_stays_out_of_the_new_file() {
     store.remove_object(ObjectId(o));
     put(&store, o, 0, size);
     // The late write lands in the unlinked file, not in the object's new one.
-    disk::write_page(&r.file, r.offset, &data, true).unwrap();
+    disk::write_page(&r.file, r.offset, &data, &AtomicBool::new(true)).unwrap();
     store.shared.state.lock().disk_commit(&r);
     assert!(!store.contains(&key(o, 1)));
     let bytes = fs::read(data_file(dir.path(), o)).unwrap();
