@@ -855,3 +855,76 @@ async fn s3_server_refuses_stale_conditional_writes() {
     let back = dyn_store.read("f", 0..64, &m).await.unwrap();
     assert_eq!(&back[..], b"version two");
 }
+
+/// A local file changed while reads of it run — rewritten in place, or replaced by a rename —
+/// never yields bytes of two versions: a read returns the version asked for whole, or fails as
+/// changed or missing (docs/SEMANTICS.md, "Reads and versions"). The change lands at a
+/// different point of the read each round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_reads_racing_changes_never_mix_versions() {
+    use std::os::unix::fs::FileExt;
+    const SIZE: usize = 4 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", dir.path().display());
+    let store = open_store(&uri, &S3Options::default()).await.unwrap();
+    let path = dir.path().join("f");
+    // Version A: 'a' bytes with an old mtime, so any change of the file moves its mtime.
+    let old = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    let (mut whole, mut refused) = (0, 0);
+    for round in 0..200u64 {
+        let tmp = dir.path().join("tmp");
+        std::fs::write(&tmp, vec![b'a'; SIZE]).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&tmp)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        let meta = store.stat("f").await.unwrap();
+        let (p, d) = (path.clone(), dir.path().join("tmp2"));
+        let racer = std::thread::spawn(move || {
+            for _ in 0..(round * 7919) % 300_000 {
+                std::hint::spin_loop();
+            }
+            if round % 2 == 0 {
+                let f = std::fs::File::options().write(true).open(&p).unwrap();
+                f.write_all_at(&[b'b'; 4096], (round * 123_457) % (SIZE as u64 - 4096))
+                    .unwrap();
+            } else {
+                std::fs::write(&d, vec![b'c'; SIZE]).unwrap();
+                std::fs::rename(&d, &p).unwrap();
+            }
+        });
+        let got = if round % 4 < 2 {
+            store
+                .read_pieces("f", 0..SIZE as u64, &meta, 1 << 20)
+                .await
+                .map(|p| p.concat())
+        } else {
+            store
+                .read("f", 0..SIZE as u64, &meta)
+                .await
+                .map(|b| b.to_vec())
+        };
+        match got {
+            Ok(bytes) => {
+                assert_eq!(bytes.len(), SIZE, "round {round}");
+                assert!(
+                    bytes.iter().all(|&b| b == b'a'),
+                    "round {round}: a read returned bytes of two versions"
+                );
+                whole += 1;
+            }
+            Err(e) => {
+                assert!(
+                    matches!(e.kind(), ErrorKind::ContentChanged | ErrorKind::NotFound),
+                    "round {round}: {e}"
+                );
+                refused += 1;
+            }
+        }
+        racer.join().unwrap();
+    }
+    eprintln!("{whole} reads whole, {refused} refused as changed");
+}
