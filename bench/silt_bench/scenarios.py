@@ -133,6 +133,18 @@ def _cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def silt_option(args, flag, default):
+    """The value `args` (silt command-line arguments) give `flag`, as `--flag V` or
+    `--flag=V` (the last one counts), else `default`."""
+    value = default
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+    return value
+
+
 def _children_cpu():
     """CPU seconds of this process's waited-for children (the direct reader runs as one)."""
     import resource
@@ -270,8 +282,9 @@ def b1f(ctx):
                 ctx.add(f"b1f_cold_{n}", _gb(got), "GB/s")
                 ctx.add(f"b1f_cold_{n}_cpu_per_gb", (_cpu_seconds(s.p.pid) - cpu) / (got[0] / 1e9), "s/GB")
                 # Peak RSS against what the configuration bounds: the memory tier plus the
-                # fetch buffers in flight (buffer_memory, 256 MiB by default).
-                budget = mech.parse_size(s.memory) + (256 << 20)
+                # fetch buffers in flight (buffer_memory: 256 MiB unless --silt-arg sets it).
+                budget = mech.parse_size(s.memory) + mech.parse_size(
+                    silt_option(ctx.silt_extra, "--buffer-memory", "256MiB"))
                 ctx.add(f"b1f_cold_{n}_peak_rss_of_budget", s.report()["peak_rss_bytes"] / budget, "×")
             shutil.rmtree(os.path.join(ctx.work, f"b1f-cold-{n}"), ignore_errors=True)
         print(f"B1F rep {rep + 1}/{ctx.reps} done", flush=True)

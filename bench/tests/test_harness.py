@@ -366,6 +366,13 @@ def test_parse_size():
     assert mech.parse_size("4096") == 4096
 
 
+def test_silt_option_reads_the_budget_a_run_was_given():
+    assert scenarios.silt_option([], "--buffer-memory", "256MiB") == "256MiB"
+    assert scenarios.silt_option(["--buffer-memory", "1GiB"], "--buffer-memory", "x") == "1GiB"
+    assert scenarios.silt_option(["--buffer-memory=64MiB", "--y"], "--buffer-memory", "x") == "64MiB"
+    assert scenarios.silt_option(["--buffer-memory"], "--buffer-memory", "x") == "x"
+
+
 def test_b1f_ratios_and_cpu_per_gb():
     ctx = scenarios.Ctx(None, "/nonexistent", reps=1)
     for k, v, u in [("b1f_direct_4", 2.0, "GB/s"), ("b1f_cold_4", 0.5, "GB/s"), ("b1f_direct_1", 1.0, "GB/s"),
