@@ -381,6 +381,86 @@ impl Client {
         Ok(w)
     }
 
+    /// Starts a **whole-object upload** of `path` (the S3 gateway's PutObject, a completed
+    /// multipart upload): a session of its own, empty, that no open joins and nothing reads
+    /// until its commit, which replaces the file whole. Two uploads of one path, or an
+    /// upload and an open session of it, are then like writers in two clients: each commit
+    /// writes a whole object and the last one wins. Dropping the writer unclosed (a body cut
+    /// off) leaves the file as it was. `IsADirectory` for a directory, `NotADirectory`
+    /// where a file of the namespace sits above `path` (a file cannot hold entries).
+    pub async fn open_upload(
+        &self,
+        path: &str,
+        create_attrs: silt_ufs::SetAttrs,
+    ) -> Result<FileWriter> {
+        let target = self.writable_target(path, None)?;
+        let new_file = match self.stat_live(&target.path).await {
+            Ok((e, _)) if e.is_dir() => {
+                return Err(Error::new(
+                    ErrorKind::IsADirectory,
+                    format!("{}: is a directory", target.path),
+                ))
+            }
+            Ok(_) => false,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                self.check_no_file_above(&target.path).await?;
+                true
+            }
+            Err(e) => return Err(e),
+        };
+        let s = Arc::new(Session {
+            id: self.writes.sessions.next_id.fetch_add(1, Ordering::Relaxed),
+            // In no table: nothing finds it by path.
+            table: Weak::new(),
+            target: Mutex::new(target.clone()),
+            state: Mutex::new(State {
+                buf: Some(self.arena()?.buffer(&target.path)),
+                shared: false,
+                dirty: true,
+                generation: 0,
+            }),
+            order: tokio::sync::Mutex::new(()),
+            writers: AtomicUsize::new(1),
+            size: AtomicU64::new(0),
+            loaded: AtomicBool::new(true),
+            detached: AtomicBool::new(false),
+            modified: AtomicU64::new(now_ns()),
+            pending: Mutex::new(if new_file {
+                create_attrs
+            } else {
+                silt_ufs::SetAttrs::default()
+            }),
+        });
+        Ok(FileWriter {
+            session: s,
+            append: false,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// `NotADirectory` if a file (stored, or open for writing here) is an ancestor of
+    /// `path` inside its mount.
+    async fn check_no_file_above(&self, path: &str) -> Result<()> {
+        let mut dir = path;
+        while let Some((parent, _)) = parent_and_name(dir) {
+            if parent == "/" || parent.is_empty() {
+                return Ok(());
+            }
+            match self.stat_live(parent).await {
+                Ok((e, _)) if e.is_dir() => return Ok(()),
+                Ok(_) => {
+                    return Err(Error::new(
+                        ErrorKind::NotADirectory,
+                        format!("{path}: {parent} is a file"),
+                    ))
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => dir = parent,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// The live session at `target.path` with one more writer, or a new one (`new_file`: the
     /// store has no such file, so it starts loaded, empty and dirty: it exists once closed).
     fn join_or_start(&self, target: Target, new_file: bool) -> Result<Arc<Session>> {
