@@ -11,6 +11,8 @@ mkdir -p "$deps/bin"
 need_apt=()
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+# The gateway's TLS test makes a self-signed certificate with it.
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # Tests start their own etcd on free ports (silt_testkit::Etcd); only the binary is needed.
 new_etcd=0
 if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
@@ -69,6 +71,16 @@ if ! "$pyvenv/bin/python" -c 'import fsspec, pytest, boto3' >/dev/null 2>&1 || [
   echo "install-deps: python venv $pyvenv (${py_tools[*]})" >&2
   python3 -m venv "$pyvenv" || { echo "install-deps: python3 -m venv failed (apt-get install python3-venv)" >&2; exit 1; }
   "$pyvenv/bin/python" -m pip install -q "${py_tools[@]}"
+fi
+
+# The aws CLI and s3fs (fsspec's S3 filesystem) drive the S3 gateway in its tests too. Their
+# botocore (pinned by aiobotocore) is older than boto3's, so they live in a venv of their own.
+s3venv="$deps/s3venv"
+s3_tools=(awscli==1.46.3 s3fs==2026.9.0 aiobotocore==3.10.0 botocore==1.43.117)
+if ! "$s3venv/bin/python" -c 'import s3fs, awscli' >/dev/null 2>&1 || [ ! -x "$s3venv/bin/aws" ]; then
+  echo "install-deps: python venv $s3venv (${s3_tools[*]})" >&2
+  python3 -m venv "$s3venv" || { echo "install-deps: python3 -m venv failed (apt-get install python3-venv)" >&2; exit 1; }
+  "$s3venv/bin/python" -m pip install -q "${s3_tools[@]}"
 fi
 
 VERSITYGW_VERSION=v1.8.0

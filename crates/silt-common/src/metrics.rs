@@ -96,6 +96,8 @@ define_metrics! {
     GATEWAY_ERRORS = "silt_gateway_errors_total", "S3 gateway requests answered with an error status (4xx, 5xx; 304 is not one).";
     GATEWAY_DENIED = "silt_gateway_denied_total", "S3 gateway requests refused with 403 (bad signature, unknown key, expired URL, no right to the operation or bucket, unsigned without --anonymous).";
     GATEWAY_READ_BYTES = "silt_gateway_read_bytes_total", "Object bytes the S3 gateway sent in GetObject bodies.";
+    GATEWAY_WRITE_BYTES = "silt_gateway_write_bytes_total", "Object bytes the S3 gateway received in PutObject and UploadPart bodies (counted as they arrive, also for uploads refused afterwards).";
+    GATEWAY_OBJECTS_WRITTEN = "silt_gateway_objects_written_total", "Objects the S3 gateway committed (PutObject, CopyObject, CompleteMultipartUpload).";
 }
 
 #[cfg(test)]

@@ -4,46 +4,76 @@
 //! - a **cluster client** when the configuration names a cluster (`--etcd`, `--workers`);
 //! - **attached** to the Silt that owns the state directory on this host (`silt up`): a
 //!   client of that one worker over its Unix socket, sharing its cache, so the gateway and the
-//!   mount read the same pages;
+//!   mount read the same pages; what it writes it tells that Silt (`Node::changed`);
 //! - its **own single node** over the mounts given, when nothing serves the state directory
 //!   (it then holds the directory's lock, like `silt up`).
 //!
 //! `silt up --gateway ADDR` needs none of this: it serves its own client.
 //!
-//! The gateway serves no writes yet, so its client is read-only whatever the configuration
-//! says about writes.
+//! Writes follow the configuration's write rules (`--write-type`, `--write-rule`), as for the
+//! mount. A cluster or attached gateway keeps what is its own (spilled write buffers, the
+//! write-ahead log of `back` writes, multipart parts) in `STATE_DIR/gateway`, locked, so
+//! it never shares them with the Silt it is attached to or another gateway.
+
+use std::path::PathBuf;
 
 use silt_common::config::Config;
-use silt_common::write::WriteType;
 use silt_node::local::{lock_state_dir, StateLock};
 use silt_node::Node;
 
 use crate::GatewayError;
+
+/// The directory of a cluster or attached gateway's own state, under the state dir.
+pub const OWN_DIR: &str = "gateway";
+/// Where multipart parts wait, under the directory the gateway's client writes in.
+pub const UPLOADS_DIR: &str = "gateway-uploads";
 
 /// A client for the gateway, and what must live as long as it.
 pub struct Connected {
     pub node: Node,
     /// `attached`, `cluster` or `single node`.
     pub mode: &'static str,
+    /// Where the gateway keeps multipart uploads.
+    pub uploads_dir: PathBuf,
     _lock: Option<StateLock>,
 }
 
 /// Builds the gateway's client from `cfg` (see the module docs) on runtime `rt`.
 pub fn connect(cfg: &Config, rt: &tokio::runtime::Runtime) -> Result<Connected, GatewayError> {
-    let mut own = cfg.clone();
-    own.write_type = WriteType::ReadOnly;
-    own.write_rules.clear();
-    let connected = |node, mode, lock| Connected {
+    let owner_dir = cfg.state_dir.clone();
+    // A client of others: its own state in a directory of its own, locked.
+    let own_state = |own: &mut Config| -> Result<StateLock, GatewayError> {
+        let dir = owner_dir.join(OWN_DIR);
+        silt_common::private::create_dir(&dir)
+            .map_err(|e| silt_common::Error::from(e).context(format!("{}", dir.display())))?;
+        let lock = lock_state_dir(&dir)?;
+        own.state_dir = dir;
+        Ok(lock)
+    };
+    let connected = |node, mode, dir: &PathBuf, lock| Connected {
         node,
         mode,
-        _lock: lock,
+        uploads_dir: dir.join(UPLOADS_DIR),
+        _lock: Some(lock),
     };
+    let mut own = cfg.clone();
     if own.is_cluster() {
-        return Ok(connected(Node::build(&own, rt)?, "cluster", None));
+        // The secret the cluster's members hold, from the state dir if not given.
+        if own.cluster_secret.is_empty() {
+            let file = owner_dir.join(silt_cluster::auth::SECRET_FILE);
+            if let Ok((s, _)) = silt_common::secret::read_secret_file(&file) {
+                own.cluster_secret = s;
+            }
+        }
+        let lock = own_state(&mut own)?;
+        let node = Node::build(&own, rt)?;
+        return Ok(connected(node, "cluster", &own.state_dir, lock));
     }
-    let owner_dir = own.state_dir.clone();
-    if let Some(node) = Node::attach(&own, &owner_dir, rt)? {
-        return Ok(connected(node, "attached", None));
+    if silt_node::local::AttachInfo::read(&owner_dir)?.is_some() {
+        let lock = own_state(&mut own)?;
+        if let Some(node) = Node::attach(&own, &owner_dir, rt)? {
+            return Ok(connected(node, "attached", &own.state_dir, lock));
+        }
     }
     if own.mounts.is_empty() {
         return Err(GatewayError::Config(format!(
@@ -53,5 +83,5 @@ pub fn connect(cfg: &Config, rt: &tokio::runtime::Runtime) -> Result<Connected, 
     }
     let lock = lock_state_dir(&owner_dir)?;
     let node = Node::build(&own, rt)?;
-    Ok(connected(node, "single node", Some(lock)))
+    Ok(connected(node, "single node", &owner_dir, lock))
 }

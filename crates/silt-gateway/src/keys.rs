@@ -23,8 +23,8 @@ const MAX_KEYS_FILE: u64 = 1 << 20;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyRights {
     secret: Secret,
-    /// Read-write (writes are not served yet; see docs/gateway.md): a read-only key is refused
-    /// every operation that is not a read.
+    /// Read-write: a read-only key is refused every operation that is not a read (the
+    /// mount's write rules decide, beside this, what may be written).
     pub writable: bool,
     /// The buckets the key may use; `None`: all of them.
     pub buckets: Option<Vec<String>>,

@@ -12,8 +12,12 @@
 //! Supported operations and every deviation from S3: `docs/gateway.md`.
 
 pub mod connect;
+pub mod host;
 pub mod keys;
 pub mod list;
+mod multipart;
+pub mod tls;
+mod write;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -74,18 +78,105 @@ const READ_OPS: &[&str] = &[
     "ListObjectsV2",
 ];
 
+/// The `x-amz-checksum-*` fields of a request (PutObject, UploadPart) as one `Checksum`.
+macro_rules! checksums_of {
+    ($i:expr) => {
+        Checksum {
+            checksum_crc32: $i.checksum_crc32.clone(),
+            checksum_crc32c: $i.checksum_crc32c.clone(),
+            checksum_sha1: $i.checksum_sha1.clone(),
+            checksum_sha256: $i.checksum_sha256.clone(),
+            checksum_crc64nvme: $i.checksum_crc64nvme.clone(),
+            ..Default::default()
+        }
+    };
+}
+
+/// The digests a request's body must match (PutObject, UploadPart): Content-MD5, the
+/// `x-amz-checksum-*` headers, and a checksum trailer the request announces.
+macro_rules! expected_of {
+    ($req:expr) => {
+        write::Expected {
+            md5: $req.input.content_md5.clone(),
+            checksums: checksums_of!($req.input),
+            ..Default::default()
+        }
+        .with_trailer(&$req.headers)
+    };
+}
+
+/// An answer (PutObject, UploadPart) echoing the checksums `c` computed over the body.
+macro_rules! with_checksums {
+    ($out:expr, $c:expr) => {{
+        let mut out = $out;
+        let c = $c;
+        out.checksum_crc32 = c.checksum_crc32;
+        out.checksum_crc32c = c.checksum_crc32c;
+        out.checksum_sha1 = c.checksum_sha1;
+        out.checksum_sha256 = c.checksum_sha256;
+        out.checksum_crc64nvme = c.checksum_crc64nvme;
+        out
+    }};
+}
+
+/// Told the namespace path of every file the gateway wrote or deleted (an attached client
+/// tells the Silt it is attached to: `silt_node::Node::changed`).
+pub type ChangeHook = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
 /// The gateway's S3 implementation over one client.
 #[derive(Clone)]
 pub struct Gateway {
     client: Arc<Client>,
     keys: Arc<Keys>,
+    uploads: Arc<multipart::Uploads>,
+    changed: Option<ChangeHook>,
+    domain: Option<String>,
 }
 
 impl Gateway {
-    pub fn new(client: Arc<Client>, keys: Keys) -> Gateway {
+    /// A gateway over `client`; multipart uploads keep their parts under `uploads_dir`
+    /// (created owner-only when the first upload starts).
+    pub fn new(client: Arc<Client>, keys: Keys, uploads_dir: std::path::PathBuf) -> Gateway {
         Gateway {
             client,
             keys: Arc::new(keys),
+            uploads: Arc::new(multipart::Uploads::new(uploads_dir)),
+            changed: None,
+            domain: None,
+        }
+    }
+
+    /// Calls `hook` after every write or delete.
+    pub fn with_change_hook(mut self, hook: ChangeHook) -> Gateway {
+        self.changed = Some(hook);
+        self
+    }
+
+    /// Virtual-host-style addressing under `domain` (`BUCKET.domain`), beside path style.
+    pub fn with_domain(mut self, domain: Option<String>) -> Gateway {
+        self.domain = domain;
+        self
+    }
+
+    async fn note_changed(&self, path: &str) {
+        if let Some(h) = &self.changed {
+            h(path.to_string()).await;
+        }
+    }
+
+    /// Whether the request's key may read `bucket` (a copy's source).
+    fn may_read(&self, creds: Option<&s3s::auth::Credentials>, bucket: &str) -> S3Result<()> {
+        let ok = match creds {
+            None => self.keys.anonymous,
+            Some(c) => self
+                .keys
+                .get(&c.access_key)
+                .is_some_and(|r| r.allows_bucket(bucket)),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(s3_error!(AccessDenied, "Access Denied"))
         }
     }
 
@@ -93,11 +184,15 @@ impl Gateway {
     /// the operation. Path-style addressing.
     pub fn into_service(self) -> S3Service {
         let keys = self.keys.clone();
+        let domain = self.domain.clone();
         let mut b = S3ServiceBuilder::new(self);
         // Always set, also with no keys: a signed request with an unknown key is then
         // InvalidAccessKeyId rather than an unsigned one.
         b.set_auth(keys.as_ref().clone());
         b.set_access(Access { keys });
+        if let Some(d) = domain {
+            b.set_host(host::Domain::new(&d));
+        }
         b.build()
     }
 
@@ -385,13 +480,396 @@ impl S3 for Gateway {
             ..Default::default()
         }))
     }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let expected = expected_of!(req)?;
+        let i = req.input;
+        let path = self.key_path(&i.bucket, &i.key).await?;
+        self.check_write_conditions(
+            &i.bucket,
+            &i.key,
+            i.if_match.as_ref(),
+            i.if_none_match.as_ref(),
+        )
+        .await?;
+        let (entry, got) = write::upload(
+            &self.client,
+            &path,
+            i.body,
+            i.content_length,
+            &expected,
+            req.trailing_headers.as_ref(),
+        )
+        .await?;
+        self.note_changed(&path).await;
+        debug!(bucket = %i.bucket, key = %i.key, len = got.len, "PUT");
+        Ok(S3Response::new(with_checksums!(
+            PutObjectOutput {
+                e_tag: Some(ETag::Strong(etag_of(&entry))),
+                size: Some(len_i64(got.len)),
+                ..Default::default()
+            },
+            got.checksums
+        )))
+    }
+
+    async fn copy_object(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let i = &req.input;
+        let (src_bucket, src_key) = match &i.copy_source {
+            CopySource::Bucket {
+                bucket,
+                key,
+                version_id: None,
+            } => (bucket.to_string(), key.to_string()),
+            CopySource::Bucket { .. } => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "object versions are not supported"
+                ))
+            }
+            _ => return Err(s3_error!(NotImplemented, "access points are not supported")),
+        };
+        self.may_read(req.credentials.as_ref(), &src_bucket)?;
+        let dst = self.key_path(&i.bucket, &i.key).await?;
+        let file = self.open(&src_bucket, &src_key).await?;
+        let etag = etag_of(&file.entry);
+        check_copy_conditions(&file.entry, &etag, i).map_err(|e| {
+            // A copy's source conditions fail with 412 whichever header failed.
+            if *e.code() == S3ErrorCode::NotModified {
+                precondition_failed()
+            } else {
+                e
+            }
+        })?;
+        let w = self
+            .client
+            .open_upload(&dst, Default::default())
+            .await
+            .map_err(write::commit_error)?;
+        let mut off = 0;
+        while off < file.size() {
+            let pieces = self
+                .client
+                .read_chunks(&file, off, READ_PIECE.min(file.size() - off))
+                .await
+                .map_err(to_s3)?;
+            if pieces.is_empty() {
+                return Err(s3_error!(InternalError, "the source ended early"));
+            }
+            for p in pieces {
+                self.client
+                    .write_at(&w, off, &p)
+                    .map_err(write::write_error)?;
+                off += p.len() as u64;
+            }
+        }
+        let entry = write::finish(&self.client, &w).await?;
+        self.note_changed(&dst).await;
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(ETag::Strong(etag_of(&entry))),
+                last_modified: entry.mtime.map(Timestamp::from),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let i = &req.input;
+        if i.version_id.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "object versions are not supported"
+            ));
+        }
+        let root = self.bucket_root(&i.bucket).await?;
+        // A key that can name no file names nothing to delete.
+        if valid_key(&i.key) {
+            let path = format!("{root}/{}", i.key);
+            write::delete(&self.client, &root, &path).await?;
+            self.note_changed(&path).await;
+        }
+        Ok(S3Response::with_status(
+            DeleteObjectOutput::default(),
+            hyper::StatusCode::NO_CONTENT,
+        ))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let i = &req.input;
+        if i.delete.objects.len() > 1000 {
+            return Err(s3_error!(
+                MalformedXML,
+                "a DeleteObjects request names at most 1000 keys"
+            ));
+        }
+        let root = self.bucket_root(&i.bucket).await?;
+        let quiet = i.delete.quiet.unwrap_or(false);
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for o in &i.delete.objects {
+            let r = if o.version_id.is_some() {
+                Err(s3_error!(
+                    NotImplemented,
+                    "object versions are not supported"
+                ))
+            } else if valid_key(&o.key) {
+                let path = format!("{root}/{}", o.key);
+                let r = write::delete(&self.client, &root, &path).await;
+                if r.is_ok() {
+                    self.note_changed(&path).await;
+                }
+                r
+            } else {
+                Ok(())
+            };
+            match r {
+                Ok(()) if quiet => {}
+                Ok(()) => deleted.push(DeletedObject {
+                    key: Some(o.key.clone()),
+                    ..Default::default()
+                }),
+                Err(e) => errors.push(s3s::dto::Error {
+                    code: Some(e.code().as_str().to_string()),
+                    key: Some(o.key.clone()),
+                    message: e.message().map(str::to_string),
+                    version_id: o.version_id.clone(),
+                }),
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: Some(errors),
+            ..Default::default()
+        }))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let i = &req.input;
+        let path = self.key_path(&i.bucket, &i.key).await?;
+        // Refused now if it could never complete (read-only, a directory there).
+        self.client
+            .open_upload(&path, Default::default())
+            .await
+            .map_err(write::commit_error)?;
+        let id = self.uploads.create(&i.bucket, &i.key).await?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(i.bucket.clone()),
+            key: Some(i.key.clone()),
+            upload_id: Some(id),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let expected = expected_of!(req)?;
+        let i = req.input;
+        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
+        let (etag, got) = self
+            .uploads
+            .put_part(
+                &u,
+                i.part_number,
+                i.body,
+                i.content_length,
+                expected,
+                req.trailing_headers.as_ref(),
+            )
+            .await?;
+        Ok(S3Response::new(with_checksums!(
+            UploadPartOutput {
+                e_tag: Some(ETag::Strong(etag)),
+                ..Default::default()
+            },
+            got.checksums
+        )))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let i = req.input;
+        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
+        let path = self.key_path(&i.bucket, &i.key).await?;
+        self.check_write_conditions(
+            &i.bucket,
+            &i.key,
+            i.if_match.as_ref(),
+            i.if_none_match.as_ref(),
+        )
+        .await?;
+        let mut asked = Vec::new();
+        for p in i.multipart_upload.and_then(|m| m.parts).unwrap_or_default() {
+            let (Some(n), Some(etag)) = (p.part_number, p.e_tag) else {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "every part needs its PartNumber and ETag"
+                ));
+            };
+            asked.push((n, etag.value().to_string()));
+        }
+        let entry = self
+            .uploads
+            .complete(&self.client, &u, &path, &asked)
+            .await?;
+        self.note_changed(&path).await;
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(i.bucket),
+            key: Some(i.key),
+            e_tag: Some(ETag::Strong(etag_of(&entry))),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let i = &req.input;
+        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
+        self.uploads.abort(&u).await?;
+        Ok(S3Response::with_status(
+            AbortMultipartUploadOutput::default(),
+            hyper::StatusCode::NO_CONTENT,
+        ))
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let i = &req.input;
+        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
+        let max = match i.max_parts {
+            None => 1000,
+            Some(n) if n < 0 => {
+                return Err(s3_error!(InvalidArgument, "max-parts must not be negative"))
+            }
+            Some(n) => n.min(1000) as usize,
+        };
+        let marker = i.part_number_marker.unwrap_or(0);
+        let mut parts: Vec<_> = self
+            .uploads
+            .parts(&u.id)
+            .await?
+            .into_iter()
+            .filter(|p| p.number > marker)
+            .collect();
+        let truncated = parts.len() > max;
+        parts.truncate(max);
+        let next = truncated.then(|| parts.last().map(|p| p.number)).flatten();
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(u.bucket),
+            key: Some(u.key),
+            upload_id: Some(u.id),
+            max_parts: Some(max as i32),
+            is_truncated: Some(truncated),
+            part_number_marker: i.part_number_marker,
+            next_part_number_marker: next,
+            parts: Some(
+                parts
+                    .into_iter()
+                    .map(|p| Part {
+                        e_tag: Some(ETag::Strong(p.etag)),
+                        last_modified: p.modified.map(Timestamp::from),
+                        part_number: Some(p.number),
+                        size: Some(len_i64(p.size)),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+            ..Default::default()
+        }))
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let i = &req.input;
+        self.bucket_root(&i.bucket).await?;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let max = match i.max_uploads {
+            None => 1000,
+            Some(n) if n < 0 => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "max-uploads must not be negative"
+                ))
+            }
+            Some(n) => n.min(1000) as usize,
+        };
+        let key_marker = i.key_marker.clone().unwrap_or_default();
+        let id_marker = i.upload_id_marker.clone().unwrap_or_default();
+        let mut all: Vec<_> = self
+            .uploads
+            .list(&i.bucket, &prefix)
+            .await?
+            .into_iter()
+            .filter(|u| {
+                key_marker.is_empty()
+                    || u.key > key_marker
+                    || (u.key == key_marker && !id_marker.is_empty() && u.id > id_marker)
+            })
+            .collect();
+        let truncated = all.len() > max;
+        all.truncate(max);
+        let (next_key, next_id) = match (truncated, all.last()) {
+            (true, Some(u)) => (Some(u.key.clone()), Some(u.id.clone())),
+            _ => (None, None),
+        };
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(i.bucket.clone()),
+            prefix: Some(prefix),
+            key_marker: i.key_marker.clone(),
+            upload_id_marker: i.upload_id_marker.clone(),
+            max_uploads: Some(max as i32),
+            is_truncated: Some(truncated),
+            next_key_marker: next_key,
+            next_upload_id_marker: next_id,
+            uploads: Some(
+                all.into_iter()
+                    .map(|u| MultipartUpload {
+                        initiated: Some(Timestamp::from(u.initiated)),
+                        key: Some(u.key),
+                        upload_id: Some(u.id),
+                        storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }))
+    }
 }
 
 /// Serves `service` on `listener` until `shutdown` completes (connections in flight are
-/// dropped with the runtime).
+/// dropped with the runtime); in TLS when given an acceptor.
 pub async fn serve(
     listener: TcpListener,
     service: S3Service,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let mut shutdown = std::pin::pin!(shutdown);
@@ -410,37 +888,57 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        let svc = service.clone();
-        // s3s answers every HeadObject 200; S3 answers a ranged one 206 like the GET.
-        let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            let svc = svc.clone();
-            async move {
-                let head = req.method() == hyper::Method::HEAD;
-                let mut resp = svc.call(req.map(s3s::Body::from)).await?;
-                metrics::GATEWAY_REQUESTS.inc();
-                let status = resp.status();
-                if status.is_client_error() || status.is_server_error() {
-                    metrics::GATEWAY_ERRORS.inc();
-                }
-                if status == hyper::StatusCode::FORBIDDEN {
-                    metrics::GATEWAY_DENIED.inc();
-                }
-                if head
-                    && resp.status() == hyper::StatusCode::OK
-                    && resp.headers().contains_key(hyper::header::CONTENT_RANGE)
-                {
-                    *resp.status_mut() = hyper::StatusCode::PARTIAL_CONTENT;
-                }
-                Ok::<_, s3s::HttpError>(resp)
-            }
-        });
+        let service = service.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-            if let Err(e) = conn.await {
-                debug!(%peer, error = %e, "gateway connection ended");
+            match tls {
+                None => serve_connection(stream, service, peer).await,
+                Some(acceptor) => {
+                    match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                        .await
+                    {
+                        Ok(Ok(s)) => serve_connection(s, service, peer).await,
+                        Ok(Err(e)) => debug!(%peer, error = %e, "gateway: TLS handshake failed"),
+                        Err(_) => debug!(%peer, "gateway: TLS handshake timed out"),
+                    }
+                }
             }
         });
+    }
+}
+
+/// Answers the requests of one connection.
+async fn serve_connection<S>(io: S, service: S3Service, peer: std::net::SocketAddr)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    // s3s answers every HeadObject 200; S3 answers a ranged one 206 like the GET.
+    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let svc = service.clone();
+        async move {
+            let head = req.method() == hyper::Method::HEAD;
+            let mut resp = svc.call(req.map(s3s::Body::from)).await?;
+            metrics::GATEWAY_REQUESTS.inc();
+            let status = resp.status();
+            if status.is_client_error() || status.is_server_error() {
+                metrics::GATEWAY_ERRORS.inc();
+            }
+            if status == hyper::StatusCode::FORBIDDEN {
+                metrics::GATEWAY_DENIED.inc();
+            }
+            if head
+                && resp.status() == hyper::StatusCode::OK
+                && resp.headers().contains_key(hyper::header::CONTENT_RANGE)
+            {
+                *resp.status_mut() = hyper::StatusCode::PARTIAL_CONTENT;
+            }
+            Ok::<_, s3s::HttpError>(resp)
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), svc);
+    if let Err(e) = conn.await {
+        debug!(%peer, error = %e, "gateway connection ended");
     }
 }
 
@@ -609,6 +1107,55 @@ fn check_conditions(
         return Err(e);
     }
     Ok(())
+}
+
+/// The conditions of a copy's source (`x-amz-copy-source-if-*`), evaluated as GET's.
+fn check_copy_conditions(entry: &Entry, etag: &str, i: &CopyObjectInput) -> S3Result<()> {
+    check_conditions(
+        entry,
+        etag,
+        i.copy_source_if_match.as_ref(),
+        i.copy_source_if_none_match.as_ref(),
+        i.copy_source_if_modified_since.as_ref(),
+        i.copy_source_if_unmodified_since.as_ref(),
+    )
+}
+
+impl Gateway {
+    /// A conditional write (`If-None-Match: *`: only if the key is free; `If-Match`: only
+    /// over that version), checked when the request arrives: a write landing between the
+    /// check and the commit is not seen (S3 checks at the commit).
+    async fn check_write_conditions(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&ETagCondition>,
+        if_none_match: Option<&ETagCondition>,
+    ) -> S3Result<()> {
+        if if_match.is_none() && if_none_match.is_none() {
+            return Ok(());
+        }
+        let current = match self.object(bucket, key).await {
+            Ok(e) => Some(e),
+            Err(e) if *e.code() == S3ErrorCode::NoSuchKey => None,
+            Err(e) => return Err(e),
+        };
+        match if_none_match {
+            Some(ETagCondition::Any) if current.is_some() => return Err(precondition_failed()),
+            Some(ETagCondition::ETag(_)) => {
+                return Err(s3_error!(
+                    NotImplemented,
+                    "If-None-Match on a write takes only *"
+                ))
+            }
+            _ => {}
+        }
+        match (if_match, &current) {
+            (Some(_), None) => Err(no_such_key(key)),
+            (Some(c), Some(e)) if !etag_matches(c, &etag_of(e)) => Err(precondition_failed()),
+            _ => Ok(()),
+        }
+    }
 }
 
 fn precondition_failed() -> S3Error {

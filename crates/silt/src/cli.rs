@@ -87,7 +87,7 @@ fn command() -> Command {
                         .env("SILT_GATEWAY")
                         .help("Also serve the namespace over the S3 API at ADDR (host:port; see docs/gateway.md)"),
                 )
-                .args(gateway::auth_args("gateway-"))
+                .args(gateway::gateway_args("gateway-"))
                 .args(option_args()),
         )
         .subcommand(
@@ -100,7 +100,7 @@ fn command() -> Command {
                         .required(true)
                         .help("Address to serve S3 on (host:port; port 0 picks a free one)"),
                 )
-                .args(gateway::auth_args(""))
+                .args(gateway::gateway_args(""))
                 .arg(config_arg())
                 .args(
                     // `listen` is the gateway's own here (a gateway serves no worker port).
@@ -341,7 +341,7 @@ pub fn run() -> Result<ExitCode> {
     match matches.subcommand() {
         Some(("up", m)) => {
             let gw = match m.get_one::<String>("gateway") {
-                Some(addr) => Some((addr.clone(), gateway::keys(m, "gateway-")?)),
+                Some(addr) => Some((addr.clone(), gateway::settings(m, "gateway-")?)),
                 None => None,
             };
             daemon::run(build_config(m, None)?, m.get_flag("takeover"), gw)

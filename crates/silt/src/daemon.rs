@@ -101,7 +101,7 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 pub fn run(
     cfg: Config,
     takeover: bool,
-    gateway: Option<(String, silt_gateway::Keys)>,
+    gateway: Option<(String, crate::gateway::Settings)>,
 ) -> Result<ExitCode> {
     init_logging(&cfg.log);
     let rt = runtime()?;
@@ -168,10 +168,12 @@ pub fn run(
     let listener = rt.block_on(control::bind(&socket))?;
     // Bound before mounting: a bad address fails the start with nothing to undo.
     let gateway_addr = match gateway {
-        Some((addr, keys)) => Some(crate::gateway::start(
+        Some((addr, settings)) => Some(crate::gateway::start(
             daemon.client.clone(),
-            keys,
+            settings,
             &addr,
+            cfg.state_dir.join(silt_gateway::connect::UPLOADS_DIR),
+            None,
             &rt,
         )?),
         None => None,
@@ -198,7 +200,7 @@ pub fn run(
     rt.spawn(control::serve(listener, daemon.clone()));
     if let Some(addr) = gateway_addr {
         // Said before the "serving" line: whoever waits for that line finds this one too.
-        eprintln!("silt: S3 gateway at http://{addr}");
+        eprintln!("silt: S3 gateway at {addr}");
     }
     eprintln!(
         "silt: serving {} at {} (state {}, control {}){}",

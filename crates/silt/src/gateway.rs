@@ -1,7 +1,7 @@
 //! `silt gateway` and `silt up --gateway`: the S3 gateway's options and wiring. The gateway
 //! itself is the `silt-gateway` crate.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -9,16 +9,17 @@ use anyhow::{bail, Context, Result};
 use clap::{Arg, ArgAction, ArgMatches};
 use silt_client::Client;
 use silt_common::config::Config;
-use silt_gateway::{Gateway, Keys};
+use silt_gateway::{ChangeHook, Gateway, Keys};
 use tracing::info;
 
 /// Environment variables of one access key (read-write, every bucket), beside `--keys`.
 const ENV_ACCESS_KEY: &str = "SILT_GATEWAY_ACCESS_KEY";
 const ENV_SECRET_KEY: &str = "SILT_GATEWAY_SECRET_KEY";
 
-/// Who may use the gateway: `--keys`, the key in the environment, `--anonymous`.
-/// `prefix` is "" for `silt gateway` and "gateway-" for `silt up`.
-pub fn auth_args(prefix: &str) -> Vec<Arg> {
+/// The gateway's options: who may use it (`--keys`, the key in the environment,
+/// `--anonymous`), its domain, TLS. `prefix` is "" for `silt gateway` and "gateway-" for
+/// `silt up`.
+pub fn gateway_args(prefix: &str) -> Vec<Arg> {
     let id = |s: &str| format!("{}{s}", prefix.replace('-', "_"));
     vec![
         Arg::new(id("keys"))
@@ -30,7 +31,45 @@ pub fn auth_args(prefix: &str) -> Vec<Arg> {
             .long(format!("{prefix}anonymous"))
             .action(ArgAction::SetTrue)
             .help("Serve unsigned requests too (read-only, every bucket)"),
+        Arg::new(id("domain"))
+            .long(format!("{prefix}domain"))
+            .value_name("DOMAIN")
+            .help("Also accept virtual-host-style requests: BUCKET.DOMAIN names a bucket (DNS for *.DOMAIN is yours to set up)"),
+        Arg::new(id("tls_cert"))
+            .long(format!("{prefix}tls-cert"))
+            .value_name("FILE")
+            .requires(id("tls_key"))
+            .help("Serve HTTPS with this PEM certificate chain (with --tls-key)"),
+        Arg::new(id("tls_key"))
+            .long(format!("{prefix}tls-key"))
+            .value_name("FILE")
+            .requires(id("tls_cert"))
+            .help("The PEM private key of --tls-cert (mode 600)"),
     ]
+}
+
+/// How a gateway is set up, beside its listen address and its client.
+pub struct Settings {
+    pub keys: Keys,
+    pub domain: Option<String>,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+/// The gateway's settings from its options; refuses a gateway nobody could use.
+pub fn settings(m: &ArgMatches, prefix: &str) -> Result<Settings> {
+    let id = |s: &str| format!("{}{s}", prefix.replace('-', "_"));
+    let tls = match (
+        m.get_one::<String>(&id("tls_cert")),
+        m.get_one::<String>(&id("tls_key")),
+    ) {
+        (Some(c), Some(k)) => Some(silt_gateway::tls::acceptor(Path::new(c), Path::new(k))?),
+        _ => None,
+    };
+    Ok(Settings {
+        keys: keys(m, prefix)?,
+        domain: m.get_one::<String>(&id("domain")).cloned(),
+        tls,
+    })
 }
 
 /// The keys given to the gateway; refuses a gateway nobody could use.
@@ -56,33 +95,45 @@ pub fn keys(m: &ArgMatches, prefix: &str) -> Result<Keys> {
     Ok(keys)
 }
 
-/// Starts a gateway over `client` on `rt`, serving until the runtime stops. Binds before it
-/// returns, so a bad address fails the start.
+/// Starts a gateway over `client` on `rt`, serving until the runtime stops; multipart parts
+/// wait in `uploads_dir`, and `hook` hears of every change. Binds before it returns, so a
+/// bad address fails the start. Returns the address and its scheme.
 pub fn start(
     client: Arc<Client>,
-    keys: Keys,
+    settings: Settings,
     listen: &str,
+    uploads_dir: PathBuf,
+    hook: Option<ChangeHook>,
     rt: &tokio::runtime::Runtime,
-) -> Result<std::net::SocketAddr> {
-    let n = keys.len();
-    let anonymous = keys.anonymous;
+) -> Result<String> {
+    let n = settings.keys.len();
+    let anonymous = settings.keys.anonymous;
     let listener = rt.block_on(silt_gateway::bind(listen))?;
     let addr = listener.local_addr().context("gateway address")?;
-    let service = Gateway::new(client, keys).into_service();
+    let mut gw = Gateway::new(client, settings.keys, uploads_dir).with_domain(settings.domain);
+    if let Some(h) = hook {
+        gw = gw.with_change_hook(h);
+    }
+    let scheme = if settings.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     rt.spawn(silt_gateway::serve(
         listener,
-        service,
+        gw.into_service(),
+        settings.tls,
         std::future::pending(),
     ));
-    info!(%addr, keys = n, anonymous, "S3 gateway listening");
-    Ok(addr)
+    info!(%addr, keys = n, anonymous, scheme, "S3 gateway listening");
+    Ok(format!("{scheme}://{addr}"))
 }
 
 /// `silt gateway`: a gateway with a client of its own (attached to the `silt up` of its state
 /// dir, a cluster client, or a single node over the mounts given).
 pub fn run(cfg: Config, m: &ArgMatches) -> Result<ExitCode> {
     crate::daemon::init_logging(&cfg.log);
-    let keys = keys(m, "")?;
+    let settings = settings(m, "")?;
     let listen = m
         .get_one::<String>("listen")
         .context("--listen ADDR is required")?
@@ -90,9 +141,21 @@ pub fn run(cfg: Config, m: &ArgMatches) -> Result<ExitCode> {
     let rt = crate::daemon::runtime()?;
     let connected = silt_gateway::connect::connect(&cfg, &rt)?;
     let client = connected.node.client.clone();
-    let addr = start(client.clone(), keys, &listen, &rt)?;
+    let node = connected.node.clone();
+    let hook: ChangeHook = Arc::new(move |path: String| {
+        let node = node.clone();
+        Box::pin(async move { node.changed(&path).await })
+    });
+    let url = start(
+        client.clone(),
+        settings,
+        &listen,
+        connected.uploads_dir.clone(),
+        Some(hook),
+        &rt,
+    )?;
     eprintln!(
-        "silt: serving S3 gateway at http://{addr} ({} client of {}; buckets: the top-level directories of {})",
+        "silt: serving S3 gateway at {url} ({} client of {}; buckets: the top-level directories of {})",
         connected.mode,
         cfg.state_dir.display(),
         silt_node::mount_table_text(&silt_node::client_mounts(&client)),

@@ -609,3 +609,82 @@ fn a_static_worker_list_serves_without_etcd() {
         w.stop();
     }
 }
+
+#[test]
+fn a_cluster_gateway_serves_whole_objects_through_a_worker_killed_mid_get() {
+    if !lab_or_skip() {
+        return;
+    }
+    let lab = Lab::new(3);
+    let files = Arc::new(cluster_dataset(6, &[24 << 20, 33 << 20, 28 << 20]));
+    lab.put(&files);
+    let w: Vec<Silt> = (0..3).map(|h| lab.worker(h, &[])).collect();
+    // A gateway on this host, a client of the cluster (workers from etcd).
+    let state = lab.state("gateway");
+    let mut cmd = Command::new(SILT);
+    cmd.args(["gateway", "--listen", "127.0.0.1:0", "--anonymous"])
+        .args(lab.common_args())
+        .args(["--state-dir", state.to_str().unwrap()])
+        .args(["--worker-timeout", "30s", "--prefetch-max", "2MiB"])
+        .args(["--memory-capacity", "64MiB"]);
+    let gw = Silt::spawn(cmd, None, &state).unwrap_or_else(|e| panic!("gateway: {e}"));
+    let log = gw.log_text();
+    let addr = log
+        .lines()
+        .find_map(|l| l.strip_prefix("silt: serving S3 gateway at http://"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no gateway address in {log}"))
+        .to_string();
+    // Every file GET at once, 256 KiB at a time. Each reader stops once it has a quarter of
+    // its object; w1 is killed while they wait; then they read the rest (much of it not
+    // fetched yet: the gateway reads at most 12 MiB ahead of a response).
+    let readers_n = files.len();
+    let paused = Arc::new(std::sync::Barrier::new(readers_n + 1));
+    let resumed = Arc::new(std::sync::Barrier::new(readers_n + 1));
+    let read_before = Arc::new(AtomicU64::new(0));
+    let readers: Vec<_> = files
+        .iter()
+        .cloned()
+        .map(|(path, want)| {
+            let (addr, paused, resumed, read_before) = (
+                addr.clone(),
+                paused.clone(),
+                resumed.clone(),
+                read_before.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(&addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+                let quarter = want.len() as u64 / 4;
+                let mut waited = false;
+                let (status, body) = raw_get(&mut s, &addr, &format!("/data/{path}"), |got| {
+                    if !waited && got >= quarter {
+                        waited = true;
+                        read_before.fetch_add(got, Ordering::Relaxed);
+                        paused.wait();
+                        resumed.wait();
+                    }
+                })
+                .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+                assert_eq!(status, 200, "{path}");
+                assert!(body == want, "{path}: the bytes differ");
+            })
+        })
+        .collect();
+    let mut w = w;
+    let victim = w.remove(1);
+    paused.wait();
+    victim.kill();
+    resumed.wait();
+    let total: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
+    let at = read_before.load(Ordering::Relaxed);
+    for r in readers {
+        r.join().expect("a GET failed after the worker was killed");
+    }
+    eprintln!("killed w1 after {at} of {total} bytes; every GET returned the whole object");
+    // A gateway has no control socket for `silt down`: it is killed.
+    gw.kill();
+    for x in w {
+        x.stop();
+    }
+}

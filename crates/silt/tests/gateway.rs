@@ -89,13 +89,13 @@ fn write(root: &Path, files: &[(&str, Vec<u8>)]) {
     }
 }
 
-/// The address a gateway printed (`... at http://HOST:PORT ...`).
+/// The address a gateway printed (`... at http://HOST:PORT ...`, or https).
 fn endpoint_in(log: &str, marker: &str) -> String {
     let line = log
         .lines()
         .find(|l| l.starts_with(marker))
         .unwrap_or_else(|| panic!("no {marker:?} line in the log:\n{log}"));
-    let at = line.find("http://").expect("an address");
+    let at = line.find("http").expect("an address");
     line[at..]
         .split_whitespace()
         .next()
@@ -431,8 +431,9 @@ assert [b["Name"] for b in ro.list_buckets()["Buckets"]] == ["data"]
 err(lambda: ro.get_object(Bucket="other", Key="o.txt"), "AccessDenied", 403)
 err(lambda: ro.list_objects_v2(Bucket="other"), "AccessDenied", 403)
 err(lambda: ro.put_object(Bucket="data", Key="new", Body=b"x"), "AccessDenied", 403)
-# Writes are not served yet, whoever asks.
-err(lambda: good.put_object(Bucket="data", Key="new", Body=b"x"), "NotImplemented", 501)
+# A read-write key, where the write rules allow no writes (the default, read-only): refused.
+err(lambda: good.put_object(Bucket="data", Key="new", Body=b"x"), "AccessDenied", 403)
+err(lambda: good.create_multipart_upload(Bucket="data", Key="new"), "AccessDenied", 403)
 
 # Presigned URLs (SigV4 in the query): valid, tampered, expired.
 import re, urllib.request, urllib.error
@@ -632,4 +633,578 @@ assert r["ContentRange"] == "bytes %d-%d/%d" % (len(big) - 7, len(big) - 1, len(
         ],
     );
     up.stop();
+}
+
+/// Writes a file of `len` random bytes for Python to upload and compare with.
+fn expect_file(dir: &Path, name: &str, seed: u64, len: usize) -> (PathBuf, Vec<u8>) {
+    let data = bytes(seed, len);
+    let p = dir.join(name);
+    std::fs::write(&p, &data).unwrap();
+    (p, data)
+}
+
+#[test]
+fn gateway_writes_as_s3_does() {
+    let keys = format!("{ACCESS} {SECRET} rw\n{RO_ACCESS} {RO_SECRET} ro data\n");
+    let fx = Fx::start(
+        &[("keep.txt", b"kept".to_vec()), ("f", b"a file".to_vec())],
+        &["--write-type", "through"],
+        Some(&keys),
+    );
+    let (mid, mid_bytes) = expect_file(fx.dir.path(), "mid.bin", 3, 5 * 1024 * 1024 + 17);
+    fx.py(&format!(
+        r#"
+import base64, hashlib, zlib
+s3 = client(os.environ["AK"], os.environ["SK"])
+ro = client(os.environ["RO_AK"], os.environ["RO_SK"])
+get = lambda k, b="data": s3.get_object(Bucket=b, Key=k)["Body"].read()
+
+# PutObject: the ETag it answers is the one HEAD, GET and listings show.
+r = s3.put_object(Bucket="data", Key="new/dir/x.txt", Body=b"hello S3 writes")
+assert r["ResponseMetadata"]["HTTPStatusCode"] == 200, r
+h = s3.head_object(Bucket="data", Key="new/dir/x.txt")
+assert h["ETag"] == r["ETag"] and h["ContentLength"] == 15, (h, r)
+assert get("new/dir/x.txt") == b"hello S3 writes"
+l = s3.list_objects_v2(Bucket="data", Delimiter="/")
+assert [p["Prefix"] for p in l["CommonPrefixes"]] == ["new/"], l
+assert [o["Key"] for o in s3.list_objects_v2(Bucket="data", Prefix="new/")["Contents"]] == ["new/dir/x.txt"]
+# A larger body (more than one read piece), replaced whole by a smaller one.
+mid = open({mid:?}, "rb").read()
+s3.put_object(Bucket="data", Key="mid.bin", Body=mid)
+assert get("mid.bin") == mid
+s3.put_object(Bucket="data", Key="mid.bin", Body=b"short")
+assert get("mid.bin") == b"short"
+s3.put_object(Bucket="data", Key="empty", Body=b"")
+assert get("empty") == b"" and s3.head_object(Bucket="data", Key="empty")["ContentLength"] == 0
+
+# Digests: a matching Content-MD5 or checksum is accepted, a wrong one refused (400
+# BadDigest) and the key left as it was.
+good_md5 = base64.b64encode(hashlib.md5(b"checked").digest()).decode()
+s3.put_object(Bucket="data", Key="f", Body=b"checked", ContentMD5=good_md5)
+assert get("f") == b"checked"
+bad_md5 = base64.b64encode(hashlib.md5(b"other").digest()).decode()
+err(lambda: s3.put_object(Bucket="data", Key="f", Body=b"changed", ContentMD5=bad_md5), "BadDigest", 400)
+crc = base64.b64encode(zlib.crc32(b"changed").to_bytes(4, "big")).decode()
+s3.put_object(Bucket="data", Key="g", Body=b"changed", ChecksumCRC32=crc)
+assert get("g") == b"changed"
+err(lambda: s3.put_object(Bucket="data", Key="f", Body=b"changed!", ChecksumCRC32=crc), "BadDigest", 400)
+assert get("f") == b"checked"
+
+# Conditional writes.
+err(lambda: s3.put_object(Bucket="data", Key="f", Body=b"x", IfNoneMatch="*"), "PreconditionFailed", 412)
+s3.put_object(Bucket="data", Key="fresh", Body=b"first", IfNoneMatch="*")
+assert get("fresh") == b"first" and get("f") == b"checked"
+
+# Keys are paths: a key under a file, or a key that is a directory, conflicts (409).
+err(lambda: s3.put_object(Bucket="data", Key="f/under", Body=b"x"), "KeyConflict", 409)
+err(lambda: s3.put_object(Bucket="data", Key="new", Body=b"x"), "KeyConflict", 409)
+
+# CopyObject, within a bucket and across buckets; its ETag is the new object's.
+c = s3.copy_object(Bucket="data", Key="copies/f", CopySource={{"Bucket": "data", "Key": "f"}})
+assert get("copies/f") == b"checked"
+assert c["CopyObjectResult"]["ETag"] == s3.head_object(Bucket="data", Key="copies/f")["ETag"]
+s3.copy_object(Bucket="other", Key="from-data", CopySource="data/mid.bin")
+assert get("from-data", "other") == b"short"
+err(lambda: s3.copy_object(Bucket="data", Key="c2", CopySource="data/missing"), "NoSuchKey", 404)
+etag_f = s3.head_object(Bucket="data", Key="f")["ETag"]
+err(lambda: s3.copy_object(Bucket="data", Key="c3", CopySource="data/f", CopySourceIfNoneMatch=etag_f), "PreconditionFailed", 412)
+s3.copy_object(Bucket="data", Key="c3", CopySource="data/f", CopySourceIfMatch=etag_f)
+
+# DeleteObject: 204 whether or not the key exists; the "directories" it empties go too.
+assert s3.delete_object(Bucket="data", Key="new/dir/x.txt")["ResponseMetadata"]["HTTPStatusCode"] == 204
+assert s3.delete_object(Bucket="data", Key="never/was")["ResponseMetadata"]["HTTPStatusCode"] == 204
+err(lambda: s3.head_object(Bucket="data", Key="new/dir/x.txt"), "404", 404)
+l = s3.list_objects_v2(Bucket="data", Delimiter="/")
+assert "new/" not in [p["Prefix"] for p in l.get("CommonPrefixes", [])], l
+# DeleteObjects: every key reported deleted, missing ones too (as S3 does).
+d = s3.delete_objects(Bucket="data", Delete={{"Objects": [{{"Key": "c3"}}, {{"Key": "copies/f"}}, {{"Key": "nothing"}}]}})
+assert sorted(o["Key"] for o in d["Deleted"]) == ["c3", "copies/f", "nothing"] and not d.get("Errors"), d
+left = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="data")["Contents"])
+assert left == ["empty", "f", "fresh", "g", "keep.txt", "mid.bin"], left
+d = s3.delete_objects(Bucket="data", Delete={{"Objects": [{{"Key": "g"}}], "Quiet": True}})
+assert not d.get("Deleted") and not d.get("Errors"), d
+
+# A read-only key writes nothing; a missing bucket is NoSuchBucket.
+err(lambda: ro.put_object(Bucket="data", Key="ro", Body=b"x"), "AccessDenied", 403)
+err(lambda: ro.delete_object(Bucket="data", Key="f"), "AccessDenied", 403)
+err(lambda: ro.copy_object(Bucket="data", Key="ro", CopySource="data/f"), "AccessDenied", 403)
+err(lambda: s3.put_object(Bucket="nosuchbucket", Key="x", Body=b"x"), "NoSuchBucket", 404)
+
+# A presigned PUT.
+import urllib.request
+url = s3.generate_presigned_url("put_object", Params={{"Bucket": "data", "Key": "presigned"}}, ExpiresIn=300)
+rq = urllib.request.Request(url, data=b"via a presigned URL", method="PUT")
+assert urllib.request.urlopen(rq).status == 200
+assert get("presigned") == b"via a presigned URL"
+"#
+    ));
+    // What S3 clients wrote is in the store, and the mount shows it.
+    let store = fx.dir.path().join("store-data");
+    assert_eq!(std::fs::read(store.join("f")).unwrap(), b"checked");
+    assert_eq!(std::fs::read(store.join("mid.bin")).unwrap(), b"short");
+    assert!(
+        !store.join("new").exists(),
+        "emptied directories are removed"
+    );
+    assert_eq!(
+        std::fs::read(fx.dir.path().join("mnt/data/fresh")).unwrap(),
+        b"first"
+    );
+    assert_eq!(
+        std::fs::read(fx.dir.path().join("mnt/data/presigned")).unwrap(),
+        b"via a presigned URL"
+    );
+    let _ = mid_bytes;
+}
+
+#[test]
+fn gateway_multipart_uploads_as_s3_does() {
+    let keys = format!("{ACCESS} {SECRET} rw\n{RO_ACCESS} {RO_SECRET} ro data\n");
+    let fx = Fx::start(&[], &["--write-type", "through"], Some(&keys));
+    let (big, _) = expect_file(fx.dir.path(), "big.bin", 21, 100 * 1024 * 1024 + 7);
+    let back = fx.dir.path().join("back.bin");
+    fx.py(&format!(
+        r#"
+import hashlib
+from boto3.s3.transfer import TransferConfig
+s3 = client(os.environ["AK"], os.environ["SK"])
+ro = client(os.environ["RO_AK"], os.environ["RO_SK"])
+MiB = 1 << 20
+
+# 100 MiB the way boto3 uploads large files: 13 parts of 8 MiB, 4 at a time.
+cfg = TransferConfig(multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB, max_concurrency=4)
+s3.upload_file({big:?}, "data", "big/upload.bin", Config=cfg)
+s3.download_file("data", "big/upload.bin", {back:?}, Config=cfg)
+digest = lambda p: hashlib.sha256(open(p, "rb").read()).hexdigest()
+assert digest({big:?}) == digest({back:?})
+assert s3.head_object(Bucket="data", Key="big/upload.bin")["ContentLength"] == os.path.getsize({big:?})
+
+# The API by hand: parts are ETagged with their MD5, listed, replaced, checked at completion.
+p1, p2 = os.urandom(5 * MiB), b"the last part may be small"
+u = s3.create_multipart_upload(Bucket="data", Key="mp/obj")["UploadId"]
+e1 = s3.upload_part(Bucket="data", Key="mp/obj", UploadId=u, PartNumber=1, Body=os.urandom(5 * MiB))["ETag"]
+e1 = s3.upload_part(Bucket="data", Key="mp/obj", UploadId=u, PartNumber=1, Body=p1)["ETag"]
+assert e1 == '"%s"' % hashlib.md5(p1).hexdigest(), e1
+e2 = s3.upload_part(Bucket="data", Key="mp/obj", UploadId=u, PartNumber=2, Body=p2)["ETag"]
+parts = s3.list_parts(Bucket="data", Key="mp/obj", UploadId=u)["Parts"]
+assert [(p["PartNumber"], p["ETag"], p["Size"]) for p in parts] == [(1, e1, len(p1)), (2, e2, len(p2))], parts
+page = s3.list_parts(Bucket="data", Key="mp/obj", UploadId=u, MaxParts=1)
+assert page["IsTruncated"] and [p["PartNumber"] for p in page["Parts"]] == [1], page
+assert [p["PartNumber"] for p in s3.list_parts(Bucket="data", Key="mp/obj", UploadId=u, PartNumberMarker=page["NextPartNumberMarker"])["Parts"]] == [2]
+ups = s3.list_multipart_uploads(Bucket="data")["Uploads"]
+assert [(x["Key"], x["UploadId"]) for x in ups] == [("mp/obj", u)], ups
+# Nothing is visible before the completion.
+err(lambda: s3.head_object(Bucket="data", Key="mp/obj"), "404", 404)
+done = lambda parts: s3.complete_multipart_upload(Bucket="data", Key="mp/obj", UploadId=u, MultipartUpload={{"Parts": parts}})
+err(lambda: done([{{"PartNumber": 1, "ETag": e2}}, {{"PartNumber": 2, "ETag": e2}}]), "InvalidPart", 400)
+err(lambda: done([{{"PartNumber": 2, "ETag": e2}}, {{"PartNumber": 1, "ETag": e1}}]), "InvalidPartOrder", 400)
+err(lambda: done([{{"PartNumber": 2, "ETag": e2}}, {{"PartNumber": 3, "ETag": e2}}]), "InvalidPart", 400)
+r = done([{{"PartNumber": 1, "ETag": e1}}, {{"PartNumber": 2, "ETag": e2}}])
+assert r["ETag"] == s3.head_object(Bucket="data", Key="mp/obj")["ETag"], r
+assert s3.get_object(Bucket="data", Key="mp/obj")["Body"].read() == p1 + p2
+err(lambda: s3.list_parts(Bucket="data", Key="mp/obj", UploadId=u), "NoSuchUpload", 404)
+assert not s3.list_multipart_uploads(Bucket="data").get("Uploads")
+
+# A part too small before the last one; an abort; ids and part numbers that name nothing.
+u = s3.create_multipart_upload(Bucket="data", Key="mp/small")["UploadId"]
+a = s3.upload_part(Bucket="data", Key="mp/small", UploadId=u, PartNumber=1, Body=b"tiny")["ETag"]
+b = s3.upload_part(Bucket="data", Key="mp/small", UploadId=u, PartNumber=2, Body=b"tiny too")["ETag"]
+err(lambda: s3.complete_multipart_upload(Bucket="data", Key="mp/small", UploadId=u,
+    MultipartUpload={{"Parts": [{{"PartNumber": 1, "ETag": a}}, {{"PartNumber": 2, "ETag": b}}]}}), "EntityTooSmall", 400)
+err(lambda: s3.upload_part(Bucket="data", Key="mp/small", UploadId=u, PartNumber=10001, Body=b"x"), "InvalidArgument", 400)
+err(lambda: s3.upload_part(Bucket="data", Key="other/key", UploadId=u, PartNumber=1, Body=b"x"), "NoSuchUpload", 404)
+assert s3.abort_multipart_upload(Bucket="data", Key="mp/small", UploadId=u)["ResponseMetadata"]["HTTPStatusCode"] == 204
+err(lambda: s3.upload_part(Bucket="data", Key="mp/small", UploadId=u, PartNumber=1, Body=b"x"), "NoSuchUpload", 404)
+err(lambda: s3.abort_multipart_upload(Bucket="data", Key="mp/small", UploadId=u), "NoSuchUpload", 404)
+err(lambda: s3.list_parts(Bucket="data", Key="mp/small", UploadId="../../etc"), "NoSuchUpload", 404)
+err(lambda: s3.head_object(Bucket="data", Key="mp/small"), "404", 404)
+err(lambda: ro.create_multipart_upload(Bucket="data", Key="mp/ro"), "AccessDenied", 403)
+"#
+    ));
+    // The parts are gone once the uploads ended.
+    let uploads = fx.dir.path().join("state/gateway/gateway-uploads");
+    let left: Vec<_> = std::fs::read_dir(&uploads)
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "uploads left behind: {left:?}");
+}
+
+/// The venv holding the aws CLI and s3fs (`scripts/install-deps.sh`).
+fn s3venv(bin: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.deps/s3venv/bin")
+        .join(bin)
+}
+
+/// Runs the aws CLI against the gateway; returns its stdout, panics with its output on failure.
+fn aws(endpoint: &str, home: &Path, args: &[&str]) -> String {
+    let out = Command::new(s3venv("aws"))
+        .arg("--endpoint-url")
+        .arg(endpoint)
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", ACCESS)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_CONFIG_FILE", home.join("aws-config"))
+        .env("AWS_SHARED_CREDENTIALS_FILE", home.join("aws-credentials"))
+        .env("HOME", home)
+        .output()
+        .unwrap_or_else(|e| panic!("running the aws CLI (scripts/install-deps.sh): {e}"));
+    assert!(
+        out.status.success(),
+        "aws {args:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn gateway_serves_the_aws_cli_and_s3fs() {
+    let keys = format!("{ACCESS} {SECRET} rw\n");
+    let fx = Fx::start(
+        &[
+            ("ds/a.txt", b"alpha".to_vec()),
+            ("ds/sub/b.txt", b"beta".to_vec()),
+        ],
+        &["--write-type", "through"],
+        Some(&keys),
+    );
+    let ep = fx.endpoint.as_str();
+    let home = fx.dir.path();
+    // Listing, as `aws s3 ls` prints it.
+    let ls = aws(ep, home, &["s3", "ls", "s3://data/ds/"]);
+    assert!(ls.contains("PRE sub/") && ls.contains(" 5 a.txt"), "{ls}");
+    let all = aws(ep, home, &["s3", "ls", "--recursive", "s3://data/"]);
+    assert!(
+        all.contains("ds/a.txt") && all.contains("ds/sub/b.txt"),
+        "{all}"
+    );
+    // Up and down: a 20 MiB file goes up in parts (the CLI's threshold is 8 MiB).
+    let (up, data) = expect_file(home, "up.bin", 5, 20 * 1024 * 1024 + 3);
+    aws(
+        ep,
+        home,
+        &["s3", "cp", up.to_str().unwrap(), "s3://data/up/x.bin"],
+    );
+    assert_eq!(
+        std::fs::read(home.join("store-data/up/x.bin")).unwrap(),
+        data
+    );
+    let down = home.join("down.bin");
+    aws(
+        ep,
+        home,
+        &["s3", "cp", "s3://data/up/x.bin", down.to_str().unwrap()],
+    );
+    assert_eq!(std::fs::read(&down).unwrap(), data);
+    // A tree: sync up, server-side copy, recursive delete.
+    let tree = home.join("tree");
+    write(&tree, &[("t1", b"one".to_vec()), ("d/t2", b"two".to_vec())]);
+    aws(
+        ep,
+        home,
+        &["s3", "sync", tree.to_str().unwrap(), "s3://data/tree/"],
+    );
+    aws(
+        ep,
+        home,
+        &["s3", "cp", "s3://data/tree/t1", "s3://other/t1-copy"],
+    );
+    assert_eq!(
+        std::fs::read(home.join("store-other/t1-copy")).unwrap(),
+        b"one"
+    );
+    let head = aws(
+        ep,
+        home,
+        &[
+            "s3api",
+            "head-object",
+            "--bucket",
+            "data",
+            "--key",
+            "tree/d/t2",
+        ],
+    );
+    assert!(head.contains("\"ContentLength\": 3"), "{head}");
+    aws(ep, home, &["s3", "rm", "--recursive", "s3://data/tree/"]);
+    assert!(!home.join("store-data/tree").exists());
+
+    // s3fs, the fsspec S3 filesystem: listing, whole and ranged reads, writes.
+    let script = home.join("s3fs_check.py");
+    std::fs::write(
+        &script,
+        r#"
+import os, s3fs
+fs = s3fs.S3FileSystem(key=os.environ["AK"], secret=os.environ["SK"],
+                       client_kwargs={"endpoint_url": os.environ["GW"], "region_name": "us-east-1"})
+assert sorted(fs.ls("data/ds")) == ["data/ds/a.txt", "data/ds/sub"], fs.ls("data/ds")
+assert fs.cat("data/ds/a.txt") == b"alpha"
+with fs.open("data/up/x.bin", "rb", block_size=1 << 20) as f:
+    f.seek(12345)
+    part = f.read(100)
+want = open(os.environ["EXPECT"], "rb").read()
+assert part == want[12345:12445]
+assert fs.info("data/up/x.bin")["size"] == len(want)
+fs.pipe("data/from-s3fs/p.txt", b"piped")
+assert fs.cat("data/from-s3fs/p.txt") == b"piped"
+fs.rm("data/from-s3fs/p.txt")
+assert not fs.exists("data/from-s3fs/p.txt")
+print("ok")
+"#,
+    )
+    .unwrap();
+    let out = Command::new(s3venv("python"))
+        .arg(&script)
+        .env("GW", ep)
+        .env("AK", ACCESS)
+        .env("SK", SECRET)
+        .env("EXPECT", up.to_str().unwrap())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).ends_with("ok\n"),
+        "s3fs check failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A self-signed certificate for 127.0.0.1, `s3.local` and `*.s3.local` (openssl).
+fn self_signed(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=s3.local"])
+        .args([
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:s3.local,DNS:*.s3.local",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl (scripts/install-deps.sh)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    (cert, key)
+}
+
+#[test]
+fn gateway_serves_tls_virtual_hosts_and_aws_chunked_bodies() {
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key) = self_signed(certs.path());
+    let keys = format!("{ACCESS} {SECRET} rw\n");
+    let fx = Fx::start(
+        &[("a.txt", b"over TLS".to_vec())],
+        &[
+            "--write-type",
+            "through",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--domain",
+            "s3.local",
+        ],
+        Some(&keys),
+    );
+    assert!(
+        fx.endpoint.starts_with("https://127.0.0.1:"),
+        "{}",
+        fx.endpoint
+    );
+    fx.py(&format!(
+        r#"
+import io, socket, urllib.request, ssl
+# *.s3.local is this host (the test's own resolver; no DNS is involved).
+real = socket.getaddrinfo
+def local(host, *a, **k):
+    if host == "s3.local" or host.endswith(".s3.local"):
+        host = "127.0.0.1"
+    return real(host, *a, **k)
+socket.getaddrinfo = local
+port = EP.rsplit(":", 1)[1]
+CERT = {cert:?}
+def tls_client(endpoint, style):
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", verify=CERT,
+                        aws_access_key_id=os.environ["AK"], aws_secret_access_key=os.environ["SK"],
+                        config=Config(s3={{"addressing_style": style}}, retries={{"max_attempts": 1}}))
+path = tls_client(EP, "path")
+assert path.get_object(Bucket="data", Key="a.txt")["Body"].read() == b"over TLS"
+
+# Virtual-host style: the bucket in the host name.
+vh = tls_client("https://s3.local:%s" % port, "virtual")
+sent = []
+vh.meta.events.register("before-send.s3.PutObject",
+    lambda request, **kw: sent.append((request.url, request.headers.get("Content-Encoding"),
+                                       request.headers.get("X-Amz-Content-SHA256"))))
+body = os.urandom(300000)
+# Over HTTPS boto3 streams a body aws-chunked, its CRC32 in a trailer.
+vh.put_object(Bucket="data", Key="chunked.bin", Body=io.BytesIO(body))
+url, enc, sha = sent[-1]
+assert url.startswith("https://data.s3.local:%s/chunked.bin" % port), sent
+assert enc is not None and "aws-chunked" in str(enc) and "TRAILER" in str(sha), sent
+assert vh.get_object(Bucket="data", Key="chunked.bin")["Body"].read() == body
+assert path.get_object(Bucket="data", Key="chunked.bin")["Body"].read() == body
+assert [b["Name"] for b in vh.list_buckets()["Buckets"]] == ["data", "other"]
+assert "chunked.bin" in [o["Key"] for o in vh.list_objects_v2(Bucket="data")["Contents"]]
+
+# A client that does not trust the certificate, or speaks plain HTTP, gets nothing.
+try:
+    boto3.client("s3", endpoint_url=EP, region_name="us-east-1", aws_access_key_id="x",
+                 aws_secret_access_key="x", config=Config(retries={{"max_attempts": 1}})).list_buckets()
+    raise AssertionError("an untrusted certificate was accepted")
+except botocore.exceptions.SSLError:
+    pass
+try:
+    urllib.request.urlopen("http://127.0.0.1:%s/" % port, timeout=20)
+    raise AssertionError("plain HTTP was answered")
+except AssertionError:
+    raise
+except Exception:
+    pass
+"#
+    ));
+    assert_eq!(
+        std::fs::read(fx.dir.path().join("store-data/chunked.bin"))
+            .unwrap()
+            .len(),
+        300000
+    );
+}
+
+#[test]
+fn gateway_keeps_the_old_object_when_a_body_is_bad_or_cut_off() {
+    let keys = format!("{ACCESS} {SECRET} rw\n");
+    let fx = Fx::start(
+        &[("k", b"the old object".to_vec())],
+        &["--write-type", "through"],
+        Some(&keys),
+    );
+    fx.py(
+        r#"
+import socket, zlib, base64, http.client
+from urllib.parse import urlparse
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+u = urlparse(EP)
+s3 = client(os.environ["AK"], os.environ["SK"])
+old = lambda: s3.get_object(Bucket="data", Key="k")["Body"].read()
+
+def signed(method, path, headers, trailer=False):
+    """Headers of a request signed as botocore signs (the payload hash as given)."""
+    r = AWSRequest(method=method, url=EP + path, headers=headers)
+    if trailer:
+        r.context["checksum"] = {"request_algorithm": {"in": "trailer", "algorithm": "crc32", "name": "x-amz-checksum-crc32"}}
+    else:
+        r.context["payload_signing_enabled"] = False
+    S3SigV4Auth(Credentials(os.environ["AK"], os.environ["SK"]), "s3", "us-east-1").add_auth(r)
+    return dict(r.headers.items())
+
+def send(method, path, headers, body):
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    c.request(method, path, body=body, headers=headers)
+    r = c.getresponse()
+    return r.status, r.read()
+
+def chunked(data, trailer_value):
+    return b"%x\r\n" % len(data) + data + b"\r\n0\r\nx-amz-checksum-crc32:" + trailer_value + b"\r\n\r\n"
+
+data = b"a new object, aws-chunked"
+crc = base64.b64encode(zlib.crc32(data).to_bytes(4, "big"))
+def put_chunked(trailer_value):
+    body = chunked(data, trailer_value)
+    h = signed("PUT", "/data/k", {"Content-Encoding": "aws-chunked", "X-Amz-Trailer": "x-amz-checksum-crc32",
+                                  "X-Amz-Decoded-Content-Length": str(len(data)), "Content-Length": str(len(body))}, trailer=True)
+    assert h["X-Amz-Content-SHA256"] == "STREAMING-UNSIGNED-PAYLOAD-TRAILER", h
+    return send("PUT", "/data/k", h, body)
+
+# A trailer checksum that does not match the bytes: 400 BadDigest, the old object stays.
+wrong = base64.b64encode(zlib.crc32(b"other").to_bytes(4, "big"))
+status, text = put_chunked(wrong)
+assert status == 400 and b"BadDigest" in text, (status, text)
+assert old() == b"the old object"
+
+# A body shorter than its Content-Length (the client goes away): nothing changes.
+h = signed("PUT", "/data/k", {"Content-Length": "1000000"})
+sock = socket.create_connection((u.hostname, u.port))
+head = "PUT /data/k HTTP/1.1\r\nHost: %s\r\n" % u.netloc + "".join("%s: %s\r\n" % kv for kv in h.items() if kv[0].lower() != "host") + "\r\n"
+sock.sendall(head.encode() + b"x" * 400000)
+sock.shutdown(socket.SHUT_WR)
+sock.recv(65536)
+sock.close()
+assert old() == b"the old object"
+# An aws-chunked body cut off before its last chunk: nothing changes either.
+h = signed("PUT", "/data/k", {"Content-Encoding": "aws-chunked", "X-Amz-Trailer": "x-amz-checksum-crc32",
+                              "X-Amz-Decoded-Content-Length": "500000", "Content-Length": "500100"}, trailer=True)
+sock = socket.create_connection((u.hostname, u.port))
+head = "PUT /data/k HTTP/1.1\r\nHost: %s\r\n" % u.netloc + "".join("%s: %s\r\n" % kv for kv in h.items() if kv[0].lower() != "host") + "\r\n"
+sock.sendall(head.encode() + b"%x\r\n" % 500000 + b"y" * 1000)
+sock.shutdown(socket.SHUT_WR)
+sock.recv(65536)
+sock.close()
+assert old() == b"the old object"
+# A Content-MD5 that is not an MD5: 400 InvalidDigest.
+err(lambda: s3.put_object(Bucket="data", Key="k", Body=b"x", ContentMD5="bm90IGFuIG1kNQ=="), "InvalidDigest", 400)
+
+# The same aws-chunked request with the right checksum is taken.
+status, text = put_chunked(crc)
+assert status == 200, (status, text)
+assert old() == data
+"#,
+    );
+}
+
+#[test]
+fn gateway_serves_200_concurrent_clients() {
+    let files: Vec<(String, Vec<u8>)> = (0..20)
+        .map(|i| {
+            (
+                format!("c/{i:02}.bin"),
+                bytes(500 + i, 50_000 + 4099 * i as usize),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, Vec<u8>)> = files.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let fx = Fx::start(&refs, &["--anonymous"], None);
+    let addr = fx.endpoint.trim_start_matches("http://").to_string();
+    let files = std::sync::Arc::new(files);
+    // 200 connections open at once, then 200 GETs on them together.
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(200));
+    let clients: Vec<_> = (0..200)
+        .map(|i| {
+            let (addr, files, barrier) = (addr.clone(), files.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+                s.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+                    .unwrap();
+                barrier.wait();
+                let (key, want) = &files[i % files.len()];
+                let (status, body) = raw_get(&mut s, &addr, &format!("/data/{key}"), |_| {})
+                    .unwrap_or_else(|e| panic!("client {i}: {e}"));
+                assert_eq!(status, 200, "client {i}");
+                assert!(body == *want, "client {i}: the bytes of {key} differ");
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("a client failed");
+    }
 }

@@ -386,3 +386,57 @@ impl S3Fx {
             .unwrap_or_else(|e| panic!("out-of-band write {path}: {e}"));
     }
 }
+
+/// An unsigned `GET path` over HTTP/1.1 to `addr` (a gateway serving `--anonymous`): the
+/// status and the body, read in pieces with `on_piece(bytes so far)` called after each.
+/// Plain `std` sockets, so tests can run hundreds at once and watch a body arrive.
+pub fn raw_get(
+    stream: &mut std::net::TcpStream,
+    host: &str,
+    path: &str,
+    mut on_piece: impl FnMut(u64),
+) -> std::io::Result<(u16, Vec<u8>)> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut r = BufReader::new(stream);
+    let mut status_line = String::new();
+    r.read_line(&mut status_line)?;
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {status_line:?}")))?;
+    let mut len = None;
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line)? == 0 {
+            return Err(std::io::Error::other("headers cut off"));
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                len = v.trim().parse::<usize>().ok();
+            }
+        }
+    }
+    let len = len.ok_or_else(|| std::io::Error::other("no Content-Length"))?;
+    let mut body = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        let n = r.read(&mut body[got..(got + (256 << 10)).min(len)])?;
+        if n == 0 {
+            return Err(std::io::Error::other(format!(
+                "body cut off at {got} of {len}"
+            )));
+        }
+        got += n;
+        on_piece(got as u64);
+    }
+    Ok((status, body))
+}

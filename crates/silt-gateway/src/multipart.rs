@@ -1,0 +1,372 @@
+//! Multipart uploads: parts are kept in the gateway's own directory until the upload is
+//! completed (their concatenation becomes the object, as one whole-object upload of the
+//! client: `write::finish`) or aborted (they are removed).
+//!
+//! Layout under the uploads directory (owner-only):
+//!
+//! ```text
+//! <upload id>/upload          "bucket\nkey\n<initiated, unix seconds>\n"
+//! <upload id>/p00042.<md5>    part 42, its ETag (the MD5 of its bytes, hex) in its name
+//! <upload id>/tmp-<random>    a part being received
+//! ```
+//!
+//! A part is renamed into place only once its body was received whole and matched its
+//! digests, so a part that is there is complete; uploading a part number again replaces it.
+//! An upload is bound to the gateway that started it (its directory is local): a client
+//! must send all of its parts to that gateway. Uploads outlive a gateway's restart.
+
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rand::RngCore;
+use s3s::dto::*;
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
+use silt_client::{Client, Entry};
+use tokio::io::AsyncReadExt;
+
+use crate::write::{self, Expected, Received, Sink};
+
+/// S3's limits: part numbers 1..=10000, every part but the last at least 5 MiB.
+pub(crate) const MAX_PART_NUMBER: i32 = 10_000;
+pub(crate) const MIN_PART_SIZE: u64 = 5 << 20;
+
+/// One part on disk.
+#[derive(Debug, Clone)]
+pub(crate) struct PartFile {
+    pub number: i32,
+    pub etag: String,
+    pub size: u64,
+    pub modified: Option<SystemTime>,
+    pub path: PathBuf,
+}
+
+/// One upload's record.
+pub(crate) struct UploadInfo {
+    pub id: String,
+    pub bucket: String,
+    pub key: String,
+    pub initiated: SystemTime,
+}
+
+/// The uploads directory of one gateway.
+pub(crate) struct Uploads {
+    dir: PathBuf,
+}
+
+impl Uploads {
+    pub fn new(dir: PathBuf) -> Uploads {
+        Uploads { dir }
+    }
+
+    fn io(&self, what: &str, e: std::io::Error) -> S3Error {
+        crate::to_s3(silt_common::Error::from(e).context(format!("multipart upload: {what}")))
+    }
+
+    /// Starts an upload of `bucket`/`key`; returns its id.
+    pub async fn create(&self, bucket: &str, key: &str) -> S3Result<String> {
+        let mut raw = [0u8; 16];
+        rand::thread_rng().fill_bytes(&mut raw);
+        let id: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        let dir = self.dir.join(&id);
+        silt_common::private::create_dir(&dir).map_err(|e| self.io("creating", e))?;
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let record = format!("{bucket}\n{key}\n{now}\n");
+        silt_common::private::write(&dir.join("upload"), record.as_bytes())
+            .map_err(|e| self.io("recording", e))?;
+        Ok(id)
+    }
+
+    /// The upload `id`, if it is one of `bucket`/`key` (NoSuchUpload otherwise).
+    pub async fn get(&self, id: &str, bucket: &str, key: &str) -> S3Result<UploadInfo> {
+        match self.read_info(id).await {
+            Some(u) if u.bucket == bucket && u.key == key => Ok(u),
+            _ => Err(no_such_upload()),
+        }
+    }
+
+    async fn read_info(&self, id: &str) -> Option<UploadInfo> {
+        // An id names a directory here: only what `create` makes is accepted.
+        if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let text = tokio::fs::read_to_string(self.dir.join(id).join("upload"))
+            .await
+            .ok()?;
+        let mut lines = text.split('\n');
+        let bucket = lines.next()?.to_string();
+        let key = lines.next()?.to_string();
+        let secs: u64 = lines.next()?.parse().ok()?;
+        Some(UploadInfo {
+            id: id.to_string(),
+            bucket,
+            key,
+            initiated: UNIX_EPOCH + std::time::Duration::from_secs(secs),
+        })
+    }
+
+    /// Receives part `number` of upload `u`; returns its ETag (the MD5 of its bytes, hex)
+    /// and what was received.
+    pub async fn put_part(
+        &self,
+        u: &UploadInfo,
+        number: i32,
+        body: Option<StreamingBlob>,
+        content_length: Option<i64>,
+        expected: Expected,
+        trailers: Option<&s3s::TrailingHeaders>,
+    ) -> S3Result<(String, Received)> {
+        check_part_number(number)?;
+        let dir = self.dir.join(&u.id);
+        let mut raw = [0u8; 8];
+        rand::thread_rng().fill_bytes(&mut raw);
+        let tmp = dir.join(format!("tmp-{:016x}", u64::from_le_bytes(raw)));
+        let mut file = match silt_common::private::options()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(f) => tokio::fs::File::from_std(f),
+            // Aborted or completed meanwhile.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(no_such_upload()),
+            Err(e) => return Err(self.io("creating a part", e)),
+        };
+        let expected = Expected {
+            want_md5: true,
+            ..expected
+        };
+        let got = write::receive(
+            Sink::File(&mut file),
+            body,
+            content_length,
+            &expected,
+            trailers,
+        )
+        .await;
+        drop(file);
+        let got = match got {
+            Ok(g) => g,
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&tmp).await;
+                return Err(e);
+            }
+        };
+        let etag: String = got
+            .md5
+            .unwrap_or_default()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let name = part_name(number, &etag);
+        if let Err(e) = tokio::fs::rename(&tmp, dir.join(&name)).await {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(self.io("storing a part", e));
+        }
+        // The part number uploaded again: the older bytes go.
+        for old in self.parts(&u.id).await? {
+            if old.number == number && old.etag != etag {
+                let _ = tokio::fs::remove_file(&old.path).await;
+            }
+        }
+        Ok((etag, got))
+    }
+
+    /// The parts of upload `id`, by part number.
+    pub async fn parts(&self, id: &str) -> S3Result<Vec<PartFile>> {
+        let mut rd = match tokio::fs::read_dir(self.dir.join(id)).await {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(no_such_upload()),
+            Err(e) => return Err(self.io("listing parts", e)),
+        };
+        let mut parts = Vec::new();
+        while let Some(ent) = rd
+            .next_entry()
+            .await
+            .map_err(|e| self.io("listing parts", e))?
+        {
+            let name = ent.file_name();
+            let Some((number, etag)) = name.to_str().and_then(parse_part_name) else {
+                continue;
+            };
+            let Ok(meta) = ent.metadata().await else {
+                continue;
+            };
+            parts.push(PartFile {
+                number,
+                etag,
+                size: meta.len(),
+                modified: meta.modified().ok(),
+                path: ent.path(),
+            });
+        }
+        parts.sort_by(|a, b| a.number.cmp(&b.number).then(a.modified.cmp(&b.modified)));
+        // Two uploads of one part number racing: the later one is the part.
+        let mut out: Vec<PartFile> = Vec::with_capacity(parts.len());
+        for p in parts {
+            match out.last_mut() {
+                Some(last) if last.number == p.number => *last = p,
+                _ => out.push(p),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Completes upload `u` with the parts `asked` (number, ETag): checked as S3 does, then
+    /// written to `path` as one whole-object upload; the upload is gone once it is committed.
+    pub async fn complete(
+        &self,
+        client: &Client,
+        u: &UploadInfo,
+        path: &str,
+        asked: &[(i32, String)],
+    ) -> S3Result<Entry> {
+        if asked.is_empty() {
+            return Err(s3_error!(
+                MalformedXML,
+                "You must specify at least one part"
+            ));
+        }
+        if asked.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(s3_error!(
+                InvalidPartOrder,
+                "The list of parts was not in ascending order"
+            ));
+        }
+        let have = self.parts(&u.id).await?;
+        let mut chosen = Vec::with_capacity(asked.len());
+        for (n, etag) in asked {
+            let etag = etag.trim_matches('"').to_ascii_lowercase();
+            let Some(p) = have.iter().find(|p| p.number == *n && p.etag == etag) else {
+                return Err(s3_error!(
+                    InvalidPart,
+                    "One or more of the specified parts could not be found"
+                ));
+            };
+            chosen.push(p.clone());
+        }
+        if chosen[..chosen.len() - 1]
+            .iter()
+            .any(|p| p.size < MIN_PART_SIZE)
+        {
+            return Err(s3_error!(
+                EntityTooSmall,
+                "Your proposed upload is smaller than the minimum allowed object size"
+            ));
+        }
+        let w = client
+            .open_upload(path, Default::default())
+            .await
+            .map_err(write::commit_error)?;
+        let mut at = 0u64;
+        let mut buf = vec![0u8; 1 << 20];
+        for p in &chosen {
+            let mut f = tokio::fs::File::open(&p.path)
+                .await
+                .map_err(|e| self.io("reading a part", e))?;
+            loop {
+                let n = f
+                    .read(&mut buf)
+                    .await
+                    .map_err(|e| self.io("reading a part", e))?;
+                if n == 0 {
+                    break;
+                }
+                client
+                    .write_at(&w, at, &buf[..n])
+                    .map_err(write::write_error)?;
+                at += n as u64;
+            }
+        }
+        let entry = write::finish(client, &w).await?;
+        let _ = tokio::fs::remove_dir_all(self.dir.join(&u.id)).await;
+        Ok(entry)
+    }
+
+    /// Removes upload `u` and its parts.
+    pub async fn abort(&self, u: &UploadInfo) -> S3Result<()> {
+        match tokio::fs::remove_dir_all(self.dir.join(&u.id)).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(no_such_upload()),
+            Err(e) => Err(self.io("aborting", e)),
+        }
+    }
+
+    /// The uploads in progress of `bucket` whose keys start with `prefix`, by key then
+    /// initiation.
+    pub async fn list(&self, bucket: &str, prefix: &str) -> S3Result<Vec<UploadInfo>> {
+        let mut rd = match tokio::fs::read_dir(&self.dir).await {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(self.io("listing uploads", e)),
+        };
+        let mut out = Vec::new();
+        while let Some(ent) = rd
+            .next_entry()
+            .await
+            .map_err(|e| self.io("listing uploads", e))?
+        {
+            let Some(id) = ent.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if let Some(u) = self.read_info(&id).await {
+                if u.bucket == bucket && u.key.starts_with(prefix) {
+                    out.push(u);
+                }
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key).then(a.initiated.cmp(&b.initiated)));
+        Ok(out)
+    }
+}
+
+fn part_name(number: i32, etag: &str) -> String {
+    format!("p{number:05}.{etag}")
+}
+
+fn parse_part_name(name: &str) -> Option<(i32, String)> {
+    let rest = name.strip_prefix('p')?;
+    let (n, etag) = rest.split_once('.')?;
+    let n: i32 = n.parse().ok()?;
+    (etag.len() == 32 && etag.bytes().all(|b| b.is_ascii_hexdigit())).then(|| (n, etag.to_string()))
+}
+
+pub(crate) fn check_part_number(n: i32) -> S3Result<()> {
+    if (1..=MAX_PART_NUMBER).contains(&n) {
+        Ok(())
+    } else {
+        Err(s3_error!(
+            InvalidArgument,
+            "Part number must be an integer between 1 and 10000, inclusive"
+        ))
+    }
+}
+
+pub(crate) fn no_such_upload() -> S3Error {
+    S3Error::with_message(
+        S3ErrorCode::NoSuchUpload,
+        "The specified multipart upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_names_round_trip_and_reject_others() {
+        let etag = "0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            parse_part_name(&part_name(42, etag)),
+            Some((42, etag.into()))
+        );
+        for bad in [
+            "upload",
+            "tmp-00ff",
+            "p1.abc",
+            "pxx.0123456789abcdef0123456789abcdef",
+        ] {
+            assert_eq!(parse_part_name(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Writes through the gateway: PutObject, CopyObject, DeleteObject(s), and what a completed
+//! multipart upload shares with them.
+//!
+//! - A PUT is a **whole-object upload** of the client (`Client::open_upload`): a session of
+//!   its own that nothing reads before its commit, which replaces the file whole; the mount's
+//!   write rules decide the write type (through, back, cache-only). Two PUTs of one key are two
+//!   writers and the last commit wins, as on S3.
+//! - The body is **checked before the commit**: its length against Content-Length, and the
+//!   digests the request names (Content-MD5, `x-amz-checksum-*` as a header or as a trailer of
+//!   an `aws-chunked` body). A body cut off or not matching leaves the key as it was.
+//! - A DELETE removes the file, then the directories above it that it leaves empty (S3 has no
+//!   directories: a key's "directory" disappears with its last key).
+
+use bytes::Bytes;
+use futures::StreamExt;
+use s3s::checksum::ChecksumHasher;
+use s3s::crypto::{Checksum as _, Md5};
+use s3s::dto::*;
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
+use silt_client::{Client, Entry, FileWriter};
+use silt_common::{metrics, ErrorKind};
+
+use crate::to_s3;
+
+/// The digests a body must match, as the request gives them.
+#[derive(Default, Clone)]
+pub(crate) struct Expected {
+    /// Content-MD5 (base64).
+    pub md5: Option<String>,
+    /// `x-amz-checksum-*` headers (base64).
+    pub checksums: Checksum,
+    /// The checksum a trailer carries (`x-amz-trailer: x-amz-checksum-crc32`), lower case.
+    pub trailer: Option<String>,
+    /// Compute the MD5 even if none was given (a part's ETag is its MD5).
+    pub want_md5: bool,
+}
+
+/// Reads one checksum of a `Checksum`.
+type ChecksumField = fn(&Checksum) -> Option<&String>;
+
+/// The `x-amz-checksum-*` names and where each is in a `Checksum`.
+const CHECKSUMS: &[(&str, ChecksumField)] = &[
+    ("x-amz-checksum-crc32", |c| c.checksum_crc32.as_ref()),
+    ("x-amz-checksum-crc32c", |c| c.checksum_crc32c.as_ref()),
+    ("x-amz-checksum-sha1", |c| c.checksum_sha1.as_ref()),
+    ("x-amz-checksum-sha256", |c| c.checksum_sha256.as_ref()),
+    ("x-amz-checksum-crc64nvme", |c| {
+        c.checksum_crc64nvme.as_ref()
+    }),
+];
+
+impl Expected {
+    /// The trailer named by the request's `x-amz-trailer` header, if it is a checksum.
+    pub fn with_trailer(mut self, headers: &hyper::HeaderMap) -> S3Result<Expected> {
+        if let Some(v) = headers.get("x-amz-trailer") {
+            let name = v
+                .to_str()
+                .map_err(|_| s3_error!(InvalidRequest, "bad x-amz-trailer header"))?
+                .trim()
+                .to_ascii_lowercase();
+            if !CHECKSUMS.iter().any(|(n, _)| *n == name) {
+                return Err(s3_error!(
+                    InvalidRequest,
+                    "x-amz-trailer names no supported checksum"
+                ));
+            }
+            self.trailer = Some(name);
+        }
+        Ok(self)
+    }
+
+    fn hasher(&self) -> ChecksumHasher {
+        let wants = |name: &str, given: bool| given || self.trailer.as_deref() == Some(name);
+        let c = &self.checksums;
+        ChecksumHasher {
+            crc32: wants("x-amz-checksum-crc32", c.checksum_crc32.is_some()).then(Default::default),
+            crc32c: wants("x-amz-checksum-crc32c", c.checksum_crc32c.is_some())
+                .then(Default::default),
+            sha1: wants("x-amz-checksum-sha1", c.checksum_sha1.is_some()).then(Default::default),
+            sha256: wants("x-amz-checksum-sha256", c.checksum_sha256.is_some())
+                .then(Default::default),
+            crc64nvme: wants("x-amz-checksum-crc64nvme", c.checksum_crc64nvme.is_some())
+                .then(Default::default),
+        }
+    }
+}
+
+/// What a received body was.
+pub(crate) struct Received {
+    pub len: u64,
+    /// Its MD5, where one was given or wanted.
+    pub md5: Option<[u8; 16]>,
+    /// The checksums computed (those the request named), to echo in the answer.
+    pub checksums: Checksum,
+}
+
+/// Where a received body goes: an upload's buffer, or a multipart upload's part file.
+pub(crate) enum Sink<'a> {
+    Upload(&'a Client, &'a FileWriter),
+    File(&'a mut tokio::fs::File),
+}
+
+impl Sink<'_> {
+    async fn put(&mut self, at: u64, data: &[u8]) -> S3Result<()> {
+        match self {
+            Sink::Upload(client, w) => client.write_at(w, at, data).map_err(write_error),
+            Sink::File(f) => {
+                use tokio::io::AsyncWriteExt;
+                f.write_all(data).await.map_err(|e| {
+                    write_error(silt_common::Error::from(e).context("writing an upload part"))
+                })
+            }
+        }
+    }
+}
+
+/// Writes `body` into `sink` from offset 0 and checks it against `expected` and
+/// `content_length`; the caller keeps what it wrote only if this succeeds. `trailers`: the
+/// request's trailing headers (an `aws-chunked` body), ready once the body has been read.
+pub(crate) async fn receive(
+    mut sink: Sink<'_>,
+    body: Option<StreamingBlob>,
+    content_length: Option<i64>,
+    expected: &Expected,
+    trailers: Option<&s3s::TrailingHeaders>,
+) -> S3Result<Received> {
+    let mut md5 = (expected.md5.is_some() || expected.want_md5).then(Md5::new);
+    let mut hasher = expected.hasher();
+    let mut len = 0u64;
+    if let Some(mut body) = body {
+        while let Some(chunk) = body.next().await {
+            let chunk: Bytes = chunk.map_err(body_error)?;
+            if let Some(m) = &mut md5 {
+                m.update(&chunk);
+            }
+            hasher.update(&chunk);
+            sink.put(len, &chunk).await?;
+            len += chunk.len() as u64;
+            metrics::GATEWAY_WRITE_BYTES.add(chunk.len() as u64);
+        }
+    }
+    if let Some(n) = content_length {
+        if u64::try_from(n).ok() != Some(len) {
+            return Err(s3_error!(
+                IncompleteBody,
+                "You did not provide the number of bytes specified by the Content-Length HTTP header"
+            ));
+        }
+    }
+    let md5 = md5.map(Md5::finalize);
+    if let (Some(given), Some(got)) = (&expected.md5, &md5) {
+        let given = base64_decode(given)
+            .filter(|b| b.len() == 16)
+            .ok_or_else(|| s3_error!(InvalidDigest, "The Content-MD5 you specified was invalid"))?;
+        if given != got {
+            return Err(s3_error!(
+                BadDigest,
+                "The Content-MD5 you specified did not match what we received"
+            ));
+        }
+    }
+    let computed = hasher.finalize();
+    let mut claimed = expected.checksums.clone();
+    if let Some(name) = &expected.trailer {
+        let value = trailers
+            .and_then(|t| t.take())
+            .and_then(|h| {
+                h.get(name.as_str())
+                    .and_then(|v| v.to_str().ok().map(str::to_string))
+            })
+            .ok_or_else(|| {
+                s3_error!(
+                    InvalidRequest,
+                    "the body ended without the trailer its x-amz-trailer header announced"
+                )
+            })?;
+        set_checksum(&mut claimed, name, value);
+    }
+    for (name, get) in CHECKSUMS {
+        if let (Some(want), Some(got)) = (get(&claimed), get(&computed)) {
+            if want != got {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::BadDigest,
+                    format!("The {name} you specified did not match the calculated checksum"),
+                ));
+            }
+        }
+    }
+    Ok(Received {
+        len,
+        md5,
+        checksums: computed,
+    })
+}
+
+fn set_checksum(c: &mut Checksum, name: &str, value: String) {
+    match name {
+        "x-amz-checksum-crc32" => c.checksum_crc32 = Some(value),
+        "x-amz-checksum-crc32c" => c.checksum_crc32c = Some(value),
+        "x-amz-checksum-sha1" => c.checksum_sha1 = Some(value),
+        "x-amz-checksum-sha256" => c.checksum_sha256 = Some(value),
+        "x-amz-checksum-crc64nvme" => c.checksum_crc64nvme = Some(value),
+        _ => {}
+    }
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(s.trim().as_bytes())
+        .ok()
+}
+
+/// A request body that failed while it was read: cut off, a chunk signature that does not
+/// match, a payload hash that does not.
+fn body_error(e: s3s::StdError) -> S3Error {
+    let text = e.to_string();
+    if text.contains("SignatureMismatch") {
+        s3_error!(
+            SignatureDoesNotMatch,
+            "The chunk signature does not match the request's"
+        )
+    } else if text.contains("Sha256Mismatch") {
+        let mut e = S3Error::with_message(
+            S3ErrorCode::Custom("XAmzContentSHA256Mismatch".into()),
+            "The provided 'x-amz-content-sha256' header does not match what was computed",
+        );
+        e.set_status_code(hyper::StatusCode::BAD_REQUEST);
+        e
+    } else if text.contains("FormatError") || text.contains("TooLarge") || text.contains("TooMany")
+    {
+        s3_error!(InvalidRequest, "malformed aws-chunked body")
+    } else {
+        s3_error!(IncompleteBody, "The request body ended early")
+    }
+}
+
+/// A write into the upload buffer that failed.
+pub(crate) fn write_error(e: silt_common::Error) -> S3Error {
+    match e.kind() {
+        ErrorKind::FileTooLarge => {
+            S3Error::with_message(S3ErrorCode::EntityTooLarge, e.to_string())
+        }
+        ErrorKind::NoSpace => {
+            let mut err = S3Error::with_message(
+                S3ErrorCode::ServiceUnavailable,
+                format!("no room for the upload: {e}"),
+            );
+            err.set_status_code(hyper::StatusCode::INSUFFICIENT_STORAGE);
+            err
+        }
+        _ => to_s3(e),
+    }
+}
+
+/// An error of starting or committing a write, as S3 would say it.
+pub(crate) fn commit_error(e: silt_common::Error) -> S3Error {
+    match e.kind() {
+        // A key under a key (`a/b` where `a` is an object), or a key that is a "directory"
+        // here: the namespace is a file tree and cannot hold both.
+        ErrorKind::NotADirectory | ErrorKind::IsADirectory | ErrorKind::AlreadyExists => {
+            let mut err = S3Error::with_message(
+                S3ErrorCode::Custom("KeyConflict".into()),
+                format!("the key conflicts with another: {e} (docs/gateway.md: keys are paths)"),
+            );
+            err.set_status_code(hyper::StatusCode::CONFLICT);
+            err
+        }
+        ErrorKind::ReadOnly => S3Error::with_message(
+            S3ErrorCode::AccessDenied,
+            format!("Access Denied: {e} (the mount's write rules allow no writes here)"),
+        ),
+        _ => write_error(e),
+    }
+}
+
+/// Uploads `body` to `path` as a whole object: received and checked, then committed (the
+/// write type's promise kept) and closed. Returns the committed entry.
+pub(crate) async fn upload(
+    client: &Client,
+    path: &str,
+    body: Option<StreamingBlob>,
+    content_length: Option<i64>,
+    expected: &Expected,
+    trailers: Option<&s3s::TrailingHeaders>,
+) -> S3Result<(Entry, Received)> {
+    let w = client
+        .open_upload(path, Default::default())
+        .await
+        .map_err(commit_error)?;
+    // On any error below `w` is dropped unclosed: nothing is committed.
+    let sink = Sink::Upload(client, &w);
+    let got = receive(sink, body, content_length, expected, trailers).await?;
+    let entry = finish(client, &w).await?;
+    Ok((entry, got))
+}
+
+/// Commits and closes an upload.
+pub(crate) async fn finish(client: &Client, w: &FileWriter) -> S3Result<Entry> {
+    let entry = client.commit(w).await.map_err(commit_error)?;
+    client.close(w).await.map_err(commit_error)?;
+    metrics::GATEWAY_OBJECTS_WRITTEN.inc();
+    Ok(entry)
+}
+
+/// Deletes the file at `path` (nothing there is success, as on S3), then the directories
+/// above it it leaves empty, up to (not including) `root`.
+pub(crate) async fn delete(client: &Client, root: &str, path: &str) -> S3Result<()> {
+    match client.remove_file(path).await {
+        Ok(()) => {}
+        // No such key (or a "directory" key): S3 answers a delete of nothing with success.
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::NotFound | ErrorKind::IsADirectory | ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(())
+        }
+        Err(e) => return Err(commit_error(e)),
+    }
+    let mut dir = path;
+    while let Some(i) = dir.rfind('/') {
+        dir = &dir[..i];
+        if dir.len() <= root.len() {
+            break;
+        }
+        // Not empty (or not ours to remove): the directories above stay too.
+        if client.rmdir(dir).await.is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
