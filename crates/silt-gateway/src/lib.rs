@@ -219,6 +219,19 @@ impl Gateway {
         Ok(format!("{root}/{key}"))
     }
 
+    /// The namespace path a write of `key` in `bucket` goes to: 400 for a key no path can
+    /// hold (an empty, `.` or `..` component).
+    async fn write_path(&self, bucket: &str, key: &str) -> S3Result<String> {
+        let root = self.bucket_root(bucket).await?;
+        if !valid_key(key) {
+            return Err(s3_error!(
+                InvalidArgument,
+                "this key cannot be stored as a path: an empty, . or .. component (docs/gateway.md)"
+            ));
+        }
+        Ok(format!("{root}/{key}"))
+    }
+
     /// The file `key` names in `bucket`.
     async fn object(&self, bucket: &str, key: &str) -> S3Result<Entry> {
         match self.client.stat(&self.key_path(bucket, key).await?).await {
@@ -487,7 +500,26 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let expected = expected_of!(req)?;
         let i = req.input;
-        let path = self.key_path(&i.bucket, &i.key).await?;
+        if let Some(dir) = i.key.strip_suffix('/').filter(|d| valid_key(d)) {
+            // A "folder" marker (what s3a, the S3 consoles and s3fs-fuse make): a directory.
+            if i.content_length.is_some_and(|n| n > 0) {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "a key ending in / names a directory here: its body must be empty"
+                ));
+            }
+            let root = self.bucket_root(&i.bucket).await?;
+            let path = format!("{root}/{dir}");
+            write::make_dirs(&self.client, &root, &path).await?;
+            self.note_changed(&path).await;
+            return Ok(S3Response::new(PutObjectOutput {
+                // The MD5 of no bytes, as S3 answers for an empty object.
+                e_tag: Some(ETag::Strong("d41d8cd98f00b204e9800998ecf8427e".into())),
+                size: Some(0),
+                ..Default::default()
+            }));
+        }
+        let path = self.write_path(&i.bucket, &i.key).await?;
         self.check_write_conditions(
             &i.bucket,
             &i.key,
@@ -536,7 +568,7 @@ impl S3 for Gateway {
             _ => return Err(s3_error!(NotImplemented, "access points are not supported")),
         };
         self.may_read(req.credentials.as_ref(), &src_bucket)?;
-        let dst = self.key_path(&i.bucket, &i.key).await?;
+        let dst = self.write_path(&i.bucket, &i.key).await?;
         let file = self.open(&src_bucket, &src_key).await?;
         let etag = etag_of(&file.entry);
         check_copy_conditions(&file.entry, &etag, i).map_err(|e| {
@@ -593,10 +625,7 @@ impl S3 for Gateway {
             ));
         }
         let root = self.bucket_root(&i.bucket).await?;
-        // A key that can name no file names nothing to delete.
-        if valid_key(&i.key) {
-            let path = format!("{root}/{}", i.key);
-            write::delete(&self.client, &root, &path).await?;
+        if let Some(path) = write::delete_key(&self.client, &root, &i.key).await? {
             self.note_changed(&path).await;
         }
         Ok(S3Response::with_status(
@@ -626,15 +655,15 @@ impl S3 for Gateway {
                     NotImplemented,
                     "object versions are not supported"
                 ))
-            } else if valid_key(&o.key) {
-                let path = format!("{root}/{}", o.key);
-                let r = write::delete(&self.client, &root, &path).await;
-                if r.is_ok() {
-                    self.note_changed(&path).await;
-                }
-                r
             } else {
-                Ok(())
+                match write::delete_key(&self.client, &root, &o.key).await {
+                    Ok(Some(path)) => {
+                        self.note_changed(&path).await;
+                        Ok(())
+                    }
+                    Ok(None) => Ok(()),
+                    Err(e) => Err(e),
+                }
             };
             match r {
                 Ok(()) if quiet => {}
@@ -662,7 +691,7 @@ impl S3 for Gateway {
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
         let i = &req.input;
-        let path = self.key_path(&i.bucket, &i.key).await?;
+        let path = self.write_path(&i.bucket, &i.key).await?;
         // Refused now if it could never complete (read-only, a directory there).
         self.client
             .open_upload(&path, Default::default())
@@ -710,7 +739,7 @@ impl S3 for Gateway {
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let i = req.input;
         let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
-        let path = self.key_path(&i.bucket, &i.key).await?;
+        let path = self.write_path(&i.bucket, &i.key).await?;
         self.check_write_conditions(
             &i.bucket,
             &i.key,
@@ -1024,7 +1053,7 @@ impl ByteStream for Body {
 
 /// Whether `key` can name a file of the namespace: relative, no empty, `.` or `..`
 /// component, and not ending with `/` (directories are not objects).
-fn valid_key(key: &str) -> bool {
+pub(crate) fn valid_key(key: &str) -> bool {
     !key.is_empty()
         && key.len() <= 1024
         && !key.contains('\0')

@@ -303,9 +303,68 @@ pub(crate) async fn finish(client: &Client, w: &FileWriter) -> S3Result<Entry> {
     Ok(entry)
 }
 
+/// Deletes `key` of the bucket at `root`: a file, or for a key ending in `/` (a "folder"
+/// marker) the directory if it is empty. Returns the path changed, if any. A key that names
+/// nothing is success, as on S3.
+pub(crate) async fn delete_key(client: &Client, root: &str, key: &str) -> S3Result<Option<String>> {
+    if let Some(dir) = key.strip_suffix('/').filter(|d| crate::valid_key(d)) {
+        let path = format!("{root}/{dir}");
+        return match client.rmdir(&path).await {
+            Ok(()) => Ok(Some(path)),
+            // Not empty, not there, a file: the marker S3 would delete is not a thing here.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::NotEmpty | ErrorKind::NotFound | ErrorKind::NotADirectory
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(commit_error(e)),
+        };
+    }
+    if !crate::valid_key(key) {
+        return Ok(None);
+    }
+    let path = format!("{root}/{key}");
+    delete(client, root, &path).await?;
+    Ok(Some(path))
+}
+
+/// Makes the directory `path` and those missing above it, below the bucket at `root`
+/// (`KeyConflict` where a file is in the way).
+pub(crate) async fn make_dirs(client: &Client, root: &str, path: &str) -> S3Result<()> {
+    let rel = path
+        .strip_prefix(root)
+        .unwrap_or(path)
+        .trim_start_matches('/');
+    let mut at = root.to_string();
+    for part in rel.split('/') {
+        at.push('/');
+        at.push_str(part);
+        match client.stat_live(&at).await {
+            Ok((e, _)) if e.is_dir() => continue,
+            Ok(_) => {
+                return Err(commit_error(silt_common::Error::new(
+                    ErrorKind::NotADirectory,
+                    format!("{at} is a file"),
+                )))
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(to_s3(e)),
+        }
+        match client.mkdir(&at).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(commit_error(e)),
+        }
+    }
+    Ok(())
+}
+
 /// Deletes the file at `path` (nothing there is success, as on S3), then the directories
 /// above it it leaves empty, up to (not including) `root`.
-pub(crate) async fn delete(client: &Client, root: &str, path: &str) -> S3Result<()> {
+async fn delete(client: &Client, root: &str, path: &str) -> S3Result<()> {
     match client.remove_file(path).await {
         Ok(()) => {}
         // No such key (or a "directory" key): S3 answers a delete of nothing with success.

@@ -730,6 +730,18 @@ err(lambda: ro.delete_object(Bucket="data", Key="f"), "AccessDenied", 403)
 err(lambda: ro.copy_object(Bucket="data", Key="ro", CopySource="data/f"), "AccessDenied", 403)
 err(lambda: s3.put_object(Bucket="nosuchbucket", Key="x", Body=b"x"), "NoSuchBucket", 404)
 
+# "Folder" markers (a key ending in /, empty): a directory here, listed as a common prefix;
+# deleting one removes the directory when it is empty. A key no path can hold: 400.
+s3.put_object(Bucket="data", Key="made/by/marker/", Body=b"")
+l = s3.list_objects_v2(Bucket="data", Prefix="made/by/", Delimiter="/")
+assert [p["Prefix"] for p in l["CommonPrefixes"]] == ["made/by/marker/"], l
+err(lambda: s3.put_object(Bucket="data", Key="marker-with-body/", Body=b"x"), "InvalidArgument", 400)
+err(lambda: s3.put_object(Bucket="data", Key="f/", Body=b""), "KeyConflict", 409)
+s3.delete_object(Bucket="data", Key="made/by/marker/")
+assert [p["Prefix"] for p in s3.list_objects_v2(Bucket="data", Prefix="made/by/", Delimiter="/").get("CommonPrefixes", [])] == []
+err(lambda: s3.put_object(Bucket="data", Key="a/../b", Body=b"x"), "InvalidArgument", 400)
+err(lambda: s3.put_object(Bucket="data", Key="a//b", Body=b"x"), "InvalidArgument", 400)
+
 # A presigned PUT.
 import urllib.request
 url = s3.generate_presigned_url("put_object", Params={{"Bucket": "data", "Key": "presigned"}}, ExpiresIn=300)
