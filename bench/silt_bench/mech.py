@@ -26,6 +26,11 @@ CHUNK = 1 << 20
 # The etcd of --cluster runs: $SILT_ETCD, else Debian's etcd-server, else etcd on PATH (as
 # crates/silt-testkit's Etcd looks it up).
 ETCD = os.environ.get("SILT_ETCD") or ("/usr/bin/etcd" if os.path.isfile("/usr/bin/etcd") else shutil.which("etcd"))
+# The S3 server of scenario G's unshaped baseline: looked up as `silt-bench env` looks up the
+# shaped store's ($SILT_VERSITYGW, the workspace's .deps/bin/versitygw, PATH).
+_DEPS_VERSITYGW = os.path.join(ROOT, ".deps/bin/versitygw")
+VERSITYGW = os.environ.get("SILT_VERSITYGW") or (
+    _DEPS_VERSITYGW if os.path.isfile(_DEPS_VERSITYGW) else shutil.which("versitygw"))
 
 # Every etcd, worker and client process a Cluster started and has not stopped yet, so that the
 # run's clean-up (bench/run's `finally`) can stop what an exception left behind.
@@ -166,10 +171,15 @@ def parse_size(text):
     return int(text)
 
 
-def direct(store, args):
-    """The direct baseline (crates/silt/examples/direct_read): (bytes or entries, seconds)."""
+def direct_json(store, args):
+    """The direct baseline (crates/silt/examples/direct_read) over `store`: its JSON."""
     os.sync()
-    r = json.loads(subprocess.check_output([DIRECT, f"s3://{store.bucket}"] + args, env=store.env()))
+    return json.loads(subprocess.check_output([DIRECT, f"s3://{store.bucket}"] + args, env=store.env()))
+
+
+def direct(store, args):
+    """The direct baseline: (bytes or entries, seconds)."""
+    r = direct_json(store, args)
     return r.get("bytes", r.get("entries")), r["seconds"]
 
 
@@ -179,8 +189,11 @@ class Silt:
     The bucket is the namespace's /data; `mounts` adds entries {namespace path: URI} beside it
     (e.g. {"/b3": "s3://bench/tree"}), reached with `ns(path)`."""
 
-    def __init__(self, work, state, store, memory="1GiB", disk="40GiB", extra=(), mounts=None):
+    GATEWAY_LINE = "silt: S3 gateway at "
+
+    def __init__(self, work, state, store, memory="1GiB", disk="40GiB", extra=(), mounts=None, gateway=None):
         self.memory = memory
+        self.gateway = None  # with `gateway` (an access key and its secret): the S3 gateway's URL
         self.mnt = os.path.join(work, "mnt")
         os.makedirs(self.mnt, exist_ok=True)
         self.state = state
@@ -190,15 +203,24 @@ class Silt:
         table = ",".join([f"/data=s3://{store.bucket}"] + [f"{k}={v}" for k, v in (mounts or {}).items()])
         cmd = [SILT, "up", "--mount", table, "--mountpoint", self.mnt,
                "--state-dir", state, "--disk-tiers", f"{self.cache_dir}:{disk}", "--memory-capacity", memory, *extra]
+        if gateway:
+            # A free loopback port; the key goes by the environment, not the command line.
+            cmd += ["--gateway", "127.0.0.1:0"]
+            env.update(SILT_GATEWAY_ACCESS_KEY=gateway[0], SILT_GATEWAY_SECRET_KEY=gateway[1])
         self.p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-        for line in self.p.stderr:  # silt prints "silt: serving" once mounted
+        for line in self.p.stderr:  # silt prints "silt: serving" once mounted (the gateway's line before it)
             self.log.write(line)
+            if gateway and line.startswith(self.GATEWAY_LINE):
+                self.gateway = line[len(self.GATEWAY_LINE):].strip()
             if line.startswith("silt: serving"):
                 break
         else:
             self.p.wait()
             raise RuntimeError(f"silt did not come up (exit {self.p.returncode}); see {self.log.name}")
         threading.Thread(target=lambda: [self.log.write(l) for l in self.p.stderr], daemon=True).start()
+        if gateway and not self.gateway:
+            self.stop()
+            raise RuntimeError(f"silt printed no gateway address; see {self.log.name}")
 
     def path(self, rel):
         return os.path.join(self.mnt, "data", rel)
@@ -353,6 +375,65 @@ class Etcd:
 
     def stop(self):
         _terminate(self.p, timeout=10)
+
+
+def versitygw_answers(port, ip="127.0.0.1"):
+    """Whether versitygw answers HTTP on ip:port (any status: an unsigned request is refused;
+    its Server header tells it from another program on the port), as `silt-bench env` checks."""
+    try:
+        with socket.create_connection((ip, port), timeout=0.5) as s:
+            s.settimeout(2)
+            s.sendall(f"GET / HTTP/1.1\r\nHost: {ip}:{port}\r\nConnection: close\r\n\r\n".encode())
+            got = b""
+            while len(got) < 64 * 1024:
+                b = s.recv(64 * 1024)
+                if not b:
+                    break
+                got += b
+    except OSError:
+        return False
+    head = got.decode("latin-1").lower()
+    return head.startswith("http/1.") and "server: versitygw" in head
+
+
+class LocalS3:
+    """versitygw over `data_dir` (its top-level directories are buckets) on loopback, with no
+    shaping: scenario G's "unshaped local S3 server of the same bytes". Started as the shaped
+    store's versitygw (`silt-bench env`: posix backend, no VGW_* settings), plus --keep-alive
+    (the shaped store's server closes every connection: its clients pay a connect per request,
+    which this baseline should not). A port taken between picking and binding means a retry."""
+
+    def __init__(self, data_dir, key, secret, log_path, attempts=5, timeout=30):
+        if not VERSITYGW:
+            raise RuntimeError("versitygw not found ($SILT_VERSITYGW, .deps/bin/versitygw, PATH)")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VGW_")}
+        for _ in range(attempts):
+            port = free_port()
+            self.endpoint = f"http://127.0.0.1:{port}"
+            with open(log_path, "a") as log:
+                self.p = subprocess.Popen([VERSITYGW, "--access", key, "--secret", secret, "--port",
+                                           f"127.0.0.1:{port}", "--keep-alive", "posix", data_dir],
+                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+            _LIVE.add(self.p)
+            deadline = time.monotonic() + timeout
+            while self.p.poll() is None and time.monotonic() < deadline:
+                if versitygw_answers(port):
+                    return
+                time.sleep(0.05)  # polling for readiness
+            _terminate(self.p, timeout=5)
+            with open(log_path) as f:
+                if "address already in use" not in f.read():
+                    break
+        raise RuntimeError(f"versitygw did not answer on loopback; see {log_path}")
+
+    def stop(self):
+        _terminate(self.p, timeout=10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
 
 
 class Cluster:
