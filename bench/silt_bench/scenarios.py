@@ -1,5 +1,5 @@
-"""Scenarios B1-B6 of shared/brief/benchmarks.md, and B3P (open+stat latency per metadata sync
-policy over B3's tree). Each runs Silt and its baselines interleaved, repetition by repetition,
+"""Scenarios B1-B6 of shared/brief/benchmarks.md, B3P (open+stat latency per metadata sync
+policy over B3's tree) and G (the S3 gateway, issue 19 §3). Each runs Silt and its baselines interleaved, repetition by repetition,
 and records runs into a `Ctx`:
 
 - `ctx.add(figure, value, unit)` one run of a figure (medians and min-max come later),
@@ -13,6 +13,7 @@ B5 and B6's rebalance need features that later issues bring. They are detected, 
   written through the mount with `--write-type cache-only` and compared with the same on a
   tmpfs; its client-library part and the upload comparison run `silt-bench shuffle`.
 - B3P runs when `silt up --help` offers `--sync-policy` (issue 5).
+- G runs when `silt up --help` offers `--gateway` (issue 19).
 - B6 rebalance runs when `silt ring simulate --help` exists (issue 4). The contract:
   `silt ring simulate --workers 4 --join 1 --pages N --json` prints `{"moved_fraction": F}`.
 """
@@ -21,6 +22,7 @@ import json
 import math
 import os
 import random
+import secrets
 import shutil
 import statistics
 import subprocess
@@ -28,7 +30,7 @@ import time
 
 from . import generators, mech, stats, train
 
-SCENARIOS = ("B1", "B1F", "B2", "B3", "B3P", "B4", "B5", "B6")
+SCENARIOS = ("B1", "B1F", "B2", "B3", "B3P", "B4", "B5", "B6", "G")
 UFS_REQUESTS = "silt_ufs_requests_total"
 META_SWEEPS = "silt_meta_sweeps_total"
 UFS_READ_BYTES = "silt_ufs_read_bytes_total"
@@ -88,11 +90,11 @@ def sizes(quick):
 def generate(ctx, wanted):
     n_large, large_size, n_small, depth = sizes(ctx.quick)
     root = ctx.store.local_dir
-    if {"B1", "B1F", "B6"} & wanted:
+    if {"B1", "B1F", "B6", "G"} & wanted:
         ctx.manifests["large"] = generators.large(root, count=n_large, size=large_size, seed=ctx.seed)
-    if {"B2", "B4"} & wanted:
+    if {"B2", "B4", "G"} & wanted:
         ctx.manifests["small"] = generators.imagenet_like(root, files=n_small, dirs=100, seed=ctx.seed)
-    if {"B3", "B3P"} & wanted:
+    if {"B3", "B3P", "G"} & wanted:
         ctx.manifests["tree"] = generators.tree(root, depth=depth, fanout=10, seed=ctx.seed)
     if "B6" in wanted:
         for n in ctx.b6_files:
@@ -865,6 +867,92 @@ def b6(ctx):
         ctx.note("B6", "rebalance: not yet supported: no `silt ring` (the worker ring arrives with issue 4)")
 
 
+# ---------------------------------------------------------------- G: the S3 gateway
+
+# B3's tree as a mount of its own, so that it is a bucket of its own (`tree`) whose listing
+# is exactly the tree (see b3_mounts; "b3" is too short for an S3 bucket name).
+G_TREE = "/tree"
+# B1's direct parallel reader: each object by 8 ranged GETs of 8 MiB at a time.
+G_LARGE = ["large", "8", "8MiB"]
+G_SMALL = ["small", "8"]
+
+
+def silt_has_gateway():
+    out = subprocess.run([mech.SILT, "up", "--help"], capture_output=True, text=True).stdout
+    return "--gateway" in out
+
+
+def _sides(rep, *sides):
+    """The sides of a comparison, their order reversed every other repetition."""
+    return sides if rep % 2 == 0 else sides[::-1]
+
+
+def _g_list(ctx, store, prefix, figure):
+    r = mech.direct_json(store, ["list", prefix])
+    ctx.add(figure, r["seconds"], "s")
+    ctx.counter(f"g {figure}: keys listed", r["files"])
+
+
+def g(ctx):
+    """G, the S3 gateway (issue 19 §3), on the run's shaped store: `silt up --gateway` (a fresh
+    state each repetition) read by the direct client (crates/silt/examples/direct_read, one S3
+    client for every side) pointed at the gateway, beside the same client on the shaped store
+    and on an unshaped versitygw serving the same directory on loopback (mech.LocalS3). Each
+    repetition:
+    - list: one recursive ListObjectsV2 listing (pages of 1,000 keys) of B3's tree (10^4 keys;
+      quick 10^3), mounted as the bucket `tree`: through the gateway first (Silt lists the store:
+      g_gateway_list_first) and again (metadata cached: g_gateway_list); the store's tree/
+      prefix, shaped (g_direct_list) and unshaped (g_local_s3_list);
+    - cold: B1's files, 8 ranged GETs of 8 MiB at a time, through the gateway of the fresh Silt
+      (g_gateway_cold_large) and from the shaped store (g_direct_large);
+    - B1's and B2's files loaded (`silt load`, untimed), then cached: B1's files the same way
+      (g_gateway_large, g_local_s3_large) and B2's, HEAD + GET each, 8 at a time
+      (g_gateway_small, g_local_s3_small), each side read once untimed first.
+    The sides of each comparison swap order from one repetition to the next. Counter: store
+    requests Silt made during the cached reads (0 when the cache served them all)."""
+    if not silt_has_gateway():
+        ctx.note("G", "not yet supported: `silt up` has no --gateway (the S3 gateway arrives with issue 19)")
+        return
+    large = [k for k, _, _ in ctx.manifests["large"]]
+    small = [k for k, _, _ in ctx.manifests["small"]]
+    shaped = ctx.store
+    # A fresh key per run; the gateway takes it from its environment, the client from its own.
+    key, secret = "SILTBENCHG" + secrets.token_hex(5).upper(), secrets.token_hex(20)
+    mounts = {G_TREE: f"s3://{shaped.bucket}/tree"}
+    ctx.note("G", f"client: direct_read (OpenDAL S3) for every side; large: {len(large)} objects of B1, "
+                  f"{' x '.join(G_LARGE[1:])} ranged GETs at a time; small: {len(small)} objects of B2, "
+                  f"HEAD + GET each, 8 at a time; list: {len(ctx.manifests['tree'])} keys of B3's tree, "
+                  f"recursive, pages of 1,000. Gateway: `silt up --gateway` (memory tier 1GiB, disk tier "
+                  f"40GiB), fresh state each repetition; cached figures after `silt load` and one untimed "
+                  f"pass per side. Unshaped baseline: versitygw (posix, --keep-alive) on loopback over the "
+                  f"shaped store's directory")
+    log = os.path.join(ctx.work, "versitygw-local.log")
+    with mech.LocalS3(os.path.dirname(shaped.local_dir), shaped.key, shaped.secret, log) as server:
+        local = mech.Store(server.endpoint, shaped.key, shaped.secret, shaped.bucket, shaped.local_dir)
+        for rep in range(ctx.reps):
+            with ctx.silt(ctx.fresh_state("g"), mounts=mounts, gateway=(key, secret)) as s:
+                gw = mech.Store(s.gateway, key, secret, "data", None)
+                gw_tree = mech.Store(s.gateway, key, secret, G_TREE.strip("/"), None)
+                _g_list(ctx, gw_tree, "", "g_gateway_list_first")
+                _g_list(ctx, gw_tree, "", "g_gateway_list")
+                for figure, store in _sides(rep, ("g_direct_list", shaped), ("g_local_s3_list", local)):
+                    _g_list(ctx, store, "tree/", figure)
+                for figure, store in _sides(rep, ("g_gateway_cold_large", gw), ("g_direct_large", shaped)):
+                    ctx.add(figure, _gb(mech.direct(store, G_LARGE + large)), "GB/s")
+                s.load("large")
+                s.load("small")
+                req = s.metric(UFS_REQUESTS)
+                for figure, store in _sides(rep, ("g_gateway_large", gw), ("g_local_s3_large", local)):
+                    mech.direct(store, G_LARGE + large)
+                    ctx.add(figure, _gb(mech.direct(store, G_LARGE + large)), "GB/s")
+                for figure, store in _sides(rep, ("g_gateway_small", gw), ("g_local_s3_small", local)):
+                    mech.direct(store, G_SMALL + small)
+                    ctx.add(figure, len(small) / mech.direct(store, G_SMALL + small)[1], "objects/s")
+                ctx.counter("g: store requests during the cached reads", s.metric(UFS_REQUESTS) - req)
+            shutil.rmtree(os.path.join(ctx.work, "g"), ignore_errors=True)
+            print(f"G rep {rep + 1}/{ctx.reps} done", flush=True)
+
+
 # ---------------------------------------------------------------- ratios
 
 # The --cluster figures: (single node's figure, what it is, its baseline figure, the baseline).
@@ -969,6 +1057,13 @@ def ratios(ctx):
         out["B6 per file"] = stats.median(R[max(per_file, key=lambda k: int(k.rsplit("_", 1)[1]))])
     if "b6_moved_fraction" in R:
         out["B6 rebalance"] = stats.median(R["b6_moved_fraction"])
+    # G: goals on the cached reads (issue 19 §3); the cold read and the listings are reported.
+    r("G cached large", "g_gateway_large", "g_local_s3_large")
+    r("G cached small", "g_gateway_small", "g_local_s3_small")
+    r("G cold ÷ direct GET", "g_gateway_cold_large", "g_direct_large")
+    r("G list ÷ direct list", "g_gateway_list", "g_direct_list")
+    r("G first list ÷ direct list", "g_gateway_list_first", "g_direct_list")
+    r("G list ÷ unshaped local list", "g_gateway_list", "g_local_s3_list")
     if ctx.compare:
         r("B2 warm peer", "b2_warm", "peer_b2_warm")
         r("B1 warm ÷ peer warm", "b1_warm_4", "peer_b1_warm_4")

@@ -86,6 +86,10 @@ GOALS = [
     Goal("B5 client memory", "memory budget (client library)", 1.10, "<=", "×"),
     Goal("B6 per file", "bytes of worker memory per cached file", 300, "<=", "bytes"),
     Goal("B6 rebalance", "fraction of pages that move (5th worker)", _pages_move(5), "<=", "="),
+    # G (issue 19 §3): cached objects through the gateway ÷ an unshaped local S3 server of the
+    # same bytes, read by the same client.
+    Goal("G cached large", "unshaped local S3 (8 × 8 MiB ranged GETs)", 1.0, ">="),
+    Goal("G cached small", "unshaped local S3 (objects/s, 8 threads)", 2.0, ">=", "×"),
 ]
 GOALS_BY_ID = {g.id: g for g in GOALS}
 

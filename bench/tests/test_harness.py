@@ -558,3 +558,110 @@ def test_etcd_starts_healthy_and_stops(tmp_path):
         mech.stop_all()  # the run's last-resort clean-up stops it too
     assert e.p.poll() is not None and e.p not in mech._LIVE
     assert not mech.etcd_healthy(e.endpoint)
+
+
+# ---------------------------------------------------------------- G: the S3 gateway
+
+def test_g_ratios_goals_and_nothing_unmeasured_claimed():
+    ctx = scenarios.Ctx(None, "/nonexistent", reps=3)
+    for name, runs in {"g_gateway_large": [1.0, 1.2, 1.1], "g_local_s3_large": [1.0, 1.0, 1.0],
+                       "g_gateway_small": [900, 1000, 1100], "g_local_s3_small": [600, 600, 600],
+                       "g_gateway_cold_large": [0.2, 0.2, 0.2], "g_direct_large": [0.25, 0.2, 0.15],
+                       "g_gateway_list_first": [1.5, 1.5, 1.5], "g_gateway_list": [0.3, 0.3, 0.3],
+                       "g_direct_list": [0.6, 0.6, 0.6], "g_local_s3_list": [0.1, 0.1, 0.1]}.items():
+        for v in runs:
+            ctx.add(name, v, "x")
+    r = scenarios.ratios(ctx)
+    assert r["G cached large"] == pytest.approx(1.1)
+    assert r["G cached small"] == pytest.approx(1000 / 600)
+    assert r["G cold ÷ direct GET"] == pytest.approx(1.0)
+    assert r["G list ÷ direct list"] == pytest.approx(0.5)
+    assert r["G first list ÷ direct list"] == pytest.approx(2.5)
+    assert r["G list ÷ unshaped local list"] == pytest.approx(3.0)
+    g = stats.GOALS_BY_ID
+    assert (g["G cached large"].goal, g["G cached large"].direction) == (1.0, ">=")
+    assert (g["G cached small"].goal, g["G cached small"].direction) == (2.0, ">=")
+    # Goals on the cached reads only: the cold read and the listings are reported, not judged.
+    assert [k for k in r if k in g] == ["G cached large", "G cached small"]
+    lines = stats.gaps(r)
+    assert "1.10 of unshaped local S3 (8 × 8 MiB ranged GETs), goal ≥ 1.0: met (+0.10)" in lines
+    assert "1.67 × unshaped local S3 (objects/s, 8 threads), goal ≥ 2.0: gap 0.33" in lines
+    # Only the gateway side measured (e.g. the baseline failed): no ratio is claimed.
+    ctx = scenarios.Ctx(None, "/nonexistent", reps=1)
+    ctx.add("g_gateway_large", 1.0, "GB/s")
+    assert not any(k.startswith("G ") for k in scenarios.ratios(ctx))
+
+
+def test_g_sides_swap_every_other_repetition_and_data_is_generated():
+    assert scenarios._sides(0, "a", "b") == ("a", "b")
+    assert scenarios._sides(1, "a", "b") == ("b", "a")
+    assert scenarios._sides(2, "a", "b") == ("a", "b")
+    assert "G" in scenarios.SCENARIOS
+
+
+def test_g_generates_b1_b2_and_b3_data(tmp_path, monkeypatch):
+    calls = []
+    for name in ("large", "imagenet_like", "tree"):
+        monkeypatch.setattr(scenarios.generators, name, lambda root, _n=name, **kw: calls.append(_n) or [])
+    ctx = scenarios.Ctx(_Store(str(tmp_path)), str(tmp_path), quick=True)
+    scenarios.generate(ctx, {"G"})
+    assert sorted(calls) == ["imagenet_like", "large", "tree"]
+    assert set(ctx.manifests) == {"large", "small", "tree"}
+
+
+def _fake_silt(tmp_path, gateway_line=True):
+    """A stand-in `silt` that prints what `silt up --gateway` prints, then waits to be killed."""
+    script = tmp_path / "silt"
+    script.write_text(f"""#!{sys.executable}
+import os, sys, time
+print("args: " + " ".join(sys.argv[1:]), file=sys.stderr)
+print("key: " + os.environ.get("SILT_GATEWAY_ACCESS_KEY", "-"), file=sys.stderr)
+if {gateway_line!r}:
+    print("silt: S3 gateway at http://127.0.0.1:4321", file=sys.stderr)
+print("silt: serving /data=s3://bench at /mnt", file=sys.stderr, flush=True)
+if sys.argv[1] == "up" and {gateway_line!r}:
+    time.sleep(60)
+""")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_silt_reads_the_gateway_address_and_passes_the_key_by_environment(tmp_path, monkeypatch):
+    monkeypatch.setattr(mech, "SILT", _fake_silt(tmp_path))
+    store = mech.Store("http://198.18.11.2:9000", "k", "s", "bench", None)
+    s = mech.Silt(str(tmp_path / "w"), str(tmp_path / "state"), store, gateway=("AKGW", "gateway-secret"))
+    try:
+        assert s.gateway == "http://127.0.0.1:4321"
+    finally:
+        s.crash()
+    s.log.close()
+    log = (tmp_path / "w" / "silt.log").read_text()
+    assert "--gateway 127.0.0.1:0" in log and "key: AKGW" in log
+    assert "gateway-secret" not in log  # not on the command line
+    # Without --gateway asked for, no address and no key.
+    s = mech.Silt(str(tmp_path / "w2"), str(tmp_path / "state2"), store)
+    try:
+        assert s.gateway is None
+    finally:
+        s.crash()
+
+
+def test_silt_without_a_gateway_line_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(mech, "SILT", _fake_silt(tmp_path, gateway_line=False))
+    store = mech.Store("http://198.18.11.2:9000", "k", "s", "bench", None)
+    with pytest.raises(RuntimeError, match="no gateway address"):
+        mech.Silt(str(tmp_path / "w"), str(tmp_path / "state"), store, gateway=("AKGW", "x"))
+
+
+@pytest.mark.skipif(not mech.VERSITYGW, reason="no versitygw binary")
+def test_local_s3_serves_on_loopback_and_stops(tmp_path):
+    (tmp_path / "data" / "bench").mkdir(parents=True)
+    server = mech.LocalS3(str(tmp_path / "data"), "silt-bench-access", "silt-bench-secret", str(tmp_path / "vgw.log"))
+    try:
+        port = int(server.endpoint.rsplit(":", 1)[1])
+        assert server.endpoint.startswith("http://127.0.0.1:") and mech.versitygw_answers(port)
+        assert server.p in mech._LIVE
+    finally:
+        mech.stop_all()
+    assert server.p.poll() is not None and server.p not in mech._LIVE
+    assert not mech.versitygw_answers(port)
