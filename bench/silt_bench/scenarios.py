@@ -899,17 +899,20 @@ def g(ctx):
     client for every side) pointed at the gateway, beside the same client on the shaped store
     and on an unshaped versitygw serving the same directory on loopback (mech.LocalS3). Each
     repetition:
-    - list: one recursive ListObjectsV2 listing (pages of 1,000 keys) of B3's tree (10^4 keys;
-      quick 10^3), mounted as the bucket `tree`: through the gateway first (Silt lists the store:
-      g_gateway_list_first) and again (metadata cached: g_gateway_list); the store's tree/
-      prefix, shaped (g_direct_list) and unshaped (g_local_s3_list);
+    - list: one recursive ListObjectsV2 listing (pages of 1,000 keys; the client's first
+      request, no opening check) of B3's tree (10^4 keys; quick 10^3), mounted as the bucket
+      `tree`: through the gateway first (Silt lists the store: g_gateway_list_first) and again
+      (metadata cached: g_gateway_list); the store's tree/ prefix, shaped (g_direct_list) and
+      unshaped (g_local_s3_list);
     - cold: B1's files, 8 ranged GETs of 8 MiB at a time, through the gateway of the fresh Silt
-      (g_gateway_cold_large) and from the shaped store (g_direct_large);
+      (g_gateway_cold_large) and from the shaped store (g_direct_large); the client's opening
+      check (a one-key listing, before its clock) has loaded the bucket's top-level metadata;
     - B1's and B2's files loaded (`silt load`, untimed), then cached: B1's files the same way
       (g_gateway_large, g_local_s3_large) and B2's, HEAD + GET each, 8 at a time
       (g_gateway_small, g_local_s3_small), each side read once untimed first.
-    The sides of each comparison swap order from one repetition to the next. Counter: store
-    requests Silt made during the cached reads (0 when the cache served them all)."""
+    The sides of each comparison swap order from one repetition to the next. Counters: keys
+    listed per side; store requests Silt made during each gateway listing and during the cached
+    reads (0 when the cache served them all)."""
     if not silt_has_gateway():
         ctx.note("G", "not yet supported: `silt up` has no --gateway (the S3 gateway arrives with issue 19)")
         return
@@ -923,7 +926,7 @@ def g(ctx):
                   f"{' x '.join(G_LARGE[1:])} ranged GETs at a time; small: {len(small)} objects of B2, "
                   f"HEAD + GET each, 8 at a time; list: {len(ctx.manifests['tree'])} keys of B3's tree, "
                   f"recursive, pages of 1,000. Gateway: `silt up --gateway` (memory tier 1GiB, disk tier "
-                  f"40GiB), fresh state each repetition; cached figures after `silt load` and one untimed "
+                  f"40GiB, plus --silt-arg), fresh state each repetition; cached figures after `silt load` and one untimed "
                   f"pass per side. Unshaped baseline: versitygw (posix, --keep-alive) on loopback over the "
                   f"shaped store's directory")
     log = os.path.join(ctx.work, "versitygw-local.log")
@@ -933,8 +936,10 @@ def g(ctx):
             with ctx.silt(ctx.fresh_state("g"), mounts=mounts, gateway=(key, secret)) as s:
                 gw = mech.Store(s.gateway, key, secret, "data", None)
                 gw_tree = mech.Store(s.gateway, key, secret, G_TREE.strip("/"), None)
-                _g_list(ctx, gw_tree, "", "g_gateway_list_first")
-                _g_list(ctx, gw_tree, "", "g_gateway_list")
+                for figure in ("g_gateway_list_first", "g_gateway_list"):
+                    req = s.metric(UFS_REQUESTS)
+                    _g_list(ctx, gw_tree, "", figure)
+                    ctx.counter(f"g {figure}: store requests Silt made", s.metric(UFS_REQUESTS) - req)
                 for figure, store in _sides(rep, ("g_direct_list", shaped), ("g_local_s3_list", local)):
                     _g_list(ctx, store, "tree/", figure)
                 for figure, store in _sides(rep, ("g_gateway_cold_large", gw), ("g_direct_large", shaped)):
