@@ -144,6 +144,18 @@ impl Uploads {
             trailers,
         )
         .await;
+        // Every write handed to the file's background task done before the part is renamed
+        // into place (and read by a completion).
+        let got = match got {
+            Ok(g) => {
+                use tokio::io::AsyncWriteExt;
+                file.flush()
+                    .await
+                    .map(|()| g)
+                    .map_err(|e| self.io("writing a part", e))
+            }
+            Err(e) => Err(e),
+        };
         drop(file);
         let got = match got {
             Ok(g) => g,
