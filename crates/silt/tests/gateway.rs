@@ -944,6 +944,183 @@ fn gateway_serves_the_aws_cli_and_s3fs() {
     aws(ep, home, &["s3", "rm", "--recursive", "s3://data/tree/"]);
     assert!(!home.join("store-data/tree").exists());
 
+    // The rest of the API through `aws s3api`, each answer checked as JSON.
+    let api = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec!["s3api"];
+        all.extend_from_slice(args);
+        let out = aws(ep, home, &all);
+        if out.trim().is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("aws {args:?}: {e}: {out}"))
+        }
+    };
+    api(&["head-bucket", "--bucket", "data"]);
+    let small = home.join("small.txt");
+    std::fs::write(&small, b"0123456789").unwrap();
+    let put = api(&[
+        "put-object",
+        "--bucket",
+        "data",
+        "--key",
+        "api/o",
+        "--body",
+        small.to_str().unwrap(),
+    ]);
+    let etag = put["ETag"].as_str().unwrap().to_string();
+    let got = home.join("got.txt");
+    let r = api(&[
+        "get-object",
+        "--bucket",
+        "data",
+        "--key",
+        "api/o",
+        "--range",
+        "bytes=2-5",
+        got.to_str().unwrap(),
+    ]);
+    assert_eq!(r["ContentRange"], "bytes 2-5/10", "{r}");
+    assert_eq!(std::fs::read(&got).unwrap(), b"2345");
+    assert_eq!(
+        api(&["head-object", "--bucket", "data", "--key", "api/o"])["ETag"],
+        etag.as_str()
+    );
+    api(&[
+        "copy-object",
+        "--bucket",
+        "data",
+        "--key",
+        "api/copy",
+        "--copy-source",
+        "data/api/o",
+    ]);
+    let v1 = api(&[
+        "list-objects",
+        "--bucket",
+        "data",
+        "--prefix",
+        "api/",
+        "--delimiter",
+        "/",
+    ]);
+    let keys: Vec<_> = v1["Contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["Key"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys, ["api/copy", "api/o"], "{v1}");
+    // Pages of one key: the CLI follows the continuation tokens itself; --max-items stops it.
+    let page = api(&[
+        "list-objects-v2",
+        "--bucket",
+        "data",
+        "--prefix",
+        "api/",
+        "--page-size",
+        "1",
+        "--max-items",
+        "1",
+    ]);
+    assert_eq!(page["Contents"].as_array().unwrap().len(), 1, "{page}");
+    assert!(page["NextToken"].is_string(), "{page}");
+    let mp = api(&[
+        "create-multipart-upload",
+        "--bucket",
+        "data",
+        "--key",
+        "api/mp",
+    ]);
+    let id = mp["UploadId"].as_str().unwrap().to_string();
+    let part = api(&[
+        "upload-part",
+        "--bucket",
+        "data",
+        "--key",
+        "api/mp",
+        "--upload-id",
+        &id,
+        "--part-number",
+        "1",
+        "--body",
+        small.to_str().unwrap(),
+    ]);
+    let parts = api(&[
+        "list-parts",
+        "--bucket",
+        "data",
+        "--key",
+        "api/mp",
+        "--upload-id",
+        &id,
+    ]);
+    assert_eq!(parts["Parts"][0]["ETag"], part["ETag"], "{parts}");
+    let done = format!(
+        r#"{{"Parts":[{{"PartNumber":1,"ETag":{}}}]}}"#,
+        part["ETag"]
+    );
+    api(&[
+        "complete-multipart-upload",
+        "--bucket",
+        "data",
+        "--key",
+        "api/mp",
+        "--upload-id",
+        &id,
+        "--multipart-upload",
+        &done,
+    ]);
+    assert_eq!(
+        std::fs::read(home.join("store-data/api/mp")).unwrap(),
+        b"0123456789"
+    );
+    let mp2 = api(&[
+        "create-multipart-upload",
+        "--bucket",
+        "data",
+        "--key",
+        "api/mp2",
+    ]);
+    let id2 = mp2["UploadId"].as_str().unwrap().to_string();
+    let ups = api(&["list-multipart-uploads", "--bucket", "data"]);
+    assert_eq!(ups["Uploads"][0]["UploadId"], id2.as_str(), "{ups}");
+    api(&[
+        "abort-multipart-upload",
+        "--bucket",
+        "data",
+        "--key",
+        "api/mp2",
+        "--upload-id",
+        &id2,
+    ]);
+    let del = api(&[
+        "delete-objects",
+        "--bucket",
+        "data",
+        "--delete",
+        r#"{"Objects":[{"Key":"api/o"},{"Key":"api/copy"},{"Key":"api/mp"}]}"#,
+    ]);
+    assert_eq!(del["Deleted"].as_array().unwrap().len(), 3, "{del}");
+    api(&["delete-object", "--bucket", "data", "--key", "api/none"]);
+    assert!(!home.join("store-data/api").exists());
+    // A presigned URL the CLI makes, fetched without credentials.
+    let url = aws(
+        ep,
+        home,
+        &["s3", "presign", "s3://data/ds/a.txt", "--expires-in", "60"],
+    );
+    let out = Command::new(s3venv("python"))
+        .args(["-c", "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())"])
+        .arg(url.trim())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "alpha",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // s3fs, the fsspec S3 filesystem: listing, whole and ranged reads, writes.
     let script = home.join("s3fs_check.py");
     std::fs::write(
