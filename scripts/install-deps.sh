@@ -56,6 +56,20 @@ fi
 command -v etcd >/dev/null 2>&1 || [ -x /usr/bin/etcd ] ||
   { echo "install-deps: etcd is missing after the install" >&2; exit 1; }
 
+# The container image test (crates/silt/tests/container.rs) builds deploy/Containerfile and
+# runs it with podman. runc, not crun: Debian 12's crun refuses hybrid cgroup hierarchies
+# (this VM's). No recommends: the test uses no container network and no other image tools.
+if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
+  echo "install-deps: apt-get install --no-install-recommends podman runc" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends podman runc >/dev/null
+  # The package enables its API socket and services: nothing of ours uses them.
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now podman.socket podman.service podman-restart.service >/dev/null 2>&1 || true
+  fi
+fi
+
 # Pillow lets the tests read images through the mount the way torchvision's ImageFolder does.
 if ! python3 -c 'import PIL' >/dev/null 2>&1; then
   echo "install-deps: pip install pillow" >&2
