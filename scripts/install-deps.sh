@@ -103,6 +103,21 @@ if [ ! -x "$deps/bin/versitygw" ]; then
   echo "install-deps: building versitygw $VERSITYGW_VERSION (about two minutes)" >&2
   GOBIN="$deps/bin" GOFLAGS=-mod=mod go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
 fi
+# The Helm chart's checks (deploy/helm/check.sh): helm from the Go module proxy (about five
+# minutes to build here), and kubernetes-validate (PyPI), which ships the Kubernetes API's
+# JSON schemas, in a venv of its own.
+HELM_VERSION=v3.22.0
+if [ ! -x "$deps/bin/helm" ]; then
+  command -v go >/dev/null 2>&1 || { echo "install-deps: Go is needed to build helm" >&2; exit 1; }
+  echo "install-deps: building helm $HELM_VERSION (about five minutes)" >&2
+  GOBIN="$deps/bin" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+k8svenv="$deps/k8svenv"
+if [ ! -x "$k8svenv/bin/kubernetes-validate" ]; then
+  echo "install-deps: python venv $k8svenv (kubernetes-validate)" >&2
+  python3 -m venv "$k8svenv" || { echo "install-deps: python3 -m venv failed (apt-get install python3-venv)" >&2; exit 1; }
+  "$k8svenv/bin/python" -m pip install -q kubernetes-validate==1.37.0
+fi
 [ -e /dev/fuse ] || { echo "install-deps: /dev/fuse is missing; FUSE mounts cannot work here" >&2; exit 1; }
 etcd_bin=$(command -v etcd || echo /usr/bin/etcd)
 echo "install-deps: ok (fusermount3: $(command -v fusermount3), etcd: $etcd_bin, versitygw: $deps/bin/versitygw)" >&2
