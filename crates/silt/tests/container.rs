@@ -16,7 +16,9 @@
 //! Podman is pointed at storage and run directories inside each test's temporary directory
 //! (CONTAINERS_STORAGE_CONF, CONTAINERS_CONF), so the tests leave no image, container or layer
 //! behind on the machine. `vfs` storage: plain directories, no kernel mounts to leak, and it
-//! works on any file system the temporary directory is on.
+//! works on any file system the temporary directory is on. `podman build` also keeps a cache
+//! of blob information in /var/lib/containers whatever the storage says: removed again when
+//! the tests made it (they run one at a time, for that).
 
 mod common;
 
@@ -24,7 +26,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -81,6 +83,12 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// Where root's podman keeps its blob information cache, whatever the storage settings.
+const PODMAN_SYSTEM_DIR: &str = "/var/lib/containers";
+
+/// One test at a time uses podman (see the module's note on PODMAN_SYSTEM_DIR).
+static SERIAL: Mutex<()> = Mutex::new(());
+
 /// Podman confined to one temporary directory, and whatever a test made with it.
 struct Engine {
     dir: tempfile::TempDir,
@@ -89,10 +97,16 @@ struct Engine {
     containers: Vec<String>,
     /// A host directory the test bind-mounted onto itself and made shared.
     shared: Option<PathBuf>,
+    /// Whether PODMAN_SYSTEM_DIR is the test's to remove.
+    made_system_dir: bool,
+    // Declared last: released after `Drop::drop` has cleaned up.
+    _serial: MutexGuard<'static, ()>,
 }
 
 impl Engine {
     fn new(name: &str) -> Engine {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let made_system_dir = !Path::new(PODMAN_SYSTEM_DIR).exists();
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::write(
@@ -120,6 +134,8 @@ impl Engine {
             image: format!("localhost/silt-test-{name}:{}", std::process::id()),
             containers: Vec::new(),
             shared: None,
+            made_system_dir,
+            _serial: serial,
         }
     }
 
@@ -240,6 +256,9 @@ impl Drop for Engine {
         if let Some(dir) = &self.shared {
             // Lazily: a FUSE mount left under it by a failed test goes with it.
             let _ = Command::new("umount").arg("-l").arg(dir).status();
+        }
+        if self.made_system_dir {
+            let _ = std::fs::remove_dir_all(PODMAN_SYSTEM_DIR);
         }
     }
 }
