@@ -1,11 +1,13 @@
 //! Shared vocabulary of every Silt crate: the error model, object identities and
-//! fingerprints, byte-size parsing, the configuration table and metric names.
+//! fingerprints, byte-size parsing, the configuration table, metric names and the rate limit
+//! of repeated warnings (`log`).
 
 pub mod bufpool;
 pub mod config;
 pub mod error;
 pub mod id;
 pub mod io;
+pub mod log;
 pub mod metrics;
 pub mod private;
 pub mod secret;
