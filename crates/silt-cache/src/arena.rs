@@ -777,7 +777,13 @@ impl BufInner {
                 Ok(None) => {}
                 // Spill tiers full: this chunk cannot go to disk either.
                 Err(e) if e.kind() == ErrorKind::NoSpace => break,
-                Err(e) => warn!("write arena: spilling part of {} failed: {e}", v.path),
+                Err(e) => {
+                    silt_common::warn_limited!(
+                        "write arena: spilling part of a file failed",
+                        path = %v.path,
+                        error = %e
+                    )
+                }
             }
         }
         // Dropped with no arena lock held: the last reference runs the buffer's `Drop`.

@@ -695,7 +695,14 @@ impl DiskTier {
         match fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => warn!(path = %path.display(), error = %e, "cannot delete cache data file"),
+            Err(e) => {
+                silt_common::warn_limited!(
+                    per: &self.name,
+                    "cannot delete cache data file",
+                    path = %path.display(),
+                    error = %e
+                )
+            }
         }
     }
 
@@ -810,7 +817,12 @@ impl DiskTier {
         // A lost removal record is harmless: the bytes are punched or deleted already, so
         // after a restart the page fails its checksum (or misses its file) and is dropped.
         if let Err(e) = self.journal.append(rec) {
-            warn!(tier = %self.name, error = %e, "cannot append a removal to the cache journal");
+            silt_common::warn_limited!(
+                per: &self.name,
+                "cannot append a removal to the cache journal",
+                tier = %self.name,
+                error = %e
+            );
         }
     }
 

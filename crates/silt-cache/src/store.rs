@@ -967,7 +967,13 @@ impl State {
             match self.disks[t].create_data_file(id, size) {
                 Ok(f) => f,
                 Err(e) => {
-                    warn!(tier = %self.disks[t].name, object = %id, error = %e, "cannot create a cache data file");
+                    silt_common::warn_limited!(
+                        per: t,
+                        "cannot create a cache data file",
+                        tier = %self.disks[t].name,
+                        object = %id,
+                        error = %e
+                    );
                     self.release_if_empty(s);
                     return None;
                 }
@@ -978,7 +984,13 @@ impl State {
             match self.disks[t].data_file(id) {
                 Ok(f) => f,
                 Err(e) => {
-                    warn!(tier = %self.disks[t].name, object = %id, error = %e, "cannot open a cache data file");
+                    silt_common::warn_limited!(
+                        per: t,
+                        "cannot open a cache data file",
+                        tier = %self.disks[t].name,
+                        object = %id,
+                        error = %e
+                    );
                     return None;
                 }
             }
@@ -1023,7 +1035,12 @@ impl State {
         };
         let t = r.tier;
         if let Err(e) = self.disks[t].journal_put(id, r.index, page.crc, size) {
-            warn!(tier = %self.disks[t].name, error = %e, "cannot append to the cache journal; page not cached");
+            silt_common::warn_limited!(
+                per: t,
+                "cannot append to the cache journal; page not cached",
+                tier = %self.disks[t].name,
+                error = %e
+            );
             self.disk_remove(t, key, Removal::Abort);
             return;
         }
@@ -1111,12 +1128,13 @@ impl State {
             Ok(_) => "checksum mismatch".to_string(),
             Err(e) => e.to_string(),
         };
-        warn!(
+        silt_common::warn_limited!(
+            per: r.tier,
+            "cached page failed verification; dropping it",
             tier = %self.disks[r.tier].name,
             object = %r.object,
             index = r.index,
-            %reason,
-            "cached page failed verification; dropping it"
+            %reason
         );
         self.counters.checksum_failures += 1;
         metrics::CHECKSUM_FAILURES.inc();
@@ -1360,7 +1378,12 @@ fn seal_queued(weak: &Weak<Shared>) -> bool {
                 }
             }
             Err(e) => {
-                warn!(tier = %st.disks[t].name, error = %e, "cannot append a seal to the cache journal")
+                silt_common::warn_limited!(
+                    per: t,
+                    "cannot append a seal to the cache journal",
+                    tier = %st.disks[t].name,
+                    error = %e
+                )
             }
         }
     }
@@ -1680,7 +1703,12 @@ impl PageStore {
         match written {
             Ok(()) => st.disk_commit(r),
             Err(e) => {
-                warn!(path = %r.path.display(), error = %e, "cannot write a cache page");
+                silt_common::warn_limited!(
+                    per: r.tier,
+                    "cannot write a cache page",
+                    path = %r.path.display(),
+                    error = %e
+                );
                 st.disk_abort(r);
             }
         }

@@ -705,7 +705,10 @@ impl Client {
         match stale {
             Some(s) if policy != SyncPolicy::Always => {
                 metrics::META_STALE_SERVED.inc();
-                tracing::warn!("serving cached metadata: revalidation failed: {err}");
+                silt_common::warn_limited!(
+                    "serving cached metadata: revalidation failed",
+                    error = %err
+                );
                 Ok(s)
             }
             _ => Err(err),

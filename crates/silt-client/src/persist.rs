@@ -407,7 +407,11 @@ impl Client {
             }
             Err(e) => {
                 metrics::WRITE_PERSIST_FAILURES.inc();
-                tracing::warn!(path = %path, error = %e, "upload of a back file failed; will retry");
+                silt_common::warn_limited!(
+                    "upload of a back file failed; will retry",
+                    path = %path,
+                    error = %e
+                );
                 let mut st = p.state.lock();
                 st.in_flight.remove(&path);
                 if st.cancelled.remove(&seq) {

@@ -535,7 +535,11 @@ impl ResidentStore {
                 None
             }
             Err(e) => {
-                tracing::warn!(path = %ns, "asking for a replicated cache-only file: {e}");
+                silt_common::warn_limited!(
+                    "asking for a replicated cache-only file",
+                    path = %ns,
+                    error = %e
+                );
                 None
             }
         }

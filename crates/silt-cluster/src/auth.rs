@@ -25,9 +25,8 @@
 //! membership; encryption is [`crate::tls`]'s (see docs/SECURITY.md).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine;
 use hmac::{KeyInit, Mac};
@@ -395,29 +394,12 @@ async fn connect_inner<S: AsyncRead + AsyncWrite + Unpin>(
         .map_err(|_| bad("the worker does not hold this cluster's secret"))
 }
 
-/// Seconds since the first refusal this process logged, when the next warning may be logged.
-static NEXT_WARN: AtomicU64 = AtomicU64::new(0);
-static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
-
-/// Logs a refused connection, at most one line every 10 seconds (a scan or a flood must not
-/// fill the log); the next line says how many were not logged.
+/// Logs a refused connection, rate-limited (a scan or a flood must not fill the log); a later
+/// line says how many were not logged.
 fn warn_refused(peer: &str, why: &str) {
-    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    let now = START.get_or_init(Instant::now).elapsed().as_secs();
-    let next = NEXT_WARN.load(Ordering::Relaxed);
-    if now >= next
-        && NEXT_WARN
-            .compare_exchange(next, now + 10, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    {
-        let also = SUPPRESSED.swap(0, Ordering::Relaxed);
-        tracing::warn!(
-            peer,
-            reason = why,
-            also_refused = also,
-            "refused a worker connection that did not prove cluster membership"
-        );
-    } else {
-        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
-    }
+    silt_common::warn_limited!(
+        "refused a worker connection that did not prove cluster membership",
+        peer,
+        reason = why
+    );
 }

@@ -162,7 +162,13 @@ impl Router {
     }
 
     pub(crate) fn mark_failed(&self, m: &Member, e: &Error) {
-        tracing::warn!(worker = %m.id, addr = %m.addr, error = %e, "worker failed; trying the next candidate");
+        silt_common::warn_limited!(
+            per: m.id,
+            "worker failed; trying the next candidate",
+            worker = %m.id,
+            addr = %m.addr,
+            error = %e
+        );
         metrics::FAILOVERS.inc();
         self.suspect
             .lock()

@@ -458,7 +458,7 @@ where
             }
             Err(e) => {
                 // Out of fds and the like: back off instead of spinning.
-                tracing::warn!("accept on the {what} failed: {e}");
+                silt_common::warn_limited!(per: what, "accept failed", listener = what, error = %e);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }

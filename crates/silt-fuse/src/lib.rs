@@ -760,7 +760,11 @@ impl SiltFs {
             return Ok((id, guard, "shared with an open handle"));
         }
         let id = reply.open_backing(&f).map_err(|e| {
-            tracing::warn!(path = %file.entry.path, error = %e, "passthrough backing open failed");
+            silt_common::warn_limited!(
+                "passthrough backing open failed",
+                path = %file.entry.path,
+                error = %e
+            );
             "kernel refused the backing file"
         })?;
         let id = Arc::new(id);
@@ -1184,7 +1188,14 @@ impl fuser::Filesystem for SiltFs {
                 if e.kind() == ErrorKind::ContentChanged {
                     tracing::info!(path = %file.entry.path, "object changed while open: {e}");
                 } else {
-                    tracing::warn!(path = %file.entry.path, offset, size, "read failed: {e}");
+                    silt_common::warn_limited!(
+                        per: e.kind(),
+                        "read failed",
+                        path = %file.entry.path,
+                        offset,
+                        size,
+                        error = %e
+                    );
                 }
                 reply.error(errno(&e))
             }

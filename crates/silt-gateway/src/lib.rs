@@ -36,7 +36,7 @@ use silt_client::{Client, Entry, OpenFile};
 use silt_common::{metrics, ErrorKind};
 use silt_ufs::EntryKind;
 use tokio::net::TcpListener;
-use tracing::{debug, warn};
+use tracing::debug;
 
 pub use keys::Keys;
 
@@ -910,7 +910,7 @@ pub async fn serve(
                 Err(e) => {
                     // Out of descriptors and the like: the listener stays; a short pause
                     // keeps an error that repeats from spinning.
-                    warn!(error = %e, "gateway: accept failed");
+                    silt_common::warn_limited!("gateway: accept failed", error = %e);
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     continue;
                 }
@@ -1007,7 +1007,11 @@ impl Body {
                         return;
                     }
                     Err(e) => {
-                        warn!(path = %file.entry.path, error = %e, "gateway: read failed mid-body");
+                        silt_common::warn_limited!(
+                            "gateway: read failed mid-body",
+                            path = %file.entry.path,
+                            error = %e
+                        );
                         let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
                         return;
                     }
@@ -1323,7 +1327,7 @@ fn to_s3(e: silt_common::Error) -> S3Error {
         _ => S3ErrorCode::InternalError,
     };
     if code == S3ErrorCode::InternalError || code == S3ErrorCode::ServiceUnavailable {
-        warn!(error = %e, "gateway: request failed");
+        silt_common::warn_limited!(per: e.kind(), "gateway: request failed", error = %e);
     }
     S3Error::with_message(code, e.to_string())
 }

@@ -430,7 +430,10 @@ async fn fetch_run(
             Ok(fetched) => {
                 // fetch_range checked there is one page per index of the run.
                 let Some(page) = fetched.get((i - first) as usize).cloned() else {
-                    return Err((ErrorKind::Internal, "a fetched run missed a page".to_string()));
+                    return Err((
+                        ErrorKind::Internal,
+                        "a fetched run missed a page".to_string(),
+                    ));
                 };
                 let key = PageKey::new(obj.id, *i);
                 let put = if ahead {
@@ -439,7 +442,12 @@ async fn fetch_run(
                     sh.pages.put(key, page.clone(), size)
                 };
                 if let Err(e) = put {
-                    tracing::warn!(path = %obj.meta.path, index = i, error = %e, "could not cache page");
+                    silt_common::warn_limited!(
+                        "could not cache page",
+                        path = %obj.meta.path,
+                        index = i,
+                        error = %e
+                    );
                 }
                 Ok(page)
             }

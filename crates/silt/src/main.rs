@@ -11,7 +11,10 @@ mod ring;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    match cli::run() {
+    let result = cli::run();
+    // Counts of rate-limited warnings not logged yet (a daemon role that is stopping).
+    silt_common::log::flush();
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("silt: error: {e:#}");
