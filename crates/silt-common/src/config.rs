@@ -85,6 +85,8 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "placement_group", default: "8MiB", help: "Bytes of a file placed together on one worker: smaller files live whole on one worker, larger ones spread group by group. Must be equal on every process of a cluster." },
     OptionSpec { name: "failover_candidates", default: "2", help: "Workers tried for a page group (the owner, then the next by rendezvous rank) before reading from the under-store." },
     OptionSpec { name: "log", default: "info", help: "Log filter (tracing `EnvFilter` syntax, e.g. `info,silt_client=debug`)." },
+    OptionSpec { name: "log_format", default: "text", help: "Log lines on stderr: `text` (for people) or `json` (one JSON object a line, for a log pipeline: timestamp, level, target, message, fields, spans, role, pid, worker). The `silt: ...` status lines stay plain text either way." },
+    OptionSpec { name: "log_repeat_interval", default: "10s", help: "Warnings that can repeat per page or per request (a full disk, a failing store or worker) are logged at most once per this interval for each place and cause; the next line says how many were suppressed (field `suppressed`). 0 logs every one." },
 ];
 
 /// Options whose values are secrets: never shown, and a warning when given as a flag.
@@ -96,6 +98,13 @@ pub enum PassthroughMode {
     Auto,
     On,
     Off,
+}
+
+/// How log lines are written (`log_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// A disk tier: a directory and its quota.
@@ -177,6 +186,8 @@ pub struct Config {
     pub placement_group: u64,
     pub failover_candidates: usize,
     pub log: String,
+    pub log_format: LogFormat,
+    pub log_repeat_interval: Duration,
 }
 
 impl Default for Config {
@@ -243,6 +254,8 @@ impl Default for Config {
             placement_group: 0,
             failover_candidates: 0,
             log: String::new(),
+            log_format: LogFormat::Text,
+            log_repeat_interval: Duration::ZERO,
         };
         for opt in OPTIONS {
             // The defaults are literals in this file; a failure here is a bug caught by tests.
@@ -648,6 +661,18 @@ impl Config {
             }
             "failover_candidates" => self.failover_candidates = parse_count(key, v, 1)?,
             "log" => self.log = v.to_string(),
+            "log_format" => {
+                self.log_format = match v.trim() {
+                    "text" => LogFormat::Text,
+                    "json" => LogFormat::Json,
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "log_format: expected text or json, got {v:?}"
+                        )))
+                    }
+                }
+            }
+            "log_repeat_interval" => self.log_repeat_interval = parse_duration(key, v)?,
             _ => return Err(Error::invalid(format!("unknown option {key:?}"))),
         }
         Ok(())
@@ -872,6 +897,10 @@ mod tests {
             .to_string()
             .contains("unknown option"));
         assert!(c.set("mounts", "data=s3://b").is_err());
+        let e = c.set("log_format", "xml").unwrap_err();
+        assert!(e.to_string().contains("text or json"), "{e}");
+        c.set("log_format", "json").unwrap();
+        assert_eq!(c.log_format, LogFormat::Json);
         assert!(c.set("mounts", "/data=bucket").is_err());
         assert!(c.set("disk_tiers", "relative:1GiB").is_err());
         assert!(c.set("s3_endpoint", "localhost:9000").is_err());

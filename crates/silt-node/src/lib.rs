@@ -5,6 +5,9 @@
 //! every other front end (Python SDK, S3 gateway): one client, one set of rules.
 
 pub mod local;
+pub mod logging;
+
+pub use logging::{init_logging, set_log_worker_id};
 
 use std::path::Path;
 use std::sync::{Arc, Weak};
@@ -606,16 +609,4 @@ pub fn write_setup(cfg: &Config) -> Result<WriteSetup> {
         }];
     }
     WriteSetup::from_config(cfg, spill, cfg.state_dir.join("wal"))
-}
-
-/// Logs to stderr with the filter in environment variable `env` if set, else `filter` (the
-/// `log` option), else `fallback` when `filter` does not parse. A second call does nothing.
-pub fn init_logging(env: &str, filter: &str, fallback: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env(env)
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(filter))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(fallback));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

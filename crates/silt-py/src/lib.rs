@@ -177,7 +177,7 @@ fn connect(options: HashMap<String, String>, mode: &str) -> Result<Inner> {
         )));
     }
     let cfg = config(&options)?;
-    silt_node::init_logging("SILT_LOG", &cfg.log, "warn");
+    silt_node::init_logging(&cfg, "python", "SILT_LOG", "warn");
     let owner_dir = cfg.state_dir.clone();
     let rt = runtime()?;
     let mut own = cfg.clone();

@@ -344,16 +344,20 @@ pub fn run() -> Result<ExitCode> {
                 Some(addr) => Some((addr.clone(), gateway::settings(m, "gateway-")?)),
                 None => None,
             };
-            daemon::run(build_config(m, None)?, m.get_flag("takeover"), gw)
+            daemon::run(
+                daemon::logged(build_config(m, None)?, "up"),
+                m.get_flag("takeover"),
+                gw,
+            )
         }
-        Some(("gateway", m)) => gateway::run(build_config(m, None)?, m),
-        Some(("worker", m)) => daemon::run_worker(build_config(m, None)?),
+        Some(("gateway", m)) => gateway::run(daemon::logged(build_config(m, None)?, "gateway"), m),
+        Some(("worker", m)) => daemon::run_worker(daemon::logged(build_config(m, None)?, "worker")),
         Some(("mount", m)) => {
             let first = m.get_one::<String>("uri").cloned();
             let second = m.get_one::<String>("target").cloned();
             match (first, second) {
                 (Some(uri), Some(target)) => daemon::run(
-                    build_config(m, Some((&uri, Path::new(&target))))?,
+                    daemon::logged(build_config(m, Some((&uri, Path::new(&target))))?, "mount"),
                     m.get_flag("takeover"),
                     None,
                 ),
@@ -364,7 +368,7 @@ pub fn run() -> Result<ExitCode> {
                         bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers");
                     }
                     cfg.mountpoint = PathBuf::from(target);
-                    daemon::run(cfg, m.get_flag("takeover"), None)
+                    daemon::run(daemon::logged(cfg, "mount"), m.get_flag("takeover"), None)
                 }
                 _ => {
                     bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers")

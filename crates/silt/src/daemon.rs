@@ -64,8 +64,11 @@ const WORKER_ID_FILE: &str = "worker-id";
 /// A worker's Unix socket for clients on the same host.
 const WORKER_SOCKET: &str = "worker.sock";
 
-pub(crate) fn init_logging(filter: &str) {
-    silt_node::init_logging("RUST_LOG", filter, "info");
+/// Starts logging for a daemon role (`up`, `mount`, `worker`, `gateway`) and hands the
+/// configuration on.
+pub(crate) fn logged(cfg: Config, role: &'static str) -> Config {
+    silt_node::init_logging(&cfg, role, "RUST_LOG", "info");
+    cfg
 }
 
 /// Raises the soft limit on open files to the hard one: worker connections, passed
@@ -103,7 +106,6 @@ pub fn run(
     takeover: bool,
     gateway: Option<(String, crate::gateway::Settings)>,
 ) -> Result<ExitCode> {
-    init_logging(&cfg.log);
     let rt = runtime()?;
 
     // A live holder keeps this state dir's mount: take it over (from a dead daemon, or with
@@ -333,7 +335,6 @@ fn worker_id(cfg: &Config) -> Result<String> {
 
 /// `silt worker`: page store + RPC + membership registration.
 pub fn run_worker(cfg: Config) -> Result<ExitCode> {
-    init_logging(&cfg.log);
     if !cfg.is_cluster() {
         return Err(Error::invalid(
             "a worker needs a cluster: give --etcd http://HOST:2379 or --workers ID=HOST:PORT,...",
@@ -345,6 +346,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     // Refusing to serve unauthenticated: a worker without the cluster's secret does not start.
     let key = cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?.with_tls(cfg.cluster_tls);
     let id = worker_id(&cfg)?;
+    silt_node::set_log_worker_id(&id);
     // In a static cluster the list says where this worker is reached.
     let listed = cfg
         .workers

@@ -132,7 +132,6 @@ pub fn start(
 /// `silt gateway`: a gateway with a client of its own (attached to the `silt up` of its state
 /// dir, a cluster client, or a single node over the mounts given).
 pub fn run(cfg: Config, m: &ArgMatches) -> Result<ExitCode> {
-    crate::daemon::init_logging(&cfg.log);
     let settings = settings(m, "")?;
     let listen = m
         .get_one::<String>("listen")
