@@ -24,12 +24,12 @@ mod write;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use futures::stream::{self, StreamExt};
 use parking_lot::{Mutex, RwLock};
-use silt_common::metrics;
+use silt_common::metrics::{self, ReadFrom};
 use silt_common::sync::{SyncPolicy, SyncRules};
 use silt_common::write::{WriteRules, WriteType};
 use silt_common::{Error, ErrorKind, ObjectId, Result};
@@ -1130,13 +1130,32 @@ impl Client {
         if offset >= size || len == 0 {
             return Ok(Vec::new());
         }
+        let began = Instant::now();
         let end = (offset + len).min(size);
         if let Some(b) = self.read_resident(file, offset, end) {
+            ReadFrom::Resident.histogram().since(began);
             return b.map(|b| vec![b]);
         }
         let (first, last) = self.page_span(offset, end);
         let looked = self.worker.cached_pages(file.obj.id, first..=last);
-        self.read_looked(file, offset, end, looked).await
+        self.read_looked(file, offset, end, looked, began).await
+    }
+
+    /// Where a read's bytes came from, for `silt_client_read_seconds`: the slowest source
+    /// of any of its pages.
+    fn read_from<'a>(&self, sources: impl Iterator<Item = &'a ReadSource>) -> ReadFrom {
+        let mut from = ReadFrom::Memory;
+        for s in sources {
+            match s {
+                ReadSource::Memory => {}
+                ReadSource::Disk => from = ReadFrom::Disk,
+                ReadSource::UnderStore if self.worker.fetches_remotely() => {
+                    return ReadFrom::Worker
+                }
+                ReadSource::UnderStore => return ReadFrom::Store,
+            }
+        }
+        from
     }
 
     /// Pages `[first, last]` holding the bytes `[offset, end)` (`end > offset`).
@@ -1153,6 +1172,7 @@ impl Client {
         offset: u64,
         end: u64,
         looked: Vec<Option<(Bytes, ReadSource)>>,
+        began: Instant,
     ) -> Result<Vec<Bytes>> {
         self.prefetch(file, offset, end);
         let ps = self.worker.page_size();
@@ -1162,6 +1182,9 @@ impl Client {
             .fill_missing(&file.obj, first, looked)
             .await
             .map_err(|e| e.context(&file.entry.path))?;
+        self.read_from(pages.iter().map(|(_, s)| s))
+            .histogram()
+            .since(began);
         Ok(pages
             .iter()
             .enumerate()
@@ -1217,22 +1240,25 @@ impl Client {
         if offset >= size || len == 0 {
             return Ok(Bytes::new());
         }
+        let began = Instant::now();
         let end = (offset + len).min(size);
         if let Some(b) = self.read_resident(file, offset, end) {
+            ReadFrom::Resident.histogram().since(began);
             return b;
         }
         let (first, last) = self.page_span(offset, end);
         let looked = self.worker.cached_pages(file.obj.id, first..=last);
         if looked.iter().all(Option::is_some) {
-            let pages = looked.into_iter().flatten().collect();
+            let pages: Vec<(Bytes, ReadSource)> = looked.into_iter().flatten().collect();
+            let from = self.read_from(pages.iter().map(|(_, s)| s));
             let b = Self::assemble(self.worker.page_size(), first, offset, end, pages);
             self.prefetch(file, offset, end);
+            from.histogram().since(began);
             return Ok(b);
         }
-        Ok(concat(
-            self.rt
-                .block_on(self.read_looked(file, offset, end, looked))?,
-        ))
+        Ok(concat(self.rt.block_on(
+            self.read_looked(file, offset, end, looked, began),
+        )?))
     }
 
     /// Every file below `path` (or `path` itself if it is a file), walking listings.

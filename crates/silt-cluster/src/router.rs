@@ -106,6 +106,18 @@ impl Router {
         &self.membership
     }
 
+    /// Members of the current view that failed a call lately (tried last until
+    /// `retry_after` has passed).
+    pub fn suspect_count(&self) -> usize {
+        let now = Instant::now();
+        let view = self.membership.view();
+        self.suspect
+            .lock()
+            .iter()
+            .filter(|(id, until)| **until > now && view.get(id).is_some())
+            .count()
+    }
+
     /// Deadline of one call to one worker.
     pub fn timeout(&self) -> Duration {
         self.opts.timeout
@@ -517,6 +529,10 @@ impl BackingSource for Router {
 
 #[async_trait]
 impl Fetcher for Router {
+    fn remote(&self) -> bool {
+        true
+    }
+
     async fn fetch(&self, obj: &ObjectRef, range: Range<u64>) -> Result<Bytes> {
         let parts = split(range, self.opts.group_size);
         if parts.len() == 1 {

@@ -491,7 +491,12 @@ async fn handle(mut s: Conn, svc: &Service, peer: &str) -> Result<()> {
                 return s.flush().await.map_err(Error::from);
             }
         };
-        match serve_one(&mut s, svc, req).await {
+        let timed = metrics::RpcOp::of(&req.op).map(|op| (op, std::time::Instant::now()));
+        let served = serve_one(&mut s, svc, req).await;
+        if let Some((op, began)) = timed {
+            op.histogram().since(began);
+        }
+        match served {
             Ok(()) => write_frame(&mut s, FrameKind::End, &[]).await?,
             // The request failed, the connection did not: answer and keep serving.
             Err(e) if !e.broken => write_error(&mut s, &e.error).await?,

@@ -47,6 +47,7 @@ use fuser::{
 use parking_lot::Mutex;
 use silt_client::{Change, ChangeKind, Client, Entry, FileWriter, OpenFile, OpenOptions};
 use silt_common::config::PassthroughMode;
+use silt_common::metrics::FuseOp;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
 use silt_ufs::EntryKind;
 
@@ -396,6 +397,7 @@ impl SiltFs {
                 }
             }
             std::collections::hash_map::Entry::Vacant(v) => {
+                metrics::FUSE_HANDLES.inc();
                 v.insert(Handle {
                     file: Mutex::new((file, commits)),
                     live: session,
@@ -608,6 +610,7 @@ impl SiltFs {
             opener: process_of(req.pid()),
             writer,
         };
+        metrics::FUSE_HANDLES.inc();
         self.writers.lock().insert(fh, Arc::new(h));
         self.inodes.lock().write_handle(fh, true);
         // The kernel's pages of this inode are not a stored version any more.
@@ -890,6 +893,7 @@ impl fuser::Filesystem for SiltFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _timer = FuseOp::Lookup.timer();
         let path = match self.child_path(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -939,6 +943,7 @@ impl fuser::Filesystem for SiltFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _timer = FuseOp::Getattr.timer();
         let path = match self.path_of(ino) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -986,6 +991,7 @@ impl fuser::Filesystem for SiltFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _timer = FuseOp::Setattr.timer();
         let path = match self.path_of(ino) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -1032,6 +1038,7 @@ impl fuser::Filesystem for SiltFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _timer = FuseOp::Open.timer();
         // `O_RDONLY|O_TRUNC` truncates too (the kernel sends O_TRUNC with the open).
         if flags.acc_mode() != OpenAccMode::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
             return self.open_write(req, ino, flags, reply);
@@ -1064,6 +1071,7 @@ impl fuser::Filesystem for SiltFs {
                 self.kernel_cached.lock().remove(&ino.0);
                 let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
                 let commits = self.client.commit_count();
+                metrics::FUSE_HANDLES.inc();
                 self.handles.lock().insert(
                     fh,
                     Handle {
@@ -1090,6 +1098,7 @@ impl fuser::Filesystem for SiltFs {
                 // The kernel reads it without asking us: every page of the file is a hit.
                 metrics::PAGE_HITS.add(self.client.worker().page_count(file.size()));
                 self.state.record(&path, "passthrough", origin);
+                metrics::FUSE_HANDLES.inc();
                 self.handles.lock().insert(
                     fh,
                     Handle {
@@ -1115,6 +1124,7 @@ impl fuser::Filesystem for SiltFs {
                 self.state.record(&path, "daemon", reason);
                 let id = file.object().id;
                 let keep = self.kernel_cached.lock().insert(ino.0, id) == Some(id);
+                metrics::FUSE_HANDLES.inc();
                 self.handles.lock().insert(
                     fh,
                     Handle {
@@ -1147,6 +1157,7 @@ impl fuser::Filesystem for SiltFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
+        let _timer = FuseOp::Read.timer();
         if let Some(h) = self.write_handle(fh.0) {
             // Open for reading and writing: what the file's handles wrote.
             return match self.block(self.client.read_written(&h.writer, offset, size as u64)) {
@@ -1212,9 +1223,11 @@ impl fuser::Filesystem for SiltFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let _timer = FuseOp::Release.timer();
         let writer = self.writers.lock().remove(&fh.0);
         self.inodes.lock().write_handle(fh.0, false);
         if let Some(h) = writer {
+            metrics::FUSE_HANDLES.dec();
             // The last close of the file commits (normally done by its flush already).
             if let Err(e) = self.block(self.client.close(&h.writer)) {
                 let path = h.writer.path();
@@ -1224,6 +1237,7 @@ impl fuser::Filesystem for SiltFs {
             return reply.ok();
         }
         if let Some(h) = self.handles.lock().remove(&fh.0) {
+            metrics::FUSE_HANDLES.dec();
             if h.passthrough {
                 self.release_backing(h.ino);
             } else {
@@ -1246,6 +1260,7 @@ impl fuser::Filesystem for SiltFs {
         _lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
+        let _timer = FuseOp::Flush.timer();
         let handle = self
             .write_handle(fh.0)
             .filter(|h| match (h.opener, process_of(req.pid())) {
@@ -1272,6 +1287,7 @@ impl fuser::Filesystem for SiltFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _timer = FuseOp::Fsync.timer();
         if self.lost_writer(fh.0) {
             return reply.error(Errno::EIO);
         }
@@ -1294,6 +1310,7 @@ impl fuser::Filesystem for SiltFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _timer = FuseOp::Write.timer();
         let Some(h) = self.write_handle(fh.0) else {
             // A handle of an earlier daemon: its unwritten bytes died with it.
             return reply.error(if fh.0 < self.fh_base {
@@ -1321,6 +1338,7 @@ impl fuser::Filesystem for SiltFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _timer = FuseOp::Create.timer();
         let path = match self.child_path(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -1345,6 +1363,7 @@ impl fuser::Filesystem for SiltFs {
             Ok((e, _)) => e,
             Err(e) => {
                 if let Some(h) = self.writers.lock().remove(&fh) {
+                    metrics::FUSE_HANDLES.dec();
                     self.release_cached(h.ino);
                 }
                 return reply.error(errno(&e));
@@ -1362,6 +1381,7 @@ impl fuser::Filesystem for SiltFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = FuseOp::Unlink.timer();
         let path = match self.child_path(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -1384,6 +1404,7 @@ impl fuser::Filesystem for SiltFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
+        let _timer = FuseOp::Mkdir.timer();
         let path = match self.child_path(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -1407,6 +1428,7 @@ impl fuser::Filesystem for SiltFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let _timer = FuseOp::Symlink.timer();
         let path = match self.child_path(parent, link_name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -1431,6 +1453,7 @@ impl fuser::Filesystem for SiltFs {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _timer = FuseOp::Readlink.timer();
         let path = match self.path_of(ino) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -1442,6 +1465,7 @@ impl fuser::Filesystem for SiltFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _timer = FuseOp::Rmdir.timer();
         let path = match self.child_path(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
@@ -1468,6 +1492,7 @@ impl fuser::Filesystem for SiltFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _timer = FuseOp::Rename.timer();
         if !(flags - RenameFlags::RENAME_NOREPLACE).is_empty() {
             // RENAME_EXCHANGE (no store can swap two names atomically), RENAME_WHITEOUT.
             return reply.error(Errno::EINVAL);
@@ -1504,6 +1529,7 @@ impl fuser::Filesystem for SiltFs {
         _newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _timer = FuseOp::Link.timer();
         reply.error(Errno::EPERM);
     }
 
@@ -1524,6 +1550,7 @@ impl fuser::Filesystem for SiltFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let _timer = FuseOp::Readdir.timer();
         let list = match self.dir_listing(ino, offset) {
             Ok(l) => l,
             Err(e) => return reply.error(e),
@@ -1557,6 +1584,7 @@ impl fuser::Filesystem for SiltFs {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let _timer = FuseOp::Readdirplus.timer();
         let list = match self.dir_listing(ino, offset) {
             Ok(l) => l,
             Err(e) => return reply.error(e),
@@ -1609,6 +1637,7 @@ impl fuser::Filesystem for SiltFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _timer = FuseOp::Statfs.timer();
         let stats = self.client.worker().stats();
         let (cap, used) = stats
             .tiers
@@ -1630,6 +1659,7 @@ impl fuser::Filesystem for SiltFs {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, mask: fuser::AccessFlags, reply: ReplyEmpty) {
+        let _timer = FuseOp::Access.timer();
         if mask.contains(fuser::AccessFlags::W_OK) {
             let writable = self
                 .path_of(ino)

@@ -207,9 +207,11 @@ impl Node {
     /// it is fresh, no page is read or fetched. A hint for ordering reads, not a promise.
     pub async fn residency(&self, paths: &[String]) -> Vec<Option<f64>> {
         use futures::stream::{self, StreamExt};
-        let entries: Vec<Option<Arc<silt_worker::ObjectRef>>> = stream::iter(paths)
+        // Owned paths: a closure over borrowed ones makes this future `Send` for no caller
+        // that spawns it (the web page's server does).
+        let entries: Vec<Option<Arc<silt_worker::ObjectRef>>> = stream::iter(paths.to_vec())
             .map(|p| async move {
-                let e = self.client.stat(p).await.ok()?;
+                let e = self.client.stat(&p).await.ok()?;
                 let dir = e.is_dir();
                 e.object.filter(|_| !dir)
             })
@@ -563,7 +565,7 @@ pub async fn open_namespace(cfg: &Config, mounts: &[MountSpec]) -> Result<Namesp
     let s3 = S3Options::from_config(cfg);
     let mut points = Vec::new();
     for m in mounts {
-        let store = silt_ufs::open_store(&m.uri, &s3)
+        let store = silt_ufs::open_store_as(&m.path, &m.uri, &s3)
             .await
             .map_err(|e| e.context(format!("mount {} -> {}", m.path, m.uri)))?;
         points.push(MountPoint {

@@ -25,7 +25,7 @@ mod uri;
 pub use fault::{Fault, FaultOp, FaultStore};
 pub use mem::MemStore;
 pub use opendal_store::{OpendalStore, S3Options};
-pub use uri::{open_store, StoreUri};
+pub use uri::{open_store, open_store_as, StoreUri};
 
 /// File, directory or symbolic link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,7 +24,9 @@ use opendal_http_transport_reqwest::ReqwestTransport;
 use reqsign_aws_v4::{EnvCredentialProvider, ProfileCredentialProvider, StaticCredentialProvider};
 use reqsign_core::ProvideCredentialChain;
 use silt_common::config::Config;
-use silt_common::metrics::{UFS_ERRORS, UFS_READ_BYTES, UFS_REQUESTS};
+use silt_common::metrics::{
+    Histogram, UfsOp, UFS_ERRORS, UFS_READ_BYTES, UFS_REQUESTS, UFS_REQUEST_SECONDS,
+};
 use silt_common::{Error, ErrorKind, Result};
 use tracing::debug;
 
@@ -145,6 +147,8 @@ pub struct OpendalStore {
     list_attrs: bool,
     /// Whether the store answers (see [`Stall`]); shared by clones.
     stall: Arc<Stall>,
+    /// Request times by [`UfsOp`], under its mount's name (`measured_as`; the URI until then).
+    seconds: Arc<[Histogram]>,
 }
 
 /// A store that stopped answering: once a request ran out of its deadline (retries
@@ -220,6 +224,11 @@ fn retry_event(ev: RetryEvent<'_>) {
     );
 }
 
+/// Request times of a store not (yet) exported under a name.
+fn unmeasured() -> Arc<[Histogram]> {
+    UfsOp::ALL.iter().map(|_| Histogram::new()).collect()
+}
+
 impl OpendalStore {
     /// Builds the store `uri` names, without checking that it is reachable (see
     /// [`OpendalStore::verify`] and [`crate::open_store`]).
@@ -276,6 +285,7 @@ impl OpendalStore {
             list_page: 1000,
             list_attrs: false,
             stall: Arc::default(),
+            seconds: unmeasured(),
         })
     }
 
@@ -365,7 +375,15 @@ impl OpendalStore {
             list_page: opts.list_page.max(1),
             list_attrs: opts.list_attrs,
             stall: Arc::default(),
+            seconds: unmeasured(),
         })
+    }
+
+    /// Times this store's requests under `mount` (the `mount` label of
+    /// `silt_ufs_request_seconds`): the namespace path it serves, or its URI.
+    pub fn measured_as(mut self, mount: &str) -> OpendalStore {
+        self.seconds = UFS_REQUEST_SECONDS.register(mount);
+        self
     }
 
     /// The underlying operator (root = the store root).
@@ -380,7 +398,7 @@ impl OpendalStore {
             Backend::Fs { root } => {
                 UFS_REQUESTS.inc();
                 let r = tokio::fs::read_dir(root).await.map(drop);
-                self.count_errors(async {
+                self.count_errors(UfsOp::List, async {
                     r.map_err(|e| {
                         Error::from(e).context(format!("local directory {}", root.display()))
                     })
@@ -404,7 +422,7 @@ impl OpendalStore {
                         _ => Ok(()),
                     }
                 };
-                self.count_errors(async {
+                self.count_errors(UfsOp::List, async {
                     match tokio::time::timeout(deadline, probe).await {
                         Ok(r) => r,
                         Err(_) => Err(Error::new(
@@ -848,11 +866,11 @@ impl OpendalStore {
                 .any(|off| src.is_hole(off, (len - off).min(WRITE_PART as u64)));
             if has_holes {
                 return self
-                    .count_errors(self.fs_write_sparse(root, path, src, len))
+                    .count_errors(UfsOp::Write, self.fs_write_sparse(root, path, src, len))
                     .await;
             }
         }
-        self.count_errors(async {
+        self.count_errors(UfsOp::Write, async {
             // One PUT up to a part's size, else initiate + one request per part + complete.
             let part = part_size(len);
             let parts = len.div_ceil(part as u64);
@@ -1158,7 +1176,7 @@ impl OpendalStore {
             return Ok(Buffer::new());
         };
         let buf = self
-            .count_errors(async {
+            .count_errors(UfsOp::Read, async {
                 match (&self.backend, &expected.etag) {
                     (Backend::S3 { .. }, Some(etag)) => self.s3_read(path, range, etag).await,
                     _ => self.checked_read(path, range, expected).await,
@@ -1176,9 +1194,11 @@ impl OpendalStore {
         }
     }
 
-    /// Counts a failed trait call in `UFS_ERRORS` (requests are counted where they are issued).
+    /// Counts a failed trait call in `UFS_ERRORS` (requests are counted where they are issued)
+    /// and times it, retries included, as an `op` request of this store's mount.
     async fn count_errors<T>(
         &self,
+        op: UfsOp,
         fut: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
         let probe = match self.stall.admit(self.timeout) {
@@ -1199,6 +1219,7 @@ impl OpendalStore {
         };
         let began = std::time::Instant::now();
         let r = fut.await;
+        self.seconds[op as usize].since(began);
         let timed_out = matches!(&r, Err(e) if e.kind() == ErrorKind::Timeout);
         self.stall.record(began, timed_out, probe);
         if r.is_err() {
@@ -1655,12 +1676,12 @@ impl UnderStore for OpendalStore {
 
     async fn stat(&self, path: &str) -> Result<ObjectMeta> {
         let path = normalize_path(path)?;
-        self.count_errors(self.stat_inner(path)).await
+        self.count_errors(UfsOp::Stat, self.stat_inner(path)).await
     }
 
     async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
         let dir = normalize_path(dir)?;
-        self.count_errors(async {
+        self.count_errors(UfsOp::List, async {
             match &self.backend {
                 Backend::Fs { root } => self.fs_list(root, dir, recursive).await,
                 Backend::S3 { .. } => {
@@ -1677,7 +1698,7 @@ impl UnderStore for OpendalStore {
 
     async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
         let dir = normalize_path(dir)?;
-        self.count_errors(async {
+        self.count_errors(UfsOp::List, async {
             match &self.backend {
                 Backend::Fs { root } => {
                     let all = self.fs_list(root, dir, true).await?;
@@ -1710,7 +1731,7 @@ impl UnderStore for OpendalStore {
             let (file, shown) = (Self::fs_path(root, path), self.full(path));
             let want = expected.content_fingerprint();
             let got = self
-                .count_errors(async move {
+                .count_errors(UfsOp::Read, async move {
                     UFS_REQUESTS.inc();
                     let what = shown.clone();
                     tokio::task::spawn_blocking(move || {
@@ -1734,7 +1755,7 @@ impl UnderStore for OpendalStore {
     async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
         let size = data.len() as u64;
-        self.count_errors(async {
+        self.count_errors(UfsOp::Write, async {
             UFS_REQUESTS.inc();
             let written = self
                 .op
@@ -1794,7 +1815,7 @@ impl UnderStore for OpendalStore {
                 self.uri
             )));
         }
-        self.count_errors(async {
+        self.count_errors(UfsOp::Delete, async {
             UFS_REQUESTS.inc();
             if let Backend::Fs { root } = &self.backend {
                 // OpenDAL's delete follows a link (a dangling one is "missing", one to a
@@ -1820,7 +1841,7 @@ impl UnderStore for OpendalStore {
 
     async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
-        self.count_errors(async {
+        self.count_errors(UfsOp::Write, async {
             // Local directories: `create_dir_all`; S3: OpenDAL writes the zero-byte `path/`
             // marker (its simulated `create_dir`).
             if !self.op.info().capability().create_dir {
@@ -1847,7 +1868,7 @@ impl UnderStore for OpendalStore {
 
     async fn remove_dir(&self, path: &str) -> Result<()> {
         let path = self.writable(path)?;
-        self.count_errors(async {
+        self.count_errors(UfsOp::Delete, async {
             // Empty? One listing of at most two keys: the directory's own marker and one more.
             let dir_slash = format!("{path}/");
             UFS_REQUESTS.inc();
@@ -1887,7 +1908,7 @@ impl UnderStore for OpendalStore {
         let from = self.writable(from)?;
         let to = self.writable(to)?;
         let cap = self.op.info().capability();
-        self.count_errors(async {
+        self.count_errors(UfsOp::Rename, async {
             if from == to {
                 return self.stat_inner(to).await;
             }
@@ -1942,7 +1963,7 @@ impl UnderStore for OpendalStore {
     async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
         let from = self.writable(from)?;
         let to = self.writable(to)?;
-        self.count_errors(async {
+        self.count_errors(UfsOp::Write, async {
             if !self.op.info().capability().copy {
                 return Err(Error::new(
                     ErrorKind::Unsupported,
@@ -1956,7 +1977,7 @@ impl UnderStore for OpendalStore {
 
     async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
-        self.count_errors(async {
+        self.count_errors(UfsOp::Write, async {
             match &self.backend {
                 Backend::Fs { root } => {
                     let p = Self::fs_path(root, path);
@@ -2018,7 +2039,7 @@ impl UnderStore for OpendalStore {
 
     async fn read_link(&self, path: &str) -> Result<String> {
         let path = normalize_path(path)?;
-        self.count_errors(async {
+        self.count_errors(UfsOp::Stat, async {
             let not_link =
                 || Error::invalid(format!("readlink {}: not a symbolic link", self.full(path)));
             let target = match &self.backend {
@@ -2076,7 +2097,7 @@ impl UnderStore for OpendalStore {
 
     async fn set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
         let path = normalize_path(path)?;
-        self.count_errors(async {
+        self.count_errors(UfsOp::Write, async {
             match &self.backend {
                 Backend::Fs { root } => {
                     let p = Self::fs_path(root, path);

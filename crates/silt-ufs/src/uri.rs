@@ -170,8 +170,13 @@ impl FromStr for StoreUri {
 ///
 /// `s3` also carries the request timeout and retry count used for every store.
 pub async fn open_store(uri: &str, s3: &S3Options) -> Result<DynStore> {
+    open_store_as(uri, uri, s3).await
+}
+
+/// [`open_store`], its requests timed under `mount` (the namespace path it is mounted at).
+pub async fn open_store_as(mount: &str, uri: &str, s3: &S3Options) -> Result<DynStore> {
     let parsed = StoreUri::parse(uri)?;
-    let store = OpendalStore::open(&parsed, s3)?;
+    let store = OpendalStore::open(&parsed, s3)?.measured_as(mount);
     store.verify().await?;
     Ok(Arc::new(store))
 }

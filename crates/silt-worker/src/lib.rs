@@ -128,6 +128,11 @@ pub trait Fetcher: Send + Sync {
     /// its pages may drop them. Best effort; the pages could never be served for another
     /// version anyway (they are keyed by content fingerprint).
     async fn forget(&self, _object: Arc<ObjectRef>) {}
+    /// Whether misses go to other workers rather than to the under-store (how a client's
+    /// reads are labelled in `silt_client_read_seconds`).
+    fn remote(&self) -> bool {
+        false
+    }
 }
 
 /// A local file holding an object's bytes at their own offsets, guaranteed to stay so while
@@ -397,6 +402,11 @@ impl Worker {
 
     pub fn stats(&self) -> PageStoreStats {
         self.shared.pages.stats()
+    }
+
+    /// Whether this worker's misses go to other workers (a cluster client's near cache).
+    pub fn fetches_remotely(&self) -> bool {
+        self.shared.fetcher.remote()
     }
 
     /// Pages currently being fetched.
