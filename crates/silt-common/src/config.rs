@@ -84,6 +84,8 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "worker_retry_after", default: "10s", help: "How long a worker that failed a read is tried last, so one dead worker costs one timeout, not one per read." },
     OptionSpec { name: "placement_group", default: "8MiB", help: "Bytes of a file placed together on one worker: smaller files live whole on one worker, larger ones spread group by group. Must be equal on every process of a cluster." },
     OptionSpec { name: "failover_candidates", default: "2", help: "Workers tried for a page group (the owner, then the next by rendezvous rank) before reading from the under-store." },
+    OptionSpec { name: "metrics_listen", default: "auto", help: "Address of the Prometheus endpoint (GET /metrics, docs/METRICS.md): HOST:PORT (port 0: a free one, printed), `off`, or `auto`: 127.0.0.1:9464 for `silt up` and `silt worker` (skipped with a warning when that port is taken, so several daemons can share a host), off for `silt mount` and `silt gateway`. Same as `web_listen`: one port serves both." },
+    OptionSpec { name: "web_listen", default: "auto", help: "Address of the status web page (members, mounts, tiers, loads, uploads, a namespace browser): HOST:PORT (port 0: a free one, printed), `off`, or `auto`: 127.0.0.1:9465 for `silt up` and `silt worker` (skipped with a warning when taken), off for `silt mount` and `silt gateway`. It shows names from the namespace to whoever reaches it: keep it on loopback or behind a proxy that authenticates." },
     OptionSpec { name: "log", default: "info", help: "Log filter (tracing `EnvFilter` syntax, e.g. `info,silt_client=debug`)." },
     OptionSpec { name: "log_format", default: "text", help: "Log lines on stderr: `text` (for people) or `json` (one JSON object a line, for a log pipeline: timestamp, level, target, message, fields, spans, role, pid, worker). The `silt: ...` status lines stay plain text either way." },
     OptionSpec { name: "log_repeat_interval", default: "10s", help: "Warnings that can repeat per page or per request (a full disk, a failing store or worker) are logged at most once per this interval for each place and cause; the next line says how many were suppressed (field `suppressed`). 0 logs every one." },
@@ -105,6 +107,49 @@ pub enum PassthroughMode {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// Where an operations endpoint (metrics, web page) listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// The role's default: on at a fixed loopback port for `silt up` and workers (skipped with
+    /// a warning when taken), off for the other roles.
+    Auto,
+    Off,
+    /// `HOST:PORT`, given by the user: failing to bind it fails the start.
+    Addr(String),
+}
+
+/// The loopback address `metrics_listen = auto` uses where it is on.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
+/// The loopback address `web_listen = auto` uses where it is on.
+pub const DEFAULT_WEB_LISTEN: &str = "127.0.0.1:9465";
+
+impl Listen {
+    fn parse(key: &str, v: &str) -> Result<Listen> {
+        match v {
+            "auto" => Ok(Listen::Auto),
+            "off" | "none" | "" => Ok(Listen::Off),
+            _ => {
+                check_addr(key, v).map_err(|_| {
+                    Error::invalid(format!(
+                        "{key}: expected HOST:PORT (e.g. 127.0.0.1:9464), off or auto, got {v:?}"
+                    ))
+                })?;
+                Ok(Listen::Addr(v.to_string()))
+            }
+        }
+    }
+
+    /// The address to bind for a role whose default is on (`default_on`, with `default` as the
+    /// address) or off, and whether it was asked for explicitly.
+    pub fn resolve(&self, default_on: bool, default: &str) -> Option<(String, bool)> {
+        match self {
+            Listen::Auto if default_on => Some((default.to_string(), false)),
+            Listen::Auto | Listen::Off => None,
+            Listen::Addr(a) => Some((a.clone(), true)),
+        }
+    }
 }
 
 /// A disk tier: a directory and its quota.
@@ -185,6 +230,8 @@ pub struct Config {
     pub worker_retry_after: Duration,
     pub placement_group: u64,
     pub failover_candidates: usize,
+    pub metrics_listen: Listen,
+    pub web_listen: Listen,
     pub log: String,
     pub log_format: LogFormat,
     pub log_repeat_interval: Duration,
@@ -253,6 +300,8 @@ impl Default for Config {
             worker_retry_after: Duration::ZERO,
             placement_group: 0,
             failover_candidates: 0,
+            metrics_listen: Listen::Off,
+            web_listen: Listen::Off,
             log: String::new(),
             log_format: LogFormat::Text,
             log_repeat_interval: Duration::ZERO,
@@ -660,6 +709,8 @@ impl Config {
                 self.placement_group = n
             }
             "failover_candidates" => self.failover_candidates = parse_count(key, v, 1)?,
+            "metrics_listen" => self.metrics_listen = Listen::parse(key, v)?,
+            "web_listen" => self.web_listen = Listen::parse(key, v)?,
             "log" => self.log = v.to_string(),
             "log_format" => {
                 self.log_format = match v.trim() {
@@ -907,6 +958,29 @@ mod tests {
         c.set("low_watermark", "0.99").unwrap();
         c.set("high_watermark", "0.5").unwrap();
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn ops_listeners_resolve_by_role() {
+        let mut c = Config::default();
+        assert_eq!(c.metrics_listen, Listen::Auto);
+        assert_eq!(
+            c.metrics_listen.resolve(true, DEFAULT_METRICS_LISTEN),
+            Some((DEFAULT_METRICS_LISTEN.to_string(), false))
+        );
+        assert_eq!(c.web_listen.resolve(false, DEFAULT_WEB_LISTEN), None);
+        c.set("web_listen", "127.0.0.1:0").unwrap();
+        assert_eq!(
+            c.web_listen.resolve(false, DEFAULT_WEB_LISTEN),
+            Some(("127.0.0.1:0".to_string(), true))
+        );
+        c.set("metrics_listen", "off").unwrap();
+        assert_eq!(c.metrics_listen.resolve(true, DEFAULT_METRICS_LISTEN), None);
+        let e = c.set("metrics_listen", "9464").unwrap_err().to_string();
+        assert!(
+            e.contains("metrics_listen") && e.contains("HOST:PORT"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -348,6 +348,7 @@ pub fn run() -> Result<ExitCode> {
                 daemon::logged(build_config(m, None)?, "up"),
                 m.get_flag("takeover"),
                 gw,
+                true,
             )
         }
         Some(("gateway", m)) => gateway::run(daemon::logged(build_config(m, None)?, "gateway"), m),
@@ -360,6 +361,7 @@ pub fn run() -> Result<ExitCode> {
                     daemon::logged(build_config(m, Some((&uri, Path::new(&target))))?, "mount"),
                     m.get_flag("takeover"),
                     None,
+                    false,
                 ),
                 // One argument: the mountpoint of a cluster client (namespace from the cluster).
                 (Some(target), None) => {
@@ -368,7 +370,7 @@ pub fn run() -> Result<ExitCode> {
                         bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers");
                     }
                     cfg.mountpoint = PathBuf::from(target);
-                    daemon::run(daemon::logged(cfg, "mount"), m.get_flag("takeover"), None)
+                    daemon::run(daemon::logged(cfg, "mount"), m.get_flag("takeover"), None, false)
                 }
                 _ => {
                     bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers")

@@ -255,9 +255,12 @@ async fn load_stream(
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
     let client = d.client.clone();
     let cluster = d.cluster.clone();
+    let record = d.loads.start(&paths);
+    let shown = record.clone();
     let job = tokio::spawn(async move {
         let mut last = Instant::now() - Duration::from_secs(1);
         let progress = |p: &silt_client::LoadProgress| {
+            shown.progress(p.files_total, p.bytes_total, p.bytes_done, p.bytes_cached);
             // At most ten progress frames a second.
             if last.elapsed() >= Duration::from_millis(100) || p.pages_done == p.pages_total {
                 last = Instant::now();
@@ -268,12 +271,15 @@ async fn load_stream(
             }
         };
         // Every path in one job: pages of all of them in flight together.
-        match &cluster {
+        let r = match &cluster {
             Some(router) => {
                 crate::cluster::load(&client, router, &paths, concurrency, progress).await
             }
             None => client.load_paths(&paths, concurrency, progress).await,
-        }
+        };
+        // Here, not by the caller: the load goes on when its caller goes away.
+        shown.finish(r.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+        r
     });
     while let Some(v) = rx.recv().await {
         write_json(s, &v).await?;
@@ -289,7 +295,10 @@ async fn load_stream(
             write_frame(s, FrameKind::End, &[]).await
         }
         Ok(Err(e)) => write_error(s, &e).await,
-        Err(e) => write_error(s, &Error::internal(format!("load task failed: {e}"))).await,
+        Err(e) => {
+            record.finish(Err(format!("load task failed: {e}")));
+            write_error(s, &Error::internal(format!("load task failed: {e}"))).await
+        }
     }
 }
 

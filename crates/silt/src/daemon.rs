@@ -41,6 +41,8 @@ pub struct Daemon {
     /// The cluster this process belongs to (reads, preloads and reports go through it).
     pub cluster: Option<Arc<Router>>,
     pub shutdown: Notify,
+    /// Loads run through the control socket, for the web page.
+    pub loads: Arc<silt_ops::Loads>,
 }
 
 impl Daemon {
@@ -101,10 +103,13 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 /// `silt up` / `silt mount`: a single node, or a cluster client when the configuration names
 /// a cluster.
 /// `gateway`: also serve the namespace over S3 at this address with these keys.
+/// `ops_default`: whether `metrics_listen`/`web_listen = auto` serve (`silt up`) or not
+/// (`silt mount`).
 pub fn run(
     cfg: Config,
     takeover: bool,
     gateway: Option<(String, crate::gateway::Settings)>,
+    ops_default: bool,
 ) -> Result<ExitCode> {
     let rt = runtime()?;
 
@@ -165,10 +170,15 @@ pub fn run(
         config: cfg.clone(),
         cluster,
         shutdown: Notify::new(),
+        loads: Arc::default(),
     });
     let socket = control::socket_path(&cfg.state_dir);
     let listener = rt.block_on(control::bind(&socket))?;
     // Bound before mounting: a bad address fails the start with nothing to undo.
+    let ops = silt_ops::Ops::new(daemon.node(), role)
+        .with_mountpoint(cfg.mountpoint.clone())
+        .with_loads(daemon.loads.clone());
+    let ops_addrs = silt_ops::start(&cfg, ops_default, Arc::new(ops), &rt)?;
     let gateway_addr = match gateway {
         Some((addr, settings)) => Some(crate::gateway::start(
             daemon.client.clone(),
@@ -203,6 +213,9 @@ pub fn run(
     if let Some(addr) = gateway_addr {
         // Said before the "serving" line: whoever waits for that line finds this one too.
         eprintln!("silt: S3 gateway at {addr}");
+    }
+    for line in ops_addrs.announce() {
+        eprintln!("{line}");
     }
     eprintln!(
         "silt: serving {} at {} (state {}, control {}){}",
@@ -427,10 +440,16 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
         config: cfg.clone(),
         cluster: Some(router),
         shutdown: Notify::new(),
+        loads: Arc::default(),
     });
     let socket = control::socket_path(&cfg.state_dir);
     let listener = rt.block_on(control::bind(&socket))?;
+    let ops = silt_ops::Ops::new(daemon.node(), "worker").with_loads(daemon.loads.clone());
+    let ops_addrs = silt_ops::start(&cfg, true, Arc::new(ops), &rt)?;
     rt.spawn(control::serve(listener, daemon.clone()));
+    for line in ops_addrs.announce() {
+        eprintln!("{line}");
+    }
     eprintln!(
         "silt: serving as worker {id}: {} at {addr} ({}), state {}",
         mount_table_text(&daemon.mounts()),

@@ -153,6 +153,10 @@ pub fn run(cfg: Config, m: &ArgMatches) -> Result<ExitCode> {
         Some(hook),
         &rt,
     )?;
+    let ops = silt_ops::Ops::new(connected.node.clone(), "gateway");
+    for line in silt_ops::start(&cfg, false, Arc::new(ops), &rt)?.announce() {
+        eprintln!("{line}");
+    }
     eprintln!(
         "silt: serving S3 gateway at {url} ({} client of {}; buckets: the top-level directories of {})",
         connected.mode,
