@@ -13,6 +13,8 @@ command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 # The gateway's TLS test makes a self-signed certificate with it.
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+# The web page's test loads it in a real headless browser (crates/silt/tests/ops.rs).
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # Tests start their own etcd on free ports (silt_testkit::Etcd); only the binary is needed.
 new_etcd=0
 if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
@@ -120,4 +122,4 @@ if [ ! -x "$k8svenv/bin/kubernetes-validate" ]; then
 fi
 [ -e /dev/fuse ] || { echo "install-deps: /dev/fuse is missing; FUSE mounts cannot work here" >&2; exit 1; }
 etcd_bin=$(command -v etcd || echo /usr/bin/etcd)
-echo "install-deps: ok (fusermount3: $(command -v fusermount3), etcd: $etcd_bin, versitygw: $deps/bin/versitygw)" >&2
+echo "install-deps: ok (fusermount3: $(command -v fusermount3), etcd: $etcd_bin, versitygw: $deps/bin/versitygw, chromium: $(command -v chromium))" >&2
