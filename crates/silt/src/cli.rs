@@ -370,7 +370,12 @@ pub fn run() -> Result<ExitCode> {
                         bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers");
                     }
                     cfg.mountpoint = PathBuf::from(target);
-                    daemon::run(daemon::logged(cfg, "mount"), m.get_flag("takeover"), None, false)
+                    daemon::run(
+                        daemon::logged(cfg, "mount"),
+                        m.get_flag("takeover"),
+                        None,
+                        false,
+                    )
                 }
                 _ => {
                     bail!("silt mount needs URI MOUNTPOINT, or MOUNTPOINT with --etcd or --workers")
