@@ -516,14 +516,7 @@ fn a_static_worker_list_serves_without_etcd() {
     let files = Arc::new(cluster_dataset(20, &[(3 << 20) + (512 << 10)]));
     write_local(&s3.root().join(BUCKET).join("ds"), &files);
     let dir = tempfile::tempdir().unwrap();
-    let ports: Vec<u16> = (0..2)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .unwrap()
-        })
-        .collect();
+    let ports = free_ports(2);
     let list = format!("a=127.0.0.1:{},b=127.0.0.1:{}", ports[0], ports[1]);
     let mut args = s3_args(&s3);
     args.extend([

@@ -660,14 +660,7 @@ fn workers_and_a_cluster_client_serve_metrics_and_pages() {
     write_local(src.path(), &files);
     let uri = format!("file://{}", src.path().display());
     let dir = tempfile::tempdir().unwrap();
-    let ports: Vec<u16> = (0..2)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .unwrap()
-        })
-        .collect();
+    let ports = free_ports(2);
     let list = format!("a=127.0.0.1:{},b=127.0.0.1:{}", ports[0], ports[1]);
     let ops_args = [
         "--metrics-listen",

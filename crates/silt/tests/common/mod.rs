@@ -440,3 +440,15 @@ pub fn raw_get(
     }
     Ok((status, body))
 }
+
+/// `n` loopback ports free a moment ago (for a static worker list a test names up front).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    (0..n)
+        .map(|_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .unwrap()
+        })
+        .collect()
+}
