@@ -58,14 +58,22 @@ pub struct RouterOptions {
 
 /// Identifies this host *and network namespace*: processes that share both can use each
 /// other's Unix sockets and see the same local files.
+///
+/// The kernel's boot id is part of it: a container has no `/etc/machine-id` of its own, and a
+/// network namespace's number is only unique within one kernel, so without it pods on two
+/// nodes could take each other for the same host (and try each other's socket paths).
 pub fn local_host_id() -> String {
-    let machine = std::fs::read_to_string("/etc/machine-id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default();
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let machine = read("/etc/machine-id");
+    let boot = read("/proc/sys/kernel/random/boot_id");
     let netns = std::fs::read_link("/proc/self/ns/net")
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    format!("{machine}/{netns}")
+    format!("{machine}/{boot}/{netns}")
 }
 
 /// Which error kinds are answers about the object rather than failures of a worker.
