@@ -64,6 +64,9 @@ const READ_PIECE: u64 = 4 << 20;
 /// Pieces read ahead of the connection.
 const BODY_PIECES: usize = 2;
 
+/// Longest a connection may take to send a request head, or stay idle between requests.
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Longest page of a listing (S3's).
 const MAX_KEYS: i32 = 1000;
 
@@ -964,7 +967,12 @@ where
             Ok::<_, s3s::HttpError>(resp)
         }
     });
+    // A client that never finishes a request head (or idles between requests) is let go
+    // after HEADER_TIMEOUT: a few hundred such connections would otherwise hold their
+    // descriptors forever.
     let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
         .serve_connection(hyper_util::rt::TokioIo::new(io), svc);
     if let Err(e) = conn.await {
         debug!(%peer, error = %e, "gateway connection ended");
