@@ -114,6 +114,13 @@ if [ ! -x "$deps/bin/helm" ]; then
   echo "install-deps: building helm $HELM_VERSION (about five minutes)" >&2
   GOBIN="$deps/bin" GOFLAGS=-mod=mod go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 fi
+# The CSI plugin's check (crates/silt/tests/csi.rs): the Kubernetes CSI sanity suite.
+CSI_TEST_VERSION=v5.6.0
+if [ ! -x "$deps/bin/csi-sanity" ]; then
+  command -v go >/dev/null 2>&1 || { echo "install-deps: Go is needed to build csi-sanity" >&2; exit 1; }
+  echo "install-deps: building csi-sanity $CSI_TEST_VERSION (about a minute)" >&2
+  GOBIN="$deps/bin" GOFLAGS=-mod=mod go install "github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@$CSI_TEST_VERSION"
+fi
 k8svenv="$deps/k8svenv"
 if [ ! -x "$k8svenv/bin/kubernetes-validate" ]; then
   echo "install-deps: python venv $k8svenv (kubernetes-validate)" >&2

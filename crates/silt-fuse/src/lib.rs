@@ -1828,7 +1828,7 @@ fn remove_dead_silt_mount(mountpoint: &Path) -> bool {
 /// Whether a `/proc/self/mountinfo` line is a silt FUSE mount at `target`: mounted by silt
 /// itself it reads `... - fuse.silt silt ...`; mounted by `fuser` (earlier versions) the
 /// subtype is dropped and it reads `... - fuse silt ...` (type `fuse`, source `silt`).
-fn is_silt_mount_of(line: &str, target: &str) -> bool {
+pub fn is_silt_mount_of(line: &str, target: &str) -> bool {
     let Some((head, tail)) = line.split_once(" - ") else {
         return false;
     };
@@ -1843,7 +1843,8 @@ fn is_silt_mount_of(line: &str, target: &str) -> bool {
     )
 }
 
-fn unescape_mountinfo(s: &str) -> String {
+/// A mountinfo field with its octal escapes (`\040` for a space) undone.
+pub fn unescape_mountinfo(s: &str) -> String {
     let mut out = String::new();
     let b = s.as_bytes();
     let mut i = 0;

@@ -10,7 +10,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 use silt_common::config::{env_name, flag_name, Config, OPTIONS, SECRET_OPTIONS};
 use silt_common::size::parse_size;
 
-use crate::{control, daemon, gateway, ring};
+use crate::{control, csi, daemon, gateway, ring};
 
 fn option_args() -> Vec<Arg> {
     OPTIONS
@@ -267,6 +267,17 @@ fn command() -> Command {
                 .about("Unmount and stop a running Silt")
                 .args(state_args()),
         )
+        .subcommand(
+            Command::new("csi")
+                .about("Serve the CSI plugin (Node and Controller) on a Unix socket: each staged volume is a client mount of its own, bind-mounted into pods (docs/csi.md)")
+                .args(csi::args())
+                .arg(config_arg())
+                .args(
+                    option_args()
+                        .into_iter()
+                        .filter(|a| a.get_id() != "mountpoint"),
+                ),
+        )
         .subcommand(ring::command())
         .subcommand(
             // Keeps a mount's FUSE connection alive across its daemon (spawned by the daemon).
@@ -427,6 +438,7 @@ pub fn run() -> Result<ExitCode> {
         }
         Some(("down", m)) => control::down(&state_dir(m)?),
         Some(("ring", m)) => ring::run(m),
+        Some(("csi", m)) => csi::run(daemon::logged(build_config(m, None)?, "csi"), m),
         Some(("fuse-holder", m)) => {
             let arg = |k: &str| PathBuf::from(m.get_one::<String>(k).cloned().unwrap_or_default());
             silt_fuse::takeover::run_holder(&arg("state_dir"), &arg("mountpoint"))?;

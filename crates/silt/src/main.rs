@@ -4,6 +4,7 @@
 mod cli;
 mod cluster;
 mod control;
+mod csi;
 mod daemon;
 mod gateway;
 mod ring;
