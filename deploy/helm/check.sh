@@ -67,7 +67,7 @@ import sys, tomllib, yaml
 rendered, options = sys.argv[1], sys.argv[2]
 known = {line.strip() for line in open(options) if line.strip()}
 env_ok = {"SILT_" + o.upper() for o in known} | {"SILT_CONFIG"}
-roles = {"worker", "csi"}  # csi: the planned `silt csi` (off by default; see the README)
+roles = {"worker", "csi"}
 docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
 bad = []
 for d in docs:
@@ -78,7 +78,9 @@ for d in docs:
                 bad.append(f"{kind}/{name}: config key {key!r} is no option")
     spec = d.get("spec", {}).get("template", {}).get("spec", {})
     for c in spec.get("containers", []):
-        if c["image"].split(":")[0].endswith("etcd") or "registrar" in c["name"]:
+        image = c["image"].split(":")[0]
+        # etcd, and the Kubernetes CSI sidecars (node-driver-registrar, external-provisioner).
+        if image.endswith("etcd") or image.startswith("registry.k8s.io/sig-storage/"):
             continue
         args = c.get("args", [])
         if not args or args[0] not in roles:
@@ -87,6 +89,12 @@ for d in docs:
             n = e["name"]
             if n.startswith("SILT_") and n not in env_ok:
                 bad.append(f"{kind}/{name}/{c['name']}: {n} is no option")
+    # A StorageClass's parameters become volume attributes (docs/csi.md): Silt options,
+    # uri, path, basePath, or Kubernetes' own prefixed keys.
+    if kind == "StorageClass":
+        for key in d.get("parameters", {}):
+            if "/" not in key and key not in known | {"uri", "path", "basePath"}:
+                bad.append(f"{kind}/{name}: parameter {key!r} is no volume attribute")
 for b in bad:
     print(b)
 print(f"{len(docs)} objects")
