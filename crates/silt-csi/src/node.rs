@@ -115,7 +115,10 @@ impl NodeService {
             let pid = staged.pid;
             let slot = self.slot(&staged.volume_id);
             let id = staged.volume_id.clone();
-            *slot.try_lock().expect("fresh slot") = Some(staged);
+            match slot.try_lock() {
+                Ok(mut g) => *g = Some(staged),
+                Err(_) => continue,
+            }
             let pidfd = (pid > 0 && self.is_mount_process(pid, &id))
                 .then(|| open_pidfd(pid).ok())
                 .flatten();
@@ -369,7 +372,11 @@ impl NodeService {
             .spawn_mount(&staged)
             .map_err(|e| Status::internal(format!("starting the mount process: {e}")))?;
         staged.pid = pid;
-        self.wait_mounted(&staged, pid, &pidfd).await?;
+        if let Err(e) = self.wait_mounted(&staged, pid, &pidfd).await {
+            // Whatever it left (a holder, a half-made state dir) goes; the error says why.
+            self.stop(&staged).await;
+            return Err(e);
+        }
         // The volume's directory in the mounted namespace (a created volume's is made by
         // CreateVolume; a static one may name a directory to be).
         let source = staged.source();
@@ -503,15 +510,22 @@ impl NodeService {
                 format!("something else is mounted on {}", target.display()),
             ));
         }
-        std::fs::create_dir_all(&target)
-            .map_err(|e| Status::internal(format!("creating {}: {e}", target.display())))?;
-        mounts::bind(&staged.source(), &target, read_only).map_err(|e| {
-            Status::internal(format!(
-                "bind-mounting {} on {}: {e}",
-                staged.source().display(),
-                target.display()
-            ))
-        })?;
+        // The source is looked up through the FUSE mount, which waits while its process
+        // restarts: off the async threads.
+        let (source, t) = (staged.source(), target.clone());
+        tokio::task::spawn_blocking(move || -> Result<(), Status> {
+            std::fs::create_dir_all(&t)
+                .map_err(|e| Status::internal(format!("creating {}: {e}", t.display())))?;
+            mounts::bind(&source, &t, read_only).map_err(|e| {
+                Status::internal(format!(
+                    "bind-mounting {} on {}: {e}",
+                    source.display(),
+                    t.display()
+                ))
+            })
+        })
+        .await
+        .unwrap_or_else(|e| Err(Status::internal(e.to_string())))?;
         staged.targets.insert(target.clone(), read_only);
         self.persist(staged)?;
         info!(volume = %req.volume_id, target = %target.display(), read_only, "volume published");
