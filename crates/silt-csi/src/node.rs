@@ -334,7 +334,7 @@ impl NodeService {
 
     pub async fn stage(self: &Arc<Self>, req: proto::NodeStageVolumeRequest) -> Result<(), Status> {
         require(&req.volume_id, "volume_id")?;
-        require(&req.staging_target_path, "staging_target_path")?;
+        require_path(&req.staging_target_path, "staging_target_path")?;
         check_capability(req.volume_capability.as_ref())?;
         let spec = volume::mount_spec(&req.volume_context, &req.secrets)?;
         let staging = PathBuf::from(&req.staging_target_path);
@@ -435,7 +435,7 @@ impl NodeService {
 
     pub async fn unstage(&self, req: proto::NodeUnstageVolumeRequest) -> Result<(), Status> {
         require(&req.volume_id, "volume_id")?;
-        require(&req.staging_target_path, "staging_target_path")?;
+        require_path(&req.staging_target_path, "staging_target_path")?;
         let slot = self.slot(&req.volume_id);
         let mut guard = slot.lock().await;
         let Some(staged) = guard.clone() else {
@@ -464,7 +464,7 @@ impl NodeService {
 
     pub async fn publish(&self, req: proto::NodePublishVolumeRequest) -> Result<(), Status> {
         require(&req.volume_id, "volume_id")?;
-        require(&req.target_path, "target_path")?;
+        require_path(&req.target_path, "target_path")?;
         let cap = check_capability(req.volume_capability.as_ref())?;
         let read_only = req.readonly || volume::reads_only(cap);
         let target = PathBuf::from(&req.target_path);
@@ -534,7 +534,7 @@ impl NodeService {
 
     pub async fn unpublish(&self, req: proto::NodeUnpublishVolumeRequest) -> Result<(), Status> {
         require(&req.volume_id, "volume_id")?;
-        require(&req.target_path, "target_path")?;
+        require_path(&req.target_path, "target_path")?;
         let target = PathBuf::from(&req.target_path);
         let slot = self.slot(&req.volume_id);
         let mut guard = slot.lock().await;
@@ -640,6 +640,17 @@ const LOG: &str = "mount.log";
 fn require(value: &str, what: &str) -> Result<(), Status> {
     if value.is_empty() {
         return Err(Status::invalid(format!("{what} is required")));
+    }
+    Ok(())
+}
+
+/// A path the plugin mounts on: given, and absolute.
+fn require_path(value: &str, what: &str) -> Result<(), Status> {
+    require(value, what)?;
+    if !value.starts_with('/') {
+        return Err(Status::invalid(format!(
+            "{what} {value:?} is not an absolute path"
+        )));
     }
     Ok(())
 }

@@ -402,24 +402,26 @@ fn pods_keep_their_mounts_while_the_mount_process_and_the_plugin_restart() {
         assert_eq!(libc::kill(holder, libc::SIGKILL), 0);
         assert_eq!(libc::kill(old, libc::SIGKILL), 0);
     }
-    let a = t1.clone();
-    let back = finishes("the pods' mounts coming back", move || loop {
-        match std::fs::read(a.join("new.txt")) {
-            Ok(b) => return b,
-            // The dead connection, or the moment between unbinding and binding again.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOTCONN) | Some(libc::ECONNABORTED) | Some(libc::ENOENT)
-                ) =>
-            {
-                std::thread::sleep(Duration::from_millis(20))
+    // Each pod's directory is bound again in turn: wait for each.
+    let came_back = |file: PathBuf| {
+        finishes("the pods' mounts coming back", move || loop {
+            match std::fs::read(&file) {
+                Ok(b) => return b,
+                // The dead connection, or the moment between unbinding and binding again.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOTCONN) | Some(libc::ECONNABORTED) | Some(libc::ENOENT)
+                    ) =>
+                {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => panic!("reading {} through the pod's mount: {e}", file.display()),
             }
-            Err(e) => panic!("reading through the pod's mount: {e}"),
-        }
-    });
-    assert_eq!(back, b"hello");
-    assert_eq!(std::fs::read(t2.join("a.bin")).unwrap(), data);
+        })
+    };
+    assert_eq!(came_back(t1.join("new.txt")), b"hello");
+    assert_eq!(came_back(t2.join("a.bin")), data);
     assert_ne!(p.mount_pid(), old);
 
     // Unstaging while published is refused; unpublish removes the pods' directories, unstage
@@ -512,6 +514,15 @@ fn bad_calls_get_clear_errors() {
     assert_eq!(code, 13, "{msg}");
     assert!(msg.contains("exited before mounting"), "{msg}");
     assert!(!is_mounted(&staging));
+    // Relative paths name nothing the kubelet made.
+    let (code, msg) = p.code(
+        "/csi.v1.Node/NodeStageVolume",
+        &proto::NodeStageVolumeRequest {
+            staging_target_path: "staging".into(),
+            ..stage(attrs(&[("uri", &uri)]), mount_cap(1))
+        },
+    );
+    assert_eq!(code, 3, "{msg}");
     // Publishing what was never staged.
     let (code, msg) = p.code(
         "/csi.v1.Node/NodePublishVolume",
