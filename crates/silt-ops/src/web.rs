@@ -409,15 +409,18 @@ pub async fn browse(ops: &Ops, query: &str) -> (StatusCode, String) {
             return error_page(ops, status, &e.to_string());
         }
     };
-    let entries: Vec<silt_client::Entry> = if entry.is_dir() {
+    // The cached listing itself (shared), not a copy of it: a page shows 500 of it.
+    let entries: std::sync::Arc<Vec<silt_client::Entry>> = if entry.is_dir() {
         match client.list(&path).await {
-            Ok(l) => l.iter().cloned().collect(),
+            Ok(l) => l,
             Err(e) => return error_page(ops, StatusCode::BAD_GATEWAY, &e.to_string()),
         }
     } else {
-        vec![entry.clone()]
+        std::sync::Arc::new(vec![entry.clone()])
     };
     let total = entries.len();
+    // A `from` past the end shows the last page.
+    let from = from.min(total.saturating_sub(1) / BROWSE_PAGE * BROWSE_PAGE);
     let shown: Vec<&silt_client::Entry> = entries.iter().skip(from).take(BROWSE_PAGE).collect();
     let files: Vec<String> = shown
         .iter()
@@ -483,14 +486,25 @@ pub async fn browse(ops: &Ops, query: &str) -> (StatusCode, String) {
         );
     }
     b.push_str("</table>");
+    let mut links = Vec::new();
+    if from > 0 {
+        links.push(format!(
+            "<a href=\"{}&amp;from={}\">previous {}</a>",
+            esc(&href_path(&path)),
+            from.saturating_sub(BROWSE_PAGE),
+            BROWSE_PAGE
+        ));
+    }
     if from + BROWSE_PAGE < total {
-        let _ = write!(
-            b,
-            "<p><a href=\"{}&amp;from={}\">next {}</a></p>",
+        links.push(format!(
+            "<a href=\"{}&amp;from={}\">next {}</a>",
             esc(&href_path(&path)),
             from + BROWSE_PAGE,
             BROWSE_PAGE
-        );
+        ));
+    }
+    if !links.is_empty() {
+        let _ = write!(b, "<p>{}</p>", links.join(" · "));
     }
     b.push_str("</section>");
     (StatusCode::OK, page(ops, &path, &b))

@@ -524,6 +524,11 @@ fn web_page_in_headless_chromium() {
         ("more/d.bin".into(), bytes(4, 700_000)),
     ];
     write_local(src.path(), &files);
+    // A directory longer than one browse page (500 entries).
+    let many: Vec<(String, Vec<u8>)> = (0..1001)
+        .map(|i| (format!("many/f{i:04}"), vec![b'x']))
+        .collect();
+    write_local(src.path(), &many);
     let uri = format!("file://{}", src.path().display());
     let dir = tempfile::tempdir().unwrap();
     let silt = Silt::up(
@@ -554,6 +559,35 @@ fn web_page_in_headless_chromium() {
     let o = silt.cli(&["load", "/data/more"]);
     assert!(o.status.success(), "load: {}", stderr(&o));
     std::fs::write(silt.path("data/out.txt"), b"written back later").unwrap();
+
+    // Paging: previous/next links, and a `from` past the end shows the last page.
+    for (from, shown, prev, next) in [
+        ("", "1–500 shown", None, Some(500)),
+        ("&from=500", "501–1000 shown", Some(0), Some(1000)),
+        ("&from=99999", "1001–1001 shown", Some(500), None),
+    ] {
+        let (status, _, body) = http(&web, "GET", &format!("/browse?path=/data/many{from}"));
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body.contains(&format!("1001 entries, {shown}")),
+            "{from}: {body}"
+        );
+        let link = |what: &str, n: usize| format!("from={n}\">{what} 500</a>");
+        assert_eq!(
+            prev.is_some_and(|n| body.contains(&link("previous", n))),
+            prev.is_some(),
+            "{from}: {body}"
+        );
+        assert_eq!(
+            next.is_some_and(|n| body.contains(&link("next", n))),
+            next.is_some(),
+            "{from}: {body}"
+        );
+        assert_eq!(
+            body.matches("<tr><td class=\"name\">").count(),
+            if next.is_some() { 500 } else { 1 }
+        );
+    }
 
     let shots = dir.path().join("screenshots");
     std::fs::create_dir_all(&shots).unwrap();
