@@ -104,6 +104,8 @@ define_metrics! {
     GATEWAY_READ_BYTES = "silt_gateway_read_bytes_total", "Object bytes the S3 gateway sent in GetObject bodies.";
     GATEWAY_WRITE_BYTES = "silt_gateway_write_bytes_total", "Object bytes the S3 gateway received in PutObject and UploadPart bodies (counted as they arrive, also for uploads refused afterwards).";
     GATEWAY_OBJECTS_WRITTEN = "silt_gateway_objects_written_total", "Objects the S3 gateway committed (PutObject, CopyObject, CompleteMultipartUpload).";
+    CSI_CALL_ERRORS = "silt_csi_call_errors_total", "CSI calls the plugin answered with an error status.";
+    CSI_MOUNT_RESTARTS = "silt_csi_mount_restarts_total", "Volume mount processes the CSI plugin started again after they died (the pods' mounts waited meanwhile).";
 }
 
 /// How many latency buckets a histogram has (besides `+Inf`).
@@ -324,6 +326,11 @@ define_histograms! {
         Cached = "cached", Stats = "stats", Forget = "forget", Hold = "hold", Changed = "changed",
         Resident = "resident", Other = "other",
     }
+    CSI_CALL_SECONDS: CsiCall = "silt_csi_call_seconds", "call", "Time the CSI plugin took to answer one call, by call (a stage includes starting the volume's mount process; identity and capability calls are `other`)." {
+        Stage = "stage", Unstage = "unstage", Publish = "publish", Unpublish = "unpublish",
+        Stats = "stats", Create = "create", Delete = "delete", Validate = "validate",
+        Other = "other",
+    }
 }
 
 impl RpcOp {
@@ -465,6 +472,10 @@ impl Default for Gauge {
 
 /// FUSE file handles open now (the value of [`FUSE_OPEN_HANDLES`]).
 pub static FUSE_HANDLES: Gauge = Gauge::new();
+/// Volumes the CSI plugin has staged now (the value of [`CSI_VOLUMES_STAGED`]).
+pub static CSI_STAGED: Gauge = Gauge::new();
+/// Pods' target paths the CSI plugin has published now (the value of [`CSI_VOLUMES_PUBLISHED`]).
+pub static CSI_PUBLISHED: Gauge = Gauge::new();
 
 /// A gauge's name, help and label names; the exporter supplies its values.
 #[derive(Debug)]
@@ -509,6 +520,8 @@ define_gauges! {
     FUSE_OPEN_HANDLES = "silt_fuse_open_handles" [], "File handles open on this process's FUSE mount.";
     CLUSTER_MEMBERS = "silt_cluster_members" [], "Workers in the membership view, i.e. alive as far as etcd (or the static list) says; 1 for a single node, which is its own worker.";
     CLUSTER_MEMBERS_SUSPECT = "silt_cluster_members_suspect" [], "Workers of the view this process saw fail within `worker_retry_after` (tried last until then).";
+    CSI_VOLUMES_STAGED = "silt_csi_volumes_staged" [], "Volumes the CSI plugin has staged on this node (one client mount process each); the plugin's own metric.";
+    CSI_VOLUMES_PUBLISHED = "silt_csi_volumes_published" [], "Pods' target paths the CSI plugin has bind-mounted on this node; the plugin's own metric.";
 }
 
 /// Prometheus text exposition format (version 0.0.4) of the metrics: `# HELP` and `# TYPE`

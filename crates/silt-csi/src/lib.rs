@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use silt_common::config::Config;
+use silt_common::metrics::{self, CsiCall};
 
 use crate::grpc::{decode, encode, BoxFuture, Code, Handler, Status};
 use crate::proto::{RpcCapability, TypeOnly};
@@ -70,6 +71,15 @@ impl Plugin {
     }
 
     async fn dispatch(self: Arc<Self>, method: String, m: Bytes) -> grpc::Reply {
+        let _timer = call_kind(&method).timer();
+        let out = self.answer(&method, m).await;
+        if out.is_err() {
+            metrics::CSI_CALL_ERRORS.inc();
+        }
+        out
+    }
+
+    async fn answer(self: Arc<Self>, method: &str, m: Bytes) -> grpc::Reply {
         let rpc = |types: &[i32]| proto::CapabilitiesResponse {
             capabilities: types
                 .iter()
@@ -79,7 +89,7 @@ impl Plugin {
                 .collect(),
         };
         let empty = || encode(&proto::Empty {});
-        match method.as_str() {
+        match method {
             "/csi.v1.Identity/GetPluginInfo" => encode(&proto::GetPluginInfoResponse {
                 name: self.driver_name.clone(),
                 vendor_version: env!("CARGO_PKG_VERSION").into(),
@@ -139,6 +149,21 @@ impl Plugin {
                 format!("{method} is not implemented by the Silt CSI plugin"),
             )),
         }
+    }
+}
+
+/// The `call` label of a method's latency.
+fn call_kind(method: &str) -> CsiCall {
+    match method.rsplit('/').next().unwrap_or("") {
+        "NodeStageVolume" => CsiCall::Stage,
+        "NodeUnstageVolume" => CsiCall::Unstage,
+        "NodePublishVolume" => CsiCall::Publish,
+        "NodeUnpublishVolume" => CsiCall::Unpublish,
+        "NodeGetVolumeStats" => CsiCall::Stats,
+        "CreateVolume" => CsiCall::Create,
+        "DeleteVolume" => CsiCall::Delete,
+        "ValidateVolumeCapabilities" => CsiCall::Validate,
+        _ => CsiCall::Other,
     }
 }
 

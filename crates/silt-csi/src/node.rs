@@ -21,6 +21,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::unix::AsyncFd;
 use tracing::{info, warn};
 
+use silt_common::metrics;
+
 use crate::grpc::{Code, Status};
 use crate::mounts;
 use crate::proto::{self, VolumeCapability};
@@ -115,10 +117,13 @@ impl NodeService {
             let pid = staged.pid;
             let slot = self.slot(&staged.volume_id);
             let id = staged.volume_id.clone();
+            let published = staged.targets.len() as i64;
             match slot.try_lock() {
                 Ok(mut g) => *g = Some(staged),
                 Err(_) => continue,
             }
+            metrics::CSI_STAGED.inc();
+            metrics::CSI_PUBLISHED.add(published);
             let pidfd = (pid > 0 && self.is_mount_process(pid, &id))
                 .then(|| open_pidfd(pid).ok())
                 .flatten();
@@ -169,6 +174,9 @@ impl NodeService {
             cmd.arg("--config").arg(c);
         }
         cmd.env_remove("SILT_STATE_DIR")
+            // The plugin's own endpoints are not the mounts': a volume may turn them on.
+            .env("SILT_METRICS_LISTEN", "off")
+            .env("SILT_WEB_LISTEN", "off")
             .envs(&staged.spec.env)
             .stdin(std::process::Stdio::null())
             .stdout(log.try_clone()?)
@@ -306,6 +314,7 @@ impl NodeService {
                 silt_fuse::takeover::holder_alive(&self.volume_dir(&volume_id).join(MOUNT_STATE));
             match self.spawn_mount(staged) {
                 Ok((p, fd)) => {
+                    metrics::CSI_MOUNT_RESTARTS.inc();
                     staged.pid = p;
                     pid = p;
                     if let Err(e) = self.persist(staged) {
@@ -397,6 +406,7 @@ impl NodeService {
         }
         info!(volume = %staged.volume_id, staging = %staged.staging.display(), pid, "volume staged");
         *guard = Some(staged);
+        metrics::CSI_STAGED.inc();
         drop(guard);
         let me = self.clone();
         let id = req.volume_id.clone();
@@ -457,6 +467,7 @@ impl NodeService {
         }
         // The watcher sees the slot empty and does not restart the process.
         *guard = None;
+        metrics::CSI_STAGED.dec();
         self.stop(&staged).await;
         info!(volume = %req.volume_id, "volume unstaged");
         Ok(())
@@ -527,6 +538,7 @@ impl NodeService {
         .await
         .unwrap_or_else(|e| Err(Status::internal(e.to_string())))?;
         staged.targets.insert(target.clone(), read_only);
+        metrics::CSI_PUBLISHED.inc();
         self.persist(staged)?;
         info!(volume = %req.volume_id, target = %target.display(), read_only, "volume published");
         Ok(())
@@ -563,6 +575,7 @@ impl NodeService {
         }
         if let Some(s) = guard.as_mut() {
             if s.targets.remove(&target).is_some() {
+                metrics::CSI_PUBLISHED.dec();
                 self.persist(s)?;
                 info!(volume = %req.volume_id, target = %target.display(), "volume unpublished");
             }

@@ -34,8 +34,9 @@ pub use prom::exposition;
 
 /// What the endpoints show of one daemon.
 pub struct Ops {
-    /// The client (and cluster) of this process.
-    pub node: Node,
+    /// The client (and cluster) of this process; `None` in a role without one (the CSI
+    /// plugin), which serves its metrics only.
+    pub node: Option<Node>,
     /// Its role, as `silt_info` and the page name it (the node's role, or `gateway`).
     pub role: String,
     pub started: SystemTime,
@@ -43,16 +44,37 @@ pub struct Ops {
     pub loads: Arc<Loads>,
     /// Where the namespace is mounted, if this process has a FUSE mount.
     pub mountpoint: Option<PathBuf>,
+    /// Gauges this role keeps itself (unlabelled), exported beside the rest.
+    pub gauges: Vec<ProcessGauge>,
 }
+
+/// A gauge's definition and the value a role keeps for it.
+pub type ProcessGauge = (
+    &'static silt_common::metrics::GaugeDef,
+    &'static silt_common::metrics::Gauge,
+);
 
 impl Ops {
     pub fn new(node: Node, role: impl Into<String>) -> Ops {
         Ops {
-            node,
+            node: Some(node),
             role: role.into(),
             started: SystemTime::now(),
             loads: Arc::new(Loads::default()),
             mountpoint: None,
+            gauges: Vec::new(),
+        }
+    }
+
+    /// A role without a client (the CSI plugin): its counters, histograms and `gauges`.
+    pub fn process(role: impl Into<String>, gauges: Vec<ProcessGauge>) -> Ops {
+        Ops {
+            node: None,
+            role: role.into(),
+            started: SystemTime::now(),
+            loads: Arc::new(Loads::default()),
+            mountpoint: None,
+            gauges,
         }
     }
 
@@ -280,11 +302,25 @@ async fn route<B>(ops: &Ops, what: Endpoints, req: Request<B>) -> Response<Body>
             exposition(ops),
         ),
         "/healthz" => respond(StatusCode::OK, TEXT, "ok\n".into()),
-        "/" if what.web => html_response(StatusCode::OK, web::overview(ops).await),
-        "/browse" if what.web => {
-            let (status, body) = web::browse(ops, query).await;
-            html_response(status, body)
-        }
+        "/" if what.web => match &ops.node {
+            Some(node) => html_response(StatusCode::OK, web::overview(ops, node).await),
+            None => respond(
+                StatusCode::NOT_FOUND,
+                TEXT,
+                "no status page in this role\n".into(),
+            ),
+        },
+        "/browse" if what.web => match &ops.node {
+            Some(node) => {
+                let (status, body) = web::browse(ops, node, query).await;
+                html_response(status, body)
+            }
+            None => respond(
+                StatusCode::NOT_FOUND,
+                TEXT,
+                "no namespace in this role\n".into(),
+            ),
+        },
         "/" => respond(
             StatusCode::OK,
             TEXT,

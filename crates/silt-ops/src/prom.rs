@@ -12,7 +12,6 @@ pub fn exposition(ops: &Ops) -> String {
     let mut e = Exposition::new();
     e.counters();
     e.histograms();
-    let client = &ops.node.client;
     let none: &[&str] = &[];
 
     e.gauge(
@@ -24,6 +23,19 @@ pub fn exposition(ops: &Ops) -> String {
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
     e.gauge(&metrics::START_TIME_SECONDS, [(none, started)]);
+    for (def, gauge) in &ops.gauges {
+        e.gauge(def, [(none, gauge.get() as f64)]);
+    }
+    if let Some(node) = &ops.node {
+        node_gauges(&mut e, node);
+    }
+    e.finish()
+}
+
+/// The gauges of a process with a client: its namespace, tiers, writes, mount and cluster.
+fn node_gauges(e: &mut Exposition, node: &silt_node::Node) {
+    let client = &node.client;
+    let none: &[&str] = &[];
     let mounts = silt_node::client_mounts(client);
     let mount_labels: Vec<[&str; 2]> = mounts
         .iter()
@@ -70,7 +82,7 @@ pub fn exposition(ops: &Ops) -> String {
         &metrics::FUSE_OPEN_HANDLES,
         [(none, metrics::FUSE_HANDLES.get() as f64)],
     );
-    let (members, suspect) = match &ops.node.cluster {
+    let (members, suspect) = match &node.cluster {
         Some(router) => (
             router.membership().view().members.len(),
             router.suspect_count(),
@@ -80,5 +92,4 @@ pub fn exposition(ops: &Ops) -> String {
     };
     e.gauge(&metrics::CLUSTER_MEMBERS, [(none, members as f64)]);
     e.gauge(&metrics::CLUSTER_MEMBERS_SUSPECT, [(none, suspect as f64)]);
-    e.finish()
 }

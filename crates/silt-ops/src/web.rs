@@ -13,6 +13,8 @@ use silt_common::size::format_size;
 use silt_common::ErrorKind;
 use silt_ufs::EntryKind;
 
+use silt_node::Node;
+
 use crate::html::{esc, href_path, query_value};
 use crate::Ops;
 
@@ -78,9 +80,9 @@ fn ratio(a: u64, b: u64) -> f64 {
 }
 
 /// `GET /`: members, mounts, tiers, loads, pending uploads.
-pub async fn overview(ops: &Ops) -> String {
+pub async fn overview(ops: &Ops, node: &Node) -> String {
     let mut b = String::new();
-    let client = &ops.node.client;
+    let client = &node.client;
     let hits = metrics::PAGE_HITS.get();
     let misses = metrics::PAGE_MISSES.get();
     let _ = write!(
@@ -102,7 +104,7 @@ pub async fn overview(ops: &Ops) -> String {
         ufs = format_size(metrics::READ_BYTES_UFS.get()),
         res = format_size(metrics::READ_BYTES_RESIDENT.get()),
     );
-    members(ops, &mut b).await;
+    members(node, &mut b).await;
 
     b.push_str(
         "<section id=\"mounts\"><h2>Mounts</h2><table><tr><th>Path</th><th>Under-store</th></tr>",
@@ -162,20 +164,20 @@ pub async fn overview(ops: &Ops) -> String {
     b.push_str("</section>");
 
     loads(ops, &mut b);
-    uploads(ops, &mut b);
+    uploads(node, &mut b);
     page(ops, "Overview", &b)
 }
 
 /// Every member with liveness, capacity, usage and hit ratio: the cluster's workers (each
 /// asked for its statistics, within `worker_timeout`), or this single node itself.
-async fn members(ops: &Ops, b: &mut String) {
+async fn members(node: &Node, b: &mut String) {
     b.push_str(
         "<section id=\"members\"><h2>Cluster members</h2><table><tr><th>Worker</th>\
          <th>Address</th><th>State</th><th>Capacity</th><th>Used</th><th></th>\
          <th>Hit ratio</th><th>Served</th></tr>",
     );
-    let Some(router) = &ops.node.cluster else {
-        let st = ops.node.client.worker().stats();
+    let Some(router) = &node.cluster else {
+        let st = node.client.worker().stats();
         // The process-wide counters, as in the summary and `silt report`.
         let (hits, misses) = (metrics::PAGE_HITS.get(), metrics::PAGE_MISSES.get());
         let capacity: u64 = st.tiers.iter().map(|t| t.capacity).sum();
@@ -297,10 +299,9 @@ fn loads(ops: &Ops, b: &mut String) {
     b.push_str("</table></section>");
 }
 
-fn uploads(ops: &Ops, b: &mut String) {
+fn uploads(node: &Node, b: &mut String) {
     b.push_str("<section id=\"uploads\"><h2>Pending uploads (<code>back</code> files)</h2>");
-    let states: Vec<(String, silt_client::FileState)> = ops
-        .node
+    let states: Vec<(String, silt_client::FileState)> = node
         .client
         .persist_status("/")
         .unwrap_or_default()
@@ -381,7 +382,7 @@ fn breadcrumb(path: &str) -> String {
 
 /// `GET /browse?path=P[&from=N]`: the entries of directory P (or file P) with the fraction
 /// of each file held in cache (this process's, and for a cluster the owning workers').
-pub async fn browse(ops: &Ops, query: &str) -> (StatusCode, String) {
+pub async fn browse(ops: &Ops, node: &Node, query: &str) -> (StatusCode, String) {
     let raw = match query_value(query, "path") {
         Ok(p) => p.unwrap_or_else(|| "/".to_string()),
         Err(e) => return error_page(ops, StatusCode::BAD_REQUEST, &e),
@@ -397,7 +398,7 @@ pub async fn browse(ops: &Ops, query: &str) -> (StatusCode, String) {
         Ok(Some(f)) => f.parse::<usize>().unwrap_or(0),
         _ => 0,
     };
-    let client = &ops.node.client;
+    let client = &node.client;
     let entry = match client.stat(&path).await {
         Ok(e) => e,
         Err(e) => {
@@ -427,7 +428,7 @@ pub async fn browse(ops: &Ops, query: &str) -> (StatusCode, String) {
         .filter(|e| e.kind == EntryKind::File)
         .map(|e| e.path.clone())
         .collect();
-    let mut fractions = ops.node.residency(&files).await.into_iter();
+    let mut fractions = node.residency(&files).await.into_iter();
 
     let mut b = format!(
         "<section id=\"browse\"><h2>{}</h2><p class=\"muted\">{}{}. Cached: the \
@@ -440,7 +441,7 @@ pub async fn browse(ops: &Ops, query: &str) -> (StatusCode, String) {
         } else {
             String::new()
         },
-        if ops.node.cluster.is_some() {
+        if node.cluster.is_some() {
             " (here or on the workers owning it)"
         } else {
             ""

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Arg, ArgMatches};
 use silt_common::config::Config;
+use silt_common::metrics;
 
 pub fn args() -> Vec<Arg> {
     vec![
@@ -49,7 +50,20 @@ pub fn run(cfg: Config, m: &ArgMatches) -> Result<ExitCode> {
         exe: std::env::current_exe().context("finding the silt executable")?,
         cfg,
     };
+    if settings.cfg.web_listen.resolve(false, "").is_some() {
+        anyhow::bail!(
+            "silt csi serves no web page (it has no namespace): drop --web-listen; a volume's mount serves one with the web_listen volume attribute"
+        );
+    }
     let rt = crate::daemon::runtime()?;
+    let gauges = vec![
+        (&metrics::CSI_VOLUMES_STAGED, &metrics::CSI_STAGED),
+        (&metrics::CSI_VOLUMES_PUBLISHED, &metrics::CSI_PUBLISHED),
+    ];
+    let ops = std::sync::Arc::new(silt_ops::Ops::process("csi", gauges));
+    for line in silt_ops::start(&settings.cfg, false, ops, &rt)?.announce() {
+        eprintln!("{line}");
+    }
     let why = rt.block_on(async {
         let plugin = silt_csi::Plugin::new(&settings)
             .with_context(|| format!("state dir {}", settings.cfg.state_dir.display()))?;

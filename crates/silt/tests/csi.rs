@@ -74,6 +74,8 @@ impl Plugin {
             "test-node",
             "--state-dir",
             &self.path("state").to_string_lossy(),
+            "--metrics-listen",
+            "127.0.0.1:0",
         ]))
         .env("SILT_LOG", "info")
         .stdin(Stdio::null())
@@ -100,6 +102,29 @@ impl Plugin {
             c.kill().unwrap();
             c.wait().unwrap();
         }
+    }
+
+    /// One sample of the running plugin's `/metrics` (its address from its latest start).
+    fn metric(&self, series: &str) -> f64 {
+        use std::io::Write;
+        let log = self.log();
+        let addr = log
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("silt: metrics at http://"))
+            .and_then(|r| r.split('/').next())
+            .unwrap_or_else(|| panic!("the plugin printed no metrics address: {log}"));
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in {text}"))
     }
 
     fn log(&self) -> String {
@@ -424,6 +449,11 @@ fn pods_keep_their_mounts_while_the_mount_process_and_the_plugin_restart() {
     assert_eq!(came_back(t2.join("a.bin")), data);
     assert_ne!(p.mount_pid(), old);
 
+    // What the plugin (the second one) counted: the restart of round 1 and this one.
+    assert_eq!(p.metric("silt_csi_mount_restarts_total"), 2.0);
+    assert_eq!(p.metric("silt_csi_volumes_staged"), 1.0);
+    assert_eq!(p.metric("silt_csi_volumes_published"), 2.0);
+
     // Unstaging while published is refused; unpublish removes the pods' directories, unstage
     // the mount and its processes.
     let unstage = proto::NodeUnstageVolumeRequest {
@@ -447,6 +477,10 @@ fn pods_keep_their_mounts_while_the_mount_process_and_the_plugin_restart() {
     p.ok("/csi.v1.Node/NodeUnstageVolume", &unstage);
     assert!(!is_mounted(&staging));
     assert_eq!(p.processes(), Vec::<i32>::new());
+    assert_eq!(p.metric("silt_csi_volumes_staged"), 0.0);
+    assert_eq!(p.metric("silt_csi_volumes_published"), 0.0);
+    assert!(p.metric("silt_csi_call_seconds_count{call=\"unstage\"}") >= 3.0);
+    assert!(p.metric("silt_csi_call_errors_total") >= 1.0);
     // The data stays in the store.
     assert_eq!(std::fs::read(p.path("store/data/a.bin")).unwrap(), data);
 }
