@@ -64,10 +64,12 @@ pub fn run(cfg: Config, m: &ArgMatches) -> Result<ExitCode> {
     for line in silt_ops::start(&settings.cfg, false, ops, &rt)?.announce() {
         eprintln!("{line}");
     }
+    // Made and dropped here, outside the runtime: the plugin owns the controller's runtime,
+    // which may not be dropped from async code.
+    let plugin = silt_csi::Plugin::new(&settings)
+        .with_context(|| format!("state dir {}", settings.cfg.state_dir.display()))?;
     let why = rt.block_on(async {
-        let plugin = silt_csi::Plugin::new(&settings)
-            .with_context(|| format!("state dir {}", settings.cfg.state_dir.display()))?;
-        let serving = silt_csi::serve(plugin, &socket);
+        let serving = silt_csi::serve(plugin.clone(), &socket);
         eprintln!(
             "silt: CSI plugin {} serving on {} (node {}; state in {})",
             settings.driver_name,
@@ -87,6 +89,7 @@ pub fn run(cfg: Config, m: &ArgMatches) -> Result<ExitCode> {
     eprintln!("silt: CSI plugin {why}; the volumes' mounts keep running");
     let _ = std::fs::remove_file(&socket);
     rt.shutdown_timeout(std::time::Duration::from_secs(2));
+    drop(plugin);
     Ok(ExitCode::SUCCESS)
 }
 

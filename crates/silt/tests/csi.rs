@@ -97,6 +97,14 @@ impl Plugin {
         }
     }
 
+    /// SIGTERM, as a kubelet stopping the container sends: the plugin exits cleanly.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().unwrap();
+        // SAFETY: plain kill(2) of the plugin this test started.
+        assert_eq!(unsafe { libc::kill(c.id() as i32, libc::SIGTERM) }, 0);
+        c.wait().unwrap()
+    }
+
     fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             c.kill().unwrap();
@@ -596,4 +604,14 @@ fn bad_calls_get_clear_errors() {
     );
     assert_eq!(code, 5);
     assert_eq!(p.processes(), Vec::<i32>::new());
+    // A stop (SIGTERM) ends the plugin cleanly and removes its socket.
+    let mut p = p;
+    let st = p.terminate();
+    assert!(st.success(), "{st}: {}", p.log());
+    assert!(!p.socket().exists());
+    assert!(
+        p.log().contains("the volumes' mounts keep running"),
+        "{}",
+        p.log()
+    );
 }
