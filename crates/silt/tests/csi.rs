@@ -325,6 +325,23 @@ fn pods_keep_their_mounts_while_the_mount_process_and_the_plugin_restart() {
             ..Default::default()
         },
     );
+    // The pods' directory is a shared mount, as the kubelet's is (it needs that for the
+    // plugin's Bidirectional mounts), so containers can follow mounts made in it.
+    let pods = p.path("pods");
+    std::fs::create_dir_all(&pods).unwrap();
+    for args in [&["--bind", ".", "."][..], &["--make-shared", "."][..]] {
+        let st = Command::new("mount")
+            .args(args.iter().map(|a| {
+                if *a == "." {
+                    pods.as_os_str()
+                } else {
+                    a.as_ref()
+                }
+            }))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
     let (t1, t2) = (p.path("pods/p1/vol"), p.path("pods/p2/vol"));
     for (t, readonly) in [(&t1, false), (&t2, true)] {
         p.ok(
@@ -429,6 +446,49 @@ fn pods_keep_their_mounts_while_the_mount_process_and_the_plugin_restart() {
             .parse()
             .unwrap()
     };
+    // A "container": a mount namespace that receives the host's mount events (what
+    // `mountPropagation: HostToContainer` gives a pod's container).
+    struct Sleeper(Child);
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let container = Sleeper(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "slave", "sleep", "600"])
+            .spawn()
+            .expect("unshare"),
+    );
+    let in_container = |path: &Path| {
+        Command::new("nsenter")
+            .arg("-t")
+            .arg(container.0.id().to_string())
+            .arg("-m")
+            .arg("cat")
+            .arg(path)
+            .output()
+            .expect("nsenter")
+    };
+    // Its namespace is made: it reads the pod's mount.
+    let seen = finishes("a read in the container", {
+        let f = t1.join("new.txt");
+        let pid = container.0.id();
+        move || loop {
+            let o = Command::new("nsenter")
+                .args(["-t", &pid.to_string(), "-m", "cat"])
+                .arg(&f)
+                .output()
+                .unwrap();
+            if o.status.success() {
+                return o.stdout;
+            }
+            // Until unshare has made the namespace and started sleep.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    assert_eq!(seen, b"hello");
     let old = p.mount_pid();
     // SAFETY: plain kill(2) of the volume's holder and mount process.
     unsafe {
@@ -455,6 +515,11 @@ fn pods_keep_their_mounts_while_the_mount_process_and_the_plugin_restart() {
     };
     assert_eq!(came_back(t1.join("new.txt")), b"hello");
     assert_eq!(came_back(t2.join("a.bin")), data);
+    // The container follows the new bind too.
+    let o = in_container(&t1.join("new.txt"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, b"hello");
+    drop(container);
     assert_ne!(p.mount_pid(), old);
 
     // What the plugin (the second one) counted: the restart of round 1 and this one.
