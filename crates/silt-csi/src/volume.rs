@@ -6,7 +6,7 @@
 //!   `file:///srv/data`); absent, the mount is a client of the cluster the plugin is
 //!   configured for (`SILT_ETCD`/`SILT_WORKERS` in its environment or config file);
 //! - `path`: the directory inside that namespace the pods see (default `/`);
-//! - any Silt option (docs/CONFIGURATION.md, by its config-file key: `cache_size`,
+//! - any Silt option (docs/CONFIGURATION.md, by its config-file key: `memory_capacity`,
 //!   `write_type`, ...), set for this volume's mount; secret options come only as secrets.
 //!
 //! Keys with a `/` (what Kubernetes adds: `csi.storage.k8s.io/pod.name`, ...) are ignored.

@@ -586,9 +586,10 @@ fn bad_calls_get_clear_errors() {
             "..",
         ),
         (
-            attrs(&[("uri", &uri), ("cache_size", "lots")]),
+            attrs(&[("uri", &uri), ("memory_capacity", "lots")]),
             mount_cap(1),
-            "cache_size",
+            // A known option with a bad value, not an unknown key.
+            "volume attribute memory_capacity:",
         ),
         (
             attrs(&[("uri", &uri), ("cluster_secret", "x")]),
