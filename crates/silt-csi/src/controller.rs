@@ -29,23 +29,35 @@ struct Source {
 pub struct ControllerService {
     /// The plugin's configuration: the cluster (if any) and defaults of every client.
     cfg: Config,
-    /// The controller's clients run here (building one blocks on its runtime).
-    rt: Arc<tokio::runtime::Runtime>,
+    /// The controller's clients run here (building one blocks on its runtime); made at the
+    /// first controller call, so a node plugin that never gets one never starts it.
+    rt: parking_lot::Mutex<Option<Arc<tokio::runtime::Runtime>>>,
     sources: parking_lot::Mutex<HashMap<String, Arc<Source>>>,
 }
 
 impl ControllerService {
-    pub fn new(cfg: Config) -> std::io::Result<Self> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
+    pub fn new(cfg: Config) -> Self {
+        ControllerService {
+            cfg,
+            rt: parking_lot::Mutex::new(None),
+            sources: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn runtime(&self) -> Result<Arc<tokio::runtime::Runtime>, Status> {
+        let mut rt = self.rt.lock();
+        if let Some(rt) = &*rt {
+            return Ok(rt.clone());
+        }
+        let made = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("silt-csi-controller")
             .enable_all()
-            .build()?;
-        Ok(ControllerService {
-            cfg,
-            rt: Arc::new(rt),
-            sources: parking_lot::Mutex::new(HashMap::new()),
-        })
+            .build()
+            .map(Arc::new)
+            .map_err(|e| Status::internal(format!("starting the controller's runtime: {e}")))?;
+        *rt = Some(made.clone());
+        Ok(made)
     }
 
     /// Runs `op` with the client of `uri` (or the cluster) on the controller's runtime.
@@ -64,9 +76,9 @@ impl ControllerService {
         // A plain thread: building a client blocks on the controller's runtime, which must
         // not happen on one of the server runtime's threads.
         std::thread::spawn(move || {
-            let out = me.source(uri.as_deref()).and_then(|s| {
-                let client = s.node.client.clone();
-                me.rt.block_on(op(client))
+            let out = me.runtime().and_then(|rt| {
+                let s = me.source(uri.as_deref(), &rt)?;
+                rt.block_on(op(s.node.client.clone()))
             });
             let _ = tx.send(out);
         });
@@ -74,7 +86,11 @@ impl ControllerService {
             .unwrap_or_else(|_| Err(Status::internal("the controller's client thread died")))
     }
 
-    fn source(&self, uri: Option<&str>) -> Result<Arc<Source>, Status> {
+    fn source(
+        &self,
+        uri: Option<&str>,
+        rt: &tokio::runtime::Runtime,
+    ) -> Result<Arc<Source>, Status> {
         let key = uri.unwrap_or("").to_string();
         if let Some(s) = self.sources.lock().get(&key) {
             return Ok(s.clone());
@@ -109,7 +125,7 @@ impl ControllerService {
             .map_err(|e| Status::internal(format!("{}: {e}", cfg.state_dir.display())))?;
         let lock = silt_node::local::lock_state_dir(&cfg.state_dir)
             .map_err(|e| Status::internal(e.to_string()))?;
-        let node = Node::build(&cfg, &self.rt).map_err(|e| {
+        let node = Node::build(&cfg, rt).map_err(|e| {
             Status::new(
                 Code::Unavailable,
                 format!("connecting to {}: {e}", uri.unwrap_or("the cluster")),

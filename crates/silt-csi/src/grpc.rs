@@ -29,7 +29,6 @@ pub enum Code {
     PermissionDenied = 7,
     AlreadyExists = 6,
     FailedPrecondition = 9,
-    Aborted = 10,
     Unimplemented = 12,
     Internal = 13,
     Unavailable = 14,
@@ -149,7 +148,7 @@ async fn respond(
     match outcome {
         Ok(message) => {
             frames.push(Ok(Frame::data(frame(&message))));
-            trailers.insert("grpc-status", HeaderValue::from_static("0"));
+            trailers.insert("grpc-status", HeaderValue::from(Code::Ok as i32));
         }
         Err(status) => {
             trailers.insert("grpc-status", HeaderValue::from(status.code));

@@ -66,7 +66,7 @@ impl Plugin {
                 s.exe.clone(),
                 s.config_file.clone(),
             )),
-            controller: Arc::new(controller::ControllerService::new(s.cfg.clone())?),
+            controller: Arc::new(controller::ControllerService::new(s.cfg.clone())),
         }))
     }
 

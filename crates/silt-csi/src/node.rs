@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -125,7 +125,7 @@ impl NodeService {
             metrics::CSI_STAGED.inc();
             metrics::CSI_PUBLISHED.add(published);
             let pidfd = (pid > 0 && self.is_mount_process(pid, &id))
-                .then(|| open_pidfd(pid).ok())
+                .then(|| silt_fuse::takeover::open_pidfd(pid).ok())
                 .flatten();
             let me = self.clone();
             tokio::spawn(async move { me.watch(id, pid, pidfd).await });
@@ -188,7 +188,7 @@ impl NodeService {
         let pid = child.id() as i32;
         // Not waited for here: the watcher reaps it (pidfd, then waitpid).
         drop(child);
-        let fd = open_pidfd(pid)?;
+        let fd = silt_fuse::takeover::open_pidfd(pid)?;
         Ok((pid, fd))
     }
 
@@ -673,16 +673,6 @@ fn check_capability(cap: Option<&VolumeCapability>) -> Result<&VolumeCapability,
     let cap = cap.ok_or_else(|| Status::invalid("volume_capability is required"))?;
     volume::check_capability(cap)?;
     Ok(cap)
-}
-
-fn open_pidfd(pid: i32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open has no memory arguments.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
 /// Whether the process behind `pidfd` has exited (a pidfd polls readable then).

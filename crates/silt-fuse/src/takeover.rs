@@ -493,16 +493,25 @@ fn recv_with_fd(sock: RawFd) -> Result<(Vec<u8>, Option<OwnedFd>)> {
     }
 }
 
-/// Waits up to `timeout` for process `pid` to exit (pidfd); `false` if it is still running.
-pub fn wait_for_exit(pid: i32, timeout: std::time::Duration) -> Result<bool> {
+/// A pidfd of process `pid` (`pidfd_open(2)`): it polls readable once the process has
+/// exited, whoever its parent is. `ESRCH`: no such process (gone already).
+pub fn open_pidfd(pid: i32) -> std::io::Result<OwnedFd> {
     // SAFETY: pidfd_open has no memory arguments.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
-        // ESRCH: already gone.
-        return Ok(std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH));
+        return Err(std::io::Error::last_os_error());
     }
     // SAFETY: a fresh fd we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Waits up to `timeout` for process `pid` to exit (pidfd); `false` if it is still running.
+pub fn wait_for_exit(pid: i32, timeout: std::time::Duration) -> Result<bool> {
+    let fd = match open_pidfd(pid) {
+        Ok(fd) => fd,
+        // ESRCH: already gone.
+        Err(e) => return Ok(e.raw_os_error() == Some(libc::ESRCH)),
+    };
     let mut p = libc::pollfd {
         fd: fd.as_raw_fd(),
         events: libc::POLLIN,
