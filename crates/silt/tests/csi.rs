@@ -114,7 +114,6 @@ impl Plugin {
 
     /// One sample of the running plugin's `/metrics` (its address from its latest start).
     fn metric(&self, series: &str) -> f64 {
-        use std::io::Write;
         let log = self.log();
         let addr = log
             .lines()
@@ -122,14 +121,8 @@ impl Plugin {
             .find_map(|l| l.strip_prefix("silt: metrics at http://"))
             .and_then(|r| r.split('/').next())
             .unwrap_or_else(|| panic!("the plugin printed no metrics address: {log}"));
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
+        let (status, _, text) = http(addr, "GET", "/metrics");
+        assert_eq!(status, 200, "{text}");
         text.lines()
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
             .unwrap_or_else(|| panic!("no {series} in {text}"))
@@ -315,16 +308,38 @@ fn pods_keep_their_mounts_while_the_mount_process_and_the_plugin_restart() {
         ("path", "/data"),
         ("write_type", "through"),
     ]);
-    p.ok(
-        "/csi.v1.Node/NodeStageVolume",
-        &proto::NodeStageVolumeRequest {
-            volume_id: "vol-1".into(),
-            staging_target_path: staging.to_string_lossy().into(),
-            volume_capability: mount_cap(5),
-            volume_context: context.clone(),
-            ..Default::default()
-        },
-    );
+    // Four stages of one volume at once (a kubelet retrying): all succeed, one mount.
+    let stage = proto::NodeStageVolumeRequest {
+        volume_id: "vol-1".into(),
+        staging_target_path: staging.to_string_lossy().into(),
+        volume_capability: mount_cap(5),
+        volume_context: context.clone(),
+        ..Default::default()
+    };
+    let racers: Vec<_> = (0..4)
+        .map(|_| {
+            let (socket, body) = (p.socket(), prost::Message::encode_to_vec(&stage));
+            std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(silt_csi::grpc::call(
+                        &socket,
+                        "/csi.v1.Node/NodeStageVolume",
+                        &body,
+                    ))
+            })
+        })
+        .collect();
+    for r in racers {
+        if let Err(e) = r.join().unwrap() {
+            panic!("a concurrent stage: {e}\nplugin log:\n{}", p.log());
+        }
+    }
+    // One mount process and its FUSE holder.
+    assert_eq!(p.processes().len(), 2, "{:?}", p.processes());
+    assert_eq!(p.log().matches("volume staged").count(), 1, "{}", p.log());
     // The pods' directory is a shared mount, as the kubelet's is (it needs that for the
     // plugin's Bidirectional mounts), so containers can follow mounts made in it.
     let pods = p.path("pods");
