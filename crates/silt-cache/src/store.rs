@@ -303,7 +303,15 @@ struct Shared {
     /// Per disk tier: `PageStoreConfig::disk_direct_io`, cleared once the tier's file system
     /// refuses `O_DIRECT` (`disk::write_page`).
     direct_io: Vec<AtomicBool>,
+    /// Page writes to one data file take turns here (striped by slot): the kernel serialises
+    /// them on the file's inode lock anyway, but by spinning while the owner copies, which cost
+    /// concurrent fetches of one file 5 % of the daemon's CPU on a cold scan (issue 18); a
+    /// waiter here sleeps.
+    write_turns: [Mutex<()>; WRITE_STRIPES],
 }
+
+/// Stripes of `Shared::write_turns`.
+const WRITE_STRIPES: usize = 64;
 
 /// The worker's page store. `Send + Sync`; share it behind an `Arc`.
 pub struct PageStore {
@@ -1465,6 +1473,16 @@ impl PageStore {
     /// Opens the store: creates the tier directories and recovers what the disk tiers hold.
     pub fn open(cfg: PageStoreConfig) -> Result<PageStore> {
         validate(&cfg)?;
+        // A full memory tier evicts from the high to the low watermark at once; the fetches
+        // that follow take those pages' buffers from the pool. Idle plus cached bytes stay
+        // under the high watermark.
+        if let Some(pool) = usize::try_from(cfg.page_size)
+            .ok()
+            .and_then(silt_common::bufpool::BufferPool::for_size)
+        {
+            let batch = cfg.memory_capacity as f64 * (cfg.high_watermark - cfg.low_watermark);
+            pool.keep_idle_bytes(batch as usize);
+        }
         let mut st = State {
             page_size: cfg.page_size,
             high: cfg.high_watermark,
@@ -1529,6 +1547,7 @@ impl PageStore {
                 .collect(),
             state: Mutex::new(st),
             page_size: cfg.page_size,
+            write_turns: std::array::from_fn(|_| Mutex::new(())),
         });
         if shared.state.lock().sealer.is_some() {
             let weak = Arc::downgrade(&shared);
@@ -1698,7 +1717,10 @@ impl PageStore {
 
     /// Writes a reserved disk page and commits it (or gives the reservation up).
     fn write_reserved(&self, r: &Reservation, data: &[u8]) {
-        let written = disk::write_page(&r.file, r.offset, data, &self.shared.direct_io[r.tier]);
+        let written = {
+            let _turn = self.shared.write_turns[r.slot as usize % WRITE_STRIPES].lock();
+            disk::write_page(&r.file, r.offset, data, &self.shared.direct_io[r.tier])
+        };
         let mut st = self.shared.state.lock();
         match written {
             Ok(()) => st.disk_commit(r),
