@@ -11,7 +11,7 @@
 //! Buffers are anonymous memory mappings of their own, not heap allocations: one freed beyond
 //! the idle bound goes back to the kernel at once. From the heap it did not: glibc serves a
 //! size it has seen freed from its arenas and keeps what is freed there, so a cold scan's
-//! evicted pages stayed in the process (peak RSS 1.32 GB, now 1.07 GB, for a 1 GiB memory
+//! evicted pages stayed in the process (peak RSS 1.32 GB, now 1.10 GB, for a 1 GiB memory
 //! tier; docs/benchmarks.md). Mappings are capped ([`MAX_MAPPED`], well under the
 //! kernel's default `vm.max_map_count`); beyond the cap, or if `mmap` fails, a buffer comes
 //! from the heap as before.
