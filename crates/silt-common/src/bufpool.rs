@@ -57,7 +57,6 @@ enum Raw {
 // SAFETY: `Mapped` owns its mapping exclusively (no other pointer to it exists outside the
 // borrows handed out by `window`), like the `Vec` of `Heap`.
 unsafe impl Send for Raw {}
-unsafe impl Sync for Raw {}
 
 impl Raw {
     /// `size` bytes (zeros), aligned to [`ALIGN`].
