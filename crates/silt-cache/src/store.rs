@@ -1473,15 +1473,15 @@ impl PageStore {
     /// Opens the store: creates the tier directories and recovers what the disk tiers hold.
     pub fn open(cfg: PageStoreConfig) -> Result<PageStore> {
         validate(&cfg)?;
-        // A full memory tier evicts from the high to the low watermark at once; the fetches
-        // that follow take those pages' buffers from the pool. Idle plus cached bytes stay
-        // under the high watermark.
+        // A full memory tier evicts from the high watermark to a page below the low one at
+        // once; the fetches that follow take those pages' buffers from the pool. Idle plus
+        // cached bytes stay under the high watermark.
         if let Some(pool) = usize::try_from(cfg.page_size)
             .ok()
             .and_then(silt_common::bufpool::BufferPool::for_size)
         {
             let batch = cfg.memory_capacity as f64 * (cfg.high_watermark - cfg.low_watermark);
-            pool.keep_idle_bytes(batch as usize);
+            pool.keep_idle_bytes((batch as usize).saturating_add(pool.size()));
         }
         let mut st = State {
             page_size: cfg.page_size,

@@ -1792,3 +1792,37 @@ fn pooled_pages_are_written_direct_and_read_back_verified() {
     assert!(store.get(&key(o, 2)).is_none(), "a flipped byte was served");
     assert!(metrics::CHECKSUM_FAILURES.get() > before);
 }
+
+/// A full memory tier evicts down to its low watermark at once; the page buffers that frees
+/// stay idle in the (process-wide) pool for the next fetches instead of being unmapped.
+#[test]
+fn a_memory_eviction_batch_of_buffers_stays_in_the_pool() {
+    // A page size no other test uses: pools are per size and shared by the process.
+    let ps: u64 = 2 << 20;
+    let store = PageStore::open(PageStoreConfig {
+        page_size: ps,
+        memory_capacity: 40 * ps,
+        disk_tiers: Vec::new(),
+        high_watermark: 0.9,
+        low_watermark: 0.5,
+        eviction_policy: "lru".into(),
+        disk_direct_io: false,
+    })
+    .unwrap();
+    let pool = silt_common::bufpool::BufferPool::for_size(ps as usize).unwrap();
+    let (o, size) = (77u128, 40 * ps);
+    for i in 0..37 {
+        store
+            .put(key(o, i), pool.take().freeze(ps as usize), size)
+            .unwrap();
+    }
+    // The 37th page passed the high watermark (36 pages): memory went down to 20 pages.
+    let cached = (0..37).filter(|&i| store.get(&key(o, i)).is_some()).count();
+    assert!(cached <= 21, "{cached} pages still cached");
+    let evicted = 37 - cached;
+    assert_eq!(
+        pool.idle(),
+        evicted,
+        "every evicted page's buffer is idle in the pool"
+    );
+}
