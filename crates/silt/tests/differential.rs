@@ -433,6 +433,8 @@ fn differential(
     let local = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(seed);
     let (mut mfds, mut lfds) = (Vec::new(), Vec::new());
+    // The path each descriptor was opened with (by index, as `lfds`), for failure messages.
+    let mut fd_paths: Vec<&str> = Vec::new();
     let mut history: Vec<String> = Vec::new();
     let fail = |history: &[String], what: String| -> ! {
         let tail = history.len().saturating_sub(60);
@@ -448,14 +450,28 @@ fn differential(
         let got = normalised(&op, apply(&op, mnt, &mut mfds));
         history.push(format!("{step}: {op:?} -> {}", short(&want)));
         if want != got {
+            let on = match &op {
+                Op::Read { fd, .. } | Op::Pread { fd, .. } => {
+                    format!(" (descriptor {fd}: {})", fd_paths[*fd])
+                }
+                _ => String::new(),
+            };
             fail(
                 &history,
                 format!(
-                    "local answered {}, silt answered {}",
+                    "local answered {}, silt answered {}{on}{}",
                     short(&want),
-                    short(&got)
+                    short(&got),
+                    data_diff(&want, &got)
                 ),
             );
+        }
+        match (&op, &want) {
+            (Op::Open { path, .. }, Answer::Done(_)) => fd_paths.push(path),
+            (Op::Close { fd }, _) => {
+                fd_paths.remove(*fd);
+            }
+            _ => {}
         }
         let (lt, mt) = (local_tree(local.path()), local_tree(mnt));
         if lt != mt {
@@ -511,6 +527,29 @@ fn differential(
     }
     println!("differential test, seed {seed}: {ops} operations, every answer and tree equal");
     local
+}
+
+/// Where two read answers of the same length first differ, and how.
+fn data_diff(want: &Answer, got: &Answer) -> String {
+    let (Answer::Data(w), Answer::Data(g)) = (want, got) else {
+        return String::new();
+    };
+    let Some(first) = w.iter().zip(g.iter()).position(|(a, b)| a != b) else {
+        return String::new();
+    };
+    let differing: Vec<usize> = (0..w.len().min(g.len()))
+        .filter(|&i| w[i] != g[i])
+        .collect();
+    let last = differing.last().copied().unwrap_or(first);
+    let zeros = differing.iter().all(|&i| g[i] == 0);
+    let show = |d: &[u8]| format!("{:02x?}", &d[first..(first + 8).min(d.len())]);
+    format!(
+        "; {} bytes differ, from byte {first} to {last} of the answer; local {} silt {}{}",
+        differing.len(),
+        show(w),
+        show(g),
+        if zeros { " (silt's are all zero)" } else { "" }
+    )
 }
 
 fn short(a: &Answer) -> String {
