@@ -310,6 +310,21 @@ struct Shared {
     write_turns: [Mutex<()>; WRITE_STRIPES],
 }
 
+/// Lets the page-size buffer pool keep one memory eviction's buffers idle: a full memory tier
+/// evicts from the high watermark to a page below the low one at once, and the fetches that
+/// follow take those buffers instead of mapping fresh ones. Idle plus cached bytes stay under
+/// the high watermark of the largest capacity set (the pool's bound never shrinks: it is
+/// shared by every store of the process).
+fn keep_eviction_batch(page_size: u64, capacity: u64, high: f64, low: f64) {
+    if let Some(pool) = usize::try_from(page_size)
+        .ok()
+        .and_then(silt_common::bufpool::BufferPool::for_size)
+    {
+        let batch = capacity as f64 * (high - low);
+        pool.keep_idle_bytes((batch as usize).saturating_add(pool.size()));
+    }
+}
+
 /// Stripes of `Shared::write_turns`.
 const WRITE_STRIPES: usize = 64;
 
@@ -1473,16 +1488,12 @@ impl PageStore {
     /// Opens the store: creates the tier directories and recovers what the disk tiers hold.
     pub fn open(cfg: PageStoreConfig) -> Result<PageStore> {
         validate(&cfg)?;
-        // A full memory tier evicts from the high watermark to a page below the low one at
-        // once; the fetches that follow take those pages' buffers from the pool. Idle plus
-        // cached bytes stay under the high watermark.
-        if let Some(pool) = usize::try_from(cfg.page_size)
-            .ok()
-            .and_then(silt_common::bufpool::BufferPool::for_size)
-        {
-            let batch = cfg.memory_capacity as f64 * (cfg.high_watermark - cfg.low_watermark);
-            pool.keep_idle_bytes((batch as usize).saturating_add(pool.size()));
-        }
+        keep_eviction_batch(
+            cfg.page_size,
+            cfg.memory_capacity,
+            cfg.high_watermark,
+            cfg.low_watermark,
+        );
         let mut st = State {
             page_size: cfg.page_size,
             high: cfg.high_watermark,
@@ -2010,6 +2021,7 @@ impl PageStore {
     pub fn set_memory_capacity(&self, bytes: u64) {
         let mut st = self.shared.state.lock();
         st.mem.capacity = bytes;
+        keep_eviction_batch(st.page_size, bytes, st.high, st.low);
         if st.mem.used > mark(bytes, st.high) {
             let low = mark(bytes, st.low);
             st.mem_evict_to(low);

@@ -1825,4 +1825,21 @@ fn a_memory_eviction_batch_of_buffers_stays_in_the_pool() {
         evicted,
         "every evicted page's buffer is idle in the pool"
     );
+    // Grown at run time (`silt memory`): the larger tier's batches are kept too.
+    store.set_memory_capacity(80 * ps);
+    let (o2, size2) = (78u128, 80 * ps);
+    let put2 = |i| {
+        let page = pool.take().freeze(ps as usize);
+        store.put(key(o2, i), page, size2).unwrap();
+    };
+    // 20 + 52 = 72 pages: the new high watermark, reached with every idle buffer taken.
+    (0..52).for_each(put2);
+    assert_eq!(pool.idle(), 0);
+    // One more: down to 39 pages at once, 33 buffers freed.
+    put2(52);
+    assert_eq!(
+        pool.idle(),
+        33,
+        "the grown tier's eviction batch stays in the pool"
+    );
 }
