@@ -58,6 +58,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "buffer_memory", default: "256MiB", help: "Bound on bytes in flight from under-stores (fetch buffers); readers wait when it is reached." },
     OptionSpec { name: "fuse_threads", default: "8", help: "FUSE worker threads (1 to 1024, and fewer than the system lets a process start)." },
     OptionSpec { name: "fuse_max_read", default: "1MiB", help: "Largest FUSE read request asked of the kernel." },
+    OptionSpec { name: "fuse_cold_direct_io", default: "false", help: "The first open of each file version on a mount reads without the kernel's page cache (FOPEN_DIRECT_IO): each read's bytes go from Silt straight into the reader's buffer, not into the mount's page cache and from there to the reader, and a scan read once fills no page cache. Measured on a cold read of 4 x 1 GiB (B1F, docs/benchmarks.md): 0.9-1.3 against 2.7-3.0 daemon CPU s/GB and 1.1-1.7 against 0.5 GB/s. Later opens of the same version use the page cache (or passthrough) as usual. No kernel read-ahead on that first open: each read(2) is one request to Silt, so a reader that asks a few KiB at a time is several times slower (dd bs=8k: 178 against 746 MB/s); stdio, Python and cat size their reads from st_blksize (one cache page) and are not. Needs Linux >= 6.6 (shared mmap of such a file); ignored with a warning before." },
     OptionSpec { name: "passthrough", default: "auto", help: "FUSE passthrough for files fully present in the local disk tier: `auto` (use when the kernel supports it), `on` (fail start-up if unsupported), `off`." },
     OptionSpec { name: "allow_other", default: "true", help: "Let users other than the mounting one use the mount." },
     OptionSpec { name: "s3_endpoint", default: "", help: "S3 endpoint URL (empty: AWS default for the region)." },
@@ -203,6 +204,7 @@ pub struct Config {
     pub buffer_memory: u64,
     pub fuse_threads: usize,
     pub fuse_max_read: u64,
+    pub fuse_cold_direct_io: bool,
     pub passthrough: PassthroughMode,
     pub allow_other: bool,
     pub s3_endpoint: String,
@@ -274,6 +276,7 @@ impl Default for Config {
             buffer_memory: 0,
             fuse_threads: 0,
             fuse_max_read: 0,
+            fuse_cold_direct_io: false,
             passthrough: PassthroughMode::Auto,
             allow_other: false,
             s3_endpoint: String::new(),
@@ -604,6 +607,7 @@ impl Config {
                 }
                 self.fuse_max_read = n;
             }
+            "fuse_cold_direct_io" => self.fuse_cold_direct_io = parse_bool(key, v)?,
             "passthrough" => {
                 self.passthrough = match v {
                     "auto" => PassthroughMode::Auto,

@@ -5,7 +5,9 @@
 //! - inode numbers (path ↔ ino, with the kernel's lookup counts),
 //! - kernel caching: long entry/attr TTLs, `readdirplus` so a walk needs no per-file lookup,
 //!   and `FOPEN_KEEP_CACHE` whenever the kernel's cached pages belong to the version being
-//!   opened (a changed object is opened without it, which drops the stale page cache),
+//!   opened (a changed object is opened without it, which drops the stale page cache); with
+//!   `fuse_cold_direct_io`, the first open of a version gets `FOPEN_DIRECT_IO` instead (a
+//!   cold scan's bytes go to the reader without filling the mount's page cache),
 //! - FUSE passthrough: when a file is wholly present in a local disk-tier file and the kernel
 //!   supports passthrough (Linux ≥ 6.9), the open hands the kernel that file so reads bypass
 //!   the daemon. Support is detected in `init`; without it every open falls back to the
@@ -60,6 +62,8 @@ pub struct FuseOptions {
     pub entry_ttl: Duration,
     pub threads: usize,
     pub max_read: u64,
+    /// The first open of each version bypasses the kernel's page cache (`fuse_cold_direct_io`).
+    pub cold_direct_io: bool,
     pub passthrough: PassthroughMode,
     pub allow_other: bool,
 }
@@ -79,6 +83,9 @@ pub struct FuseState {
     pub kernel_passthrough: AtomicBool,
     /// Whether passthrough is in use (offered and not disabled).
     pub passthrough_enabled: AtomicBool,
+    /// Whether first opens bypass the page cache (asked for, and the kernel lets such files
+    /// be mapped shared: `FUSE_DIRECT_IO_ALLOW_MMAP`).
+    pub cold_direct_io: AtomicBool,
     pub recent_opens: Mutex<VecDeque<OpenRecord>>,
     /// Kernel invalidations queued for the invalidation thread (set when mounted).
     invalidations: std::sync::OnceLock<Arc<InvalQueue>>,
@@ -866,6 +873,19 @@ impl fuser::Filesystem for SiltFs {
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         let _ = config.set_max_readahead(self.opts.max_read as u32);
+        // Lets a file opened with FOPEN_DIRECT_IO be mapped shared (through the page cache, as
+        // any other); without it such an mmap fails with ENODEV.
+        let direct_mmap = config
+            .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+            .is_ok();
+        self.state
+            .cold_direct_io
+            .store(self.opts.cold_direct_io && direct_mmap, Ordering::Relaxed);
+        if self.opts.cold_direct_io && !direct_mmap {
+            tracing::warn!(
+                "fuse_cold_direct_io ignored: this kernel cannot map such files shared (needs Linux >= 6.6)"
+            );
+        }
         let kernel_pt = config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH);
         self.state
             .kernel_passthrough
@@ -1121,9 +1141,13 @@ impl fuser::Filesystem for SiltFs {
                     return reply.error(Errno::EBUSY);
                 }
                 metrics::FUSE_OPENS_DAEMON.inc();
-                self.state.record(&path, "daemon", reason);
                 let id = file.object().id;
                 let keep = self.kernel_cached.lock().insert(ino.0, id) == Some(id);
+                // The kernel holds no page of this version: this open's reads go straight to
+                // the reader (no page-cache fill); the next open of it caches as usual.
+                let direct = !keep && self.state.cold_direct_io.load(Ordering::Relaxed);
+                let mode = if direct { "direct" } else { "daemon" };
+                self.state.record(&path, mode, reason);
                 metrics::FUSE_HANDLES.inc();
                 self.handles.lock().insert(
                     fh,
@@ -1136,7 +1160,9 @@ impl fuser::Filesystem for SiltFs {
                         passthrough: false,
                     },
                 );
-                let flags = if keep {
+                let flags = if direct {
+                    FopenFlags::FOPEN_DIRECT_IO
+                } else if keep {
                     FopenFlags::FOPEN_KEEP_CACHE
                 } else {
                     FopenFlags::empty()

@@ -199,6 +199,7 @@ pub fn run(
             entry_ttl: cfg.entry_ttl,
             threads: cfg.fuse_threads,
             max_read: cfg.fuse_max_read,
+            cold_direct_io: cfg.fuse_cold_direct_io,
             passthrough: cfg.passthrough,
             allow_other: cfg.allow_other,
         },

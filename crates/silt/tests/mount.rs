@@ -103,12 +103,14 @@ fn up(backend: &Backend, extra: &[&str], dir: &Path) -> Silt {
     Silt::up_data(&backend.uri(), backend.args(), extra, dir)
 }
 
-fn differential(backend: Backend) {
+fn differential(backend: Backend, extra: &[&str]) {
     let files = Arc::new(dataset());
     backend.put_many(&files);
     let dir = tempfile::tempdir().unwrap();
     // A small memory tier so reads exercise memory, disk and the store.
-    let silt = up(&backend, &["--memory-capacity", "4MiB"], dir.path());
+    let mut args = vec!["--memory-capacity", "4MiB"];
+    args.extend(extra);
+    let silt = up(&backend, &args, dir.path());
 
     // Whole files, read with std (and the kernel's read-ahead).
     for (p, b) in files.iter() {
@@ -215,12 +217,130 @@ fn sha256(data: &[u8]) -> Vec<u8> {
 
 #[test]
 fn differential_reads_local_dir() {
-    differential(Backend::local());
+    differential(Backend::local(), &[]);
 }
 
 #[test]
 fn differential_reads_s3() {
-    differential(Backend::s3());
+    differential(Backend::s3(), &[]);
+}
+
+/// The same reads with `fuse_cold_direct_io`: each file's first open bypasses the page cache
+/// (no read-ahead: every read(2) is a request of its own size), later ones do not.
+#[test]
+fn differential_reads_local_dir_cold_direct_io() {
+    differential(Backend::local(), &["--fuse-cold-direct-io", "true"]);
+}
+
+/// Pages of `f` (open) in the page cache, by `mincore` over a shared mapping of `len` bytes.
+fn resident_pages(f: &File, len: usize) -> usize {
+    use std::os::fd::AsRawFd;
+    let page = 4096;
+    let pages = len.div_ceil(page);
+    // SAFETY: a fresh read-only shared mapping of an open file, unmapped below; mincore
+    // writes one byte per page into a vector of that many.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(
+            p,
+            libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        let mut vec = vec![0u8; pages];
+        let rc = libc::mincore(p, len, vec.as_mut_ptr());
+        let err = std::io::Error::last_os_error();
+        libc::munmap(p, len);
+        assert_eq!(rc, 0, "mincore: {err}");
+        vec.iter().filter(|b| *b & 1 == 1).count()
+    }
+}
+
+/// `fuse_cold_direct_io`: the first open of a file reads without filling the kernel's page
+/// cache (what a cached open then finds there is nothing), the next open fills it as usual
+/// (which shows `mincore` sees this mount's page cache at all), and a file opened the direct
+/// way can still be mapped shared (the kernel must have agreed to FUSE_DIRECT_IO_ALLOW_MMAP).
+#[test]
+fn cold_direct_io_first_open_leaves_the_page_cache_empty() {
+    let backend = Backend::local();
+    let (f, g) = (bytes(21, (3 << 20) + 5), bytes(22, (1 << 20) + 77));
+    backend.put("f.bin", &f);
+    backend.put("g.bin", &g);
+    let dir = tempfile::tempdir().unwrap();
+    // Without passthrough, so the second open is a cached one through the daemon.
+    let silt = up(
+        &backend,
+        &["--fuse-cold-direct-io", "true", "--passthrough", "off"],
+        dir.path(),
+    );
+    let path = silt.path("data/f.bin");
+    let first = File::open(&path).unwrap();
+    let mut got = Vec::new();
+    (&first).read_to_end(&mut got).unwrap();
+    assert!(got == f, "the direct open read wrong bytes");
+    let mut tail = vec![0u8; 100];
+    let n = first.read_at(&mut tail, f.len() as u64 - 5).unwrap();
+    assert_eq!(&tail[..n], &f[f.len() - 5..], "a read across the end");
+    assert_eq!(first.read_at(&mut tail, f.len() as u64 + 1).unwrap(), 0);
+
+    let second = File::open(&path).unwrap();
+    assert_eq!(
+        resident_pages(&second, f.len()),
+        0,
+        "the first open's reads filled the page cache"
+    );
+    let mut again = Vec::new();
+    (&second).read_to_end(&mut again).unwrap();
+    assert!(again == f, "the cached open read wrong bytes");
+    assert!(
+        resident_pages(&second, f.len()) > 0,
+        "a cached open's reads left nothing in the page cache"
+    );
+    let opens = silt.report()["opens"]["recent"].clone();
+    let modes: Vec<&str> = opens
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["path"].as_str().unwrap_or("").ends_with("f.bin"))
+        .map(|o| o["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["direct", "daemon"], "{opens}");
+    drop((first, second));
+
+    // A shared mapping of a file open the direct way reads its bytes.
+    let h = File::open(silt.path("data/g.bin")).unwrap();
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh read-only shared mapping of `g.len()` bytes, read then unmapped.
+        let mapped = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                g.len(),
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                h.as_raw_fd(),
+                0,
+            );
+            assert_ne!(
+                p,
+                libc::MAP_FAILED,
+                "mmap of a direct open: {}",
+                std::io::Error::last_os_error()
+            );
+            let v = std::slice::from_raw_parts(p.cast::<u8>(), g.len()).to_vec();
+            libc::munmap(p, g.len());
+            v
+        };
+        assert!(mapped == g, "the mapping read wrong bytes");
+    }
+    silt.stop();
 }
 
 fn readdir_10k(backend: Backend) {
