@@ -278,17 +278,21 @@ def b1f(ctx):
             cpu = own_cpu()
             ctx.add(f"b1f_direct_{n}", _gb(mech.timed_read([local(k) for k, _, _ in large], n)), "GB/s")
             ctx.add(f"b1f_direct_{n}_cpu_per_gb", (own_cpu() - cpu) / (nbytes / 1e9), "s/GB")
-            with ctx.silt(ctx.fresh_state(f"b1f-cold-{n}"), mounts=mounts) as s:
-                cpu = _cpu_seconds(s.p.pid)
-                got = mech.timed_read([s.ns("/f/" + k) for k, _, _ in large], n)
-                ctx.add(f"b1f_cold_{n}", _gb(got), "GB/s")
-                ctx.add(f"b1f_cold_{n}_cpu_per_gb", (_cpu_seconds(s.p.pid) - cpu) / (got[0] / 1e9), "s/GB")
-                # Peak RSS against what the configuration bounds: the memory tier plus the
-                # fetch buffers in flight (buffer_memory: 256 MiB unless --silt-arg sets it).
-                budget = mech.parse_size(s.memory) + mech.parse_size(
-                    silt_option(ctx.silt_extra, "--buffer-memory", "256MiB"))
-                ctx.add(f"b1f_cold_{n}_peak_rss_of_budget", s.report()["peak_rss_bytes"] / budget, "×")
-            shutil.rmtree(os.path.join(ctx.work, f"b1f-cold-{n}"), ignore_errors=True)
+            # As configured, then with the first open past the mount's page cache
+            # (`fuse_cold_direct_io`, off by default), side by side.
+            for tag, extra in (("", []), ("_direct_io", ["--fuse-cold-direct-io", "true"])):
+                name = f"b1f_cold{tag}_{n}"
+                with ctx.silt(ctx.fresh_state(name), mounts=mounts, extra=[*ctx.silt_extra, *extra]) as s:
+                    cpu = _cpu_seconds(s.p.pid)
+                    got = mech.timed_read([s.ns("/f/" + k) for k, _, _ in large], n)
+                    ctx.add(name, _gb(got), "GB/s")
+                    ctx.add(f"{name}_cpu_per_gb", (_cpu_seconds(s.p.pid) - cpu) / (got[0] / 1e9), "s/GB")
+                    # Peak RSS against what the configuration bounds: the memory tier plus the
+                    # fetch buffers in flight (buffer_memory: 256 MiB unless --silt-arg sets it).
+                    budget = mech.parse_size(s.memory) + mech.parse_size(
+                        silt_option(ctx.silt_extra, "--buffer-memory", "256MiB"))
+                    ctx.add(f"{name}_peak_rss_of_budget", s.report()["peak_rss_bytes"] / budget, "×")
+                shutil.rmtree(os.path.join(ctx.work, name), ignore_errors=True)
         print(f"B1F rep {rep + 1}/{ctx.reps} done", flush=True)
 
 
@@ -1017,13 +1021,17 @@ def ratios(ctx):
     r("B1 cold single", "b1_cold_1", "b1_direct_single")
     r("B1F cold", "b1f_cold_4", "b1f_direct_4")
     r("B1F cold single", "b1f_cold_1", "b1f_direct_1")
+    r("B1F cold, fuse_cold_direct_io", "b1f_cold_direct_io_4", "b1f_direct_4")
     if "b1f_cold_4_cpu_per_gb" in R:
         out["B1F CPU per GB"] = stats.median(R["b1f_cold_4_cpu_per_gb"])
+    if "b1f_cold_direct_io_4_cpu_per_gb" in R:
+        out["B1F CPU per GB, fuse_cold_direct_io"] = stats.median(R["b1f_cold_direct_io_4_cpu_per_gb"])
     if "b1_cold_4_cpu_per_gb" in R:
         out["B1 cold CPU per GB"] = stats.median(R["b1_cold_4_cpu_per_gb"])
     for n in (1, 4):
         if f"b1f_cold_{n}_peak_rss_of_budget" in R:
-            out[f"B1F peak RSS ÷ budget, {n} reader{'s' if n > 1 else ''}"] = max(R[f"b1f_cold_{n}_peak_rss_of_budget"])
+            out[f"B1F peak RSS ÷ budget, {n} reader{'s' if n > 1 else ''}"] = max(
+                R[f"b1f_cold_{n}_peak_rss_of_budget"] + R.get(f"b1f_cold_direct_io_{n}_peak_rss_of_budget", []))
     r("B2 cold", "b2_cold", "b2_direct")
     r("B2 warm", "b2_warm", "b2_local")
     r("B3 first", "b3_first", "b3_direct_list")

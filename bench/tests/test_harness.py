@@ -377,12 +377,16 @@ def test_b1f_ratios_and_cpu_per_gb():
     ctx = scenarios.Ctx(None, "/nonexistent", reps=1)
     for k, v, u in [("b1f_direct_4", 2.0, "GB/s"), ("b1f_cold_4", 0.5, "GB/s"), ("b1f_direct_1", 1.0, "GB/s"),
                     ("b1f_cold_1", 0.25, "GB/s"), ("b1f_cold_4_cpu_per_gb", 3.5, "s/GB"),
-                    ("b1f_cold_4_peak_rss_of_budget", 0.9, "×"), ("b1f_cold_4_peak_rss_of_budget", 1.2, "×")]:
+                    ("b1f_cold_4_peak_rss_of_budget", 0.9, "×"), ("b1f_cold_4_peak_rss_of_budget", 1.2, "×"),
+                    ("b1f_cold_direct_io_4", 1.0, "GB/s"), ("b1f_cold_direct_io_4_cpu_per_gb", 0.9, "s/GB"),
+                    ("b1f_cold_direct_io_4_peak_rss_of_budget", 1.3, "×")]:
         ctx.add(k, v, u)
     r = scenarios.ratios(ctx)
     assert r["B1F cold"] == pytest.approx(0.25) and r["B1F cold single"] == pytest.approx(0.25)
     assert r["B1F CPU per GB"] == pytest.approx(3.5)
-    assert r["B1F peak RSS ÷ budget, 4 readers"] == pytest.approx(1.2), "the worst repetition counts"
+    assert r["B1F cold, fuse_cold_direct_io"] == pytest.approx(0.5)
+    assert r["B1F CPU per GB, fuse_cold_direct_io"] == pytest.approx(0.9)
+    assert r["B1F peak RSS ÷ budget, 4 readers"] == pytest.approx(1.3), "the worst run of either variant counts"
     lines = stats.gaps(r)
     assert any(line.startswith("3.50 daemon CPU seconds") and "gap 2.70" in line for line in lines), lines
 
