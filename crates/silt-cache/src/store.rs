@@ -24,6 +24,7 @@ use std::sync::{mpsc, Arc, Weak};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
+use silt_common::bufpool;
 use silt_common::config::{Config, DiskTierSpec};
 use silt_common::metrics;
 use silt_common::{Error, ObjectId, PageKey, Result};
@@ -1701,8 +1702,9 @@ impl PageStore {
             // More pages than the index can address: simply not cached.
             return Ok(());
         };
-        // Checksummed before taking the lock: only disk tiers need it.
-        let crc = self.shared.has_disks.then(|| crc32c::crc32c(&data));
+        // Checksummed before taking the lock: only disk tiers need it. A fetched page's was
+        // taken when it was filled (`bufpool::known_crc`).
+        let crc = self.shared.has_disks.then(|| page_crc(&data));
         let reservation = {
             let mut st = self.shared.state.lock();
             if let Some(slot) = st.lookup(key.object).and_then(|s| st.slot(s)) {
@@ -1755,7 +1757,7 @@ impl PageStore {
         }
         let pages = std::mem::take(&mut self.shared.state.lock().demoted);
         for d in pages {
-            let crc = crc32c::crc32c(&d.data);
+            let crc = page_crc(&d.data);
             let reservation = self
                 .shared
                 .state
@@ -2059,6 +2061,12 @@ impl std::fmt::Debug for PageStore {
             .field("page_size", &self.page_size())
             .finish_non_exhaustive()
     }
+}
+
+/// A page's crc32c: the one taken when its buffer was filled, if it was (a fetched page),
+/// else computed now.
+fn page_crc(data: &[u8]) -> u32 {
+    bufpool::known_crc(data).unwrap_or_else(|| crc32c::crc32c(data))
 }
 
 #[cfg(test)]

@@ -1381,7 +1381,8 @@ fn fs_read_pieces(
             if let Some(pool) = pool.as_ref().filter(|p| p.size() == len) {
                 let mut buf = pool.take();
                 read(buf.as_mut_slice())?;
-                buf.freeze(len)
+                // Checksummed now, while hot, for the disk tier (`bufpool::known_crc`).
+                buf.freeze_checked(len)
             } else {
                 let mut buf = vec![0u8; len];
                 read(&mut buf)?;

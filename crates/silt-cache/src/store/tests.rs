@@ -1758,7 +1758,9 @@ fn pinned_ranges_of_one_object_add_up() {
 
 /// Whole pages in pooled (aligned) fetch buffers go to disk with `O_DIRECT`; read back after
 /// memory dropped them, they are the same bytes and still checked: a flipped byte on disk is
-/// caught. A short last page (not aligned) goes through the page cache as before.
+/// caught. A short last page (not aligned) goes through the page cache as before. Every other
+/// page comes checksummed from its fill (`freeze_checked`, as fetches do): the crc the disk
+/// tier keeps is that one, and verifies the same.
 #[test]
 fn pooled_pages_are_written_direct_and_read_back_verified() {
     let dir = TempDir::new().unwrap();
@@ -1770,7 +1772,12 @@ fn pooled_pages_are_written_direct_and_read_back_verified() {
         let want = page_data(ObjectId(o), i, page_len(i, size, PS).unwrap());
         let mut buf = pool.take();
         buf.as_mut_slice()[..want.len()].copy_from_slice(&want);
-        store.put(key(o, i), buf.freeze(want.len()), size).unwrap();
+        let page = if i % 2 == 0 {
+            buf.freeze_checked(want.len())
+        } else {
+            buf.freeze(want.len())
+        };
+        store.put(key(o, i), page, size).unwrap();
     }
     assert!(
         metrics::DISK_DIRECT_WRITES.get() - direct >= 5,
