@@ -116,6 +116,13 @@ impl Inodes {
         self.by_ino.get(&ino).map(|n| n.path.clone())
     }
 
+    /// The path of `ino` while it still names that file: `None` once it was unlinked or
+    /// replaced (detached), when a new file at its old path is another file.
+    pub fn attached_path(&self, ino: u64) -> Option<String> {
+        let node = self.by_ino.get(&ino)?;
+        (self.by_path.get(&node.path) == Some(&ino)).then(|| node.path.clone())
+    }
+
     /// The inode of `path`, if the kernel may know it.
     pub fn ino(&self, path: &str) -> Option<u64> {
         self.by_path.get(path).copied()
@@ -377,6 +384,28 @@ impl Inodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_inode_is_attached_until_its_name_goes_to_another_file() {
+        let mut t = Inodes::new();
+        let (x, y) = (t.lookup("/m/x"), t.lookup("/m/y"));
+        assert_eq!(t.attached_path(x).as_deref(), Some("/m/x"));
+        // Renamed: attached under the new name. Renamed over: detached.
+        t.rename("/m/y", "/m/x");
+        assert_eq!(t.attached_path(y).as_deref(), Some("/m/x"));
+        assert_eq!(t.attached_path(x), None);
+        assert_eq!(
+            t.path(x).as_deref(),
+            Some("/m/x"),
+            "the old name is still known"
+        );
+        // Unlinked, and a new file at the name: the old inode stays detached.
+        t.detach("/m/x");
+        let again = t.lookup("/m/x");
+        assert_ne!(again, y);
+        assert_eq!(t.attached_path(y), None);
+        assert_eq!(t.attached_path(again).as_deref(), Some("/m/x"));
+    }
 
     #[test]
     fn the_log_gives_a_takeover_the_same_table() {

@@ -560,13 +560,19 @@ impl SiltFs {
     fn current_file(
         &self,
         fh: u64,
-        path: &str,
+        attached: Option<&str>,
+        opened_as: &str,
         (file, seen): (Option<Arc<OpenFile>>, u64),
     ) -> Result<Arc<OpenFile>> {
         let commits = self.client.commit_count();
         if let (Some(f), true) = (&file, seen == commits) {
             return Ok(f.clone());
         }
+        // Unlinked or replaced by a rename: the handle keeps the version it has (POSIX: the
+        // open file, not whatever the name holds now).
+        let Some(path) = attached else {
+            return file.ok_or_else(|| Error::not_found(format!("{opened_as}: no such file")));
+        };
         let current = self.stat_opt(path)?;
         let newer = match (&current, &file) {
             (Some(e), Some(f)) => e.object.as_ref().map(|o| o.id) != Some(f.object().id),
@@ -1205,14 +1211,17 @@ impl fuser::Filesystem for SiltFs {
                 Err(e) => return reply.error(e),
             },
         };
-        let now = self.path_of(ino).ok().and_then(|p| self.client.session(&p));
+        // The file's path now (it follows renames); none once the file was unlinked or
+        // replaced: a new file at its old name is not this handle's file.
+        let attached = self.inodes.lock().attached_path(ino.0);
+        let now = attached.as_deref().and_then(|p| self.client.session(p));
         if let Some(s) = now.or(held) {
             return match self.block(self.client.read_session(&s, offset, size as u64)) {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => reply.error(errno(&e)),
             };
         }
-        let file = match self.current_file(fh.0, &path, pinned) {
+        let file = match self.current_file(fh.0, attached.as_deref(), &path, pinned) {
             Ok(f) => f,
             Err(e) => return reply.error(errno(&e)),
         };
