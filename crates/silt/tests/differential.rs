@@ -449,6 +449,9 @@ fn differential(
     for step in 0..ops {
         let op = random_op(&mut rng, lfds.len());
         let want = normalised(&op, apply(&op, local.path(), &mut lfds));
+        if step % 2 == 0 {
+            drop_kernel_pages(&op, &mfds);
+        }
         let got = normalised(&op, apply(&op, mnt, &mut mfds));
         history.push(format!("{step}: {op:?} -> {}", short(&want)));
         if replaced_read_estale(&op, &want, &got, &lfds, &mfds) {
@@ -535,6 +538,19 @@ fn differential(
     }
     println!("differential test, seed {seed}: {ops} operations, every answer and tree equal");
     local
+}
+
+/// Before every other read, the kernel's cached pages of the mount-side file are dropped, so
+/// the daemon answers it: otherwise the page cache filled by the tree comparisons answers most
+/// reads, and a daemon that reads the wrong file goes unseen (a read through a descriptor of a
+/// file renamed over did, until the kernel happened to drop those pages).
+fn drop_kernel_pages(op: &Op, mfds: &[i32]) {
+    if let Op::Read { fd, .. } | Op::Pread { fd, .. } = *op {
+        if let Some(&fd) = mfds.get(fd) {
+            // SAFETY: advice on this side's open descriptor; nothing is read or written.
+            unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+        }
+    }
 }
 
 /// The one deviation docs/SEMANTICS.md ("Reads and versions") allows a read: `ESTALE` from a
