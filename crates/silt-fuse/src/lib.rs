@@ -1198,7 +1198,8 @@ impl fuser::Filesystem for SiltFs {
             };
         }
         // A file open for writing here: its session's bytes, committed or not (the session
-        // open now, else the one open when this handle opened the file).
+        // open now; for a file unlinked or replaced since, the one open when this handle
+        // opened it, if any: those bytes are that file's).
         let known = self
             .handles
             .lock()
@@ -1214,8 +1215,13 @@ impl fuser::Filesystem for SiltFs {
         // The file's path now (it follows renames); none once the file was unlinked or
         // replaced: a new file at its old name is not this handle's file.
         let attached = self.inodes.lock().attached_path(ino.0);
-        let now = attached.as_deref().and_then(|p| self.client.session(p));
-        if let Some(s) = now.or(held) {
+        // Still named: the session open now, if any (one that ended was committed, and a
+        // later version may have followed it). Unlinked or replaced: the session it had.
+        let session = match attached.as_deref() {
+            Some(p) => self.client.session(p),
+            None => held,
+        };
+        if let Some(s) = session {
             return match self.block(self.client.read_session(&s, offset, size as u64)) {
                 Ok(bytes) => reply.data(&bytes),
                 Err(e) => reply.error(errno(&e)),
