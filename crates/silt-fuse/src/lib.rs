@@ -1249,6 +1249,12 @@ impl fuser::Filesystem for SiltFs {
                         error = %e
                     );
                 }
+                // The version this handle has is gone from the store (deleted, here or behind
+                // Silt's back) and its pages are not cached: stale, as for a replaced object.
+                // ENOENT is no answer to read(2).
+                if e.kind() == ErrorKind::NotFound {
+                    return reply.error(Errno::ESTALE);
+                }
                 reply.error(errno(&e))
             }
         }

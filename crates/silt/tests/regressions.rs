@@ -426,9 +426,11 @@ fn a_read_descriptor_reads_its_own_file(write_type: &str) {
     let backing = tempfile::tempdir().unwrap();
     let uri = format!("file://{}", backing.path().display());
     let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (b"OLD".repeat(1000), b"NEW".repeat(1000));
+    // In the store before Silt starts: never written through it, so in no cache.
+    std::fs::write(backing.path().join("v"), &old).unwrap();
     let silt = Silt::up_data(&uri, Vec::new(), &["--write-type", write_type], dir.path());
     let p = |rel: &str| silt.path(&format!("data/{rel}"));
-    let (old, new) = (b"OLD".repeat(1000), b"NEW".repeat(1000));
     std::fs::write(p("x"), &old).unwrap();
     std::fs::write(p("y"), &new).unwrap();
     std::fs::write(p("u"), &old).unwrap();
@@ -453,6 +455,20 @@ fn a_read_descriptor_reads_its_own_file(write_type: &str) {
                 "{write_type}: {name}: {e}"
             ),
         }
+    }
+    // Unlinked, its version in no cache, its pages not in the kernel: read(2) cannot answer
+    // ENOENT.
+    let v = std::fs::File::open(p("v")).unwrap();
+    std::fs::remove_file(p("v")).unwrap();
+    // SAFETY: advice on an open descriptor (drop its cached pages).
+    unsafe { libc::posix_fadvise(v.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut buf = vec![0u8; old.len()];
+    match v.read_at(&mut buf, 0) {
+        Ok(n) => assert!(
+            n > 0 && buf[..n] == old[..n],
+            "{write_type}: v read other bytes"
+        ),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{write_type}: v: {e}"),
     }
     // The names hold the new files.
     assert_eq!(std::fs::read(p("x")).unwrap(), new);
