@@ -484,7 +484,23 @@ fn differential(
             }
             _ => {}
         }
-        let (lt, mt) = (local_tree(local.path()), local_tree(mnt));
+        let lt = local_tree(local.path());
+        // A walk of the mount that fails (a read disagreeing with its stat, say) fails with
+        // the operations that led there.
+        let mt = match std::panic::catch_unwind(|| local_tree(mnt)) {
+            Ok(t) => t,
+            Err(e) => {
+                let what = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                fail(
+                    &history,
+                    format!("walking the mount after the operation: {what}"),
+                )
+            }
+        };
         if lt != mt {
             fail(
                 &history,
