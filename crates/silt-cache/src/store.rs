@@ -317,13 +317,17 @@ struct Shared {
 /// the high watermark of the largest capacity set (the pool's bound never shrinks: it is
 /// shared by every store of the process).
 fn keep_eviction_batch(page_size: u64, capacity: u64, high: f64, low: f64) {
-    if let Some(pool) = usize::try_from(page_size)
-        .ok()
-        .and_then(silt_common::bufpool::BufferPool::for_size)
-    {
+    if let Some(pool) = page_pool(page_size) {
         let batch = capacity as f64 * (high - low);
         pool.keep_idle_bytes((batch as usize).saturating_add(pool.size()));
     }
+}
+
+/// The process-wide pool of `page_size` buffers the fetches fill, if pages are pooled.
+fn page_pool(page_size: u64) -> Option<Arc<bufpool::BufferPool>> {
+    usize::try_from(page_size)
+        .ok()
+        .and_then(bufpool::BufferPool::for_size)
 }
 
 /// Stripes of `Shared::write_turns`.
@@ -1547,6 +1551,12 @@ impl PageStore {
             st.disk_make_room(t, 0);
         }
         let has_disks = !st.disks.is_empty();
+        if has_disks {
+            // Fetches checksum each page as they fill it, for the disk tier's crc.
+            if let Some(pool) = page_pool(cfg.page_size) {
+                pool.want_checksums();
+            }
+        }
         // Unit tests seal explicitly (`seal_completed`) so their crash cases are deterministic.
         let (tx, rx) = mpsc::channel();
         if has_disks && !cfg!(test) {

@@ -30,7 +30,7 @@
 
 use std::collections::HashMap;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
@@ -160,6 +160,8 @@ impl Drop for Raw {
 pub struct BufferPool {
     size: usize,
     max_idle: AtomicUsize,
+    /// `freeze_checked` takes a crc (someone checksums these pages: a disk tier).
+    checksums: AtomicBool,
     idle: Mutex<Vec<Raw>>,
 }
 
@@ -169,6 +171,7 @@ impl BufferPool {
         Arc::new(BufferPool {
             size,
             max_idle: AtomicUsize::new(max_idle),
+            checksums: AtomicBool::new(false),
             idle: Mutex::new(Vec::new()),
         })
     }
@@ -201,6 +204,13 @@ impl BufferPool {
     pub fn keep_idle_bytes(&self, bytes: usize) {
         self.max_idle
             .fetch_max(bytes.div_ceil(self.size), Ordering::Relaxed);
+    }
+
+    /// Makes [`PageBuf::freeze_checked`] take a crc32c from now on (never undone: the pool
+    /// is shared by every store of the process). A store with a disk tier asks; without one,
+    /// nobody reads the crc and no fill pays for it.
+    pub fn want_checksums(&self) {
+        self.checksums.store(true, Ordering::Relaxed);
     }
 
     /// Buffers idle in the pool now.
@@ -259,9 +269,11 @@ impl PageBuf {
     }
 
     /// [`freeze`](Self::freeze), computing the crc32c of those bytes now, while they are
-    /// still in the CPU's cache, for [`known_crc`].
+    /// still in the CPU's cache, for [`known_crc`], if the pool was asked to
+    /// ([`BufferPool::want_checksums`]).
     pub fn freeze_checked(self, len: usize) -> Bytes {
-        self.freeze_with(len, true)
+        let checked = self.pool.checksums.load(Ordering::Relaxed);
+        self.freeze_with(len, checked)
     }
 
     fn freeze_with(mut self, len: usize, checked: bool) -> Bytes {
@@ -419,6 +431,9 @@ mod tests {
     #[test]
     fn a_checked_freeze_knows_its_crc_until_the_buffer_is_reused() {
         let pool = BufferPool::new(8192, 4);
+        // Nobody asked for checksums: none is taken.
+        assert_eq!(known_crc(&pool.take().freeze_checked(100)), None);
+        pool.want_checksums();
         let mut b = pool.take();
         b.as_mut_slice().fill(7);
         let page = b.freeze_checked(5000);

@@ -174,8 +174,9 @@ pub struct Capabilities {
 /// `chunks` (consecutive bytes of a response) cut into pieces of `piece` bytes, the last one
 /// shorter: a single chunk of at most one piece is passed on as it is; otherwise every byte is
 /// copied once, a whole piece into a pooled page buffer ([`BufferPool::for_size`]: reused,
-/// aligned for `O_DIRECT`, its crc32c taken while the bytes are hot), a shorter last piece into an allocation of its own length (a piece
-/// never shares a larger buffer, so whoever keeps it keeps only its own bytes).
+/// aligned for `O_DIRECT`, its crc32c taken while the bytes are hot if a disk tier wants it),
+/// a shorter last piece into an allocation of its own length (a piece never shares a larger
+/// buffer, so whoever keeps it keeps only its own bytes).
 pub fn pieces(chunks: impl IntoIterator<Item = Bytes>, piece: u64) -> Vec<Bytes> {
     let piece = usize::try_from(piece.max(1)).unwrap_or(usize::MAX);
     let chunks: Vec<Bytes> = chunks.into_iter().filter(|c| !c.is_empty()).collect();

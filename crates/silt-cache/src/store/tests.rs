@@ -1766,6 +1766,7 @@ fn pooled_pages_are_written_direct_and_read_back_verified() {
     let dir = TempDir::new().unwrap();
     let store = PageStore::open(cfg(2, &[(dir.path(), 64)], 0.95, 0.85)).unwrap();
     let pool = silt_common::bufpool::BufferPool::new(PS as usize, 4);
+    pool.want_checksums();
     let (o, size) = (9u128, 6 * PS - 100);
     let direct = metrics::DISK_DIRECT_WRITES.get();
     for i in 0..6 {
@@ -1773,7 +1774,9 @@ fn pooled_pages_are_written_direct_and_read_back_verified() {
         let mut buf = pool.take();
         buf.as_mut_slice()[..want.len()].copy_from_slice(&want);
         let page = if i % 2 == 0 {
-            buf.freeze_checked(want.len())
+            let page = buf.freeze_checked(want.len());
+            assert!(silt_common::bufpool::known_crc(&page).is_some());
+            page
         } else {
             buf.freeze(want.len())
         };
