@@ -257,6 +257,16 @@ def b1_b2(ctx, want):
         print(f"B1/B2 rep {rep + 1}/{ctx.reps} done", flush=True)
 
 
+# B1F's runs besides the configured one: figure-name suffix -> (option named in the ratios, its
+# arguments). Off by default both: the first open past the mount's page cache, and a cold open
+# fetching the whole file to pass it through (above B1's 1 GiB files).
+B1F_VARIANTS = {
+    "": (None, []),
+    "_direct_io": ("fuse_cold_direct_io", ["--fuse-cold-direct-io", "true"]),
+    "_open_fill": ("fuse_open_fill_max", ["--fuse-open-fill-max", "2GiB"]),
+}
+
+
 def b1f(ctx):
     """B1F, the NFS-like case: B1's large files from a `file://` store (the bucket's directory,
     its bytes in the page cache), read cold through Silt (a fresh state each, 1 and 4 readers)
@@ -278,9 +288,8 @@ def b1f(ctx):
             cpu = own_cpu()
             ctx.add(f"b1f_direct_{n}", _gb(mech.timed_read([local(k) for k, _, _ in large], n)), "GB/s")
             ctx.add(f"b1f_direct_{n}_cpu_per_gb", (own_cpu() - cpu) / (nbytes / 1e9), "s/GB")
-            # As configured, then with the first open past the mount's page cache
-            # (`fuse_cold_direct_io`, off by default), side by side.
-            for tag, extra in (("", []), ("_direct_io", ["--fuse-cold-direct-io", "true"])):
+            # As configured, then each B1F_VARIANTS option, side by side.
+            for tag, (_, extra) in B1F_VARIANTS.items():
                 name = f"b1f_cold{tag}_{n}"
                 with ctx.silt(ctx.fresh_state(name), mounts=mounts, extra=[*ctx.silt_extra, *extra]) as s:
                     cpu = _cpu_seconds(s.p.pid)
@@ -1021,17 +1030,17 @@ def ratios(ctx):
     r("B1 cold single", "b1_cold_1", "b1_direct_single")
     r("B1F cold", "b1f_cold_4", "b1f_direct_4")
     r("B1F cold single", "b1f_cold_1", "b1f_direct_1")
-    r("B1F cold, fuse_cold_direct_io", "b1f_cold_direct_io_4", "b1f_direct_4")
-    if "b1f_cold_4_cpu_per_gb" in R:
-        out["B1F CPU per GB"] = stats.median(R["b1f_cold_4_cpu_per_gb"])
-    if "b1f_cold_direct_io_4_cpu_per_gb" in R:
-        out["B1F CPU per GB, fuse_cold_direct_io"] = stats.median(R["b1f_cold_direct_io_4_cpu_per_gb"])
+    for tag, (option, _) in B1F_VARIANTS.items():
+        label = f", {option}" if option else ""
+        r(f"B1F cold{label}", f"b1f_cold{tag}_4", "b1f_direct_4")
+        if f"b1f_cold{tag}_4_cpu_per_gb" in R:
+            out[f"B1F CPU per GB{label}"] = stats.median(R[f"b1f_cold{tag}_4_cpu_per_gb"])
     if "b1_cold_4_cpu_per_gb" in R:
         out["B1 cold CPU per GB"] = stats.median(R["b1_cold_4_cpu_per_gb"])
     for n in (1, 4):
         if f"b1f_cold_{n}_peak_rss_of_budget" in R:
             out[f"B1F peak RSS ÷ budget, {n} reader{'s' if n > 1 else ''}"] = max(
-                R[f"b1f_cold_{n}_peak_rss_of_budget"] + R.get(f"b1f_cold_direct_io_{n}_peak_rss_of_budget", []))
+                x for tag in B1F_VARIANTS for x in R.get(f"b1f_cold{tag}_{n}_peak_rss_of_budget", []))
     r("B2 cold", "b2_cold", "b2_direct")
     r("B2 warm", "b2_warm", "b2_local")
     r("B3 first", "b3_first", "b3_direct_list")

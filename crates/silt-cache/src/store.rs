@@ -2050,6 +2050,13 @@ impl PageStore {
         st.remove_object(object);
     }
 
+    /// The largest disk tier's quota: no object bigger than this can be whole in one local
+    /// tier (0 without disk tiers).
+    pub fn largest_disk_quota(&self) -> u64 {
+        let st = self.shared.state.lock();
+        st.disks.iter().map(|d| d.quota).max().unwrap_or(0)
+    }
+
     pub fn stats(&self) -> PageStoreStats {
         let st = self.shared.state.lock();
         PageStoreStats {

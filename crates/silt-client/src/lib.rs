@@ -1361,6 +1361,21 @@ impl Client {
             .await
     }
 
+    /// Fetches every page of `file`'s version the cache lacks (`load` of one open file), e.g.
+    /// so a mount can hand the kernel the whole local copy. A file resident in Silt (written
+    /// here, not uploaded) has nothing to fetch. Returns the bytes fetched.
+    pub async fn fill(&self, file: &OpenFile) -> Result<u64> {
+        if file.resident.is_some() {
+            return Ok(0);
+        }
+        let mut entry = file.entry.clone();
+        entry.size = file.size();
+        entry.object = Some(file.obj.clone());
+        self.load_files(&[entry], self.opts.fetch_concurrency, |_| {})
+            .await
+            .map(|p| p.bytes_done)
+    }
+
     /// `load` of every file at or below each of `paths` as one job (pages of all of them in
     /// flight together, not one path after another), with at most `concurrency` fetches in
     /// flight.

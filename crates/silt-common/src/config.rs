@@ -59,6 +59,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "fuse_threads", default: "8", help: "FUSE worker threads (1 to 1024, and fewer than the system lets a process start)." },
     OptionSpec { name: "fuse_max_read", default: "1MiB", help: "Largest FUSE read request asked of the kernel." },
     OptionSpec { name: "fuse_cold_direct_io", default: "false", help: "The first open of each file version on a mount reads without the kernel's page cache (FOPEN_DIRECT_IO): each read's bytes go from Silt straight into the reader's buffer, not into the mount's page cache and from there to the reader, and a scan read once fills no page cache. Measured on a cold read of 4 x 1 GiB (B1F, docs/benchmarks.md): 0.9-1.6 against 1.6-3.5 daemon CPU s/GB and 1.0-1.7 against 0.4-0.9 GB/s, side by side in each run. Later opens of the same version use the page cache (or passthrough) as usual. No kernel read-ahead on that first open: each read(2) is one request to Silt, so a reader that asks a few KiB at a time is several times slower (dd bs=8k: 178 against 746 MB/s); stdio, Python and cat size their reads from st_blksize (one cache page) and are not. Needs Linux >= 6.6 (shared mmap of such a file); ignored with a warning before." },
+    OptionSpec { name: "fuse_open_fill_max", default: "0", help: "A read open of a file of at most this size that is not yet whole in the local disk tier fetches it whole before the open returns, then gives the kernel that local copy (FUSE passthrough): the daemon no longer copies each byte into the mount's page cache, and the reader gets the kernel's read-ahead on a local file. The open waits for the whole file, so a reader that wants only a file's first bytes waits for all of it. At most half the FUSE threads fetch at once (other opens are served as usual). Needs passthrough (Linux >= 6.9) and a disk tier of at least twice the file's size; files under a writable prefix are never fetched this way. The fetch admits the file whatever the admission policy says, so a data set larger than the cache read this way evicts as LRU would. Measured (docs/benchmarks.md): B1F cold 4 readers 0.92 GB/s at 1.71 daemon CPU s/GB against 0.46 at 3.72 by default; B2 cold (small files) 1.68 against 1.30 of the direct reader with 8MiB. 0 disables it." },
     OptionSpec { name: "passthrough", default: "auto", help: "FUSE passthrough for files fully present in the local disk tier: `auto` (use when the kernel supports it), `on` (fail start-up if unsupported), `off`." },
     OptionSpec { name: "allow_other", default: "true", help: "Let users other than the mounting one use the mount." },
     OptionSpec { name: "s3_endpoint", default: "", help: "S3 endpoint URL (empty: AWS default for the region)." },
@@ -205,6 +206,7 @@ pub struct Config {
     pub fuse_threads: usize,
     pub fuse_max_read: u64,
     pub fuse_cold_direct_io: bool,
+    pub fuse_open_fill_max: u64,
     pub passthrough: PassthroughMode,
     pub allow_other: bool,
     pub s3_endpoint: String,
@@ -277,6 +279,7 @@ impl Default for Config {
             fuse_threads: 0,
             fuse_max_read: 0,
             fuse_cold_direct_io: false,
+            fuse_open_fill_max: 0,
             passthrough: PassthroughMode::Auto,
             allow_other: false,
             s3_endpoint: String::new(),
@@ -608,6 +611,7 @@ impl Config {
                 self.fuse_max_read = n;
             }
             "fuse_cold_direct_io" => self.fuse_cold_direct_io = parse_bool(key, v)?,
+            "fuse_open_fill_max" => self.fuse_open_fill_max = parse_size_opt(key, v)?,
             "passthrough" => {
                 self.passthrough = match v {
                     "auto" => PassthroughMode::Auto,

@@ -85,6 +85,7 @@ define_metrics! {
     META_METADATA_CHANGES = "silt_meta_metadata_changes_total", "Paths whose attributes alone changed (mode, mtime next to an ETag): cached pages kept.";
     META_STALE_SERVED = "silt_meta_stale_served_total", "Lookups answered from expired metadata because the revalidation failed (store error or timeout; never under `always`).";
     FUSE_OPENS_PASSTHROUGH = "silt_fuse_opens_passthrough_total", "Opens served in FUSE passthrough mode (reads bypass the daemon).";
+    FUSE_OPENS_FILLED = "silt_fuse_opens_filled_total", "Passthrough opens of a file the open fetched whole first (`fuse_open_fill_max`; also counted in `silt_fuse_opens_passthrough_total`).";
     FUSE_OPENS_DAEMON = "silt_fuse_opens_daemon_total", "Opens served through the daemon's read path (also those without the page cache, `fuse_cold_direct_io`: `direct` in `silt report`'s recent opens).";
     FUSE_READ_BYTES = "silt_fuse_read_bytes_total", "Bytes returned by the daemon to FUSE read requests.";
     REMOTE_READS = "silt_remote_reads_total", "Page-group reads a client sent to the owning worker (or a failover candidate).";

@@ -35,7 +35,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -64,6 +64,9 @@ pub struct FuseOptions {
     pub max_read: u64,
     /// The first open of each version bypasses the kernel's page cache (`fuse_cold_direct_io`).
     pub cold_direct_io: bool,
+    /// A read open of a file of at most this many bytes not yet whole on local disk fetches
+    /// it whole first, then opens it in passthrough (`fuse_open_fill_max`; 0: never).
+    pub open_fill_max: u64,
     pub passthrough: PassthroughMode,
     pub allow_other: bool,
 }
@@ -316,6 +319,15 @@ fn share(
     Ok(Some(b.id.clone()))
 }
 
+/// One of `SiltFs::filling`'s slots, given back when dropped.
+struct FillSlot<'a>(&'a AtomicUsize);
+
+impl Drop for FillSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 pub struct SiltFs {
     client: Arc<Client>,
     opts: FuseOptions,
@@ -330,6 +342,9 @@ pub struct SiltFs {
     /// The version whose pages the kernel may hold in its page cache, per inode.
     kernel_cached: Mutex<HashMap<u64, ObjectId>>,
     next_fh: AtomicU64,
+    /// Opens fetching their file whole right now (`open_fill_max`): at most half the FUSE
+    /// threads, so the others stay free for everything else.
+    filling: AtomicUsize,
     /// The first handle number of this daemon: smaller ones were handed to the kernel by a
     /// daemon before a takeover (see `reopen_old_handle`).
     fh_base: u64,
@@ -353,6 +368,7 @@ impl SiltFs {
             io_released: parking_lot::Condvar::new(),
             kernel_cached: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            filling: AtomicUsize::new(0),
             fh_base: 1,
             started: SystemTime::now(),
         }
@@ -796,6 +812,43 @@ impl SiltFs {
         Ok((id, guard, origin))
     }
 
+    /// Fetches a file that passthrough could serve once whole, if it is small enough
+    /// (`open_fill_max`) and a fill slot is free, so the kernel reads it without the daemon:
+    /// no copy of each byte into the mount's page cache by the daemon, kernel read-ahead
+    /// on a local file. The open waits for the whole file. Returns whether it fetched any.
+    fn fill_for_passthrough(&self, ino: u64, file: &OpenFile) -> bool {
+        let size = file.size();
+        if size == 0
+            || size > self.opts.open_fill_max
+            // Open through the daemon: the kernel would refuse a passthrough open anyway.
+            || self.io.lock().cached.get(&ino).is_some_and(|n| *n > 0)
+            || !self.state.passthrough_enabled.load(Ordering::Relaxed)
+            || self.client.write_type_of(&file.entry.path).writable()
+            || size > self.client.worker().page_store().largest_disk_quota() / 2
+        {
+            return false;
+        }
+        let most = (self.opts.threads / 2).max(1);
+        if self
+            .filling
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < most).then_some(n + 1)
+            })
+            .is_err()
+        {
+            return false;
+        }
+        let r = {
+            let _slot = FillSlot(&self.filling);
+            self.block(self.client.fill(file))
+        };
+        if let Err(e) = &r {
+            // The reads report it (or find the pages another way).
+            tracing::debug!(path = %file.entry.path, error = %e, "fetch at open failed");
+        }
+        r.is_ok_and(|fetched| fetched > 0)
+    }
+
     /// The inode's registered backing, if this open may share it (see `share`).
     fn share_backing(
         &self,
@@ -1116,10 +1169,17 @@ impl fuser::Filesystem for SiltFs {
         // before reading, or it would cut the new version at the old size.
         self.state.wait_for_invalidations();
         self.wait_other_version_released(ino.0, file.object().id);
+        let filled = self.fill_for_passthrough(ino.0, &file);
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let commits = self.client.commit_count();
         match self.try_passthrough(ino.0, &file, &reply) {
             Ok((backing, pin, origin)) => {
+                let origin = if filled {
+                    metrics::FUSE_OPENS_FILLED.inc();
+                    "fetched whole at open"
+                } else {
+                    origin
+                };
                 metrics::FUSE_OPENS_PASSTHROUGH.inc();
                 // The kernel reads it without asking us: every page of the file is a hit.
                 metrics::PAGE_HITS.add(self.client.worker().page_count(file.size()));

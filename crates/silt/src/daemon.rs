@@ -200,6 +200,7 @@ pub fn run(
             threads: cfg.fuse_threads,
             max_read: cfg.fuse_max_read,
             cold_direct_io: cfg.fuse_cold_direct_io,
+            open_fill_max: cfg.fuse_open_fill_max,
             passthrough: cfg.passthrough,
             allow_other: cfg.allow_other,
         },

@@ -81,6 +81,14 @@ impl Backend {
         }
     }
 
+    /// An out-of-band removal of `path`.
+    fn delete(&self, path: &str) {
+        match self {
+            Backend::Local(d) => std::fs::remove_file(d.path().join(path)).unwrap(),
+            Backend::S3 { rt, store, .. } => rt.block_on(store.delete(path)).unwrap(),
+        }
+    }
+
     fn put_many(&self, files: &[(String, Vec<u8>)]) {
         match self {
             Backend::Local(d) => write_local(d.path(), files),
@@ -104,6 +112,12 @@ fn up(backend: &Backend, extra: &[&str], dir: &Path) -> Silt {
 }
 
 fn differential(backend: Backend, extra: &[&str]) {
+    differential_ordered(backend, extra, false);
+}
+
+/// `differential`, the random ranges read first (on a cold cache, many first opens at once)
+/// if `ranges_first`. Returns `silt report` as it was at the end.
+fn differential_ordered(backend: Backend, extra: &[&str], ranges_first: bool) -> serde_json::Value {
     let files = Arc::new(dataset());
     backend.put_many(&files);
     let dir = tempfile::tempdir().unwrap();
@@ -113,9 +127,14 @@ fn differential(backend: Backend, extra: &[&str]) {
     let silt = up(&backend, &args, dir.path());
 
     // Whole files, read with std (and the kernel's read-ahead).
-    for (p, b) in files.iter() {
-        let got = std::fs::read(silt.path(&format!("data/{p}"))).unwrap();
-        assert!(got == *b, "{p}: whole-file read differs");
+    let whole_files = || {
+        for (p, b) in files.iter() {
+            let got = std::fs::read(silt.path(&format!("data/{p}"))).unwrap();
+            assert!(got == *b, "{p}: whole-file read differs");
+        }
+    };
+    if !ranges_first {
+        whole_files();
     }
     // Random ranges from many threads at once, each comparing with the source bytes.
     let root = silt.path("data");
@@ -149,6 +168,9 @@ fn differential(backend: Backend, extra: &[&str]) {
         .collect();
     for t in threads {
         t.join().unwrap();
+    }
+    if ranges_first {
+        whole_files();
     }
     // Python's open() reads the same bytes. It also asks whether the file is a terminal
     // (ioctl TCGETS): the answer must be ENOTTY, not "ioctl not implemented" (ENOSYS).
@@ -193,8 +215,14 @@ fn differential(backend: Backend, extra: &[&str]) {
     want.dedup();
     assert_eq!(names, want);
     let report = silt.report();
-    assert!(report["bytes_by_source"]["under_store"].as_u64().unwrap() > 0);
+    let fetched_at_open = report["metrics"]["silt_fuse_opens_filled_total"].as_u64();
+    assert!(
+        report["bytes_by_source"]["under_store"].as_u64().unwrap() > 0
+            || fetched_at_open.is_some_and(|n| n > 0),
+        "nothing was read from the store"
+    );
     silt.stop();
+    report
 }
 
 /// Minimal SHA-256 via the system's sha256sum, to compare with Python's digest.
@@ -230,6 +258,89 @@ fn differential_reads_s3() {
 #[test]
 fn differential_reads_local_dir_cold_direct_io() {
     differential(Backend::local(), &["--fuse-cold-direct-io", "true"]);
+}
+
+/// The same reads with `fuse_open_fill_max` above every file's size: each cold open fetches
+/// its file whole and opens it in passthrough, many opens at once from 8 threads.
+#[test]
+fn differential_reads_s3_open_fill() {
+    let report = differential_ordered(Backend::s3(), &["--fuse-open-fill-max", "1GiB"], true);
+    let filled = &report["metrics"]["silt_fuse_opens_filled_total"];
+    assert!(
+        filled.as_u64().unwrap() > 0,
+        "no open fetched its file: {filled}"
+    );
+}
+
+/// `fuse_open_fill_max`: a cold open of a file no larger is served in passthrough from the
+/// copy it fetched whole (the kernel then reads it without the daemon); a larger one, and any
+/// file with the option off, is read through the daemon as before. A file gone from the store
+/// before its open still opens (the fetch fails; its reads answer as they would without it).
+#[test]
+fn open_fill_fetches_a_small_cold_file_whole_and_passes_it_through() {
+    let backend = Backend::local();
+    let small = bytes(31, (3 << 20) + 5);
+    let large = bytes(32, (5 << 20) + 1);
+    let gone = bytes(33, 4096);
+    backend.put("small.bin", &small);
+    backend.put("large.bin", &large);
+    backend.put("gone.bin", &gone);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = up(&backend, &["--fuse-open-fill-max", "4MiB"], dir.path());
+    let mode_of = |name: &str| -> Vec<(String, String)> {
+        let opens = silt.report()["opens"]["recent"].clone();
+        opens
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["path"].as_str().unwrap_or("").ends_with(name))
+            .map(|o| {
+                (
+                    o["mode"].as_str().unwrap().to_string(),
+                    o["reason"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let got = std::fs::read(silt.path("data/small.bin")).unwrap();
+    assert!(got == small, "the filled file read wrong bytes");
+    assert_eq!(
+        mode_of("small.bin"),
+        [(
+            "passthrough".to_string(),
+            "fetched whole at open".to_string()
+        )]
+    );
+    let got = std::fs::read(silt.path("data/large.bin")).unwrap();
+    assert!(got == large, "the large file read wrong bytes");
+    assert_eq!(
+        mode_of("large.bin")[0].0,
+        "daemon",
+        "a file above the limit is not fetched whole"
+    );
+
+    // Looked up, then removed behind Silt: the open's fetch fails, the open does not.
+    let meta = std::fs::metadata(silt.path("data/gone.bin")).unwrap();
+    assert_eq!(meta.len(), gone.len() as u64);
+    backend.delete("gone.bin");
+    let f = File::open(silt.path("data/gone.bin")).expect("an open whose fetch failed");
+    assert_eq!(mode_of("gone.bin")[0].0, "daemon");
+    let mut buf = Vec::new();
+    let read = (&f).read_to_end(&mut buf);
+    assert!(
+        read.is_err() || buf.is_empty() || buf == gone,
+        "a read of a vanished file answered other bytes"
+    );
+    silt.stop();
+
+    // Off (the option's 0): the same cold open goes through the daemon.
+    let dir = tempfile::tempdir().unwrap();
+    let silt = up(&backend, &["--fuse-open-fill-max", "0"], dir.path());
+    let got = std::fs::read(silt.path("data/small.bin")).unwrap();
+    assert!(got == small);
+    let opens = silt.report()["opens"]["recent"].clone();
+    assert_eq!(opens[0]["mode"], "daemon", "{opens}");
+    silt.stop();
 }
 
 /// Pages of `f` (open) in the page cache, by `mincore` over a shared mapping of `len` bytes.
