@@ -1027,16 +1027,22 @@ impl fuser::Filesystem for SiltFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        // fstat of an open file: the version that handle reads, without asking the store
-        // (unless the file is open for writing here: then its live size).
-        if let Some(fh) = fh {
-            let entry = self
+        // fstat of an open file: the version that handle reads now (`current_file`: the one
+        // it opened, or the new one if the file was rewritten through this client since, as
+        // its reads have it), without asking the store (unless the file is open for writing
+        // here: then its live size). The kernel keeps one size per inode: the size of a
+        // version the handle no longer reads would also be what `stat` of the path shows.
+        if let Some(fh) = fh.filter(|_| self.client.session(&path).is_none()) {
+            let known = self
                 .handles
                 .lock()
                 .get(&fh.0)
-                .and_then(|h| h.file.lock().0.as_ref().map(|f| f.entry.clone()));
-            if let Some(e) = entry.filter(|_| self.client.session(&path).is_none()) {
-                return reply.attr(&self.ttls(&e).0, &self.attr(ino.0, &e));
+                .map(|h| (h.path.clone(), h.file.lock().clone()));
+            if let Some((opened_as, pinned @ (Some(_), _))) = known {
+                let attached = self.inodes.lock().attached_path(ino.0);
+                if let Ok(f) = self.current_file(fh.0, attached.as_deref(), &opened_as, pinned) {
+                    return reply.attr(&self.ttls(&f.entry).0, &self.attr(ino.0, &f.entry));
+                }
             }
         }
         if let Some(attr) = self.detached_attr(ino, fh, &path) {

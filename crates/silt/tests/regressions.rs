@@ -505,3 +505,55 @@ fn a_read_descriptor_reads_its_own_file_through() {
 fn a_read_descriptor_reads_its_own_file_back() {
     a_read_descriptor_reads_its_own_file("back");
 }
+
+/// A descriptor opened for reading before its file was truncated by path (`truncate(2)`, the
+/// file rewritten in place through this mount) is a descriptor of the same file: POSIX gives
+/// it the new size, and so did its reads, but an attribute request the kernel sends with the
+/// handle (an `lseek` to the end, a read past the cached size) was answered with the size of
+/// the version the handle had opened. The kernel keeps one size per inode, so every `stat`
+/// then showed the old size (the differential test's seed 43, local directory and `back`: a
+/// walk's `stat` disagreed with the bytes it read next). There the upload of the truncated
+/// file made the kernel drop the size at a moment of its own; here `silt fs invalidate` does,
+/// and returns once the kernel was told, so the `lseek` asks the daemon.
+fn a_read_descriptor_sees_a_truncate_by_path(write_type: &str) {
+    let backing = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", backing.path().display());
+    let dir = tempfile::tempdir().unwrap();
+    let silt = Silt::up_data(&uri, Vec::new(), &["--write-type", write_type], dir.path());
+    let p = silt.path("data/a");
+    let old = b"OLD".repeat(20_000);
+    std::fs::write(&p, &old).unwrap();
+    let r = std::fs::File::open(&p).unwrap();
+    // SAFETY: a NUL-terminated path and a length.
+    assert_eq!(unsafe { libc::truncate(cstr(&p).as_ptr(), 1000) }, 0);
+    let o = silt.cli(&["fs", "invalidate", "/data/a"]);
+    assert!(o.status.success(), "invalidate: {}", stderr(&o));
+    // SAFETY: lseek on an open descriptor.
+    let end = unsafe { libc::lseek(r.as_raw_fd(), 0, libc::SEEK_END) };
+    assert_eq!(
+        end, 1000,
+        "{write_type}: the end of a descriptor opened before truncate(2) is the old size"
+    );
+    // The kernel's cached size (fstat asks no one while it is valid).
+    assert_eq!(r.metadata().unwrap().len(), 1000, "{write_type}: fstat");
+    assert_eq!(
+        std::fs::metadata(&p).unwrap().len(),
+        1000,
+        "{write_type}: stat"
+    );
+    let mut buf = vec![0u8; 4096];
+    let n = r.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], &old[..1000], "{write_type}: read");
+    drop(r);
+    silt.stop();
+}
+
+#[test]
+fn a_read_descriptor_sees_a_truncate_by_path_through() {
+    a_read_descriptor_sees_a_truncate_by_path("through");
+}
+
+#[test]
+fn a_read_descriptor_sees_a_truncate_by_path_back() {
+    a_read_descriptor_sees_a_truncate_by_path("back");
+}
