@@ -1323,7 +1323,7 @@ impl Client {
             .page_store()
             .pin_user(&objects)
             .map_err(|e| e.context(path))?;
-        self.load_files(&files, self.opts.fetch_concurrency, |_| {})
+        self.load_files(&files, self.opts.fetch_concurrency, true, |_| {})
             .await?;
         Ok(self.usage_of(&files))
     }
@@ -1362,8 +1362,10 @@ impl Client {
     }
 
     /// Fetches every page of `file`'s version the cache lacks (`load` of one open file), e.g.
-    /// so a mount can hand the kernel the whole local copy. A file resident in Silt (written
-    /// here, not uploaded) has nothing to fetch. Returns the bytes fetched.
+    /// so a mount can hand the kernel the whole local copy. Unlike `load`, the pages are
+    /// admitted as a read's would be: a full cache keeps them only where the admission policy
+    /// says so. A file resident in Silt (written here, not uploaded) has nothing to fetch.
+    /// Returns the bytes fetched.
     pub async fn fill(&self, file: &OpenFile) -> Result<u64> {
         if file.resident.is_some() {
             return Ok(0);
@@ -1371,7 +1373,7 @@ impl Client {
         let mut entry = file.entry.clone();
         entry.size = file.size();
         entry.object = Some(file.obj.clone());
-        self.load_files(&[entry], self.opts.fetch_concurrency, |_| {})
+        self.load_files(&[entry], self.opts.fetch_concurrency, false, |_| {})
             .await
             .map(|p| p.bytes_done)
     }
@@ -1386,7 +1388,7 @@ impl Client {
         progress: impl FnMut(&LoadProgress),
     ) -> Result<LoadProgress> {
         let files = self.walk_paths(paths).await?;
-        self.load_files(&files, concurrency, progress).await
+        self.load_files(&files, concurrency, true, progress).await
     }
 
     /// `walk_files` of each path, in order.
@@ -1398,10 +1400,13 @@ impl Client {
         Ok(files)
     }
 
+    /// `asked`: the user asked for these files (`silt load`, a pin): cached even where the
+    /// cache is full of pages read as often. Otherwise admitted as a read's pages would be.
     async fn load_files(
         &self,
         files: &[Entry],
         concurrency: usize,
+        asked: bool,
         mut progress: impl FnMut(&LoadProgress),
     ) -> Result<LoadProgress> {
         let ps = self.worker.page_size();
@@ -1444,8 +1449,7 @@ impl Client {
             .map(|(obj, first, last, bytes)| {
                 let worker = self.worker.clone();
                 async move {
-                    // Asked for: cached even where the cache is full of pages read as often.
-                    let _prefer = worker.page_store().prefer(obj.id);
+                    let _prefer = asked.then(|| worker.page_store().prefer(obj.id));
                     worker
                         .read_pages(&obj, first..=last)
                         .await

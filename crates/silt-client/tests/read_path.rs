@@ -476,3 +476,52 @@ async fn random_epochs_through_the_client_keep_half_the_dataset_cached() {
         }
     }
 }
+
+/// `Client::fill` (a mount fetching a file whole at open) admits pages as reads do: in a full
+/// memory tier of pages read more often, a file fetched once does not displace them. `load`,
+/// which the user asks for, is kept regardless and does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fill_admits_as_reads_do_and_load_regardless() {
+    let mem = Arc::new(MemStore::new("mem://t"));
+    let pages = 8u64;
+    for name in ["hot", "once", "asked"] {
+        mem.put(name, data((PS * pages) as usize)).unwrap();
+    }
+    let (client, _probe) = setup_with(mem, PS * pages, vec![], Duration::ZERO);
+    let store = client.worker().page_store().clone();
+    let hot = client.open("/d/hot").await.unwrap();
+    for _ in 0..4 {
+        for i in 0..pages {
+            client.read(&hot, i * PS, PS).await.unwrap();
+        }
+    }
+    let hot_cached = || {
+        (0..pages)
+            .filter(|&i| store.contains(&silt_common::PageKey::new(hot.object().id, i)))
+            .count() as u64
+    };
+    // All of it but what the tier's high watermark leaves free.
+    let before = hot_cached();
+    assert!(
+        before >= pages - 2,
+        "the hot file fills the memory tier: {before}"
+    );
+
+    let once = client.open("/d/once").await.unwrap();
+    assert_eq!(
+        client.fill(&once).await.unwrap(),
+        PS * pages,
+        "fill fetched the file"
+    );
+    assert_eq!(
+        hot_cached(),
+        before,
+        "a fill displaced pages read more often"
+    );
+
+    client.load("/d/asked", |_| {}).await.unwrap();
+    assert!(
+        hot_cached() < before,
+        "a load was not kept over the hot pages"
+    );
+}
