@@ -678,6 +678,17 @@ impl Client {
         buf.read_at(offset, (end - offset) as usize)
     }
 
+    /// The entry of a session's file as its handles see it, from the session alone (its bytes
+    /// loaded first, as `read_session` does): the size its reads end at. For a file unlinked
+    /// or replaced by a rename while open (POSIX: still whole, with its writers' bytes, until
+    /// its last descriptor closes), the only entry it has: the store's at its old name is gone
+    /// or another file's, and a stored version a reader opened before is not what it reads.
+    pub async fn session_entry(&self, s: &Arc<Session>) -> Result<Entry> {
+        self.load_session(s).await?;
+        s.live_entry(None)
+            .ok_or_else(|| Error::internal("a session without an entry"))
+    }
+
     /// The live session of the file at `path`, if one is open for writing here.
     pub fn session(&self, path: &str) -> Option<Arc<Session>> {
         self.writes.sessions.get(path)

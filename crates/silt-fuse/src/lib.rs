@@ -197,9 +197,10 @@ struct Handle {
     /// The version this handle reads (`None`: a file not in the store yet, see `live`);
     /// replaced when the file was rewritten through this client since (see `current_file`).
     file: Mutex<(Option<Arc<OpenFile>>, u64)>,
-    /// The write session of the file when this handle opened it: read while no newer one
-    /// is open (its bytes outlive an unlink, as an open file does).
-    live: Option<Arc<silt_client::Session>>,
+    /// The write session of the file when this handle opened it, or when the file was
+    /// unlinked or renamed over while open for writing (`hand_session_to_readers`): read once
+    /// the file has no name (its bytes outlive an unlink, as an open file does).
+    live: Mutex<Option<Arc<silt_client::Session>>>,
     path: String,
     ino: u64,
     /// Keeps the object's disk pages from eviction while the kernel reads the backing file
@@ -423,7 +424,7 @@ impl SiltFs {
                 metrics::FUSE_HANDLES.inc();
                 v.insert(Handle {
                     file: Mutex::new((file, commits)),
-                    live: session,
+                    live: Mutex::new(session),
                     path,
                     ino,
                     _pin: None,
@@ -433,7 +434,8 @@ impl SiltFs {
         }
         let h = hs.get(&fh).ok_or(Errno::EBADF)?;
         let pinned = h.file.lock().clone();
-        Ok((h.live.clone(), h.path.clone(), pinned))
+        let live = h.live.lock().clone();
+        Ok((live, h.path.clone(), pinned))
     }
 
     /// A handle an earlier daemon opened for writing: what it had not committed died with it,
@@ -694,6 +696,51 @@ impl SiltFs {
             object: None,
         };
         Some(self.attr(ino.0, &e))
+    }
+
+    /// The attributes of a file unlinked (or replaced by a rename) whose read handle holds a
+    /// write session (opened during it, or handed it at the unlink): that handle reads the
+    /// session (see `read`), so its size is the session's (`Client::session_entry`), not that of a
+    /// stored version it may have opened too (a read past that size would end early). The
+    /// handle `fh`, else any read handle of the inode holding a session. `None` otherwise (a
+    /// file still open for writing: `detached_attr`, its writers' size, comes first).
+    fn detached_read_attr(&self, ino: INodeNo, fh: Option<FileHandle>) -> Option<FileAttr> {
+        if self.inodes.lock().attached_path(ino.0).is_some() {
+            return None;
+        }
+        let session = {
+            let handles = self.handles.lock();
+            fh.and_then(|fh| handles.get(&fh.0))
+                .filter(|h| h.ino == ino.0 && h.live.lock().is_some())
+                .or_else(|| {
+                    handles
+                        .values()
+                        .find(|h| h.ino == ino.0 && h.live.lock().is_some())
+                })
+                .and_then(|h| h.live.lock().clone())
+        }?;
+        let e = self.block(self.client.session_entry(&session)).ok()?;
+        Some(self.attr(ino.0, &e))
+    }
+
+    /// The write session of the file at `path`, with its inode, taken just before the name
+    /// stops naming that file (unlink, renamed over); see `hand_session_to_readers`.
+    fn session_before_detach(&self, path: &str) -> Option<(u64, Arc<silt_client::Session>)> {
+        let session = self.client.session(path)?;
+        let ino = self.inodes.lock().ino(path)?;
+        Some((ino, session))
+    }
+
+    /// A file unlinked or renamed over while open for writing here: every read handle of its
+    /// inode reads that session from now on (see `read`), the file's bytes as its writers
+    /// left them (POSIX: the open file), not a stored version or an older session it opened.
+    fn hand_session_to_readers(&self, taken: Option<(u64, Arc<silt_client::Session>)>) {
+        let Some((ino, session)) = taken else {
+            return;
+        };
+        for h in self.handles.lock().values().filter(|h| h.ino == ino) {
+            *h.live.lock() = Some(session.clone());
+        }
     }
 
     fn truncate(&self, path: &str, fh: Option<FileHandle>, size: u64) -> Result<()> {
@@ -1032,6 +1079,15 @@ impl fuser::Filesystem for SiltFs {
         // its reads have it), without asking the store (unless the file is open for writing
         // here: then its live size). The kernel keeps one size per inode: the size of a
         // version the handle no longer reads would also be what `stat` of the path shows.
+        // Unlinked or replaced since: the size its writers see while one has it open, else
+        // that of the session a handle that opened while it was being written reads (see
+        // `read`), not of a stored version the handle opened too.
+        if let Some(attr) = self
+            .detached_attr(ino, fh, &path)
+            .or_else(|| self.detached_read_attr(ino, fh))
+        {
+            return reply.attr(&Duration::ZERO, &attr);
+        }
         if let Some(fh) = fh.filter(|_| self.client.session(&path).is_none()) {
             let known = self
                 .handles
@@ -1044,9 +1100,6 @@ impl fuser::Filesystem for SiltFs {
                     return reply.attr(&self.ttls(&f.entry).0, &self.attr(ino.0, &f.entry));
                 }
             }
-        }
-        if let Some(attr) = self.detached_attr(ino, fh, &path) {
-            return reply.attr(&Duration::ZERO, &attr);
         }
         match self.stat_live(&path) {
             Ok((e, live)) => reply.attr(&self.live_ttls(&e, live).0, &self.attr(ino.0, &e)),
@@ -1161,7 +1214,7 @@ impl fuser::Filesystem for SiltFs {
                     fh,
                     Handle {
                         file: Mutex::new((file, commits)),
-                        live: session,
+                        live: Mutex::new(session),
                         path,
                         ino: ino.0,
                         _pin: None,
@@ -1195,7 +1248,7 @@ impl fuser::Filesystem for SiltFs {
                     fh,
                     Handle {
                         file: Mutex::new((Some(file), commits)),
-                        live: None,
+                        live: Mutex::new(None),
                         path: path.clone(),
                         ino: ino.0,
                         _pin: Some(pin),
@@ -1225,7 +1278,7 @@ impl fuser::Filesystem for SiltFs {
                     fh,
                     Handle {
                         file: Mutex::new((Some(file), commits)),
-                        live: None,
+                        live: Mutex::new(None),
                         path: path.clone(),
                         ino: ino.0,
                         _pin: None,
@@ -1265,12 +1318,12 @@ impl fuser::Filesystem for SiltFs {
         }
         // A file open for writing here: its session's bytes, committed or not (the session
         // open now; for a file unlinked or replaced since, the one open when this handle
-        // opened it, if any: those bytes are that file's).
+        // opened it or when the file lost its name, if any: those bytes are that file's).
         let known = self
             .handles
             .lock()
             .get(&fh.0)
-            .map(|h| (h.live.clone(), h.path.clone(), h.file.lock().clone()));
+            .map(|h| (h.live.lock().clone(), h.path.clone(), h.file.lock().clone()));
         let (held, path, pinned) = match known {
             Some(k) => k,
             None => match self.reopen_old_handle(fh.0, ino.0) {
@@ -1499,11 +1552,13 @@ impl fuser::Filesystem for SiltFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
+        let session = self.session_before_detach(&path);
         // The client detaches the file's write session (after a commit in flight), so no
         // write of it can recreate the file.
         if let Err(e) = self.block(self.client.remove_file(&path)) {
             return reply.error(errno(&e));
         }
+        self.hand_session_to_readers(session);
         self.inodes.lock().detach(&path);
         reply.ok();
     }
@@ -1624,10 +1679,15 @@ impl fuser::Filesystem for SiltFs {
                 Err(e) => return reply.error(errno(&e)),
             }
         }
+        // What is at `to` is replaced (if it is another file).
+        let replaced = self
+            .session_before_detach(&to)
+            .filter(|(ino, _)| self.inodes.lock().ino(&from) != Some(*ino));
         // Files open for writing at or below `from` follow the rename (`Client::rename`).
         if let Err(e) = self.block(self.client.rename(&from, &to)) {
             return reply.error(errno(&e));
         }
+        self.hand_session_to_readers(replaced);
         self.inodes.lock().rename(&from, &to);
         reply.ok();
     }

@@ -557,3 +557,65 @@ fn a_read_descriptor_sees_a_truncate_by_path_through() {
 fn a_read_descriptor_sees_a_truncate_by_path_back() {
     a_read_descriptor_sees_a_truncate_by_path("back");
 }
+
+/// A descriptor open for reading, the file written through another descriptor, unlinked, and
+/// that writer closed: POSIX keeps the open file whole, with the writer's bytes, until its
+/// last descriptor closes. Opened while the writer had the file open (`reader_first` false),
+/// its reads answered them, but an attribute request the kernel sent with the handle (a read
+/// past the size it held, an `lseek` to the end) was answered with the size of the stored
+/// version the handle had opened, so a read past that size came back empty (the differential
+/// test's seed 50). Opened before the writer (`reader_first`), it read the stored version it
+/// had opened: the old bytes, or nothing past their end (seed 51).
+fn an_unlinked_file_keeps_its_writers_bytes(write_type: &str, reader_first: bool) {
+    let backing = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", backing.path().display());
+    let dir = tempfile::tempdir().unwrap();
+    let silt = Silt::up_data(&uri, Vec::new(), &["--write-type", write_type], dir.path());
+    let p = silt.path("data/b");
+    std::fs::write(&p, b"OLD".repeat(1000)).unwrap();
+    let new = b"NEW".repeat(20_000);
+    let early = reader_first.then(|| std::fs::File::open(&p).unwrap());
+    let w = rw(&p);
+    w.write_all_at(&new, 0).unwrap();
+    let r = early.unwrap_or_else(|| std::fs::File::open(&p).unwrap());
+    std::fs::remove_file(&p).unwrap();
+    close(w).unwrap();
+    // SAFETY: lseek on an open descriptor.
+    let end = unsafe { libc::lseek(r.as_raw_fd(), 0, libc::SEEK_END) };
+    assert_eq!(
+        end,
+        new.len() as i64,
+        "{write_type}, reader first {reader_first}: the end of an unlinked file after its writer closed"
+    );
+    // SAFETY: advice on an open descriptor: the kernel drops its cached pages, so the read
+    // below goes to the daemon.
+    unsafe { libc::posix_fadvise(r.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    let mut buf = vec![0u8; 2 * new.len()];
+    let mut got = 0;
+    loop {
+        let n = r.read_at(&mut buf[got..], got as u64).unwrap();
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    assert!(
+        buf[..got] == new[..],
+        "{write_type}, reader first {reader_first}: an unlinked file read {got} bytes, not its writer's {}",
+        new.len()
+    );
+    drop(r);
+    silt.stop();
+}
+
+#[test]
+fn an_unlinked_file_keeps_its_writers_bytes_through() {
+    an_unlinked_file_keeps_its_writers_bytes("through", false);
+    an_unlinked_file_keeps_its_writers_bytes("through", true);
+}
+
+#[test]
+fn an_unlinked_file_keeps_its_writers_bytes_back() {
+    an_unlinked_file_keeps_its_writers_bytes("back", false);
+    an_unlinked_file_keeps_its_writers_bytes("back", true);
+}
