@@ -723,12 +723,36 @@ impl SiltFs {
         Some(self.attr(ino.0, &e))
     }
 
-    /// The write session of the file at `path`, with its inode, taken just before the name
-    /// stops naming that file (unlink, renamed over); see `hand_session_to_readers`.
-    fn session_before_detach(&self, path: &str) -> Option<(u64, Arc<silt_client::Session>)> {
-        let session = self.client.session(path)?;
+    /// Just before `path` stops naming its file (unlink, renamed over): the read handles of
+    /// its inode keep what the name holds now (POSIX: the open file), not what they opened or
+    /// last read. Its write session if one is open, returned with the inode, to hand them
+    /// once the client has detached it (`hand_session_to_readers`); else each handle moves
+    /// to the newest version (`current_file`) and drops a session it held from an earlier
+    /// writer (committed since, maybe changed after).
+    fn readers_before_detach(&self, path: &str) -> Option<(u64, Arc<silt_client::Session>)> {
         let ino = self.inodes.lock().ino(path)?;
-        Some((ino, session))
+        if let Some(session) = self.client.session(path) {
+            return Some((ino, session));
+        }
+        let readers: Vec<_> = self
+            .handles
+            .lock()
+            .iter()
+            .filter(|(_, h)| h.ino == ino)
+            .map(|(fh, h)| (*fh, h.path.clone(), h.file.lock().clone()))
+            .collect();
+        for (fh, opened_as, pinned) in readers {
+            // On failure the handle stays as it was; its reads report what they find.
+            if self
+                .current_file(fh, Some(path), &opened_as, pinned)
+                .is_ok()
+            {
+                if let Some(h) = self.handles.lock().get(&fh) {
+                    *h.live.lock() = None;
+                }
+            }
+        }
+        None
     }
 
     /// A file unlinked or renamed over while open for writing here: every read handle of its
@@ -1552,7 +1576,7 @@ impl fuser::Filesystem for SiltFs {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
-        let session = self.session_before_detach(&path);
+        let session = self.readers_before_detach(&path);
         // The client detaches the file's write session (after a commit in flight), so no
         // write of it can recreate the file.
         if let Err(e) = self.block(self.client.remove_file(&path)) {
@@ -1680,9 +1704,14 @@ impl fuser::Filesystem for SiltFs {
             }
         }
         // What is at `to` is replaced (if it is another file).
-        let replaced = self
-            .session_before_detach(&to)
-            .filter(|(ino, _)| self.inodes.lock().ino(&from) != Some(*ino));
+        let (moved, over) = {
+            let inodes = self.inodes.lock();
+            (inodes.ino(&from), inodes.ino(&to))
+        };
+        let replaced = match over {
+            Some(over) if moved != Some(over) => self.readers_before_detach(&to),
+            _ => None,
+        };
         // Files open for writing at or below `from` follow the rename (`Client::rename`).
         if let Err(e) = self.block(self.client.rename(&from, &to)) {
             return reply.error(errno(&e));

@@ -566,7 +566,12 @@ fn a_read_descriptor_sees_a_truncate_by_path_back() {
 /// version the handle had opened, so a read past that size came back empty (the differential
 /// test's seed 50). Opened before the writer (`reader_first`), it read the stored version it
 /// had opened: the old bytes, or nothing past their end (seed 51).
-fn an_unlinked_file_keeps_its_writers_bytes(write_type: &str, reader_first: bool) {
+/// With `closed_first`, the writer closes (its bytes committed) before the unlink.
+fn an_unlinked_file_keeps_its_writers_bytes(
+    write_type: &str,
+    reader_first: bool,
+    closed_first: bool,
+) {
     let backing = tempfile::tempdir().unwrap();
     let uri = format!("file://{}", backing.path().display());
     let dir = tempfile::tempdir().unwrap();
@@ -578,30 +583,45 @@ fn an_unlinked_file_keeps_its_writers_bytes(write_type: &str, reader_first: bool
     let w = rw(&p);
     w.write_all_at(&new, 0).unwrap();
     let r = early.unwrap_or_else(|| std::fs::File::open(&p).unwrap());
-    std::fs::remove_file(&p).unwrap();
-    close(w).unwrap();
+    if closed_first {
+        close(w).unwrap();
+        std::fs::remove_file(&p).unwrap();
+    } else {
+        std::fs::remove_file(&p).unwrap();
+        close(w).unwrap();
+    }
     // SAFETY: lseek on an open descriptor.
     let end = unsafe { libc::lseek(r.as_raw_fd(), 0, libc::SEEK_END) };
     assert_eq!(
         end,
         new.len() as i64,
-        "{write_type}, reader first {reader_first}: the end of an unlinked file after its writer closed"
+        "{write_type}, reader first {reader_first}, closed first {closed_first}: the end of an unlinked file after its writer closed"
     );
     // SAFETY: advice on an open descriptor: the kernel drops its cached pages, so the read
     // below goes to the daemon.
     unsafe { libc::posix_fadvise(r.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
     let mut buf = vec![0u8; 2 * new.len()];
-    let mut got = 0;
+    let (mut got, mut stale) = (0, false);
     loop {
-        let n = r.read_at(&mut buf[got..], got as u64).unwrap();
+        let n = match r.read_at(&mut buf[got..], got as u64) {
+            Ok(n) => n,
+            // Committed and then deleted from the store, its pages not kept: ESTALE, the
+            // documented deviation (docs/SEMANTICS.md); never other bytes or an early end.
+            Err(e) if closed_first && e.raw_os_error() == Some(libc::ESTALE) => {
+                stale = true;
+                break;
+            }
+            Err(e) => panic!("{write_type}: read of an unlinked file: {e}"),
+        };
         if n == 0 {
             break;
         }
         got += n;
     }
+    let want = if stale { &new[..got] } else { &new[..] };
     assert!(
-        buf[..got] == new[..],
-        "{write_type}, reader first {reader_first}: an unlinked file read {got} bytes, not its writer's {}",
+        buf[..got] == *want,
+        "{write_type}, reader first {reader_first}, closed first {closed_first}: an unlinked file read {got} bytes, not its writer's {}",
         new.len()
     );
     drop(r);
@@ -610,12 +630,16 @@ fn an_unlinked_file_keeps_its_writers_bytes(write_type: &str, reader_first: bool
 
 #[test]
 fn an_unlinked_file_keeps_its_writers_bytes_through() {
-    an_unlinked_file_keeps_its_writers_bytes("through", false);
-    an_unlinked_file_keeps_its_writers_bytes("through", true);
+    for (reader_first, closed_first) in [(false, false), (true, false), (false, true), (true, true)]
+    {
+        an_unlinked_file_keeps_its_writers_bytes("through", reader_first, closed_first);
+    }
 }
 
 #[test]
 fn an_unlinked_file_keeps_its_writers_bytes_back() {
-    an_unlinked_file_keeps_its_writers_bytes("back", false);
-    an_unlinked_file_keeps_its_writers_bytes("back", true);
+    for (reader_first, closed_first) in [(false, false), (true, false), (false, true), (true, true)]
+    {
+        an_unlinked_file_keeps_its_writers_bytes("back", reader_first, closed_first);
+    }
 }
