@@ -2050,11 +2050,14 @@ impl PageStore {
         st.remove_object(object);
     }
 
-    /// The largest disk tier's quota: no object bigger than this can be whole in one local
-    /// tier (0 without disk tiers).
-    pub fn largest_disk_quota(&self) -> u64 {
+    /// Whether some disk tier can take `bytes` more and stay below its low watermark (so no
+    /// eviction is near, and a full tier, which hovers above it, takes nothing), at most half
+    /// filled by them. False without disk tiers.
+    pub fn disk_takes_unevicted(&self, bytes: u64) -> bool {
         let st = self.shared.state.lock();
-        st.disks.iter().map(|d| d.quota).max().unwrap_or(0)
+        st.disks
+            .iter()
+            .any(|d| bytes <= d.quota / 2 && d.used.saturating_add(bytes) <= mark(d.quota, st.low))
     }
 
     pub fn stats(&self) -> PageStoreStats {

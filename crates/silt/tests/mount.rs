@@ -346,6 +346,161 @@ fn open_fill_fetches_a_small_cold_file_whole_and_passes_it_through() {
     silt.stop();
 }
 
+/// A fill fetches a file only where a disk tier has room for it without evicting anything: in
+/// a full cache the admission policy may refuse what a fill fetched, and the open's reads would
+/// fetch it again (B4's hit ratio fell from 0.48 to 0.15 that way). Such an open is served by
+/// the daemon as without the option. The memory tier is one page, so it cannot keep what the
+/// disk tier refused.
+#[test]
+fn open_fill_fetches_only_into_free_disk_space() {
+    let backend = Backend::local();
+    let files: Vec<Vec<u8>> = (0..3).map(|i| bytes(50 + i, 6 << 20)).collect();
+    for (i, data) in files.iter().enumerate() {
+        backend.put(&format!("f{i}"), data);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tier = format!("{}:16MiB", dir.path().join("tier").display());
+    let silt = up(
+        &backend,
+        &[
+            "--fuse-open-fill-max",
+            "8MiB",
+            "--disk-tiers",
+            &tier,
+            "--memory-capacity",
+            "1MiB",
+        ],
+        dir.path(),
+    );
+    let mut modes = Vec::new();
+    let mut fetched = Vec::new();
+    for (i, data) in files.iter().enumerate() {
+        let before = silt.metric("silt_ufs_read_bytes_total");
+        let got = std::fs::read(silt.path(&format!("data/f{i}"))).unwrap();
+        assert!(&got == data, "f{i} read wrong bytes");
+        fetched.push(silt.metric("silt_ufs_read_bytes_total") - before);
+        let opens = silt.report()["opens"]["recent"].clone();
+        let open = opens
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| {
+                o["path"]
+                    .as_str()
+                    .unwrap_or("")
+                    .ends_with(&format!("/f{i}"))
+            })
+            .unwrap_or_else(|| panic!("no open of f{i} in {opens}"))
+            .clone();
+        modes.push((
+            open["mode"].as_str().unwrap().to_string(),
+            open["reason"].as_str().unwrap().to_string(),
+        ));
+    }
+    let filled = (
+        "passthrough".to_string(),
+        "fetched whole at open".to_string(),
+    );
+    // 16 MiB: the first two fit unevicted (6 and 12 MiB used), the third does not (4 MiB free).
+    assert_eq!(modes[0], filled, "{modes:?}");
+    assert_eq!(modes[1], filled, "{modes:?}");
+    assert_eq!(
+        modes[2].0, "daemon",
+        "a fill into a full disk tier: {modes:?}"
+    );
+    // And each byte came from the store once: a refused fill's bytes fetched again by the
+    // reads was the cost.
+    assert_eq!(fetched, vec![6 << 20; 3], "bytes fetched reading each file");
+    silt.stop();
+}
+
+/// "At most half the FUSE threads fetch at once": against a store whose GETs hang, cold opens
+/// beyond the fill slots are opened through the daemon at once instead of queuing behind the
+/// hung fetches, and a lookup and another open are still answered, so a frozen store cannot
+/// take every FUSE thread through opens. Once the store answers, the waiting opens complete and
+/// read their bytes.
+#[test]
+fn open_fill_leaves_fuse_threads_free_when_the_store_freezes() {
+    use silt_testkit::{FaultAction, S3Op};
+    let fx = S3Fx::start(true);
+    let files: Vec<Vec<u8>> = (0..6)
+        .map(|i| bytes(40 + i, (1 << 20) + i as usize))
+        .collect();
+    for (i, data) in files.iter().enumerate() {
+        fx.put(&format!("f{i}"), data);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // 4 threads: 2 fill slots. A long store deadline, so the hung fetches hold their slots.
+    let silt = fx.up(
+        &[
+            "--fuse-threads",
+            "4",
+            "--fuse-open-fill-max",
+            "4MiB",
+            "--ufs-timeout",
+            "600s",
+        ],
+        dir.path(),
+    );
+    let path = |i: usize| silt.path(&format!("data/f{i}"));
+    for (i, data) in files.iter().enumerate().take(4) {
+        assert_eq!(std::fs::metadata(path(i)).unwrap().len(), data.len() as u64);
+    }
+    let proxy = fx.proxy.as_ref().unwrap();
+    proxy.inject(S3Op::Get, 0, usize::MAX, FaultAction::Hang);
+
+    // As many cold opens as FUSE threads, each off the test thread so a regression fails
+    // instead of hanging the test.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for i in 0..4 {
+        let (tx, p) = (tx.clone(), path(i));
+        std::thread::spawn(move || {
+            let _ = tx.send((i, File::open(&p)));
+        });
+    }
+    let wait = Duration::from_secs(120);
+    let mut opened = Vec::new();
+    for _ in 0..2 {
+        let (i, f) = rx
+            .recv_timeout(wait)
+            .expect("with every fill slot taken by a hung fetch, a cold open did not return");
+        opened.push((i, f.unwrap_or_else(|e| panic!("open f{i}: {e}"))));
+    }
+    // A lookup of a name not seen yet and another open are answered meanwhile.
+    let (tx2, rx2) = std::sync::mpsc::channel();
+    let (p4, p5) = (path(4), path(5));
+    std::thread::spawn(move || {
+        let _ = tx2.send((
+            std::fs::metadata(&p4).map(|m| m.len()),
+            File::open(&p5).map(|_| ()),
+        ));
+    });
+    let (len, open) = rx2
+        .recv_timeout(wait)
+        .expect("a lookup and an open waited behind the hung fetches");
+    assert_eq!(len.unwrap(), files[4].len() as u64);
+    open.unwrap();
+    // Two fetches hold their slots: no other open came back while the store hangs.
+    assert!(
+        rx.try_recv().is_err(),
+        "more opens returned than a hung store allows"
+    );
+
+    proxy.clear_faults();
+    for _ in 0..2 {
+        let (i, f) = rx
+            .recv_timeout(wait)
+            .expect("an open waiting on its fetch never returned after the store answered");
+        opened.push((i, f.unwrap_or_else(|e| panic!("open f{i}: {e}"))));
+    }
+    for (i, mut f) in opened {
+        let mut got = Vec::new();
+        f.read_to_end(&mut got).unwrap();
+        assert!(got == files[i], "f{i} read other bytes");
+    }
+    silt.stop();
+}
+
 /// Pages of `f` (open) in the page cache, by `mincore` over a shared mapping of `len` bytes.
 fn resident_pages(f: &File, len: usize) -> usize {
     use std::os::fd::AsRawFd;
