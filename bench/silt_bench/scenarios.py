@@ -258,11 +258,14 @@ def b1_b2(ctx, want):
 
 
 # B1F's runs besides the configured one: figure-name suffix -> (option named in the ratios, its
-# arguments). Off by default both: the first open past the mount's page cache, and a cold open
-# fetching the whole file to pass it through (above B1's 1 GiB files).
+# arguments). Off by default all: the first open past the mount's page cache, that with the disk
+# tier written with O_DIRECT too (no user-space copy is made past the store's read and the FUSE
+# reply), and a cold open fetching the whole file to pass it through (above B1's 1 GiB files).
 B1F_VARIANTS = {
     "": (None, []),
     "_direct_io": ("fuse_cold_direct_io", ["--fuse-cold-direct-io", "true"]),
+    "_direct_both": ("fuse_cold_direct_io + disk_direct_io",
+                     ["--fuse-cold-direct-io", "true", "--disk-direct-io", "true"]),
     "_open_fill": ("fuse_open_fill_max", ["--fuse-open-fill-max", "2GiB"]),
 }
 
