@@ -166,6 +166,39 @@ fn disk_tier_evicts_lru_between_watermarks_and_frees_space() {
     assert!(buf.iter().all(|&b| b == 0));
 }
 
+/// `disk_takes_unevicted`: room below the low watermark and at most half the tier, in some
+/// disk tier; a tier that evicted (left between the watermarks) takes nothing more.
+#[test]
+fn a_disk_tier_takes_unevicted_only_below_its_low_watermark() {
+    let none = PageStore::open(cfg(4, &[], 0.8, 0.5)).unwrap();
+    assert!(!none.disk_takes_unevicted(1), "no disk tier");
+    let dir = TempDir::new().unwrap();
+    let store = PageStore::open(cfg(0, &[(dir.path(), 10)], 0.8, 0.5)).unwrap();
+    assert!(store.disk_takes_unevicted(5 * PS));
+    assert!(
+        !store.disk_takes_unevicted(5 * PS + 1),
+        "more than half the tier"
+    );
+    let size = 100 * PS;
+    for i in 0..3 {
+        put(&store, 1, i, size);
+    }
+    // 3 pages used; the low watermark is 5.
+    assert!(store.disk_takes_unevicted(2 * PS));
+    assert!(!store.disk_takes_unevicted(2 * PS + 1));
+    for i in 3..9 {
+        put(&store, 1, i, size); // past the high watermark (8): evicted to the low one
+    }
+    assert!(
+        tier(&store, "disk0").used >= 5 * PS,
+        "evicted to the low watermark"
+    );
+    assert!(
+        !store.disk_takes_unevicted(1),
+        "a tier that evicted takes nothing"
+    );
+}
+
 #[test]
 fn pinned_objects_are_not_evicted_from_disk() {
     let dir = TempDir::new().unwrap();
