@@ -987,6 +987,9 @@ impl Client {
         let Some(s) = self.session(&path) else {
             return self.remove_stored(&path).await;
         };
+        // Its descriptors go on reading it (POSIX): bytes a session has not loaded yet are
+        // loaded while its name still holds them; once detached, the name is another file's.
+        self.load_session(&s).await?;
         let _order = s.order.lock().await;
         s.detached.store(true, Ordering::Release);
         self.writes.sessions.remove(&s);
@@ -1089,6 +1092,11 @@ impl Client {
             // Commits below are not undone: a rename that will fail must fail before them
             // (and a file being created in the target directory makes it not empty).
             self.rename_precheck(&from, &to).await?;
+        }
+        // A file open for writing that the rename replaces keeps its bytes for its descriptors
+        // (as at `remove_file`): loaded now, while its name still holds them.
+        for s in &below_to {
+            self.load_session(s).await?;
         }
         // Every involved session's order lock, in id order (as every multi-session lock).
         let mut all: Vec<&Arc<Session>> = moving.iter().chain(below_to.iter()).collect();

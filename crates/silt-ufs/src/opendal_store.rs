@@ -1142,14 +1142,16 @@ impl OpendalStore {
                 ),
             )
         };
-        let before = self.stat_inner(path).await?;
-        if before.kind == EntryKind::Dir {
-            return Err(Error::new(
-                ErrorKind::IsADirectory,
-                format!("read {}: is a directory", self.full(path)),
-            ));
-        }
-        if before.content_fingerprint() != want {
+        // The file version asked for is gone when a parent is a file now (trait invariants).
+        let before = self.stat_inner(path).await.map_err(|e| {
+            if e.kind() == ErrorKind::NotADirectory {
+                Error::not_found(format!("read {}: not found", self.full(path)))
+            } else {
+                e
+            }
+        })?;
+        // A directory there now: not the file version asked for.
+        if before.kind == EntryKind::Dir || before.content_fingerprint() != want {
             return Err(changed());
         }
         UFS_REQUESTS.inc();
@@ -1347,17 +1349,16 @@ fn fs_read_pieces(
         }
         // Now a link (ELOOP): not the file whose metadata was read.
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(changed()),
+        // A parent is a file now: the version asked for is gone.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+            return Err(Error::not_found(format!("read {shown}: not found")))
+        }
         Err(e) => return Err(io(e)),
     };
     let version = |f: &std::fs::File| -> Result<()> {
         let md = f.metadata().map_err(io)?;
-        if md.is_dir() {
-            return Err(Error::new(
-                ErrorKind::IsADirectory,
-                format!("read {shown}: is a directory"),
-            ));
-        }
-        match fs_meta(shown, &md) {
+        // A directory there now is not the file version asked for.
+        match fs_meta(shown, &md).filter(|m| m.kind == EntryKind::File) {
             Some(m) if m.content_fingerprint() == want => Ok(()),
             _ => Err(changed()),
         }

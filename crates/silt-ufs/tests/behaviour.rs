@@ -408,6 +408,27 @@ mod cases {
             matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ContentChanged),
             "{e}"
         );
+        // A directory at the version's path now, or a file where its parent was: the version
+        // is gone, not "is a directory" / "not a directory" (an open descriptor of the deleted
+        // file reads ESTALE through the mount, never EISDIR).
+        put(&f, "c/obj/inner", b"x").await;
+        put(&f, "c/dir/obj", &[b'd'; 10]).await;
+        let m3 = s.stat("c/dir/obj").await.unwrap();
+        s.delete("c/dir/obj").await.unwrap();
+        let _ = s.remove_dir("c/dir").await;
+        put(&f, "c/dir", b"now a file").await;
+        for (path, m) in [("c/obj", &m2), ("c/dir/obj", &m3)] {
+            let e = s.read(path, 0..m.size, m).await.unwrap_err();
+            assert!(
+                matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ContentChanged),
+                "{path}: {e}"
+            );
+            let e = s.read_pieces(path, 0..m.size, m, 4).await.unwrap_err();
+            assert!(
+                matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ContentChanged),
+                "{path} pieces: {e}"
+            );
+        }
     }
 
     pub async fn write_delete(f: Fixture) {

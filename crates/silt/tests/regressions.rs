@@ -643,3 +643,43 @@ fn an_unlinked_file_keeps_its_writers_bytes_back() {
         an_unlinked_file_keeps_its_writers_bytes("back", reader_first, closed_first);
     }
 }
+
+/// A file opened for writing and neither read nor written yet (its bytes not loaded by Silt),
+/// then unlinked: its descriptor still reads its bytes (POSIX); it read the file as empty,
+/// loading it from a name that no longer held it. And a read-only descriptor of an unlinked
+/// file whose name is a directory now reads its bytes or `ESTALE` (the documented deviation),
+/// never `EISDIR`: the store was asked for the old version at that name and answered "is a
+/// directory" (the differential test's seed 96).
+#[test]
+fn an_unlinked_file_reads_its_bytes_not_what_its_name_holds_now() {
+    let backing = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", backing.path().display());
+    let old = b"OLD".repeat(5000);
+    // In the store before Silt starts: in no cache.
+    std::fs::write(backing.path().join("w"), &old).unwrap();
+    std::fs::write(backing.path().join("r"), &old).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let silt = Silt::up_data(&uri, Vec::new(), &["--write-type", "through"], dir.path());
+    let (pw, pr) = (silt.path("data/w"), silt.path("data/r"));
+
+    let w = rw(&pw);
+    std::fs::remove_file(&pw).unwrap();
+    let mut buf = vec![0u8; 2 * old.len()];
+    let n = w.read_at(&mut buf, 0).unwrap();
+    assert!(
+        buf[..n] == old[..],
+        "an unlinked file open for writing read {n} bytes, not its {}",
+        old.len()
+    );
+    close(w).unwrap();
+
+    let r = std::fs::File::open(&pr).unwrap();
+    std::fs::remove_file(&pr).unwrap();
+    std::fs::create_dir(&pr).unwrap();
+    match r.read_at(&mut buf, 0) {
+        Ok(n) => assert!(buf[..n] == old[..], "read {n} other bytes"),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}"),
+    }
+    drop(r);
+    silt.stop();
+}
