@@ -583,8 +583,13 @@ impl SiltFs {
         (file, seen): (Option<Arc<OpenFile>>, u64),
     ) -> Result<Arc<OpenFile>> {
         let commits = self.client.commit_count();
+        // Renamed since (the inode follows its name): the version is read at its new path,
+        // even with no commit since, or a store asked at the old path finds nothing there.
+        let moved = |f: &OpenFile| attached.is_some_and(|p| p != f.entry.path);
         if let (Some(f), true) = (&file, seen == commits) {
-            return Ok(f.clone());
+            if !moved(f) {
+                return Ok(f.clone());
+            }
         }
         // Unlinked or replaced by a rename: the handle keeps the version it has (POSIX: the
         // open file, not whatever the name holds now).
@@ -593,7 +598,9 @@ impl SiltFs {
         };
         let current = self.stat_opt(path)?;
         let newer = match (&current, &file) {
-            (Some(e), Some(f)) => e.object.as_ref().map(|o| o.id) != Some(f.object().id),
+            (Some(e), Some(f)) => {
+                e.object.as_ref().map(|o| o.id) != Some(f.object().id) || moved(f)
+            }
             (Some(_), None) => true,
             (None, _) => false,
         };

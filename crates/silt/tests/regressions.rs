@@ -683,3 +683,44 @@ fn an_unlinked_file_reads_its_bytes_not_what_its_name_holds_now() {
     drop(r);
     silt.stop();
 }
+
+/// A descriptor of a file renamed since its open (over another file or not) reads the file at
+/// its new name: its version was asked of the store at the old path, which no longer held it,
+/// and the read answered `ESTALE` for a file that still has a name (the differential test's
+/// seed 134).
+#[test]
+fn a_read_descriptor_follows_its_file_through_a_rename() {
+    let backing = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", backing.path().display());
+    let (b, a) = (bytes(134, 300_000), bytes(135, 1000));
+    // In the store before Silt starts: in no cache.
+    std::fs::write(backing.path().join("b"), &b).unwrap();
+    std::fs::write(backing.path().join("a"), &a).unwrap();
+    std::fs::write(backing.path().join("c"), &b).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let silt = Silt::up_data(&uri, Vec::new(), &["--write-type", "through"], dir.path());
+    for (from, to) in [("b", "a"), ("c", "d")] {
+        let r = std::fs::File::open(silt.path(&format!("data/{from}"))).unwrap();
+        std::fs::rename(
+            silt.path(&format!("data/{from}")),
+            silt.path(&format!("data/{to}")),
+        )
+        .unwrap();
+        let mut buf = vec![0u8; b.len() + 1];
+        let mut got = 0;
+        loop {
+            let n = r
+                .read_at(&mut buf[got..], got as u64)
+                .unwrap_or_else(|e| panic!("{from} renamed to {to}: read at {got}: {e}"));
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        assert!(
+            buf[..got] == b[..],
+            "{from} renamed to {to}: read {got} other bytes"
+        );
+    }
+    silt.stop();
+}
