@@ -1378,6 +1378,20 @@ impl Client {
             .map(|p| p.bytes_done)
     }
 
+    /// The under-store's own file of `file`'s version, opened read-only, where the store keeps
+    /// its objects as files this host can open (`file://`, a local or NFS directory) and the
+    /// file still holds that version: a reader can read it without the cache (see
+    /// `UnderStore::local_file`). `None` for a file resident in Silt and everywhere else.
+    pub async fn source_file(&self, file: &OpenFile) -> Option<std::fs::File> {
+        if file.resident.is_some() {
+            return None;
+        }
+        file.obj
+            .store
+            .local_file(&file.obj.meta.path, &file.obj.meta)
+            .await
+    }
+
     /// `load` of every file at or below each of `paths` as one job (pages of all of them in
     /// flight together, not one path after another), with at most `concurrency` fetches in
     /// flight.

@@ -667,6 +667,30 @@ impl UnderStore for ResidentStore {
         }
     }
 
+    /// A store's version is read as the store delivers it (a local file's straight into the
+    /// pieces); a resident one through `read`.
+    async fn read_pieces(
+        &self,
+        path: &str,
+        range: Range<u64>,
+        expected: &ObjectMeta,
+        piece: u64,
+    ) -> Result<Vec<Bytes>> {
+        if !is_resident(expected) {
+            return self.base.read_pieces(path, range, expected, piece).await;
+        }
+        let bytes = self.read(path, range, expected).await?;
+        Ok(silt_ufs::pieces(std::iter::once(bytes), piece))
+    }
+
+    /// A resident version is no file of the store's.
+    async fn local_file(&self, path: &str, expected: &ObjectMeta) -> Option<std::fs::File> {
+        if is_resident(expected) {
+            return None;
+        }
+        self.base.local_file(path, expected).await
+    }
+
     async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
         self.base.write(path, data).await
     }

@@ -307,6 +307,17 @@ pub trait UnderStore: Send + Sync + 'static {
         let bytes = self.read(path, range, expected).await?;
         Ok(pieces(std::iter::once(bytes), piece))
     }
+    /// The store's own file holding the version `expected` of `path`, opened read-only, where
+    /// the store keeps its objects as files this host can open (a local or NFS directory) and
+    /// `path` holds that version now; `None` anywhere else (an object store, another version,
+    /// a missing file, an error: the caller then reads through `read`). It lets a reader read
+    /// the bytes without a copy through the cache (FUSE passthrough to the source). Unlike
+    /// `read`, nothing pins the version afterwards: a file changed in place later is read as
+    /// it is then, as a direct reader of the directory would read it.
+    async fn local_file(&self, path: &str, expected: &ObjectMeta) -> Option<std::fs::File> {
+        let _ = (path, expected);
+        None
+    }
     /// Writes a whole object; returns the new version's metadata as the store reported it for
     /// this write (so a caller never mistakes another writer's version for its own).
     async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta>;

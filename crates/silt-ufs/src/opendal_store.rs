@@ -1357,10 +1357,10 @@ fn fs_read_pieces(
     };
     let version = |f: &std::fs::File| -> Result<()> {
         let md = f.metadata().map_err(io)?;
-        // A directory there now is not the file version asked for.
-        match fs_meta(shown, &md).filter(|m| m.kind == EntryKind::File) {
-            Some(m) if m.content_fingerprint() == want => Ok(()),
-            _ => Err(changed()),
+        if fs_is_version(shown, &md, want) {
+            Ok(())
+        } else {
+            Err(changed())
         }
     };
     version(&f)?;
@@ -1394,6 +1394,25 @@ fn fs_read_pieces(
     }
     version(&f)?;
     Ok(out)
+}
+
+/// The local file `file` opened read-only, if it is (through its open handle, not a link)
+/// a file whose content fingerprint is `want`.
+fn fs_version_file(file: &Path, shown: &str, want: &str) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(file)
+        .ok()?;
+    let md = f.metadata().ok()?;
+    fs_is_version(shown, &md, want).then_some(f)
+}
+
+/// Whether `md` is of a file (a directory there now is not the file version asked for) whose
+/// content fingerprint is `want`.
+fn fs_is_version(shown: &str, md: &std::fs::Metadata, want: &str) -> bool {
+    fs_meta(shown, md).is_some_and(|m| m.kind == EntryKind::File && m.content_fingerprint() == want)
 }
 
 /// An entry from `lstat` (a link's size is its target's length).
@@ -1752,6 +1771,19 @@ impl UnderStore for OpendalStore {
             self.read_buffer(path, range, expected).await?,
             piece,
         ))
+    }
+
+    async fn local_file(&self, path: &str, expected: &ObjectMeta) -> Option<std::fs::File> {
+        let Backend::Fs { root } = &self.backend else {
+            return None;
+        };
+        let file = Self::fs_path(root, normalize_path(path).ok()?);
+        let want = expected.content_fingerprint();
+        let shown = path.to_string();
+        tokio::task::spawn_blocking(move || fs_version_file(&file, &shown, &want))
+            .await
+            .ok()
+            .flatten()
     }
 
     async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {

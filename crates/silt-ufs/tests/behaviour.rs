@@ -371,6 +371,54 @@ mod cases {
         assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     }
 
+    /// `local_file`: a local directory's own file of exactly the version asked for, opened
+    /// read-only; nothing for another version, a link in its place (even to a file of that
+    /// version), a directory, a missing file or a path outside the store; nothing ever from an
+    /// object store or the in-memory one.
+    pub async fn local_file(f: Fixture) {
+        use std::io::{Read, Write};
+        let s = &f.store;
+        put(&f, "l/obj", b"0123456789").await;
+        let m1 = s.stat("l/obj").await.unwrap();
+        let got = s.local_file("l/obj", &m1).await;
+        if f.backend != Backend::Fs {
+            assert!(got.is_none(), "{:?} has no local files", f.backend);
+            return;
+        }
+        let mut file = got.expect("the version asked for");
+        let mut text = String::new();
+        file.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "0123456789");
+        assert!(file.write_all(b"x").is_err(), "opened for writing");
+
+        // Past the file system's timestamp granularity, so the same-size rewrite shows.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        put(&f, "l/obj", b"abcdefghij").await;
+        assert!(
+            s.local_file("l/obj", &m1).await.is_none(),
+            "another version"
+        );
+        let m2 = s.stat("l/obj").await.unwrap();
+        assert!(s.local_file("l/obj", &m2).await.is_some());
+        // A link to a file of the version asked for is still not that file.
+        s.symlink("l/link", "obj").await.unwrap();
+        assert!(
+            s.local_file("l/link", &m2).await.is_none(),
+            "a link followed"
+        );
+        put(&f, "l/d/x", b"x").await;
+        let d = s.stat("l/d").await.unwrap();
+        assert!(s.local_file("l/d", &d).await.is_none(), "a directory");
+        assert!(
+            s.local_file("l/none", &m2).await.is_none(),
+            "a missing file"
+        );
+        assert!(
+            s.local_file("../l/obj", &m2).await.is_none(),
+            "outside the store"
+        );
+    }
+
     pub async fn content_changed_after_overwrite(f: Fixture) {
         let s = &f.store;
         put(&f, "c/obj", &[b'a'; 100]).await;
@@ -779,6 +827,10 @@ macro_rules! suite {
             #[tokio::test]
             async fn read_ranges() {
                 cases::read_ranges(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn local_file() {
+                cases::local_file(super::$backend().await).await
             }
             #[tokio::test]
             async fn content_changed_after_overwrite() {
