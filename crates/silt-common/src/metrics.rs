@@ -86,6 +86,9 @@ define_metrics! {
     META_STALE_SERVED = "silt_meta_stale_served_total", "Lookups answered from expired metadata because the revalidation failed (store error or timeout; never under `always`).";
     FUSE_OPENS_PASSTHROUGH = "silt_fuse_opens_passthrough_total", "Opens served in FUSE passthrough mode (reads bypass the daemon).";
     FUSE_OPENS_FILLED = "silt_fuse_opens_filled_total", "Passthrough opens of a file the open fetched whole first (`fuse_open_fill_max`; also counted in `silt_fuse_opens_passthrough_total`).";
+    FUSE_OPENS_SOURCE = "silt_fuse_opens_source_total", "Passthrough opens of the under-store's own file (`fuse_source_passthrough`; also counted in `silt_fuse_opens_passthrough_total`).";
+    FILLS_BEHIND_STARTED = "silt_fills_behind_started_total", "Background fetches of a whole file into the cache behind a reader of the store's own file (`fuse_source_passthrough`).";
+    FILLS_BEHIND_FINISHED = "silt_fills_behind_finished_total", "Those background fetches that ended (fetched, refused by admission or failed): equal to the started ones when none is in flight.";
     FUSE_OPENS_DAEMON = "silt_fuse_opens_daemon_total", "Opens served through the daemon's read path (also those without the page cache, `fuse_cold_direct_io`: `direct` in `silt report`'s recent opens).";
     FUSE_READ_BYTES = "silt_fuse_read_bytes_total", "Bytes returned by the daemon to FUSE read requests.";
     REMOTE_READS = "silt_remote_reads_total", "Page-group reads a client sent to the owning worker (or a failover candidate).";

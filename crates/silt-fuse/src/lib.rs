@@ -67,6 +67,10 @@ pub struct FuseOptions {
     /// A read open of a file of at most this many bytes not yet whole on local disk fetches
     /// it whole first, then opens it in passthrough (`fuse_open_fill_max`; 0: never).
     pub open_fill_max: u64,
+    /// A read open of a file not whole on local disk, from a store whose objects are files
+    /// this host can open (`file://`), hands the kernel the store's own file and fills the
+    /// cache behind the reader (`fuse_source_passthrough`).
+    pub source_passthrough: bool,
     pub passthrough: PassthroughMode,
     pub allow_other: bool,
 }
@@ -277,8 +281,9 @@ struct Backing {
     object: ObjectId,
     id: Arc<BackingId>,
     handles: usize,
-    /// A private copy lent by a same-host worker: its bytes cannot change, so a new handle
-    /// needs no pin of its own. A local disk-tier file needs one per handle.
+    /// A file no pin keeps in place, so a new handle needs none of its own: a private copy
+    /// lent by a same-host worker (its bytes cannot change), or the store's own file (see
+    /// `source_passthrough`). A local disk-tier file needs one per handle.
     lent: bool,
 }
 
@@ -346,6 +351,9 @@ pub struct SiltFs {
     /// Opens fetching their file whole right now (`open_fill_max`): at most half the FUSE
     /// threads, so the others stay free for everything else.
     filling: AtomicUsize,
+    /// Versions the cache is being filled with behind a reader of the store's own file
+    /// (`source_passthrough`), at most `threads` at once.
+    filling_behind: Arc<Mutex<HashSet<ObjectId>>>,
     /// The first handle number of this daemon: smaller ones were handed to the kernel by a
     /// daemon before a takeover (see `reopen_old_handle`).
     fh_base: u64,
@@ -370,6 +378,7 @@ impl SiltFs {
             kernel_cached: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             filling: AtomicUsize::new(0),
+            filling_behind: Arc::new(Mutex::new(HashSet::new())),
             fh_base: 1,
             started: SystemTime::now(),
         }
@@ -930,6 +939,82 @@ impl SiltFs {
         r.is_ok_and(|fetched| fetched > 0)
     }
 
+    /// Hands the kernel the store's own file of this version (`source_passthrough`), where the
+    /// store keeps its objects as files this host can open and the file still holds the
+    /// version: the reader reads at the store's speed, with no byte through the daemon, and
+    /// the cache is filled behind it (`fill_behind`) for the next open.
+    fn try_source_passthrough(
+        &self,
+        ino: u64,
+        file: &Arc<OpenFile>,
+        reply: &ReplyOpen,
+    ) -> Option<Passthrough> {
+        if !self.opts.source_passthrough
+            || !self.state.passthrough_enabled.load(Ordering::Relaxed)
+            || self.client.write_type_of(&file.entry.path).writable()
+        {
+            return None;
+        }
+        let src = self
+            .client
+            .runtime()
+            .block_on(self.client.source_file(file))?;
+        let object = file.object().id;
+        let origin = "the store's own file (the cache filled behind)";
+        let mut io = self.io.lock();
+        // `lent`: the store's file needs no pin, so a backing of this version is shared.
+        if let Some(id) = share(&mut io, ino, object, false).ok()? {
+            return Some((id, Box::new(()), origin));
+        }
+        let id = match reply.open_backing(&src) {
+            Ok(id) => Arc::new(id),
+            Err(e) => {
+                // A store on a file system the kernel cannot stack on (another FUSE mount).
+                silt_common::warn_limited!(
+                    "passthrough to the store's file refused",
+                    path = %file.entry.path,
+                    error = %e
+                );
+                return None;
+            }
+        };
+        io.backings.insert(
+            ino,
+            Backing {
+                object,
+                id: id.clone(),
+                handles: 1,
+                lent: true,
+            },
+        );
+        drop(io);
+        self.fill_behind(file.clone());
+        Some((id, Box::new(()), origin))
+    }
+
+    /// Fetches the pages of `file` the cache lacks in the background, admitted as a read's
+    /// would be (the reads of a store's own file never reach the cache): once per version at
+    /// a time, at most `threads` versions at once (past that the next open tries again).
+    fn fill_behind(&self, file: Arc<OpenFile>) {
+        let object = file.object().id;
+        {
+            let mut filling = self.filling_behind.lock();
+            if filling.len() >= self.opts.threads.max(1) || !filling.insert(object) {
+                return;
+            }
+        }
+        metrics::FILLS_BEHIND_STARTED.inc();
+        let (client, filling) = (self.client.clone(), self.filling_behind.clone());
+        self.client.runtime().spawn(async move {
+            if let Err(e) = client.fill(&file).await {
+                // The next open of the file finds it not whole and tries again.
+                tracing::debug!(path = %file.entry.path, error = %e, "fill behind a reader failed");
+            }
+            filling.lock().remove(&object);
+            metrics::FILLS_BEHIND_FINISHED.inc();
+        });
+    }
+
     /// The inode's registered backing, if this open may share it (see `share`).
     fn share_backing(
         &self,
@@ -1265,7 +1350,15 @@ impl fuser::Filesystem for SiltFs {
         let filled = self.fill_for_passthrough(ino.0, &file);
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let commits = self.client.commit_count();
-        match self.try_passthrough(ino.0, &file, &reply) {
+        let mut from_source = false;
+        let passthrough = self
+            .try_passthrough(ino.0, &file, &reply)
+            .or_else(|reason| {
+                let pt = self.try_source_passthrough(ino.0, &file, &reply);
+                from_source = pt.is_some();
+                pt.ok_or(reason)
+            });
+        match passthrough {
             Ok((backing, pin, origin)) => {
                 let origin = if filled {
                     metrics::FUSE_OPENS_FILLED.inc();
@@ -1274,8 +1367,15 @@ impl fuser::Filesystem for SiltFs {
                     origin
                 };
                 metrics::FUSE_OPENS_PASSTHROUGH.inc();
-                // The kernel reads it without asking us: every page of the file is a hit.
-                metrics::PAGE_HITS.add(self.client.worker().page_count(file.size()));
+                // The kernel reads it without asking us: every page of the file is a hit,
+                // or, read from the store's own file, a miss.
+                let pages = self.client.worker().page_count(file.size());
+                if from_source {
+                    metrics::FUSE_OPENS_SOURCE.inc();
+                    metrics::PAGE_MISSES.add(pages);
+                } else {
+                    metrics::PAGE_HITS.add(pages);
+                }
                 self.state.record(&path, "passthrough", origin);
                 metrics::FUSE_HANDLES.inc();
                 self.handles.lock().insert(

@@ -201,6 +201,7 @@ pub fn run(
             max_read: cfg.fuse_max_read,
             cold_direct_io: cfg.fuse_cold_direct_io,
             open_fill_max: cfg.fuse_open_fill_max,
+            source_passthrough: cfg.fuse_source_passthrough,
             passthrough: cfg.passthrough,
             allow_other: cfg.allow_other,
         },
