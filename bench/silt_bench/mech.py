@@ -235,6 +235,19 @@ class Silt:
     def metric(self, name):
         return self.report()["metrics"][name]
 
+    def wait_fills_behind(self, timeout=900):
+        """Waits until no fill behind a reader of the store's own file is in flight
+        (`fuse_source_passthrough`); returns the seconds waited, or None if none was started."""
+        t0 = time.monotonic()
+        while True:
+            m = self.report()["metrics"]
+            started, done = m.get("silt_fills_behind_started_total", 0), m.get("silt_fills_behind_finished_total", 0)
+            if started == done:
+                return time.monotonic() - t0 if started else None
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"fills behind the reader still running after {timeout} s")
+            time.sleep(0.05)
+
     def load(self, rel):
         subprocess.run([SILT, "load", "--state-dir", self.state, "/data/" + rel], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

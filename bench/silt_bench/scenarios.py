@@ -260,13 +260,19 @@ def b1_b2(ctx, want):
 # B1F's runs besides the configured one: figure-name suffix -> (option named in the ratios, its
 # arguments). Off by default all: the first open past the mount's page cache, that with the disk
 # tier written with O_DIRECT too (no user-space copy is made past the store's read and the FUSE
-# reply), and a cold open fetching the whole file to pass it through (above B1's 1 GiB files).
+# reply), a cold open fetching the whole file to pass it through (above B1's 1 GiB files), and
+# a cold open passing the store's own file through while the cache is filled behind it, with the
+# disk tier written through the page cache and with O_DIRECT. The CPU of a variant counts until
+# its fills behind the reader have ended; "until cached" is the same bytes over that time.
 B1F_VARIANTS = {
     "": (None, []),
     "_direct_io": ("fuse_cold_direct_io", ["--fuse-cold-direct-io", "true"]),
     "_direct_both": ("fuse_cold_direct_io + disk_direct_io",
                      ["--fuse-cold-direct-io", "true", "--disk-direct-io", "true"]),
     "_open_fill": ("fuse_open_fill_max", ["--fuse-open-fill-max", "2GiB"]),
+    "_source": ("fuse_source_passthrough", ["--fuse-source-passthrough", "true"]),
+    "_source_direct": ("fuse_source_passthrough + disk_direct_io",
+                       ["--fuse-source-passthrough", "true", "--disk-direct-io", "true"]),
 }
 
 
@@ -298,7 +304,10 @@ def b1f(ctx):
                     cpu = _cpu_seconds(s.p.pid)
                     got = mech.timed_read([s.ns("/f/" + k) for k, _, _ in large], n)
                     ctx.add(name, _gb(got), "GB/s")
+                    filled = s.wait_fills_behind()
                     ctx.add(f"{name}_cpu_per_gb", (_cpu_seconds(s.p.pid) - cpu) / (got[0] / 1e9), "s/GB")
+                    if filled is not None:
+                        ctx.add(f"{name}_until_cached", got[0] / (got[1] + filled) / 1e9, "GB/s")
                     # Peak RSS against what the configuration bounds: the memory tier plus the
                     # fetch buffers in flight (buffer_memory: 256 MiB unless --silt-arg sets it).
                     budget = mech.parse_size(s.memory) + mech.parse_size(
@@ -1038,6 +1047,7 @@ def ratios(ctx):
         r(f"B1F cold{label}", f"b1f_cold{tag}_4", "b1f_direct_4")
         if f"b1f_cold{tag}_4_cpu_per_gb" in R:
             out[f"B1F CPU per GB{label}"] = stats.median(R[f"b1f_cold{tag}_4_cpu_per_gb"])
+        r(f"B1F cold until cached{label}", f"b1f_cold{tag}_4_until_cached", "b1f_direct_4")
     if "b1_cold_4_cpu_per_gb" in R:
         out["B1 cold CPU per GB"] = stats.median(R["b1_cold_4_cpu_per_gb"])
     for n in (1, 4):

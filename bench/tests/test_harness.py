@@ -381,7 +381,9 @@ def test_b1f_ratios_and_cpu_per_gb():
                     ("b1f_cold_direct_io_4", 1.0, "GB/s"), ("b1f_cold_direct_io_4_cpu_per_gb", 0.9, "s/GB"),
                     ("b1f_cold_direct_io_4_peak_rss_of_budget", 1.3, "×"), ("b1f_cold_open_fill_4", 1.5, "GB/s"),
                     ("b1f_cold_open_fill_4_cpu_per_gb", 0.7, "s/GB"), ("b1f_cold_open_fill_4_peak_rss_of_budget", 1.1, "×"),
-                    ("b1f_cold_direct_both_4", 1.2, "GB/s"), ("b1f_cold_direct_both_4_cpu_per_gb", 0.6, "s/GB")]:
+                    ("b1f_cold_direct_both_4", 1.2, "GB/s"), ("b1f_cold_direct_both_4_cpu_per_gb", 0.6, "s/GB"),
+                    ("b1f_cold_source_4", 1.8, "GB/s"), ("b1f_cold_source_4_cpu_per_gb", 0.4, "s/GB"),
+                    ("b1f_cold_source_4_until_cached", 1.0, "GB/s")]:
         ctx.add(k, v, u)
     r = scenarios.ratios(ctx)
     assert r["B1F cold"] == pytest.approx(0.25) and r["B1F cold single"] == pytest.approx(0.25)
@@ -392,6 +394,10 @@ def test_b1f_ratios_and_cpu_per_gb():
     assert r["B1F CPU per GB, fuse_open_fill_max"] == pytest.approx(0.7)
     assert r["B1F cold, fuse_cold_direct_io + disk_direct_io"] == pytest.approx(0.6)
     assert r["B1F CPU per GB, fuse_cold_direct_io + disk_direct_io"] == pytest.approx(0.6)
+    assert r["B1F cold, fuse_source_passthrough"] == pytest.approx(0.9)
+    assert r["B1F cold until cached, fuse_source_passthrough"] == pytest.approx(0.5)
+    assert r["B1F CPU per GB, fuse_source_passthrough"] == pytest.approx(0.4)
+    assert "B1F cold until cached" not in r, "no until-cached figure where nothing was filled behind"
     assert r["B1F peak RSS ÷ budget, 4 readers"] == pytest.approx(1.3), "the worst run of any variant counts"
     lines = stats.gaps(r)
     assert any(line.startswith("3.50 daemon CPU seconds") and "gap 2.70" in line for line in lines), lines
