@@ -724,3 +724,89 @@ fn a_read_descriptor_follows_its_file_through_a_rename() {
     }
     silt.stop();
 }
+
+/// An unlink of a file open for writing whose bytes are not loaded yet loads them first, so
+/// its descriptors keep reading them. Against a store whose reads fail, and then one whose
+/// reads hang, that unlink fails with an error (once the store's deadline has passed, for the
+/// hang): it neither hangs nor loses anything (the name, the store's object and the
+/// descriptor's bytes are all still there). Once the store answers, the unlink succeeds and
+/// the descriptor still reads the file's bytes.
+#[test]
+fn an_unlink_that_must_load_a_file_from_a_frozen_store_fails_and_loses_nothing() {
+    let fx = S3Fx::start(true);
+    let data = bytes(77, (3 << 20) + 11);
+    fx.put("big", &data);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = fx.up(
+        &[
+            "--write-type",
+            "through",
+            "--ufs-timeout",
+            "2s",
+            "--ufs-retries",
+            "0",
+        ],
+        dir.path(),
+    );
+    let p = silt.path("data/big");
+    let w = rw(&p);
+    let proxy = fx.proxy.as_ref().unwrap();
+    let kept = |what: &str| {
+        assert!(p.exists(), "{what}: the failed unlink took the name");
+        let meta = fx.rt.block_on(fx.store.stat("big")).unwrap();
+        assert_eq!(
+            meta.size,
+            data.len() as u64,
+            "{what}: the failed unlink deleted the store's object"
+        );
+    };
+    proxy.inject(S3Op::Get, 0, usize::MAX, FaultAction::internal_error());
+    let e = std::fs::remove_file(&p).expect_err("unlinked with the file's bytes unreadable");
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    proxy.clear_faults();
+    kept("reads failing");
+
+    proxy.inject(S3Op::Get, 0, usize::MAX, FaultAction::Hang);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let gone = p.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::remove_file(&gone));
+    });
+    let unlinked = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("an unlink that must read a frozen store never returned");
+    let e = unlinked.expect_err("unlinked without the bytes its descriptor must keep reading");
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::ETIMEDOUT) | Some(libc::EIO)),
+        "{e}"
+    );
+    proxy.clear_faults();
+    kept("reads hanging");
+    // The store counts as stalled for one deadline after the hang: ETIMEDOUT at once, then
+    // a probe.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while let Err(e) = std::fs::remove_file(&p) {
+        assert_eq!(e.raw_os_error(), Some(libc::ETIMEDOUT), "{e}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store never recovered: {e}"
+        );
+    }
+    let mut got = vec![0u8; data.len() + 1];
+    let mut n = 0;
+    loop {
+        let r = w.read_at(&mut got[n..], n as u64).unwrap();
+        if r == 0 {
+            break;
+        }
+        n += r;
+    }
+    assert!(
+        got[..n] == data[..],
+        "the unlinked file's descriptor read {n} other bytes"
+    );
+    close(w).unwrap();
+    let e = fx.rt.block_on(fx.store.stat("big")).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    silt.stop();
+}
