@@ -285,7 +285,12 @@ struct Backing {
     /// lent by a same-host worker (its bytes cannot change), or the store's own file (see
     /// `source_passthrough`). A local disk-tier file needs one per handle.
     lent: bool,
+    /// The store's own file: a handle sharing it reads the store, not the cache.
+    source: bool,
 }
+
+/// Where a passthrough handle reading the store's own file got it (see `source_passthrough`).
+const FROM_SOURCE: &str = "the store's own file (the cache filled behind)";
 
 /// How each open inode is open, as the kernel's FUSE io modes require (Linux `iomode.c`): an
 /// inode with a passthrough backing accepts only passthrough opens, and a passthrough open of
@@ -298,8 +303,9 @@ struct IoModes {
     cached: HashMap<u64, usize>,
 }
 
-/// Counts one more handle on the inode's backing and returns it, if there is one for this
-/// version that the new handle may use: a lent copy, or a local file this open has pinned.
+/// Counts one more handle on the inode's backing and returns it, with where it came from, if
+/// there is one for this version that the new handle may use: a lent copy, the store's own
+/// file, or a local file this open has pinned.
 /// `Err` when a backing exists that it may not use (another version, or a local file it could
 /// not pin), so the open goes through the daemon.
 fn share(
@@ -307,7 +313,7 @@ fn share(
     ino: u64,
     object: ObjectId,
     pinned_locally: bool,
-) -> std::result::Result<Option<Arc<BackingId>>, &'static str> {
+) -> std::result::Result<Option<(Arc<BackingId>, &'static str)>, &'static str> {
     if io.cached.get(&ino).is_some_and(|n| *n > 0) {
         return Err("file open through the daemon by another handle");
     }
@@ -322,7 +328,12 @@ fn share(
         return Err("not fully cached on local disk");
     }
     b.handles += 1;
-    Ok(Some(b.id.clone()))
+    let origin = if b.source {
+        FROM_SOURCE
+    } else {
+        "shared with an open handle"
+    };
+    Ok(Some((b.id.clone(), origin)))
 }
 
 /// One of `SiltFs::filling`'s slots, given back when dropped.
@@ -853,13 +864,13 @@ impl SiltFs {
             file: local,
             guard: local_guard,
         } = self.client.pin_local_file(obj);
-        if let Some(id) = self.share_backing(ino, obj.id, local.is_some())? {
+        if let Some((id, origin)) = self.share_backing(ino, obj.id, local.is_some())? {
             let guard = if local.is_some() {
                 local_guard
             } else {
                 Box::new(())
             };
-            return Ok((id, guard, "shared with an open handle"));
+            return Ok((id, guard, origin));
         }
         let (f, guard, lent, origin) = match local {
             Some(f) => (f, local_guard, false, "whole file in local disk tier"),
@@ -875,8 +886,8 @@ impl SiltFs {
         };
         let mut io = self.io.lock();
         // Another open may have registered one while we borrowed: share it, drop ours.
-        if let Some(id) = share(&mut io, ino, obj.id, !lent)? {
-            return Ok((id, guard, "shared with an open handle"));
+        if let Some((id, origin)) = share(&mut io, ino, obj.id, !lent)? {
+            return Ok((id, guard, origin));
         }
         let id = reply.open_backing(&f).map_err(|e| {
             silt_common::warn_limited!(
@@ -894,6 +905,7 @@ impl SiltFs {
                 id: id.clone(),
                 handles: 1,
                 lent,
+                source: false,
             },
         );
         Ok((id, guard, origin))
@@ -960,10 +972,9 @@ impl SiltFs {
             .runtime()
             .block_on(self.client.source_file(file))?;
         let object = file.object().id;
-        let origin = "the store's own file (the cache filled behind)";
         let mut io = self.io.lock();
         // `lent`: the store's file needs no pin, so a backing of this version is shared.
-        if let Some(id) = share(&mut io, ino, object, false).ok()? {
+        if let Some((id, origin)) = share(&mut io, ino, object, false).ok()? {
             return Some((id, Box::new(()), origin));
         }
         let id = match reply.open_backing(&src) {
@@ -985,11 +996,12 @@ impl SiltFs {
                 id: id.clone(),
                 handles: 1,
                 lent: true,
+                source: true,
             },
         );
         drop(io);
         self.fill_behind(file.clone());
-        Some((id, Box::new(()), origin))
+        Some((id, Box::new(()), FROM_SOURCE))
     }
 
     /// Fetches the pages of `file` the cache lacks in the background, admitted as a read's
@@ -1021,7 +1033,7 @@ impl SiltFs {
         ino: u64,
         object: ObjectId,
         pinned_locally: bool,
-    ) -> std::result::Result<Option<Arc<BackingId>>, &'static str> {
+    ) -> std::result::Result<Option<(Arc<BackingId>, &'static str)>, &'static str> {
         share(&mut self.io.lock(), ino, object, pinned_locally)
     }
 
@@ -1350,13 +1362,11 @@ impl fuser::Filesystem for SiltFs {
         let filled = self.fill_for_passthrough(ino.0, &file);
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let commits = self.client.commit_count();
-        let mut from_source = false;
         let passthrough = self
             .try_passthrough(ino.0, &file, &reply)
             .or_else(|reason| {
-                let pt = self.try_source_passthrough(ino.0, &file, &reply);
-                from_source = pt.is_some();
-                pt.ok_or(reason)
+                self.try_source_passthrough(ino.0, &file, &reply)
+                    .ok_or(reason)
             });
         match passthrough {
             Ok((backing, pin, origin)) => {
@@ -1370,7 +1380,7 @@ impl fuser::Filesystem for SiltFs {
                 // The kernel reads it without asking us: every page of the file is a hit,
                 // or, read from the store's own file, a miss.
                 let pages = self.client.worker().page_count(file.size());
-                if from_source {
+                if origin == FROM_SOURCE {
                     metrics::FUSE_OPENS_SOURCE.inc();
                     metrics::PAGE_MISSES.add(pages);
                 } else {

@@ -338,8 +338,13 @@ fn source_passthrough_reads_the_store_file_and_fills_the_cache_behind() {
     backend.put("a.bin", &data);
     let dir = tempfile::tempdir().unwrap();
     let silt = up(&backend, &["--fuse-source-passthrough", "true"], dir.path());
-    let got = std::fs::read(silt.path("data/a.bin")).unwrap();
-    assert!(got == data, "the store's file read wrong bytes");
+    let read = |mut f: &File| {
+        let mut got = Vec::new();
+        f.read_to_end(&mut got).unwrap();
+        got
+    };
+    let first = File::open(silt.path("data/a.bin")).unwrap();
+    assert!(read(&first) == data, "the store's file read wrong bytes");
     let passthrough = |reason: &str| ("passthrough".to_string(), reason.to_string());
     assert_eq!(opens_of(&silt, "a.bin"), [passthrough(FROM_SOURCE)]);
     fills_behind_done(&silt);
@@ -350,12 +355,27 @@ fn source_passthrough_reads_the_store_file_and_fills_the_cache_behind() {
         "the fill fetched each byte once"
     );
 
-    let got = std::fs::read(silt.path("data/a.bin")).unwrap();
-    assert!(got == data, "the filled copy read wrong bytes");
-    assert_eq!(
-        opens_of(&silt, "a.bin")[1],
-        passthrough("whole file in local disk tier")
-    );
+    // Opened again while the first handle is open: it shares that handle's file, the store's.
+    let second = File::open(silt.path("data/a.bin")).unwrap();
+    assert!(read(&second) == data);
+    assert_eq!(opens_of(&silt, "a.bin")[1], passthrough(FROM_SOURCE));
+    drop((first, second));
+    // Once both are released, the filled copy. The kernel sends the release after close(2)
+    // has returned, and an open before it shares the store's file still: opened until not.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = std::fs::read(silt.path("data/a.bin")).unwrap();
+        assert!(got == data, "the filled copy read wrong bytes");
+        let last = opens_of(&silt, "a.bin").pop().unwrap();
+        if last != passthrough(FROM_SOURCE) {
+            assert_eq!(last, passthrough("whole file in local disk tier"));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the store's file was never released"
+        );
+    }
     assert_eq!(
         silt.metric("silt_ufs_read_bytes_total"),
         fetched,
