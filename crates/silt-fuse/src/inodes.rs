@@ -34,6 +34,23 @@ pub struct Inodes {
     /// File handles open for writing (logged, so a takeover knows which of the kernel's
     /// handles lost their unwritten bytes with the dead daemon).
     writers: std::collections::HashSet<u64>,
+    /// Passthrough backings registered with the kernel, by inode, and the passthrough
+    /// handles on them (fh -> inode): logged, so a daemon taking over reuses a backing the
+    /// kernel still reads (it refuses a second one for the inode) and keeps its pages pinned.
+    backings: HashMap<u64, LoggedBacking>,
+    passthrough: HashMap<u64, u64>,
+}
+
+/// A passthrough backing as the log keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoggedBacking {
+    /// The kernel's `backing_id` (valid on the mount's connection until closed).
+    pub id: u32,
+    pub object: silt_common::ObjectId,
+    /// A file that needs no pin (a worker's private copy, or the store's own file).
+    pub lent: bool,
+    /// The store's own file (`source_passthrough`).
+    pub source: bool,
 }
 
 /// Log records (tag, then fields: numbers as u64 LE, paths as u32 LE length + bytes).
@@ -45,6 +62,19 @@ const REC_DROP: u8 = b'F';
 const REC_NEXT: u8 = b'N';
 const REC_WRITER: u8 = b'W';
 const REC_CLOSED: u8 = b'C';
+const REC_BACKING: u8 = b'B';
+const REC_BACKING_CLOSED: u8 = b'K';
+const REC_PASSTHROUGH: u8 = b'P';
+const REC_PASSTHROUGH_RELEASED: u8 = b'Q';
+
+fn put_backing(out: &mut Vec<u8>, ino: u64, b: &LoggedBacking) {
+    out.push(REC_BACKING);
+    put_u64(out, ino);
+    put_u64(out, u64::from(b.id));
+    put_u64(out, b.object.0 as u64);
+    put_u64(out, (b.object.0 >> 64) as u64);
+    put_u64(out, u64::from(b.lent) | (u64::from(b.source) << 1));
+}
 
 /// The lookup count of an inode restored from the log (the kernel's count is unknown).
 const PINNED: u64 = u64::MAX / 2;
@@ -100,6 +130,8 @@ impl Inodes {
             next: ROOT + 1,
             log: None,
             writers: Default::default(),
+            backings: HashMap::new(),
+            passthrough: HashMap::new(),
         };
         t.by_ino.insert(
             ROOT,
@@ -222,6 +254,28 @@ impl Inodes {
                 REC_NEXT => r.u64().map(|n| t.next = t.next.max(n)).is_some(),
                 REC_WRITER => r.u64().map(|fh| t.writers.insert(fh)).is_some(),
                 REC_CLOSED => r.u64().map(|fh| t.writers.remove(&fh)).is_some(),
+                REC_BACKING => match (r.u64(), r.u64(), r.u64(), r.u64(), r.u64()) {
+                    (Some(ino), Some(id), Some(lo), Some(hi), Some(flags)) => {
+                        let b = LoggedBacking {
+                            id: id as u32,
+                            object: silt_common::ObjectId(u128::from(lo) | (u128::from(hi) << 64)),
+                            lent: flags & 1 != 0,
+                            source: flags & 2 != 0,
+                        };
+                        t.backings.insert(ino, b);
+                        true
+                    }
+                    _ => false,
+                },
+                REC_BACKING_CLOSED => r.u64().map(|ino| t.backings.remove(&ino)).is_some(),
+                REC_PASSTHROUGH => match (r.u64(), r.u64()) {
+                    (Some(fh), Some(ino)) => {
+                        t.passthrough.insert(fh, ino);
+                        true
+                    }
+                    _ => false,
+                },
+                REC_PASSTHROUGH_RELEASED => r.u64().map(|fh| t.passthrough.remove(&fh)).is_some(),
                 _ => false,
             };
             if !ok {
@@ -254,6 +308,17 @@ impl Inodes {
             out.push(REC_WRITER);
             put_u64(&mut out, *fh);
         }
+        // A handle on a backing the log does not have (a torn tail) cannot be served.
+        let backings = &t.backings;
+        t.passthrough.retain(|_, ino| backings.contains_key(ino));
+        for (ino, b) in &t.backings {
+            put_backing(&mut out, *ino, b);
+        }
+        for (fh, ino) in &t.passthrough {
+            out.push(REC_PASSTHROUGH);
+            put_u64(&mut out, *fh);
+            put_u64(&mut out, *ino);
+        }
         let tmp = path.with_extension("tmp");
         silt_common::private::write(&tmp, &out)?;
         std::fs::rename(&tmp, path)?;
@@ -274,6 +339,64 @@ impl Inodes {
                 put_u64(r, fh);
             });
         }
+    }
+
+    /// Records a passthrough backing registered with the kernel for `ino` (`Some`), or closed.
+    pub fn backing(&mut self, ino: u64, backing: Option<LoggedBacking>) {
+        match backing {
+            Some(b) => {
+                self.backings.insert(ino, b);
+                self.append(|r| put_backing(r, ino, &b));
+            }
+            None => {
+                if self.backings.remove(&ino).is_some() {
+                    self.append(|r| {
+                        r.push(REC_BACKING_CLOSED);
+                        put_u64(r, ino);
+                    });
+                }
+            }
+        }
+    }
+
+    /// Records that handle `fh` was opened in passthrough on `ino`'s backing (`Some`), or
+    /// released.
+    pub fn passthrough_handle(&mut self, fh: u64, ino: Option<u64>) {
+        match ino {
+            Some(ino) => {
+                self.passthrough.insert(fh, ino);
+                self.append(|r| {
+                    r.push(REC_PASSTHROUGH);
+                    put_u64(r, fh);
+                    put_u64(r, ino);
+                });
+            }
+            None => {
+                if self.passthrough.remove(&fh).is_some() {
+                    self.append(|r| {
+                        r.push(REC_PASSTHROUGH_RELEASED);
+                        put_u64(r, fh);
+                    });
+                }
+            }
+        }
+    }
+
+    /// The passthrough backings and handles an earlier daemon left (see `replay`): each
+    /// backing with the handles open on it.
+    pub fn passthrough_state(&self) -> Vec<(u64, LoggedBacking, Vec<u64>)> {
+        self.backings
+            .iter()
+            .map(|(ino, b)| {
+                let fhs = self
+                    .passthrough
+                    .iter()
+                    .filter(|(_, i)| *i == ino)
+                    .map(|(fh, _)| *fh)
+                    .collect();
+                (*ino, *b, fhs)
+            })
+            .collect()
     }
 
     /// Whether `fh` is a handle open for writing (by this daemon or one before a takeover).
@@ -405,6 +528,52 @@ mod tests {
         assert_ne!(again, y);
         assert_eq!(t.attached_path(y), None);
         assert_eq!(t.attached_path(again).as_deref(), Some("/m/x"));
+    }
+
+    #[test]
+    fn the_log_hands_passthrough_backings_and_their_open_handles_over() {
+        let dir = std::env::temp_dir().join(format!("silt-inodes-pt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("inodes");
+        let mut t = Inodes::new().with_log(&log).unwrap();
+        let (a, b, c) = (t.lookup("/m/a"), t.lookup("/m/b"), t.lookup("/m/c"));
+        let ba = LoggedBacking {
+            id: 7,
+            object: silt_common::ObjectId(u128::MAX - 5),
+            lent: false,
+            source: false,
+        };
+        let bb = LoggedBacking {
+            id: 9,
+            object: silt_common::ObjectId(42),
+            lent: true,
+            source: true,
+        };
+        t.backing(a, Some(ba));
+        t.backing(b, Some(bb));
+        t.passthrough_handle(10, Some(a));
+        t.passthrough_handle(11, Some(a));
+        t.passthrough_handle(12, Some(b));
+        t.passthrough_handle(11, None);
+        // b's only handle released and its backing closed; a handle on a backing never
+        // logged (c) cannot be served and is dropped.
+        t.passthrough_handle(12, None);
+        t.backing(b, None);
+        t.passthrough_handle(13, Some(c));
+        drop(t);
+        let r = Inodes::replay(&log).unwrap();
+        assert_eq!(r.passthrough_state(), vec![(a, ba, vec![10])]);
+        drop(r);
+        // The compacted log gives the same; a backing logged with no handle left comes back
+        // without handles (the daemon closes it).
+        let mut r = Inodes::replay(&log).unwrap();
+        assert_eq!(r.passthrough_state(), vec![(a, ba, vec![10])]);
+        r.backing(b, Some(bb));
+        drop(r);
+        let mut got = Inodes::replay(&log).unwrap().passthrough_state();
+        got.sort_by_key(|(ino, _, _)| *ino);
+        assert_eq!(got, vec![(a, ba, vec![10]), (b, bb, vec![])]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

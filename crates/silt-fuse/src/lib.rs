@@ -33,7 +33,7 @@ pub mod takeover;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsStr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -274,12 +274,30 @@ const PASSTHROUGH_RELEASE_WAIT: Duration = Duration::from_secs(2);
 const NAME_MAX: usize = 255;
 
 /// A passthrough open: the backing, the guard keeping its bytes in place, where it came from.
-type Passthrough = (Arc<BackingId>, Box<dyn Send + Sync>, &'static str);
+type Passthrough = (u32, Box<dyn Send + Sync>, &'static str);
+
+/// `FUSE_DEV_IOC_BACKING_CLOSE`: `_IOW(229, 2, uint32_t)` (include/uapi/linux/fuse.h).
+const FUSE_DEV_IOC_BACKING_CLOSE: libc::c_ulong = 0x4004_E502;
+
+/// Closes backing `id` on the connection of the device `dev`.
+fn close_raw_backing(dev: &OwnedFd, id: u32) {
+    // SAFETY: an ioctl on an open descriptor with a pointer to a live u32.
+    let rc = unsafe { libc::ioctl(dev.as_raw_fd(), FUSE_DEV_IOC_BACKING_CLOSE, &id) };
+    if rc != 0 {
+        tracing::debug!(
+            id,
+            error = %std::io::Error::last_os_error(),
+            "closing an inherited passthrough backing"
+        );
+    }
+}
 
 /// One backing file registered with the kernel, shared by every passthrough handle of an inode.
+/// Its kernel id lives in the inode log until the last handle is released, when it is
+/// closed: never by a daemon's exit, so a daemon taking over the mount goes on with it.
 struct Backing {
     object: ObjectId,
-    id: Arc<BackingId>,
+    id: u32,
     handles: usize,
     /// A file no pin keeps in place, so a new handle needs none of its own: a private copy
     /// lent by a same-host worker (its bytes cannot change), or the store's own file (see
@@ -313,7 +331,7 @@ fn share(
     ino: u64,
     object: ObjectId,
     pinned_locally: bool,
-) -> std::result::Result<Option<(Arc<BackingId>, &'static str)>, &'static str> {
+) -> std::result::Result<Option<(u32, &'static str)>, &'static str> {
     if io.cached.get(&ino).is_some_and(|n| *n > 0) {
         return Err("file open through the daemon by another handle");
     }
@@ -333,7 +351,7 @@ fn share(
     } else {
         "shared with an open handle"
     };
-    Ok(Some((b.id.clone(), origin)))
+    Ok(Some((b.id, origin)))
 }
 
 /// One of `SiltFs::filling`'s slots, given back when dropped.
@@ -365,6 +383,9 @@ pub struct SiltFs {
     /// Versions the cache is being filled with behind a reader of the store's own file
     /// (`source_passthrough`), at most `threads` at once.
     filling_behind: Arc<Mutex<HashSet<ObjectId>>>,
+    /// The mount's FUSE device (a duplicate), to register passthrough backings whose kernel
+    /// ids go into the inode log, and to close inherited ones.
+    dev: Option<OwnedFd>,
     /// The first handle number of this daemon: smaller ones were handed to the kernel by a
     /// daemon before a takeover (see `reopen_old_handle`).
     fh_base: u64,
@@ -390,6 +411,7 @@ impl SiltFs {
             next_fh: AtomicU64::new(1),
             filling: AtomicUsize::new(0),
             filling_behind: Arc::new(Mutex::new(HashSet::new())),
+            dev: None,
             fh_base: 1,
             started: SystemTime::now(),
         }
@@ -398,10 +420,87 @@ impl SiltFs {
     /// This daemon took over a mount: the inode table from the log, handle numbers above
     /// every earlier daemon's (the takeover `generation` in the high bits).
     fn restarted(mut self, inodes: Inodes, generation: u64) -> Self {
+        let inherited = inodes.passthrough_state();
         self.inodes = Arc::new(Mutex::new(inodes));
         self.fh_base = (generation << 40).max(1);
         self.next_fh = AtomicU64::new(self.fh_base);
+        for (ino, b, fhs) in inherited {
+            self.adopt_backing(ino, b, &fhs);
+        }
         self
+    }
+
+    /// The mount's FUSE device (see `dev`).
+    fn with_device(mut self, dev: OwnedFd) -> Self {
+        self.dev = Some(dev);
+        self
+    }
+
+    /// Takes over a passthrough backing an earlier daemon left open on inode `ino`, with its
+    /// handles `fhs`: the kernel goes on reading that file for them and refuses another
+    /// backing for the inode, so later opens of the same version share it, the file's cache
+    /// pages stay pinned while a handle lives (an evicted page is a hole, read as zeros), and
+    /// the last release closes it. A backing no handle holds any more is closed now.
+    fn adopt_backing(&self, ino: u64, b: inodes::LoggedBacking, fhs: &[u64]) {
+        if fhs.is_empty() {
+            if let Some(dev) = &self.dev {
+                close_raw_backing(dev, b.id);
+            }
+            self.inodes.lock().backing(ino, None);
+            return;
+        }
+        let path = self.inodes.lock().path(ino).unwrap_or_default();
+        let mut handles = self.handles.lock();
+        for &fh in fhs {
+            let pin: Option<Box<dyn Send + Sync>> = (!b.lent).then(|| {
+                Box::new(self.client.worker().page_store().pin(b.object)) as Box<dyn Send + Sync>
+            });
+            metrics::FUSE_HANDLES.inc();
+            handles.insert(
+                fh,
+                Handle {
+                    file: Mutex::new((None, 0)),
+                    live: Mutex::new(None),
+                    path: path.clone(),
+                    ino,
+                    _pin: pin,
+                    passthrough: true,
+                },
+            );
+        }
+        self.io.lock().backings.insert(
+            ino,
+            Backing {
+                object: b.object,
+                id: b.id,
+                handles: fhs.len(),
+                lent: b.lent,
+                source: b.source,
+            },
+        );
+    }
+
+    /// Registers `file` with the kernel as a passthrough backing; its kernel id.
+    fn register_backing(&self, file: &std::fs::File) -> std::io::Result<u32> {
+        let dev = self
+            .dev
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("the mount's FUSE device is not at hand"))?;
+        BackingId::create_raw(dev, file)
+    }
+
+    /// Inserts backing `b` of `ino` (under `io`'s lock), logged before any open uses it.
+    fn insert_backing(&self, io: &mut IoModes, ino: u64, b: Backing) {
+        self.inodes.lock().backing(
+            ino,
+            Some(inodes::LoggedBacking {
+                id: b.id,
+                object: b.object,
+                lent: b.lent,
+                source: b.source,
+            }),
+        );
+        io.backings.insert(ino, b);
     }
 
     /// A read handle an earlier daemon opened (the kernel keeps its handles across a
@@ -845,7 +944,6 @@ impl SiltFs {
         &self,
         ino: u64,
         file: &OpenFile,
-        reply: &ReplyOpen,
     ) -> std::result::Result<Passthrough, &'static str> {
         if !self.state.passthrough_enabled.load(Ordering::Relaxed) {
             return Err(if self.opts.passthrough == PassthroughMode::Off {
@@ -889,7 +987,7 @@ impl SiltFs {
         if let Some((id, origin)) = share(&mut io, ino, obj.id, !lent)? {
             return Ok((id, guard, origin));
         }
-        let id = reply.open_backing(&f).map_err(|e| {
+        let id = self.register_backing(&f).map_err(|e| {
             silt_common::warn_limited!(
                 "passthrough backing open failed",
                 path = %file.entry.path,
@@ -897,17 +995,14 @@ impl SiltFs {
             );
             "kernel refused the backing file"
         })?;
-        let id = Arc::new(id);
-        io.backings.insert(
-            ino,
-            Backing {
-                object: obj.id,
-                id: id.clone(),
-                handles: 1,
-                lent,
-                source: false,
-            },
-        );
+        let b = Backing {
+            object: obj.id,
+            id,
+            handles: 1,
+            lent,
+            source: false,
+        };
+        self.insert_backing(&mut io, ino, b);
         Ok((id, guard, origin))
     }
 
@@ -955,12 +1050,7 @@ impl SiltFs {
     /// store keeps its objects as files this host can open and the file still holds the
     /// version: the reader reads at the store's speed, with no byte through the daemon, and
     /// the cache is filled behind it (`fill_behind`) for the next open.
-    fn try_source_passthrough(
-        &self,
-        ino: u64,
-        file: &Arc<OpenFile>,
-        reply: &ReplyOpen,
-    ) -> Option<Passthrough> {
+    fn try_source_passthrough(&self, ino: u64, file: &Arc<OpenFile>) -> Option<Passthrough> {
         if !self.opts.source_passthrough
             || !self.state.passthrough_enabled.load(Ordering::Relaxed)
             || self.client.write_type_of(&file.entry.path).writable()
@@ -977,8 +1067,8 @@ impl SiltFs {
         if let Some((id, origin)) = share(&mut io, ino, object, false).ok()? {
             return Some((id, Box::new(()), origin));
         }
-        let id = match reply.open_backing(&src) {
-            Ok(id) => Arc::new(id),
+        let id = match self.register_backing(&src) {
+            Ok(id) => id,
             Err(e) => {
                 // A store on a file system the kernel cannot stack on (another FUSE mount).
                 silt_common::warn_limited!(
@@ -989,16 +1079,14 @@ impl SiltFs {
                 return None;
             }
         };
-        io.backings.insert(
-            ino,
-            Backing {
-                object,
-                id: id.clone(),
-                handles: 1,
-                lent: true,
-                source: true,
-            },
-        );
+        let b = Backing {
+            object,
+            id,
+            handles: 1,
+            lent: true,
+            source: true,
+        };
+        self.insert_backing(&mut io, ino, b);
         drop(io);
         self.fill_behind(file.clone());
         Some((id, Box::new(()), FROM_SOURCE))
@@ -1033,7 +1121,7 @@ impl SiltFs {
         ino: u64,
         object: ObjectId,
         pinned_locally: bool,
-    ) -> std::result::Result<Option<(Arc<BackingId>, &'static str)>, &'static str> {
+    ) -> std::result::Result<Option<(u32, &'static str)>, &'static str> {
         share(&mut self.io.lock(), ino, object, pinned_locally)
     }
 
@@ -1042,7 +1130,12 @@ impl SiltFs {
         if let Some(b) = io.backings.get_mut(&ino) {
             b.handles -= 1;
             if b.handles == 0 {
-                io.backings.remove(&ino);
+                if let Some(b) = io.backings.remove(&ino) {
+                    self.inodes.lock().backing(ino, None);
+                    if let Some(dev) = &self.dev {
+                        close_raw_backing(dev, b.id);
+                    }
+                }
                 self.io_released.notify_all();
             }
         }
@@ -1363,11 +1456,8 @@ impl fuser::Filesystem for SiltFs {
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         let commits = self.client.commit_count();
         let passthrough = self
-            .try_passthrough(ino.0, &file, &reply)
-            .or_else(|reason| {
-                self.try_source_passthrough(ino.0, &file, &reply)
-                    .ok_or(reason)
-            });
+            .try_passthrough(ino.0, &file)
+            .or_else(|reason| self.try_source_passthrough(ino.0, &file).ok_or(reason));
         match passthrough {
             Ok((backing, pin, origin)) => {
                 let origin = if filled {
@@ -1399,8 +1489,16 @@ impl fuser::Filesystem for SiltFs {
                         passthrough: true,
                     },
                 );
+                // Logged before the kernel learns of it: a daemon taking over must know
+                // every handle the kernel reads through this backing.
+                self.inodes.lock().passthrough_handle(fh, Some(ino.0));
                 // No KEEP_CACHE here: together with passthrough it makes open() fail (EIO).
-                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &backing);
+                // SAFETY: `backing` is open on this mount's connection (registered by this
+                // daemon or one before it, logged) and is closed only by `release_backing`
+                // once no handle uses it; `into_raw` keeps this wrapper from closing it.
+                let id = unsafe { reply.wrap_backing(backing) };
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+                let _ = id.into_raw();
             }
             Err(reason) => {
                 if !self.open_cached_waiting(ino.0) {
@@ -1549,6 +1647,7 @@ impl fuser::Filesystem for SiltFs {
         if let Some(h) = self.handles.lock().remove(&fh.0) {
             metrics::FUSE_HANDLES.dec();
             if h.passthrough {
+                self.inodes.lock().passthrough_handle(fh.0, None);
                 self.release_backing(h.ino);
             } else {
                 self.release_cached(h.ino);
@@ -2336,7 +2435,14 @@ pub fn mount(
     }
     let q = queue.clone();
     client.subscribe(Arc::new(move |c: &[Change]| q.push(c.to_vec())));
-    let fs = SiltFs::new(client.clone(), opts, state).restarted(table, generation);
+    let mut fs = SiltFs::new(client.clone(), opts, state);
+    match dev.try_clone() {
+        Ok(d) => fs = fs.with_device(d),
+        Err(e) => tracing::warn!(
+            "duplicating the FUSE device: {e}; passthrough files open across a takeover of this mount will fail to open again"
+        ),
+    }
+    let fs = fs.restarted(table, generation);
     let inodes = fs.inodes.clone();
     let writers = fs.writers.clone();
     let (session, reply) = match takeover::start_session(fs, dev.as_fd(), &init, cfg) {

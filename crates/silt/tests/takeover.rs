@@ -426,3 +426,78 @@ fn a_crash_restart_reuses_the_metadata_saved_while_running() {
     s2.stop();
     drop(s);
 }
+
+/// Passthrough handles across a takeover, planned or after SIGKILL. A reader holds the big file
+/// open in passthrough (the kernel reads the disk tier's file, never the daemon) while the new
+/// daemon loads another file as large into a disk tier too small for both: the held file's
+/// pages must stay (an evicted page is a hole, read as zeros), and the reader gets exactly the
+/// file's bytes. The file also opens again meanwhile: the kernel refuses a second backing for
+/// an inode it reads through the first (EIO), so the new daemon must reuse the old one. A
+/// second, planned takeover hands the same on again; once the reader is gone, the file opens
+/// with a backing of its own.
+fn passthrough_handles_across(crash: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = store(dir.path());
+    std::fs::write(dir.path().join("store/other"), bytes(5, BIG)).unwrap();
+    let tier = format!("{}:80MiB", dir.path().join("tier").display());
+    let a = ["--disk-tiers", tier.as_str(), "--memory-capacity", "1MiB"];
+    let mut s = Silt::up(&[("/data", &uri)], &a, dir.path()).unwrap();
+    let big = s.path("/data/big");
+    assert!(std::fs::read(&big).unwrap() == bytes(1, BIG));
+    let read_out = dir.path().join("read");
+    let mut reader = Helper::start("reader", &big, &read_out);
+    assert_eq!(reader.line().as_deref(), Some("half"));
+    let last = s.report()["opens"]["recent"]
+        .as_array()
+        .unwrap()
+        .last()
+        .cloned();
+    assert_eq!(last.unwrap()["mode"], "passthrough", "the held open");
+
+    let mut t = a.to_vec();
+    t.push("--takeover");
+    let planned = |old: &mut Silt| {
+        let new = restart(dir.path(), &uri, &t);
+        let status = old.wait_exit().expect("old daemon");
+        assert!(status.success(), "old daemon: {status}: {}", old.log_text());
+        new
+    };
+    let mut s2 = if crash {
+        s.crash();
+        restart(dir.path(), &uri, &a)
+    } else {
+        planned(&mut s)
+    };
+    let open_again = |s: &Silt, when: &str| match std::fs::read(s.path("/data/big")) {
+        Ok(got) => assert!(
+            got == bytes(1, BIG),
+            "{when}: another open read other bytes"
+        ),
+        Err(e) => panic!("{when}: the held file did not open again: {e}"),
+    };
+    open_again(&s2, "after the first takeover");
+    let s3 = planned(&mut s2);
+    open_again(&s3, "after the second takeover");
+    let o = s3.cli(&["load", "/data/other"]);
+    assert!(o.status.success(), "load: {}", stderr(&o));
+    reader.go();
+    assert_eq!(reader.line().as_deref(), Some("ok"), "the held reader");
+    assert!(
+        std::fs::read(&read_out).unwrap() == bytes(1, BIG),
+        "the reader held across the takeover got other bytes than the file's"
+    );
+    drop(reader);
+    open_again(&s3, "after the reader closed it");
+    s3.stop();
+    drop((s, s2));
+}
+
+#[test]
+fn passthrough_handles_survive_a_planned_takeover() {
+    passthrough_handles_across(false);
+}
+
+#[test]
+fn passthrough_handles_survive_a_restart_after_sigkill() {
+    passthrough_handles_across(true);
+}
