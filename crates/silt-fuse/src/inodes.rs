@@ -34,11 +34,21 @@ pub struct Inodes {
     /// File handles open for writing (logged, so a takeover knows which of the kernel's
     /// handles lost their unwritten bytes with the dead daemon).
     writers: std::collections::HashSet<u64>,
-    /// Passthrough backings registered with the kernel, by inode, and the passthrough
-    /// handles on them (fh -> inode): logged, so a daemon taking over reuses a backing the
-    /// kernel still reads (it refuses a second one for the inode) and keeps its pages pinned.
+    /// Passthrough backings registered with the kernel, by inode, and every open handle
+    /// (fh -> inode, and whether it is open in passthrough or through the daemon): logged, so
+    /// a daemon taking over reuses a backing the kernel still reads (it refuses a second one
+    /// for the inode), keeps its pages pinned, and knows which inodes the kernel has open
+    /// through its page cache (it refuses a passthrough open of those).
     backings: HashMap<u64, LoggedBacking>,
-    passthrough: HashMap<u64, u64>,
+    handles: HashMap<u64, (u64, HandleMode)>,
+}
+
+/// How the kernel has a handle open (its io mode for the inode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandleMode {
+    Passthrough,
+    /// Through the daemon (the kernel's page cache, or direct I/O).
+    Daemon,
 }
 
 /// A passthrough backing as the log keeps it.
@@ -64,8 +74,15 @@ const REC_WRITER: u8 = b'W';
 const REC_CLOSED: u8 = b'C';
 const REC_BACKING: u8 = b'B';
 const REC_BACKING_CLOSED: u8 = b'K';
-const REC_PASSTHROUGH: u8 = b'P';
-const REC_PASSTHROUGH_RELEASED: u8 = b'Q';
+const REC_HANDLE: u8 = b'P';
+const REC_HANDLE_RELEASED: u8 = b'Q';
+
+fn put_handle(out: &mut Vec<u8>, fh: u64, ino: u64, mode: HandleMode) {
+    out.push(REC_HANDLE);
+    put_u64(out, fh);
+    put_u64(out, ino);
+    put_u64(out, u64::from(mode == HandleMode::Passthrough));
+}
 
 fn put_backing(out: &mut Vec<u8>, ino: u64, b: &LoggedBacking) {
     out.push(REC_BACKING);
@@ -131,7 +148,7 @@ impl Inodes {
             log: None,
             writers: Default::default(),
             backings: HashMap::new(),
-            passthrough: HashMap::new(),
+            handles: HashMap::new(),
         };
         t.by_ino.insert(
             ROOT,
@@ -268,14 +285,19 @@ impl Inodes {
                     _ => false,
                 },
                 REC_BACKING_CLOSED => r.u64().map(|ino| t.backings.remove(&ino)).is_some(),
-                REC_PASSTHROUGH => match (r.u64(), r.u64()) {
-                    (Some(fh), Some(ino)) => {
-                        t.passthrough.insert(fh, ino);
+                REC_HANDLE => match (r.u64(), r.u64(), r.u64()) {
+                    (Some(fh), Some(ino), Some(pt)) => {
+                        let mode = if pt == 1 {
+                            HandleMode::Passthrough
+                        } else {
+                            HandleMode::Daemon
+                        };
+                        t.handles.insert(fh, (ino, mode));
                         true
                     }
                     _ => false,
                 },
-                REC_PASSTHROUGH_RELEASED => r.u64().map(|fh| t.passthrough.remove(&fh)).is_some(),
+                REC_HANDLE_RELEASED => r.u64().map(|fh| t.handles.remove(&fh)).is_some(),
                 _ => false,
             };
             if !ok {
@@ -308,16 +330,16 @@ impl Inodes {
             out.push(REC_WRITER);
             put_u64(&mut out, *fh);
         }
-        // A handle on a backing the log does not have (a torn tail) cannot be served.
+        // A passthrough handle on a backing the log does not have (a torn tail) cannot be
+        // served.
         let backings = &t.backings;
-        t.passthrough.retain(|_, ino| backings.contains_key(ino));
+        t.handles
+            .retain(|_, (ino, mode)| *mode == HandleMode::Daemon || backings.contains_key(ino));
         for (ino, b) in &t.backings {
             put_backing(&mut out, *ino, b);
         }
-        for (fh, ino) in &t.passthrough {
-            out.push(REC_PASSTHROUGH);
-            put_u64(&mut out, *fh);
-            put_u64(&mut out, *ino);
+        for (fh, (ino, mode)) in &t.handles {
+            put_handle(&mut out, *fh, *ino, *mode);
         }
         let tmp = path.with_extension("tmp");
         silt_common::private::write(&tmp, &out)?;
@@ -359,22 +381,17 @@ impl Inodes {
         }
     }
 
-    /// Records that handle `fh` was opened in passthrough on `ino`'s backing (`Some`), or
-    /// released.
-    pub fn passthrough_handle(&mut self, fh: u64, ino: Option<u64>) {
-        match ino {
-            Some(ino) => {
-                self.passthrough.insert(fh, ino);
-                self.append(|r| {
-                    r.push(REC_PASSTHROUGH);
-                    put_u64(r, fh);
-                    put_u64(r, ino);
-                });
+    /// Records that handle `fh` was opened on inode `ino` in `mode` (`Some`), or released.
+    pub fn handle(&mut self, fh: u64, opened: Option<(u64, HandleMode)>) {
+        match opened {
+            Some((ino, mode)) => {
+                self.handles.insert(fh, (ino, mode));
+                self.append(|r| put_handle(r, fh, ino, mode));
             }
             None => {
-                if self.passthrough.remove(&fh).is_some() {
+                if self.handles.remove(&fh).is_some() {
                     self.append(|r| {
-                        r.push(REC_PASSTHROUGH_RELEASED);
+                        r.push(REC_HANDLE_RELEASED);
                         put_u64(r, fh);
                     });
                 }
@@ -383,19 +400,28 @@ impl Inodes {
     }
 
     /// The passthrough backings and handles an earlier daemon left (see `replay`): each
-    /// backing with the handles open on it.
+    /// backing with the passthrough handles open on it.
     pub fn passthrough_state(&self) -> Vec<(u64, LoggedBacking, Vec<u64>)> {
         self.backings
             .iter()
             .map(|(ino, b)| {
                 let fhs = self
-                    .passthrough
+                    .handles
                     .iter()
-                    .filter(|(_, i)| *i == ino)
+                    .filter(|(_, (i, mode))| i == ino && *mode == HandleMode::Passthrough)
                     .map(|(fh, _)| *fh)
                     .collect();
                 (*ino, *b, fhs)
             })
+            .collect()
+    }
+
+    /// The handles an earlier daemon left open through the daemon: (fh, inode).
+    pub fn daemon_handles(&self) -> Vec<(u64, u64)> {
+        self.handles
+            .iter()
+            .filter(|(_, (_, mode))| *mode == HandleMode::Daemon)
+            .map(|(fh, (ino, _))| (*fh, *ino))
             .collect()
     }
 
@@ -551,23 +577,30 @@ mod tests {
         };
         t.backing(a, Some(ba));
         t.backing(b, Some(bb));
-        t.passthrough_handle(10, Some(a));
-        t.passthrough_handle(11, Some(a));
-        t.passthrough_handle(12, Some(b));
-        t.passthrough_handle(11, None);
+        let pt = |ino| Some((ino, HandleMode::Passthrough));
+        t.handle(10, pt(a));
+        t.handle(11, pt(a));
+        t.handle(12, pt(b));
+        t.handle(11, None);
         // b's only handle released and its backing closed; a handle on a backing never
-        // logged (c) cannot be served and is dropped.
-        t.passthrough_handle(12, None);
+        // logged (c) cannot be served and is dropped. Handles through the daemon are kept
+        // until released.
+        t.handle(12, None);
         t.backing(b, None);
-        t.passthrough_handle(13, Some(c));
+        t.handle(13, pt(c));
+        t.handle(14, Some((c, HandleMode::Daemon)));
+        t.handle(15, Some((a, HandleMode::Daemon)));
+        t.handle(15, None);
         drop(t);
         let r = Inodes::replay(&log).unwrap();
         assert_eq!(r.passthrough_state(), vec![(a, ba, vec![10])]);
+        assert_eq!(r.daemon_handles(), vec![(14, c)]);
         drop(r);
         // The compacted log gives the same; a backing logged with no handle left comes back
         // without handles (the daemon closes it).
         let mut r = Inodes::replay(&log).unwrap();
         assert_eq!(r.passthrough_state(), vec![(a, ba, vec![10])]);
+        assert_eq!(r.daemon_handles(), vec![(14, c)]);
         r.backing(b, Some(bb));
         drop(r);
         let mut got = Inodes::replay(&log).unwrap().passthrough_state();

@@ -53,7 +53,7 @@ use silt_common::metrics::FuseOp;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
 use silt_ufs::EntryKind;
 
-use inodes::Inodes;
+use inodes::{HandleMode, Inodes};
 
 /// Mount options of the adapter (from `Config`).
 #[derive(Debug, Clone)]
@@ -386,6 +386,10 @@ pub struct SiltFs {
     /// The mount's FUSE device (a duplicate), to register passthrough backings whose kernel
     /// ids go into the inode log, and to close inherited ones.
     dev: Option<OwnedFd>,
+    /// Handles an earlier daemon opened through the daemon and this one has not reopened
+    /// (see `reopen_old_handle`): counted in `io.cached` from the start, since the kernel
+    /// has their inodes open through its page cache. fh -> inode.
+    inherited_daemon_handles: Mutex<HashMap<u64, u64>>,
     /// The first handle number of this daemon: smaller ones were handed to the kernel by a
     /// daemon before a takeover (see `reopen_old_handle`).
     fh_base: u64,
@@ -412,6 +416,7 @@ impl SiltFs {
             filling: AtomicUsize::new(0),
             filling_behind: Arc::new(Mutex::new(HashSet::new())),
             dev: None,
+            inherited_daemon_handles: Mutex::new(HashMap::new()),
             fh_base: 1,
             started: SystemTime::now(),
         }
@@ -421,12 +426,20 @@ impl SiltFs {
     /// every earlier daemon's (the takeover `generation` in the high bits).
     fn restarted(mut self, inodes: Inodes, generation: u64) -> Self {
         let inherited = inodes.passthrough_state();
+        let daemon_handles = inodes.daemon_handles();
         self.inodes = Arc::new(Mutex::new(inodes));
         self.fh_base = (generation << 40).max(1);
         self.next_fh = AtomicU64::new(self.fh_base);
         for (ino, b, fhs) in inherited {
             self.adopt_backing(ino, b, &fhs);
         }
+        {
+            let mut io = self.io.lock();
+            for &(_, ino) in &daemon_handles {
+                *io.cached.entry(ino).or_insert(0) += 1;
+            }
+        }
+        *self.inherited_daemon_handles.lock() = daemon_handles.into_iter().collect();
         self
     }
 
@@ -529,7 +542,9 @@ impl SiltFs {
             Err(e) if session.is_some() && e.kind() == ErrorKind::NotFound => None,
             Err(e) => return Err(errno(&e)),
         };
-        let counted = self.open_cached(ino);
+        // A handle the log has was counted at the takeover; the count goes to this handle.
+        let inherited = self.inherited_daemon_handles.lock().remove(&fh).is_some();
+        let counted = inherited || self.open_cached(ino);
         let commits = self.client.commit_count();
         let mut hs = self.handles.lock();
         match hs.entry(fh) {
@@ -769,7 +784,11 @@ impl SiltFs {
         };
         metrics::FUSE_HANDLES.inc();
         self.writers.lock().insert(fh, Arc::new(h));
-        self.inodes.lock().write_handle(fh, true);
+        {
+            let mut inodes = self.inodes.lock();
+            inodes.write_handle(fh, true);
+            inodes.handle(fh, Some((ino, HandleMode::Daemon)));
+        }
         // The kernel's pages of this inode are not a stored version any more.
         self.kernel_cached.lock().remove(&ino);
         Ok(fh)
@@ -1445,6 +1464,9 @@ impl fuser::Filesystem for SiltFs {
                         passthrough: false,
                     },
                 );
+                self.inodes
+                    .lock()
+                    .handle(fh, Some((ino.0, HandleMode::Daemon)));
                 return reply.opened(FileHandle(fh), FopenFlags::empty());
             }
         };
@@ -1491,7 +1513,9 @@ impl fuser::Filesystem for SiltFs {
                 );
                 // Logged before the kernel learns of it: a daemon taking over must know
                 // every handle the kernel reads through this backing.
-                self.inodes.lock().passthrough_handle(fh, Some(ino.0));
+                self.inodes
+                    .lock()
+                    .handle(fh, Some((ino.0, HandleMode::Passthrough)));
                 // No KEEP_CACHE here: together with passthrough it makes open() fail (EIO).
                 // SAFETY: `backing` is open on this mount's connection (registered by this
                 // daemon or one before it, logged) and is closed only by `release_backing`
@@ -1527,6 +1551,9 @@ impl fuser::Filesystem for SiltFs {
                         passthrough: false,
                     },
                 );
+                self.inodes
+                    .lock()
+                    .handle(fh, Some((ino.0, HandleMode::Daemon)));
                 let flags = if direct {
                     FopenFlags::FOPEN_DIRECT_IO
                 } else if keep {
@@ -1633,7 +1660,11 @@ impl fuser::Filesystem for SiltFs {
     ) {
         let _timer = FuseOp::Release.timer();
         let writer = self.writers.lock().remove(&fh.0);
-        self.inodes.lock().write_handle(fh.0, false);
+        {
+            let mut inodes = self.inodes.lock();
+            inodes.write_handle(fh.0, false);
+            inodes.handle(fh.0, None);
+        }
         if let Some(h) = writer {
             metrics::FUSE_HANDLES.dec();
             // The last close of the file commits (normally done by its flush already).
@@ -1647,11 +1678,13 @@ impl fuser::Filesystem for SiltFs {
         if let Some(h) = self.handles.lock().remove(&fh.0) {
             metrics::FUSE_HANDLES.dec();
             if h.passthrough {
-                self.inodes.lock().passthrough_handle(fh.0, None);
                 self.release_backing(h.ino);
             } else {
                 self.release_cached(h.ino);
             }
+        } else if let Some(ino) = self.inherited_daemon_handles.lock().remove(&fh.0) {
+            // An earlier daemon's handle, never read here: its count goes.
+            self.release_cached(ino);
         }
         reply.ok();
     }
@@ -1773,6 +1806,10 @@ impl fuser::Filesystem for SiltFs {
             Err(e) => {
                 if let Some(h) = self.writers.lock().remove(&fh) {
                     metrics::FUSE_HANDLES.dec();
+                    let mut inodes = self.inodes.lock();
+                    inodes.write_handle(fh, false);
+                    inodes.handle(fh, None);
+                    drop(inodes);
                     self.release_cached(h.ino);
                 }
                 return reply.error(errno(&e));

@@ -501,3 +501,80 @@ fn passthrough_handles_survive_a_planned_takeover() {
 fn passthrough_handles_survive_a_restart_after_sigkill() {
     passthrough_handles_across(true);
 }
+
+/// A file open through the daemon across a takeover (a reader part-way through it) and cached
+/// whole meanwhile: a new open after the takeover could be passed through, which the kernel
+/// refuses for an inode with handles open through its page cache (EIO). The new daemon must
+/// know the old handle and serve such opens through the daemon until it closes; the reader
+/// goes on with the file's bytes. Planned takeover and a restart after SIGKILL.
+fn daemon_handles_across(crash: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = store(dir.path());
+    let mut s = Silt::up(&[("/data", &uri)], &[], dir.path()).unwrap();
+    let big = s.path("/data/big");
+    let read_out = dir.path().join("read");
+    let mut reader = Helper::start("reader", &big, &read_out);
+    assert_eq!(reader.line().as_deref(), Some("half"));
+    // A second one that never reads again: its handle is released without being reopened.
+    let mut idle = Helper::start("reader", &big, &dir.path().join("idle"));
+    assert_eq!(idle.line().as_deref(), Some("half"));
+    let o = s.cli(&["load", "/data/big"]);
+    assert!(o.status.success(), "load: {}", stderr(&o));
+    let s2 = if crash {
+        s.crash();
+        restart(dir.path(), &uri, &[])
+    } else {
+        let s2 = restart(dir.path(), &uri, &["--takeover"]);
+        let status = s.wait_exit().expect("old daemon");
+        assert!(status.success(), "old daemon: {status}: {}", s.log_text());
+        s2
+    };
+    // Its last MiB only, so the reader's next reads still come to the daemon (through the
+    // handle it reopens, which takes over the count the takeover gave it).
+    match File::open(s2.path("/data/big")) {
+        Ok(f) => {
+            use std::os::unix::fs::FileExt;
+            let mut tail = vec![0u8; CHUNK];
+            f.read_exact_at(&mut tail, (BIG - CHUNK) as u64).unwrap();
+            assert!(
+                tail[..] == bytes(1, BIG)[BIG - CHUNK..],
+                "another open read other bytes"
+            );
+        }
+        Err(e) => panic!("a file open through the daemon did not open again: {e}"),
+    }
+    reader.go();
+    assert_eq!(reader.line().as_deref(), Some("ok"), "the held reader");
+    assert!(std::fs::read(&read_out).unwrap() == bytes(1, BIG));
+    drop((reader, idle));
+    // Once the old handles are released (the kernel sends the release after close(2)), the
+    // whole cached file opens in passthrough again: no handle's count leaked.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        assert!(std::fs::read(s2.path("/data/big")).unwrap() == bytes(1, BIG));
+        let last = s2.report()["opens"]["recent"]
+            .as_array()
+            .unwrap()
+            .last()
+            .cloned();
+        if last.unwrap()["mode"] == "passthrough" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "an old handle's count never went: opens stay off passthrough"
+        );
+    }
+    s2.stop();
+    drop(s);
+}
+
+#[test]
+fn daemon_handles_survive_a_planned_takeover() {
+    daemon_handles_across(false);
+}
+
+#[test]
+fn daemon_handles_survive_a_restart_after_sigkill() {
+    daemon_handles_across(true);
+}
