@@ -31,6 +31,12 @@ pub struct Inodes {
     by_path: HashMap<String, u64>,
     next: u64,
     log: Option<std::fs::File>,
+    log_path: Option<std::path::PathBuf>,
+    /// Bytes appended since the log was last rewritten, and that rewrite's size: past twice
+    /// the larger of it and `COMPACT_FLOOR`, the log is rewritten from the live table, so it
+    /// stays within a few times the table's size whatever the number of opens.
+    appended: u64,
+    compacted: u64,
     /// File handles open for writing (logged, so a takeover knows which of the kernel's
     /// handles lost their unwritten bytes with the dead daemon).
     writers: std::collections::HashSet<u64>,
@@ -93,6 +99,9 @@ fn put_backing(out: &mut Vec<u8>, ino: u64, b: &LoggedBacking) {
     put_u64(out, u64::from(b.lent) | (u64::from(b.source) << 1));
 }
 
+/// Appended bytes below which the log is never rewritten while running.
+const COMPACT_FLOOR: u64 = 4 << 20;
+
 /// The lookup count of an inode restored from the log (the kernel's count is unknown).
 const PINNED: u64 = u64::MAX / 2;
 
@@ -146,6 +155,9 @@ impl Inodes {
             by_path: HashMap::new(),
             next: ROOT + 1,
             log: None,
+            log_path: None,
+            appended: 0,
+            compacted: 0,
             writers: Default::default(),
             backings: HashMap::new(),
             handles: HashMap::new(),
@@ -219,13 +231,65 @@ impl Inodes {
         if let Err(e) = f.write_all(&r) {
             tracing::warn!("inode log write failed: {e}; a takeover of the mount may lose inodes");
             self.log = None;
+            return;
+        }
+        self.appended += r.len() as u64;
+        if self.appended > 2 * self.compacted.max(COMPACT_FLOOR) {
+            if let Err(e) = self.rewrite() {
+                // The old log is intact and still appended to; tried again after as much.
+                tracing::warn!("rewriting the inode log: {e}");
+                self.appended = 0;
+            }
         }
     }
 
     /// Starts logging to `path` (a fresh mount: a new log).
     pub fn with_log(mut self, path: &Path) -> std::io::Result<Self> {
         self.log = Some(silt_common::private::create(path)?);
+        self.log_path = Some(path.to_path_buf());
         Ok(self)
+    }
+
+    /// The live table as log records: what a rewrite of the log holds.
+    fn image(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.push(REC_NEXT);
+        put_u64(&mut out, self.next);
+        for (ino, n) in &self.by_ino {
+            if *ino == ROOT {
+                continue;
+            }
+            let attached = self.by_path.get(&n.path) == Some(ino);
+            out.push(if attached { REC_ASSIGN } else { REC_DETACHED });
+            put_u64(&mut out, *ino);
+            put_str(&mut out, &n.path);
+        }
+        for fh in &self.writers {
+            out.push(REC_WRITER);
+            put_u64(&mut out, *fh);
+        }
+        for (ino, b) in &self.backings {
+            put_backing(&mut out, *ino, b);
+        }
+        for (fh, (ino, mode)) in &self.handles {
+            put_handle(&mut out, *fh, *ino, *mode);
+        }
+        out
+    }
+
+    /// Replaces the log with the live table (a new file renamed over it), then appends there.
+    fn rewrite(&mut self) -> std::io::Result<()> {
+        let Some(path) = self.log_path.clone() else {
+            return Ok(());
+        };
+        let image = self.image();
+        let tmp = path.with_extension("tmp");
+        silt_common::private::write(&tmp, &image)?;
+        std::fs::rename(&tmp, &path)?;
+        self.log = Some(std::fs::OpenOptions::new().append(true).open(&path)?);
+        self.compacted = image.len() as u64;
+        self.appended = 0;
+        Ok(())
     }
 
     /// The table a dead daemon left in the log at `path`, compacted into a new log there that
@@ -313,38 +377,14 @@ impl Inodes {
                 n.lookups = PINNED;
             }
         }
-        // Compact: the live table only, then append from there.
-        let mut out = Vec::new();
-        out.push(REC_NEXT);
-        put_u64(&mut out, t.next);
-        for (ino, n) in &t.by_ino {
-            if *ino == ROOT {
-                continue;
-            }
-            let attached = t.by_path.get(&n.path) == Some(ino);
-            out.push(if attached { REC_ASSIGN } else { REC_DETACHED });
-            put_u64(&mut out, *ino);
-            put_str(&mut out, &n.path);
-        }
-        for fh in &t.writers {
-            out.push(REC_WRITER);
-            put_u64(&mut out, *fh);
-        }
         // A passthrough handle on a backing the log does not have (a torn tail) cannot be
         // served.
         let backings = &t.backings;
         t.handles
             .retain(|_, (ino, mode)| *mode == HandleMode::Daemon || backings.contains_key(ino));
-        for (ino, b) in &t.backings {
-            put_backing(&mut out, *ino, b);
-        }
-        for (fh, (ino, mode)) in &t.handles {
-            put_handle(&mut out, *fh, *ino, *mode);
-        }
-        let tmp = path.with_extension("tmp");
-        silt_common::private::write(&tmp, &out)?;
-        std::fs::rename(&tmp, path)?;
-        t.log = Some(std::fs::OpenOptions::new().append(true).open(path)?);
+        // Compact: the live table only, then append from there.
+        t.log_path = Some(path.to_path_buf());
+        t.rewrite()?;
         Ok(t)
     }
 
@@ -606,6 +646,28 @@ mod tests {
         let mut got = Inodes::replay(&log).unwrap().passthrough_state();
         got.sort_by_key(|(ino, _, _)| *ino);
         assert_eq!(got, vec![(a, ba, vec![10]), (b, bb, vec![])]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_log_stays_small_however_many_opens_it_records() {
+        let dir = std::env::temp_dir().join(format!("silt-inodes-big-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("inodes");
+        let mut t = Inodes::new().with_log(&log).unwrap();
+        let inos: Vec<u64> = (0..1000).map(|i| t.lookup(&format!("/m/f{i}"))).collect();
+        // A million opens and releases: 34 MB of records.
+        for fh in 0..1_000_000u64 {
+            t.handle(fh, Some((inos[fh as usize % 1000], HandleMode::Daemon)));
+            t.handle(fh, None);
+        }
+        t.handle(7, Some((inos[3], HandleMode::Daemon)));
+        let size = std::fs::metadata(&log).unwrap().len();
+        assert!(size < 3 * COMPACT_FLOOR, "the log is {size} bytes");
+        drop(t);
+        let r = Inodes::replay(&log).unwrap();
+        assert_eq!(r.daemon_handles(), vec![(7, inos[3])]);
+        assert_eq!(r.ino("/m/f999"), Some(inos[999]));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
