@@ -434,16 +434,22 @@ fn a_crash_restart_reuses_the_metadata_saved_while_running() {
 /// file's bytes. The file also opens again meanwhile: the kernel refuses a second backing for
 /// an inode it reads through the first (EIO), so the new daemon must reuse the old one. A
 /// second, planned takeover hands the same on again; once the reader is gone, the file opens
-/// with a backing of its own.
-fn passthrough_handles_across(crash: bool) {
+/// with a backing of its own. With `source`, the held open is of the store's own file
+/// (`fuse_source_passthrough`, the file cold before it), which needs no pin but is shared the same way.
+fn passthrough_handles_across(crash: bool, source: bool) {
     let dir = tempfile::tempdir().unwrap();
     let uri = store(dir.path());
     std::fs::write(dir.path().join("store/other"), bytes(5, BIG)).unwrap();
     let tier = format!("{}:80MiB", dir.path().join("tier").display());
-    let a = ["--disk-tiers", tier.as_str(), "--memory-capacity", "1MiB"];
+    let mut a = vec!["--disk-tiers", tier.as_str(), "--memory-capacity", "1MiB"];
+    if source {
+        a.extend(["--fuse-source-passthrough", "true"]);
+    }
     let mut s = Silt::up(&[("/data", &uri)], &a, dir.path()).unwrap();
     let big = s.path("/data/big");
-    assert!(std::fs::read(&big).unwrap() == bytes(1, BIG));
+    if !source {
+        assert!(std::fs::read(&big).unwrap() == bytes(1, BIG));
+    }
     let read_out = dir.path().join("read");
     let mut reader = Helper::start("reader", &big, &read_out);
     assert_eq!(reader.line().as_deref(), Some("half"));
@@ -451,10 +457,16 @@ fn passthrough_handles_across(crash: bool) {
         .as_array()
         .unwrap()
         .last()
-        .cloned();
-    assert_eq!(last.unwrap()["mode"], "passthrough", "the held open");
+        .cloned()
+        .unwrap();
+    assert_eq!(last["mode"], "passthrough", "the held open");
+    let from_source = last["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("the store's own file");
+    assert_eq!(from_source, source, "the held open: {last}");
 
-    let mut t = a.to_vec();
+    let mut t = a.clone();
     t.push("--takeover");
     let planned = |old: &mut Silt| {
         let new = restart(dir.path(), &uri, &t);
@@ -494,12 +506,17 @@ fn passthrough_handles_across(crash: bool) {
 
 #[test]
 fn passthrough_handles_survive_a_planned_takeover() {
-    passthrough_handles_across(false);
+    passthrough_handles_across(false, false);
+}
+
+#[test]
+fn passthrough_handles_of_the_store_file_survive_a_restart_after_sigkill() {
+    passthrough_handles_across(true, true);
 }
 
 #[test]
 fn passthrough_handles_survive_a_restart_after_sigkill() {
-    passthrough_handles_across(true);
+    passthrough_handles_across(true, false);
 }
 
 /// A file open through the daemon across a takeover (a reader part-way through it) and cached
