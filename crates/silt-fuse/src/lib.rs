@@ -287,7 +287,7 @@ fn close_raw_backing(dev: &OwnedFd, id: u32) {
         tracing::debug!(
             id,
             error = %std::io::Error::last_os_error(),
-            "closing an inherited passthrough backing"
+            "closing a passthrough backing"
         );
     }
 }
@@ -296,15 +296,10 @@ fn close_raw_backing(dev: &OwnedFd, id: u32) {
 /// Its kernel id lives in the inode log until the last handle is released, when it is
 /// closed: never by a daemon's exit, so a daemon taking over the mount goes on with it.
 struct Backing {
-    object: ObjectId,
-    id: u32,
+    /// What the inode log keeps of it (kernel id, object, whether a handle needs a pin of its
+    /// own, whether it is the store's file).
+    kernel: inodes::LoggedBacking,
     handles: usize,
-    /// A file no pin keeps in place, so a new handle needs none of its own: a private copy
-    /// lent by a same-host worker (its bytes cannot change), or the store's own file (see
-    /// `source_passthrough`). A local disk-tier file needs one per handle.
-    lent: bool,
-    /// The store's own file: a handle sharing it reads the store, not the cache.
-    source: bool,
 }
 
 /// Where a passthrough handle reading the store's own file got it (see `source_passthrough`).
@@ -338,20 +333,20 @@ fn share(
     let Some(b) = io.backings.get_mut(&ino) else {
         return Ok(None);
     };
-    if b.object != object {
+    if b.kernel.object != object {
         // Another version is still open through passthrough; serve this one via the daemon.
         return Err("older version of the file still open");
     }
-    if !(b.lent || pinned_locally) {
+    if !(b.kernel.lent || pinned_locally) {
         return Err("not fully cached on local disk");
     }
     b.handles += 1;
-    let origin = if b.source {
+    let origin = if b.kernel.source {
         FROM_SOURCE
     } else {
         "shared with an open handle"
     };
-    Ok(Some((b.id, origin)))
+    Ok(Some((b.kernel.id, origin)))
 }
 
 /// One of `SiltFs::filling`'s slots, given back when dropped.
@@ -484,11 +479,8 @@ impl SiltFs {
         self.io.lock().backings.insert(
             ino,
             Backing {
-                object: b.object,
-                id: b.id,
+                kernel: b,
                 handles: fhs.len(),
-                lent: b.lent,
-                source: b.source,
             },
         );
     }
@@ -502,18 +494,11 @@ impl SiltFs {
         BackingId::create_raw(dev, file)
     }
 
-    /// Inserts backing `b` of `ino` (under `io`'s lock), logged before any open uses it.
-    fn insert_backing(&self, io: &mut IoModes, ino: u64, b: Backing) {
-        self.inodes.lock().backing(
-            ino,
-            Some(inodes::LoggedBacking {
-                id: b.id,
-                object: b.object,
-                lent: b.lent,
-                source: b.source,
-            }),
-        );
-        io.backings.insert(ino, b);
+    /// Inserts `ino`'s backing `kernel` with its first handle (under `io`'s lock), logged
+    /// before any open uses it.
+    fn insert_backing(&self, io: &mut IoModes, ino: u64, kernel: inodes::LoggedBacking) {
+        self.inodes.lock().backing(ino, Some(kernel));
+        io.backings.insert(ino, Backing { kernel, handles: 1 });
     }
 
     /// A read handle an earlier daemon opened (the kernel keeps its handles across a
@@ -1014,14 +999,13 @@ impl SiltFs {
             );
             "kernel refused the backing file"
         })?;
-        let b = Backing {
-            object: obj.id,
+        let kernel = inodes::LoggedBacking {
             id,
-            handles: 1,
+            object: obj.id,
             lent,
             source: false,
         };
-        self.insert_backing(&mut io, ino, b);
+        self.insert_backing(&mut io, ino, kernel);
         Ok((id, guard, origin))
     }
 
@@ -1098,14 +1082,13 @@ impl SiltFs {
                 return None;
             }
         };
-        let b = Backing {
-            object,
+        let kernel = inodes::LoggedBacking {
             id,
-            handles: 1,
+            object,
             lent: true,
             source: true,
         };
-        self.insert_backing(&mut io, ino, b);
+        self.insert_backing(&mut io, ino, kernel);
         drop(io);
         self.fill_behind(file.clone());
         Some((id, Box::new(()), FROM_SOURCE))
@@ -1152,7 +1135,7 @@ impl SiltFs {
                 if let Some(b) = io.backings.remove(&ino) {
                     self.inodes.lock().backing(ino, None);
                     if let Some(dev) = &self.dev {
-                        close_raw_backing(dev, b.id);
+                        close_raw_backing(dev, b.kernel.id);
                     }
                 }
                 self.io_released.notify_all();
@@ -1166,7 +1149,11 @@ impl SiltFs {
     fn wait_other_version_released(&self, ino: u64, object: ObjectId) {
         let deadline = std::time::Instant::now() + PASSTHROUGH_RELEASE_WAIT;
         let mut io = self.io.lock();
-        while io.backings.get(&ino).is_some_and(|b| b.object != object) {
+        while io
+            .backings
+            .get(&ino)
+            .is_some_and(|b| b.kernel.object != object)
+        {
             if self.io_released.wait_until(&mut io, deadline).timed_out() {
                 return;
             }

@@ -383,12 +383,23 @@ fn source_passthrough_reads_the_store_file_and_fills_the_cache_behind() {
     );
     silt.stop();
 
-    // Off (the default): the same cold open goes through the daemon.
-    let dir = tempfile::tempdir().unwrap();
-    let silt = up(&backend, &[], dir.path());
-    assert!(std::fs::read(silt.path("data/a.bin")).unwrap() == data);
-    assert_eq!(opens_of(&silt, "a.bin")[0].0, "daemon");
-    silt.stop();
+    // Off (the default), and on under a writable prefix (a writer there would change the
+    // store's file under the reader): the same cold open goes through the daemon.
+    for extra in [
+        &[][..],
+        &[
+            "--fuse-source-passthrough",
+            "true",
+            "--write-type",
+            "through",
+        ],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let silt = up(&backend, extra, dir.path());
+        assert!(std::fs::read(silt.path("data/a.bin")).unwrap() == data);
+        assert_eq!(opens_of(&silt, "a.bin")[0].0, "daemon", "{extra:?}");
+        silt.stop();
+    }
 }
 
 /// A store file that changed after Silt read its metadata is never handed to the kernel: not
