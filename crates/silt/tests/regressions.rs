@@ -39,6 +39,18 @@ fn rw(path: &Path) -> std::fs::File {
         .unwrap()
 }
 
+/// `pread`s from offset 0 into `buf` until the end of the file or of `buf`; the bytes read.
+fn pread_to_end(f: &std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], got as u64)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
+}
+
 fn append(path: &Path) -> std::fs::File {
     OpenOptions::new().append(true).open(path).unwrap()
 }
@@ -707,16 +719,8 @@ fn a_read_descriptor_follows_its_file_through_a_rename() {
         )
         .unwrap();
         let mut buf = vec![0u8; b.len() + 1];
-        let mut got = 0;
-        loop {
-            let n = r
-                .read_at(&mut buf[got..], got as u64)
-                .unwrap_or_else(|e| panic!("{from} renamed to {to}: read at {got}: {e}"));
-            if n == 0 {
-                break;
-            }
-            got += n;
-        }
+        let got = pread_to_end(&r, &mut buf)
+            .unwrap_or_else(|e| panic!("{from} renamed to {to}: read: {e}"));
         assert!(
             buf[..got] == b[..],
             "{from} renamed to {to}: read {got} other bytes"
@@ -793,14 +797,7 @@ fn an_unlink_that_must_load_a_file_from_a_frozen_store_fails_and_loses_nothing()
         );
     }
     let mut got = vec![0u8; data.len() + 1];
-    let mut n = 0;
-    loop {
-        let r = w.read_at(&mut got[n..], n as u64).unwrap();
-        if r == 0 {
-            break;
-        }
-        n += r;
-    }
+    let n = pread_to_end(&w, &mut got).unwrap();
     assert!(
         got[..n] == data[..],
         "the unlinked file's descriptor read {n} other bytes"
