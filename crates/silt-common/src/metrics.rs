@@ -72,6 +72,8 @@ define_metrics! {
     PREFETCH_PAGES = "silt_prefetch_pages_total", "Pages fetched ahead of the reader by the sequential prefetcher.";
     UFS_REQUESTS = "silt_ufs_requests_total", "Requests issued to under-stores (reads, stats, listings).";
     UFS_READ_BYTES = "silt_ufs_read_bytes_total", "Bytes read from under-stores.";
+    UFS_RECEIVES_DIRECT = "silt_ufs_receives_direct_total", "Ranged S3 GETs received straight into page buffers (s3_direct_receive).";
+    UFS_RECEIVES_DECLINED = "silt_ufs_receives_declined_total", "Ranged S3 GETs whose answer the direct receive did not handle (an error status, a transfer coding, another range, a broken connection) and that were asked again through the HTTP client.";
     PAGE_BUFFERS_ALLOCATED = "silt_page_buffers_allocated_total", "Page-sized fetch buffers allocated because the pool had none idle.";
     PAGE_BUFFERS_REUSED = "silt_page_buffers_reused_total", "Page-sized fetch buffers taken from the pool (freed by evicted pages) instead of allocated.";
     UFS_ERRORS = "silt_ufs_errors_total", "Under-store requests that failed.";

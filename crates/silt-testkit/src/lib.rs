@@ -176,6 +176,7 @@ impl S3Server {
             list_page: 1000,
             retries: 2,
             list_attrs: false,
+            direct_receive: true,
         }
     }
 

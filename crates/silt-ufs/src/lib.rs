@@ -20,6 +20,7 @@ use silt_common::{Error, Result};
 mod fault;
 mod mem;
 mod opendal_store;
+mod s3_receive;
 mod uri;
 
 pub use fault::{Fault, FaultOp, FaultStore};
@@ -194,15 +195,8 @@ pub fn pieces(chunks: impl IntoIterator<Item = Bytes>, piece: u64) -> Vec<Bytes>
     while left > 0 {
         let len = piece.min(left);
         left -= len;
-        let mut full = None;
-        let mut short = Vec::new();
-        let dst: &mut [u8] = match &pool {
-            Some(pool) if len == piece => &mut full.insert(pool.take()).as_mut_slice()[..len],
-            _ => {
-                short.resize(len, 0);
-                &mut short
-            }
-        };
+        let mut buf = PieceBuf::new(pool.as_ref(), len, piece);
+        let dst = buf.as_mut_slice();
         let mut at = 0;
         while at < len {
             if rest.is_empty() {
@@ -218,12 +212,40 @@ pub fn pieces(chunks: impl IntoIterator<Item = Bytes>, piece: u64) -> Vec<Bytes>
             rest = &rest[n..];
             at += n;
         }
-        out.push(match full {
-            Some(buf) => buf.freeze_checked(len),
-            None => Bytes::from(short),
-        });
+        out.push(buf.freeze());
     }
     out
+}
+
+/// One piece being filled: a whole piece in a buffer of `pool` (aligned, its crc32c taken
+/// when frozen), a shorter one in an allocation of its own length.
+pub(crate) enum PieceBuf {
+    Pooled(silt_common::bufpool::PageBuf, usize),
+    Own(Vec<u8>),
+}
+
+impl PieceBuf {
+    pub(crate) fn new(pool: Option<&Arc<BufferPool>>, len: usize, piece: usize) -> PieceBuf {
+        match pool {
+            Some(pool) if len == piece => PieceBuf::Pooled(pool.take(), len),
+            _ => PieceBuf::Own(vec![0; len]),
+        }
+    }
+
+    /// The piece's `len` bytes, to fill.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            PieceBuf::Pooled(buf, len) => &mut buf.as_mut_slice()[..*len],
+            PieceBuf::Own(v) => v,
+        }
+    }
+
+    pub(crate) fn freeze(self) -> Bytes {
+        match self {
+            PieceBuf::Pooled(buf, len) => buf.freeze_checked(len),
+            PieceBuf::Own(v) => Bytes::from(v),
+        }
+    }
 }
 
 /// An under-store.

@@ -25,11 +25,13 @@ use reqsign_aws_v4::{EnvCredentialProvider, ProfileCredentialProvider, StaticCre
 use reqsign_core::ProvideCredentialChain;
 use silt_common::config::Config;
 use silt_common::metrics::{
-    Histogram, UfsOp, UFS_ERRORS, UFS_READ_BYTES, UFS_REQUESTS, UFS_REQUEST_SECONDS,
+    Histogram, UfsOp, UFS_ERRORS, UFS_READ_BYTES, UFS_RECEIVES_DECLINED, UFS_RECEIVES_DIRECT,
+    UFS_REQUESTS, UFS_REQUEST_SECONDS,
 };
 use silt_common::{Error, ErrorKind, Result};
 use tracing::debug;
 
+use crate::s3_receive::{Received, Receiver};
 use crate::uri::StoreUri;
 use crate::{
     normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, SetAttrs, UnderStore,
@@ -58,6 +60,9 @@ pub struct S3Options {
     /// HEAD every file a listing returns, for the mode, owner and times in its user metadata
     /// (a listing carries none): one request per file, as s3fs-fuse pays.
     pub list_attrs: bool,
+    /// Receive ranged GETs on plain `http://` endpoints straight into page buffers
+    /// (`s3_direct_receive`; see `s3_receive`).
+    pub direct_receive: bool,
 }
 
 impl Default for S3Options {
@@ -73,6 +78,7 @@ impl Default for S3Options {
             list_page: 1000,
             retries: 3,
             list_attrs: false,
+            direct_receive: true,
         }
     }
 }
@@ -89,6 +95,7 @@ impl S3Options {
             list_page: cfg.ufs_list_page,
             retries: cfg.ufs_retries,
             list_attrs: cfg.s3_list_attrs,
+            direct_receive: cfg.s3_direct_receive,
         }
     }
 
@@ -119,18 +126,19 @@ impl fmt::Debug for S3Options {
             )
             .field("timeout", &self.timeout)
             .field("retries", &self.retries)
+            .field("direct_receive", &self.direct_receive)
             .finish()
     }
 }
 
 enum Backend {
     /// `root` is canonical; metadata comes from `std::fs` (ns mtime, permission bits).
-    Fs {
-        root: PathBuf,
-    },
+    Fs { root: PathBuf },
     S3 {
         bucket: String,
         endpoint: String,
+        /// Ranged GETs received into page buffers (`S3Options::direct_receive`).
+        receive: Option<Arc<Receiver>>,
     },
 }
 
@@ -369,6 +377,9 @@ impl OpendalStore {
             backend: Backend::S3 {
                 bucket: bucket.to_string(),
                 endpoint: opts.endpoint_display(),
+                receive: opts
+                    .direct_receive
+                    .then(|| Arc::new(Receiver::new(opts.timeout))),
             },
             timeout: opts.timeout,
             retries: opts.retries,
@@ -1124,6 +1135,50 @@ impl OpendalStore {
             .map_err(|e| self.map_err("read", path, e))
     }
 
+    /// [`Self::s3_read`] received into page buffers; `None` when the receiver declined the
+    /// answer (the caller asks again through the operator, which maps the error or retries).
+    async fn s3_receive(
+        &self,
+        rx: &Receiver,
+        path: &str,
+        range: Range<u64>,
+        etag: &str,
+        piece: u64,
+    ) -> Result<Option<Vec<Bytes>>> {
+        let opts = opendal::options::ReadOptions {
+            range: range.clone().into(),
+            if_match: Some(format!("\"{etag}\"")),
+            ..Default::default()
+        };
+        // Signed in the URL for long enough to outlast the request's own deadlines.
+        let valid = self.timeout.saturating_mul(4).max(Duration::from_secs(300));
+        let req = self
+            .op
+            .presign_read_options(path, valid, opts)
+            .await
+            .map_err(|e| self.map_err("read", path, e))?;
+        let uri = req.uri().to_string();
+        let headers = req
+            .header()
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_bytes()))
+            .collect();
+        UFS_REQUESTS.inc();
+        let request = crate::s3_receive::Request { uri: &uri, headers };
+        match rx.get(&request, range, piece).await {
+            Ok(Received::Pieces(pieces)) => {
+                UFS_RECEIVES_DIRECT.inc();
+                Ok(Some(pieces))
+            }
+            Ok(Received::Declined(why)) => {
+                UFS_RECEIVES_DECLINED.inc();
+                debug!(path = %self.full(path), why, "direct receive declined; reading through the operator");
+                Ok(None)
+            }
+            Err(e) => Err(e.context(format!("read {}", self.full(path)))),
+        }
+    }
+
     /// A read guarded by stats before and after: the bytes are returned only if the object had
     /// `expected`'s fingerprint on both sides of the read, so they cannot mix versions.
     async fn checked_read(
@@ -1764,6 +1819,24 @@ impl UnderStore for OpendalStore {
                 .await?;
             UFS_READ_BYTES.add(got.iter().map(|p| p.len() as u64).sum());
             return Ok(got);
+        }
+        if let (
+            Backend::S3 {
+                receive: Some(rx), ..
+            },
+            Some(etag),
+        ) = (&self.backend, &expected.etag)
+        {
+            let Some((path, range)) = plan_read(path, &range, expected, |p| self.full(p))? else {
+                return Ok(Vec::new());
+            };
+            let got = self
+                .count_errors(UfsOp::Read, self.s3_receive(rx, path, range, etag, piece))
+                .await?;
+            if let Some(pieces) = got {
+                UFS_READ_BYTES.add(pieces.iter().map(|p| p.len() as u64).sum());
+                return Ok(pieces);
+            }
         }
         // From the response's chunks straight into the pieces: one copy, not `to_bytes`'s
         // plus a split's.

@@ -259,6 +259,95 @@ async fn until_it_answers(store: &OpendalStore) {
     }
 }
 
+/// Cold reads (`read_pieces`, what a cache fetch asks for) are received straight into page
+/// buffers; an answer that path does not handle goes through the HTTP client, which retries a
+/// 500 and says `ContentChanged` for a replaced object; a GET that hangs costs one deadline
+/// and is not asked again. The only test here that calls `read_pieces`, so the receive
+/// counters move for it alone.
+#[tokio::test]
+async fn cold_reads_are_received_straight_and_the_rest_goes_through_the_client() {
+    use silt_common::metrics::{UFS_RECEIVES_DECLINED, UFS_RECEIVES_DIRECT};
+    let counters = || (UFS_RECEIVES_DIRECT.get(), UFS_RECEIVES_DECLINED.get());
+    let f = Fixture::start();
+    let store = f.store(1, Duration::from_secs(2));
+    setup(&f, &store, 4).await;
+    let big = store.stat(&name(3)).await.unwrap();
+    let read = |range: std::ops::Range<u64>, meta: silt_ufs::ObjectMeta| {
+        let store = &store;
+        async move {
+            let path = meta.path.clone();
+            tokio::time::timeout(NO_HANG, store.read_pieces(&path, range, &meta, 1 << 20))
+                .await
+                .expect("a read must end")
+        }
+    };
+
+    let before = counters();
+    let got = read(1..big.size, big.clone()).await.unwrap();
+    assert!(got.concat() == content(3)[1..]);
+    assert!(got[..2]
+        .iter()
+        .all(|p| p.len() == 1 << 20 && silt_common::bufpool::is_aligned(p)));
+    let after = counters();
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1, 0),
+        "received straight"
+    );
+    assert_eq!(f.proxy.counts().get, 1);
+
+    f.proxy.reset_counts();
+    f.proxy
+        .inject(S3Op::Get, 0, 1, FaultAction::internal_error());
+    let got = read(5..9, big.clone()).await.unwrap();
+    assert_eq!(got.concat(), content(3)[5..9]);
+    let now = counters();
+    assert_eq!(
+        (now.0 - after.0, now.1 - after.1),
+        (0, 1),
+        "the 500 declined"
+    );
+    assert_eq!(f.proxy.counts().get, 2, "asked again through the client");
+
+    store
+        .write(&name(3), Bytes::from_static(b"replaced"))
+        .await
+        .unwrap();
+    let e = read(0..10, big.clone()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ContentChanged, "{e}");
+    let new = store.stat(&name(3)).await.unwrap();
+
+    f.proxy.reset_counts();
+    f.proxy.inject(S3Op::Get, 0, 1, FaultAction::Hang);
+    let e = read(0..8, new.clone()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    assert_eq!(f.proxy.counts().get, 1, "a hung GET asked again");
+    f.proxy.clear_faults();
+    until_it_answers(&store).await;
+    assert_eq!(read(0..8, new.clone()).await.unwrap().concat(), b"replaced");
+
+    let off = OpendalStore::s3(
+        "bkt",
+        "data",
+        &S3Options {
+            direct_receive: false,
+            ..f.opts(1, Duration::from_secs(2))
+        },
+    )
+    .unwrap();
+    let before = counters();
+    let got = off
+        .read_pieces(&name(3), 0..8, &new, 1 << 20)
+        .await
+        .unwrap();
+    assert_eq!(got.concat(), b"replaced");
+    assert_eq!(
+        counters(),
+        before,
+        "s3_direct_receive = false still received straight"
+    );
+}
+
 /// A store that stops answering costs one deadline, not one per try: once a read ran out of
 /// its deadline, the next reads (the kernel retries a failed read at once) and other requests
 /// fail at once without reaching the server, until a probe finds it answering again.
