@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -38,6 +38,10 @@ const IDLE_PER_ENDPOINT: usize = 64;
 /// A response head larger than this is not one this path handles.
 const MAX_HEAD: usize = 64 << 10;
 const MAX_HEADERS: usize = 64;
+/// A connection idle longer is closed, not reused: servers and middleboxes drop idle
+/// connections (S3 after about 20 s), some without a word, and a request written on one that
+/// was dropped silently would wait a whole deadline for nothing.
+const MAX_IDLE: Duration = Duration::from_secs(15);
 
 /// What a [`Receiver::get`] came back with.
 #[derive(Debug)]
@@ -56,7 +60,8 @@ pub(crate) struct Request<'a> {
 
 /// Keep-alive connections to the endpoints a store's GETs go to.
 pub(crate) struct Receiver {
-    idle: Mutex<HashMap<String, Vec<TcpStream>>>,
+    /// Per endpoint, connections with the time each went idle (newest last).
+    idle: Mutex<HashMap<String, Vec<(TcpStream, Instant)>>>,
     timeout: Duration,
 }
 
@@ -113,7 +118,15 @@ impl Receiver {
         }
         head.extend_from_slice(b"\r\n");
 
-        let reused = self.idle.lock().get_mut(authority).and_then(Vec::pop);
+        let reused = self.idle.lock().get_mut(authority).and_then(|list| {
+            // The newest is last; older ones have been idle even longer.
+            let (conn, since) = list.pop()?;
+            if since.elapsed() > MAX_IDLE {
+                list.clear();
+                return None;
+            }
+            Some(conn)
+        });
         let attempt = match reused {
             Some(conn) => match self.exchange(conn, &head, &range, piece).await? {
                 Attempt::Stale => None,
@@ -135,7 +148,7 @@ impl Receiver {
                     let mut idle = self.idle.lock();
                     let list = idle.entry(authority.to_string()).or_default();
                     if list.len() < IDLE_PER_ENDPOINT {
-                        list.push(conn);
+                        list.push((conn, Instant::now()));
                     }
                 }
                 Ok(got)
@@ -631,13 +644,36 @@ mod tests {
             .lock()
             .entry(p.addr.to_string())
             .or_default()
-            .push(stale.unwrap());
+            .push((stale.unwrap(), Instant::now()));
         assert_eq!(pieces(get(&rx, &p, 0..10, 4).await).concat(), obj[..10]);
         assert_eq!(p.accepts.load(Ordering::SeqCst), 1);
         assert!(
             rx.idle.lock()[&p.addr.to_string()].len() == 1,
             "the new connection is kept"
         );
+    }
+
+    /// A connection idle too long is not written on: it may have been dropped without a word
+    /// (here: its peer takes requests and never answers, as a dropped one would look).
+    #[tokio::test]
+    async fn a_connection_idle_too_long_is_not_reused() {
+        let obj = object(100);
+        let p = peer(vec![partial(&obj, 0..10)]).await;
+        let silent = peer(vec![]).await;
+        let rx = Receiver::new(Duration::from_secs(5));
+        let old = TcpStream::connect(silent.addr).await.unwrap();
+        let long_ago = Instant::now()
+            .checked_sub(MAX_IDLE + Duration::from_secs(1))
+            .expect("the clock is past MAX_IDLE");
+        rx.idle
+            .lock()
+            .entry(p.addr.to_string())
+            .or_default()
+            .push((old, long_ago));
+        let got = tokio::time::timeout(Duration::from_secs(60), get(&rx, &p, 0..10, 4));
+        assert_eq!(pieces(got.await.expect("never ended")).concat(), obj[..10]);
+        assert_eq!(p.accepts.load(Ordering::SeqCst), 1);
+        assert!(silent.heads.lock().is_empty(), "a request went out on it");
     }
 
     /// A peer that takes the request and never answers costs one deadline: `Timeout`.
