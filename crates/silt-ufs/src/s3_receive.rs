@@ -65,8 +65,9 @@ pub(crate) struct Receiver {
     timeout: Duration,
 }
 
-/// Why a connection could not carry the request, before any byte of an answer arrived:
-/// a reused connection the server closed meanwhile is tried once more on a new one.
+/// How one exchange on a connection ended: done (with the connection, if it may be kept), or
+/// stale: it broke before any byte of an answer arrived, as a kept connection the server
+/// closed meanwhile does (the request is then sent once more on a new one).
 enum Attempt {
     Done(Received, Option<TcpStream>),
     Stale,
