@@ -187,16 +187,12 @@ pub fn pieces(chunks: impl IntoIterator<Item = Bytes>, piece: u64) -> Vec<Bytes>
         }
     }
     let total: usize = chunks.iter().map(Bytes::len).sum();
-    let pool = BufferPool::for_size(piece).filter(|_| total >= piece);
     let mut out = Vec::with_capacity(total.div_ceil(piece));
     let mut src = chunks.iter().map(|c| &c[..]);
     let mut rest: &[u8] = &[];
-    let mut left = total;
-    while left > 0 {
-        let len = piece.min(left);
-        left -= len;
-        let mut buf = PieceBuf::new(pool.as_ref(), len, piece);
+    for mut buf in piece_bufs(total, piece) {
         let dst = buf.as_mut_slice();
+        let len = dst.len();
         let mut at = 0;
         while at < len {
             if rest.is_empty() {
@@ -217,21 +213,26 @@ pub fn pieces(chunks: impl IntoIterator<Item = Bytes>, piece: u64) -> Vec<Bytes>
     out
 }
 
-/// One piece being filled: a whole piece in a buffer of `pool` (aligned, its crc32c taken
-/// when frozen), a shorter one in an allocation of its own length.
+/// The buffers `total` bytes are received into as `piece`-long pieces, the last one shorter,
+/// in order; each is taken when the iterator reaches it.
+pub(crate) fn piece_bufs(total: usize, piece: usize) -> impl Iterator<Item = PieceBuf> {
+    let piece = piece.max(1);
+    let pool = BufferPool::for_size(piece).filter(|_| total >= piece);
+    (0..total).step_by(piece).map(move |at| match &pool {
+        Some(pool) if total - at >= piece => PieceBuf::Pooled(pool.take(), piece),
+        _ => PieceBuf::Own(vec![0; (total - at).min(piece)]),
+    })
+}
+
+/// One piece being filled: a whole piece in a pooled page buffer (aligned, its crc32c taken
+/// when frozen), a shorter one in an allocation of its own length (a piece never shares a
+/// larger buffer, so whoever keeps it keeps only its own bytes).
 pub(crate) enum PieceBuf {
     Pooled(silt_common::bufpool::PageBuf, usize),
     Own(Vec<u8>),
 }
 
 impl PieceBuf {
-    pub(crate) fn new(pool: Option<&Arc<BufferPool>>, len: usize, piece: usize) -> PieceBuf {
-        match pool {
-            Some(pool) if len == piece => PieceBuf::Pooled(pool.take(), len),
-            _ => PieceBuf::Own(vec![0; len]),
-        }
-    }
-
     /// The piece's `len` bytes, to fill.
     pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         match self {

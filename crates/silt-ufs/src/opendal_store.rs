@@ -1419,33 +1419,22 @@ fn fs_read_pieces(
         }
     };
     version(&f)?;
-    let piece = piece.max(1);
-    let pool = usize::try_from(piece)
-        .ok()
-        .and_then(silt_common::bufpool::BufferPool::for_size);
-    let mut out = Vec::with_capacity((range.end - range.start).div_ceil(piece) as usize);
+    let total = usize::try_from(range.end - range.start)
+        .map_err(|_| Error::invalid(format!("read {shown}: range too large")))?;
+    let piece = usize::try_from(piece.max(1)).unwrap_or(usize::MAX);
+    let mut out = Vec::with_capacity(total.div_ceil(piece));
     let mut at = range.start;
-    while at < range.end {
-        let len = piece.min(range.end - at) as usize;
-        let read = |dst: &mut [u8]| match f.read_exact_at(dst, at) {
-            Ok(()) => Ok(()),
+    for mut buf in crate::piece_bufs(total, piece) {
+        let dst = buf.as_mut_slice();
+        match f.read_exact_at(dst, at) {
+            Ok(()) => {}
             // Shorter than the version's size: it changed.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Err(changed()),
-            Err(e) => Err(io(e)),
-        };
-        out.push(
-            if let Some(pool) = pool.as_ref().filter(|p| p.size() == len) {
-                let mut buf = pool.take();
-                read(buf.as_mut_slice())?;
-                // Checksummed now, while hot, for the disk tier (`bufpool::known_crc`).
-                buf.freeze_checked(len)
-            } else {
-                let mut buf = vec![0u8; len];
-                read(&mut buf)?;
-                Bytes::from(buf)
-            },
-        );
-        at += len as u64;
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(changed()),
+            Err(e) => return Err(io(e)),
+        }
+        at += dst.len() as u64;
+        // A whole piece is checksummed now, while hot, for the disk tier (`bufpool::known_crc`).
+        out.push(buf.freeze());
     }
     version(&f)?;
     Ok(out)

@@ -26,12 +26,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use silt_common::bufpool::BufferPool;
 use silt_common::{Error, ErrorKind, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::PieceBuf;
+use crate::piece_bufs;
 
 /// Idle connections kept per endpoint.
 const IDLE_PER_ENDPOINT: usize = 64;
@@ -311,15 +310,13 @@ impl Receiver {
     ) -> Result<std::result::Result<Vec<Bytes>, String>> {
         let piece = usize::try_from(piece.max(1)).unwrap_or(usize::MAX);
         let want = usize::try_from(want).map_err(|_| Error::invalid("range too large"))?;
-        let pool = BufferPool::for_size(piece).filter(|_| want >= piece);
         let mut out = Vec::with_capacity(want.div_ceil(piece));
         let mut left = want;
         let mut wake_at = 1;
-        while left > 0 {
-            let len = piece.min(left);
-            left -= len;
-            let mut buf = PieceBuf::new(pool.as_ref(), len, piece);
+        for mut buf in piece_bufs(want, piece) {
             let dst = buf.as_mut_slice();
+            let len = dst.len();
+            left -= len;
             let n = early.len().min(len);
             dst[..n].copy_from_slice(&early[..n]);
             early = &early[n..];
