@@ -38,9 +38,11 @@ const IDLE_PER_ENDPOINT: usize = 64;
 const MAX_HEAD: usize = 64 << 10;
 const MAX_HEADERS: usize = 64;
 /// A connection idle longer is closed, not reused: servers and middleboxes drop idle
-/// connections (S3 after about 20 s), some without a word, and a request written on one that
-/// was dropped silently would wait a whole deadline for nothing.
-const MAX_IDLE: Duration = Duration::from_secs(15);
+/// connections, some without a word, and a request written on one dropped silently would wait
+/// a whole deadline for nothing. AWS's Java SDK stops reusing S3 connections after 5 s (users
+/// of other clients report S3 closing them after 5 to 20 s); one closed with a FIN or reset is
+/// caught either way (`Attempt::Stale`).
+const MAX_IDLE: Duration = Duration::from_secs(5);
 
 /// What a [`Receiver::get`] came back with.
 #[derive(Debug)]
@@ -128,7 +130,7 @@ impl Receiver {
             Some(conn)
         });
         let attempt = match reused {
-            Some(conn) => match self.exchange(conn, &head, &range, piece).await? {
+            Some(conn) => match self.exchange(conn, authority, &head, &range, piece).await? {
                 Attempt::Stale => None,
                 done => Some(done),
             },
@@ -137,7 +139,7 @@ impl Receiver {
         let attempt = match attempt {
             Some(a) => a,
             None => match self.connect(authority).await? {
-                Ok(conn) => self.exchange(conn, &head, &range, piece).await?,
+                Ok(conn) => self.exchange(conn, authority, &head, &range, piece).await?,
                 // Refused, unreachable: the client retries with backoff and says why.
                 Err(why) => return Ok(Received::Declined(why)),
             },
@@ -196,20 +198,17 @@ impl Receiver {
         })
     }
 
-    /// One request and its answer on `conn`.
+    /// One request and its answer on `conn` to `peer` (the URL's authority).
     async fn exchange(
         &self,
         mut conn: TcpStream,
+        peer: &str,
         head: &[u8],
         range: &Range<u64>,
         piece: u64,
     ) -> Result<Attempt> {
-        let peer = conn
-            .peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| "the store".into());
         if self
-            .deadline("send to", &peer, conn.write_all(head))
+            .deadline("send to", peer, conn.write_all(head))
             .await?
             .is_err()
         {
@@ -225,7 +224,7 @@ impl Receiver {
                 buf.resize(buf.len() * 2, 0);
             }
             let n = match self
-                .deadline("read from", &peer, conn.read(&mut buf[filled..]))
+                .deadline("read from", peer, conn.read(&mut buf[filled..]))
                 .await?
             {
                 Ok(0) | Err(_) if filled == 0 => return Ok(Attempt::Stale),
@@ -281,7 +280,7 @@ impl Receiver {
         // Bytes past the body belong to no answer asked for: the connection is not kept.
         let surplus = filled - body_at > want as usize;
         let early = &buf[body_at..filled.min(body_at + want as usize)];
-        let pieces = match self.body(&mut conn, &peer, early, want, piece).await? {
+        let pieces = match self.body(&mut conn, peer, early, want, piece).await? {
             Ok(p) => p,
             Err(why) => return Ok(declined(&why)),
         };
