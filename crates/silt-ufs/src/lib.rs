@@ -164,7 +164,7 @@ pub struct Capabilities {
     pub rename_dirs: bool,
     /// A write replaces a file's attributes with the ones it passes (`write_from_attrs`), as
     /// an object store's PUT replaces the user metadata. Otherwise a write keeps them (a local
-    /// file written in place).
+    /// file: its replacement gets the replaced file's mode, owner and group).
     pub write_replaces_attrs: bool,
     /// `list` answers carry no attributes by nature (an S3 listing without `list_attrs`:
     /// no mode, owner or link type, whatever the objects hold), so `None` there means
@@ -342,7 +342,9 @@ pub trait UnderStore: Send + Sync + 'static {
         None
     }
     /// Writes a whole object; returns the new version's metadata as the store reported it for
-    /// this write (so a caller never mistakes another writer's version for its own).
+    /// this write (so a caller never mistakes another writer's version for its own). A write
+    /// replaces the object whole: a reader never sees part of one, and of writes racing on one
+    /// path the one that lands last is what stays, whole (as PUTs of one key).
     async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta>;
     /// `write` of the first `len` bytes of `src` (a spool, a write buffer, a log record). A
     /// store that can upload in parts (S3 multipart) reads a part at a time, so memory does not

@@ -740,37 +740,101 @@ impl OpendalStore {
         }
     }
 
-    /// `write_from` of a source with holes into a local directory: the file gets the same
-    /// holes (only data is written, then the length is set), so a 2 GiB file of 8 data bytes
-    /// takes a few blocks. Written in place, as OpenDAL's own writes are.
-    async fn fs_write_sparse(
+    /// The first `len` bytes of `src`, written to `path`, read `part` bytes at a time: each
+    /// part's offset and bytes, in order.
+    fn parts<'a>(
+        &'a self,
+        path: &'a str,
+        src: &'a dyn silt_common::io::ReadAt,
+        len: u64,
+        part: usize,
+    ) -> impl Iterator<Item = Result<(u64, Bytes)>> + 'a {
+        (0..len).step_by(part.max(1)).map(move |off| {
+            let n = (len - off).min(part as u64) as usize;
+            let bytes = src.read_at(off, n).map_err(|e| {
+                e.context(format!(
+                    "write {}: reading the local bytes",
+                    self.full(path)
+                ))
+            })?;
+            Ok((off, bytes))
+        })
+    }
+
+    /// A whole file written into a local directory: into a hidden file beside it
+    /// ([`FS_WRITE_TEMP`], left out of listings), made durable, then renamed over it. A reader
+    /// or another writer of the same path never meets a half-written or mixed file: each
+    /// write replaces it whole and the last rename wins, as a PUT does (a write in place, as
+    /// OpenDAL's writer makes it, truncated the file under a concurrent writer: it then failed
+    /// or the bytes of two writes interleaved). The file gets the permission bits, owner and
+    /// group of `like` (a copy's source), else of the file it replaces (a write keeps
+    /// attributes here: `write_replaces_attrs` is false); a hard link to the replaced file
+    /// keeps the old bytes, as after any save by rename. Holes in `src` stay holes: only data
+    /// is written, then the length is set.
+    async fn fs_write(
         &self,
         root: &Path,
         path: &str,
         src: &dyn silt_common::io::ReadAt,
         len: u64,
+        like: Option<&std::fs::Metadata>,
     ) -> Result<ObjectMeta> {
-        use std::os::unix::fs::FileExt;
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
         UFS_REQUESTS.inc();
-        let full = root.join(path);
+        let full = Self::fs_path(root, path);
         let what = |e: std::io::Error| Error::from(e).context(format!("write {}", self.full(path)));
-        if let Some(parent) = full.parent() {
-            std::fs::create_dir_all(parent).map_err(what)?;
-        }
+        let parent = full.parent().unwrap_or(root);
+        std::fs::create_dir_all(parent).map_err(what)?;
+        let tmp = parent.join(format!(
+            "{FS_WRITE_TEMP}{}-{}",
+            std::process::id(),
+            FS_WRITE_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
         let file = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&full)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
             .map_err(what)?;
-        silt_common::io::copy_sparse(src, len, WRITE_PART as u64, |off, piece| {
-            file.write_all_at(piece, off).map_err(what)
+        let written = run_blocking(|| -> Result<std::fs::Metadata> {
+            let has_holes = (0..len)
+                .step_by(WRITE_PART)
+                .any(|off| src.is_hole(off, (len - off).min(WRITE_PART as u64)));
+            if has_holes {
+                silt_common::io::copy_sparse(src, len, WRITE_PART as u64, |off, piece| {
+                    file.write_all_at(piece, off).map_err(what)
+                })?;
+            } else {
+                for part in self.parts(path, src, len, WRITE_PART) {
+                    let (off, part) = part?;
+                    file.write_all_at(&part, off).map_err(what)?;
+                }
+            }
+            file.set_len(len).map_err(what)?;
+            let replaced = std::fs::symlink_metadata(&full)
+                .ok()
+                .filter(|m| m.is_file());
+            if let Some(like) = like.or(replaced.as_ref()) {
+                keep_owner_and_mode(&file, like).map_err(what)?;
+            }
+            // Durable before it is visible, and its name durable before the write returns.
+            file.sync_all().map_err(what)?;
+            std::fs::rename(&tmp, &full).map_err(what)?;
+            std::fs::File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(what)?;
+            // This write's own version, whatever a later writer renamed there since.
+            file.metadata().map_err(what)
+        });
+        let md = written.inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
         })?;
-        file.set_len(len).map_err(what)?;
-        // Durable when the write returns, as OpenDAL's fs writer makes it (sync on close).
-        file.sync_all().map_err(what)?;
-        drop(file);
-        self.stat_inner(path).await
+        fs_meta(path, &md).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Internal,
+                format!("write {}: not a file after writing", self.full(path)),
+            )
+        })
     }
 
     /// A server-side copy of the file `from` to `to`; the metadata of the copy.
@@ -787,6 +851,16 @@ impl OpendalStore {
         }
         if from == to {
             return Ok(src);
+        }
+        // A local copy is a write of the source's bytes (holes kept) with its permission
+        // bits and owner (as S3's copy keeps the user metadata that holds them), replacing
+        // `to` whole as a write does.
+        if let (Backend::Fs { root }, EntryKind::File) = (&self.backend, src.kind) {
+            let what =
+                |e: std::io::Error| Error::from(e).context(format!("copy {}", self.full(from)));
+            let file = std::fs::File::open(Self::fs_path(root, from)).map_err(what)?;
+            let md = file.metadata().map_err(what)?;
+            return self.fs_write(root, to, &file, md.len(), Some(&md)).await;
         }
         UFS_REQUESTS.inc();
         let copied = self
@@ -872,14 +946,9 @@ impl OpendalStore {
     ) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
         if let Backend::Fs { root } = &self.backend {
-            let has_holes = (0..len)
-                .step_by(WRITE_PART)
-                .any(|off| src.is_hole(off, (len - off).min(WRITE_PART as u64)));
-            if has_holes {
-                return self
-                    .count_errors(UfsOp::Write, self.fs_write_sparse(root, path, src, len))
-                    .await;
-            }
+            return self
+                .count_errors(UfsOp::Write, self.fs_write(root, path, src, len, None))
+                .await;
         }
         self.count_errors(UfsOp::Write, async {
             // One PUT up to a part's size, else initiate + one request per part + complete.
@@ -897,19 +966,10 @@ impl OpendalStore {
                 None => self.op.writer_with(path).chunk(part).await,
             }
             .map_err(|e| self.map_err("write", path, e))?;
-            let mut off = 0u64;
-            while off < len {
-                let n = (len - off).min(part as u64) as usize;
-                let part = src.read_at(off, n).map_err(|e| {
-                    e.context(format!(
-                        "write {}: reading the local bytes",
-                        self.full(path)
-                    ))
-                })?;
-                w.write(part)
+            for part in self.parts(path, src, len, part) {
+                w.write(part?.1)
                     .await
                     .map_err(|e| self.map_err("write", path, e))?;
-                off += n as u64;
             }
             let written = w
                 .close()
@@ -1353,6 +1413,9 @@ fn fs_walk(root: &Path, dir: &str, recursive: bool) -> std::io::Result<Vec<Objec
                 tracing::warn!(dir = %d, "skipping a file name that is not UTF-8");
                 continue;
             };
+            if name.starts_with(FS_WRITE_TEMP) {
+                continue; // a write in progress, not an entry yet
+            }
             let rel = if d.is_empty() {
                 name
             } else {
@@ -1486,6 +1549,40 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
             ctime: epoch_time(md.ctime(), md.ctime_nsec()),
         },
     })
+}
+
+/// Name prefix of the hidden file a local write fills before renaming it over its target
+/// ([`OpendalStore::fs_write`]); listings leave such names out. One left by a crash mid-write
+/// stays until removed by hand (docs/SEMANTICS.md).
+pub const FS_WRITE_TEMP: &str = ".silt-write-";
+static FS_WRITE_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs blocking file work from async code: on a multi-threaded runtime the worker hands its
+/// other tasks on first (`block_in_place`); elsewhere (a current-thread runtime, no runtime)
+/// it runs in place.
+fn run_blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
+}
+
+/// Gives `file` the permission bits, owner and group of `old`, the file it is about to
+/// replace. An owner this process may not give (not root) stays its own, as a copy's would.
+fn keep_owner_and_mode(file: &std::fs::File, old: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fchown on a descriptor this function borrows; no memory is passed.
+    let chowned = unsafe { libc::fchown(file.as_raw_fd(), old.uid(), old.gid()) };
+    if chowned != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EPERM) {
+            return Err(e);
+        }
+    }
+    // After chown, which clears the set-id bits.
+    file.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777))
 }
 
 /// Largest S3 object whose attributes can be changed (each change rewrites it whole).
@@ -1851,6 +1948,11 @@ impl UnderStore for OpendalStore {
     async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
         let size = data.len() as u64;
+        if let Backend::Fs { root } = &self.backend {
+            return self
+                .count_errors(UfsOp::Write, self.fs_write(root, path, &data, size, None))
+                .await;
+        }
         self.count_errors(UfsOp::Write, async {
             UFS_REQUESTS.inc();
             let written = self

@@ -501,6 +501,87 @@ mod cases {
         assert_eq!(s.read("w/x", 0..5, &m).await.unwrap(), "again");
     }
 
+    /// Whole writes of one path racing each other and readers, as PUTs of one key do: every
+    /// write succeeds, a read returns one write's bytes whole (or fails as changed), the last
+    /// write is what stays, and a listing meanwhile shows the file and nothing else (docs/
+    /// SEMANTICS.md: "each commit writes a whole object, the last wins"). A write keeps the
+    /// permission bits of the file it replaces where writes keep attributes.
+    pub async fn racing_writes_replace_whole(f: Fixture) {
+        const SIZE: usize = 3 << 20;
+        const WRITERS: u8 = 6;
+        let s = f.store.clone();
+        put(&f, "race/k", b"zzzz").await;
+        if !s.capabilities().write_replaces_attrs {
+            let mode = SetAttrs {
+                mode: Some(0o640),
+                ..SetAttrs::default()
+            };
+            s.set_attrs("race/k", &mode).await.unwrap();
+        }
+        for round in 0..4u8 {
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let reader = {
+                let (s, stop) = (s.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut whole = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let listed = sorted(s.list("race", false).await.unwrap());
+                        assert_eq!(listed, vec![file("race/k")], "a write showed in a listing");
+                        let Ok(m) = s.stat("race/k").await else {
+                            panic!("the path was missing between writes");
+                        };
+                        match s.read("race/k", 0..m.size, &m).await {
+                            Ok(b) => {
+                                assert_eq!(b.len() as u64, m.size);
+                                assert!(
+                                    b.iter().all(|&x| x == b[0]),
+                                    "a read returned the bytes of two writes"
+                                );
+                                whole += 1;
+                            }
+                            Err(e) => assert!(
+                                matches!(e.kind(), ErrorKind::ContentChanged | ErrorKind::NotFound),
+                                "{e}"
+                            ),
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                    whole
+                })
+            };
+            let writers: Vec<_> = (0..WRITERS)
+                .map(|w| {
+                    let s = s.clone();
+                    let byte = round * WRITERS + w + 1;
+                    tokio::spawn(
+                        async move { s.write("race/k", Bytes::from(vec![byte; SIZE])).await },
+                    )
+                })
+                .collect();
+            let mut written = Vec::new();
+            for (w, h) in writers.into_iter().enumerate() {
+                let m = h
+                    .await
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("round {round} writer {w}: {e}"));
+                assert_eq!(m.size, SIZE as u64);
+                written.push(round * WRITERS + w as u8 + 1);
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            reader.await.unwrap();
+            let m = s.stat("race/k").await.unwrap();
+            let b = s.read("race/k", 0..m.size, &m).await.unwrap();
+            assert_eq!(b.len(), SIZE, "round {round}");
+            assert!(
+                written.contains(&b[0]) && b.iter().all(|&x| x == b[0]),
+                "round {round}: the stored file is not one write whole"
+            );
+            if !s.capabilities().write_replaces_attrs {
+                assert_eq!(m.mode.map(|m| m & 0o777), Some(0o640), "{m:?}");
+            }
+        }
+    }
+
     /// `create_dir` makes a directory that shows while empty; `remove_dir` refuses a directory
     /// with anything below it and removes an empty one.
     pub async fn create_and_remove_dirs(f: Fixture) {
@@ -843,6 +924,11 @@ macro_rules! suite {
             #[tokio::test]
             async fn write_delete() {
                 cases::write_delete(super::$backend().await).await
+            }
+            // Several threads, so that writes really run at once.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn racing_writes_replace_whole() {
+                cases::racing_writes_replace_whole(super::$backend().await).await
             }
             #[tokio::test]
             async fn create_and_remove_dirs() {
