@@ -377,7 +377,7 @@ pub struct SiltFs {
     filling: AtomicUsize,
     /// Versions the cache is being filled with behind a reader of the store's own file
     /// (`source_passthrough`), at most `threads` at once.
-    filling_behind: Arc<Mutex<HashSet<ObjectId>>>,
+    filling_behind: Arc<BehindSlots>,
     /// The mount's FUSE device (a duplicate), to register passthrough backings whose kernel
     /// ids go into the inode log, and to close inherited ones.
     dev: Option<OwnedFd>,
@@ -389,6 +389,38 @@ pub struct SiltFs {
     /// daemon before a takeover (see `reopen_old_handle`).
     fh_base: u64,
     started: SystemTime,
+}
+
+/// The versions being filled behind readers of the store's own file (`fill_behind`): each
+/// version once at a time, at most a given number at once.
+#[derive(Default)]
+struct BehindSlots(Mutex<HashSet<ObjectId>>);
+
+impl BehindSlots {
+    /// A slot to fill `object`, held until dropped; `None` if it is being filled already or
+    /// `max` (at least one) versions are.
+    fn take(self: &Arc<Self>, object: ObjectId, max: usize) -> Option<BehindSlot> {
+        let mut busy = self.0.lock();
+        if busy.len() >= max.max(1) || !busy.insert(object) {
+            return None;
+        }
+        Some(BehindSlot {
+            slots: self.clone(),
+            object,
+        })
+    }
+}
+
+/// A version's fill slot; dropping it (the fill ended, or its task was dropped) frees it.
+struct BehindSlot {
+    slots: Arc<BehindSlots>,
+    object: ObjectId,
+}
+
+impl Drop for BehindSlot {
+    fn drop(&mut self) {
+        self.slots.0.lock().remove(&self.object);
+    }
 }
 
 fn errno(e: &Error) -> Errno {
@@ -409,7 +441,7 @@ impl SiltFs {
             kernel_cached: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             filling: AtomicUsize::new(0),
-            filling_behind: Arc::new(Mutex::new(HashSet::new())),
+            filling_behind: Arc::new(BehindSlots::default()),
             dev: None,
             inherited_daemon_handles: Mutex::new(HashMap::new()),
             fh_base: 1,
@@ -1099,20 +1131,17 @@ impl SiltFs {
     /// a time, at most `threads` versions at once (past that the next open tries again).
     fn fill_behind(&self, file: Arc<OpenFile>) {
         let object = file.object().id;
-        {
-            let mut filling = self.filling_behind.lock();
-            if filling.len() >= self.opts.threads.max(1) || !filling.insert(object) {
-                return;
-            }
-        }
+        let Some(slot) = self.filling_behind.take(object, self.opts.threads) else {
+            return;
+        };
         metrics::FILLS_BEHIND_STARTED.inc();
-        let (client, filling) = (self.client.clone(), self.filling_behind.clone());
+        let client = self.client.clone();
         self.client.runtime().spawn(async move {
             if let Err(e) = client.fill(&file).await {
                 // The next open of the file finds it not whole and tries again.
                 tracing::debug!(path = %file.entry.path, error = %e, "fill behind a reader failed");
             }
-            filling.lock().remove(&object);
+            drop(slot);
             metrics::FILLS_BEHIND_FINISHED.inc();
         });
     }
@@ -2555,5 +2584,29 @@ mod tests {
         let other = "612 29 0:70 / /tmp/m rw - fuse.sshfs silt rw";
         assert!(!is_silt_mount_of(other, "/tmp/m"));
         assert!(!is_silt_mount_of("garbage", "/tmp/m"));
+    }
+
+    /// `fuse_source_passthrough`'s promise: each version is filled once at a time, at most
+    /// `fuse_threads` at once; a slot frees when its fill ends.
+    #[test]
+    fn fills_behind_are_once_per_version_and_bounded() {
+        let slots = Arc::new(BehindSlots::default());
+        let a = slots.take(ObjectId(1), 2).expect("a free slot");
+        assert!(
+            slots.take(ObjectId(1), 2).is_none(),
+            "one version filled twice"
+        );
+        let b = slots.take(ObjectId(2), 2).expect("a second slot");
+        assert!(slots.take(ObjectId(3), 2).is_none(), "past the bound");
+        drop(a);
+        let c = slots.take(ObjectId(3), 2).expect("a freed slot");
+        assert!(slots.take(ObjectId(1), 2).is_none(), "past the bound again");
+        drop((b, c));
+        let again = slots
+            .take(ObjectId(1), 2)
+            .expect("the version may be filled again");
+        // No bound below one: a mount with `fuse_threads = 0` still fills.
+        drop(again);
+        assert!(slots.take(ObjectId(9), 0).is_some());
     }
 }
