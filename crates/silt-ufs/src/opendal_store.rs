@@ -784,18 +784,27 @@ impl OpendalStore {
         let full = Self::fs_path(root, path);
         let what = |e: std::io::Error| Error::from(e).context(format!("write {}", self.full(path)));
         let parent = full.parent().unwrap_or(root);
-        std::fs::create_dir_all(parent).map_err(what)?;
-        let tmp = parent.join(format!(
-            "{FS_WRITE_TEMP}{}-{}",
-            std::process::id(),
-            FS_WRITE_SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(what)?;
+        let (file, tmp) = run_blocking(|| {
+            std::fs::create_dir_all(parent)?;
+            // A name no other writer holds: random, and created exclusively (a name left by
+            // a crash, or taken by a daemon on another host of a shared directory, is skipped).
+            let mut tries = 0;
+            loop {
+                let tmp = parent.join(format!("{FS_WRITE_TEMP}{:016x}", rand::random::<u64>()));
+                match std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&tmp)
+                {
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => {
+                        tries += 1
+                    }
+                    opened => return opened.map(|f| (f, tmp)),
+                }
+            }
+        })
+        .map_err(what)?;
         let written = run_blocking(|| -> Result<std::fs::Metadata> {
             let has_holes = (0..len)
                 .step_by(WRITE_PART)
@@ -859,8 +868,12 @@ impl OpendalStore {
         if let (Backend::Fs { root }, EntryKind::File) = (&self.backend, src.kind) {
             let what =
                 |e: std::io::Error| Error::from(e).context(format!("copy {}", self.full(from)));
-            let file = std::fs::File::open(Self::fs_path(root, from)).map_err(what)?;
-            let md = file.metadata().map_err(what)?;
+            let opened = run_blocking(|| {
+                let file = std::fs::File::open(Self::fs_path(root, from))?;
+                let md = file.metadata()?;
+                Ok((file, md))
+            });
+            let (file, md) = opened.map_err(what)?;
             return self.fs_write(root, to, &file, md.len(), Some(&md)).await;
         }
         UFS_REQUESTS.inc();
@@ -1553,10 +1566,9 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
 }
 
 /// Name prefix of the hidden file a local write fills before renaming it over its target
-/// ([`OpendalStore::fs_write`]); listings leave such names out. One left by a crash mid-write
-/// stays until removed by hand (docs/SEMANTICS.md).
+/// ([`OpendalStore::fs_write`]; a random number follows); listings leave such names out. One
+/// left by a crash mid-write stays until removed by hand (docs/SEMANTICS.md).
 pub const FS_WRITE_TEMP: &str = ".silt-write-";
-static FS_WRITE_SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs blocking file work from async code: on a multi-threaded runtime the worker hands its
 /// other tasks on first (`block_in_place`); elsewhere (a current-thread runtime, no runtime)

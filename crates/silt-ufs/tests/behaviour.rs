@@ -511,6 +511,14 @@ mod cases {
         const WRITERS: u8 = 6;
         let s = f.store.clone();
         put(&f, "race/k", b"zzzz").await;
+        if let Some(dir) = f._guard.downcast_ref::<tempfile::TempDir>() {
+            // What a daemon killed mid-write leaves in a local directory: never listed.
+            std::fs::write(
+                dir.path().join("race/.silt-write-0123456789abcdef"),
+                b"torn",
+            )
+            .unwrap();
+        }
         if !s.capabilities().write_replaces_attrs {
             let mode = SetAttrs {
                 mode: Some(0o640),
