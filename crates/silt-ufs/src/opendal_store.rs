@@ -1567,8 +1567,46 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
 
 /// Name prefix of the hidden file a local write fills before renaming it over its target
 /// ([`OpendalStore::fs_write`]; a random number follows); listings leave such names out. One
-/// left by a crash mid-write stays until removed by hand (docs/SEMANTICS.md).
+/// left by a crash mid-write is removed by `remove_dir` of its directory once abandoned
+/// ([`FS_WRITE_ABANDONED`]; docs/SEMANTICS.md).
 pub const FS_WRITE_TEMP: &str = ".silt-write-";
+
+/// How long a hidden write file ([`FS_WRITE_TEMP`]) goes unchanged before it is taken for one a
+/// killed daemon left: a write in progress changes it with every part it writes (8 MiB), so
+/// only a writer stalled that long loses its file (its rename then fails: an error, not a loss).
+const FS_WRITE_ABANDONED: Duration = Duration::from_secs(600);
+
+/// Removes from `dir` the hidden write files ([`FS_WRITE_TEMP`]) unchanged for `age` or more:
+/// invisible in listings, they would keep an apparently empty directory from being removed.
+/// A missing `dir` is nothing to clear.
+fn fs_clear_abandoned_writes(dir: &Path, age: Duration) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(FS_WRITE_TEMP)
+        {
+            continue;
+        }
+        let Ok(md) = entry.metadata() else {
+            continue; // renamed meanwhile: its write ended
+        };
+        let idle = md.modified().ok().and_then(|m| m.elapsed().ok());
+        if md.is_file() && idle.is_some_and(|idle| idle >= age) {
+            match std::fs::remove_file(entry.path()) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => tracing::info!(file = %entry.path().display(), "removed an abandoned write"),
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Runs blocking file work from async code: on a multi-threaded runtime the worker hands its
 /// other tasks on first (`block_in_place`); elsewhere (a current-thread runtime, no runtime)
@@ -2080,6 +2118,11 @@ impl UnderStore for OpendalStore {
     async fn remove_dir(&self, path: &str) -> Result<()> {
         let path = self.writable(path)?;
         self.count_errors(UfsOp::Delete, async {
+            if let Backend::Fs { root } = &self.backend {
+                let dir = Self::fs_path(root, path);
+                run_blocking(|| fs_clear_abandoned_writes(&dir, FS_WRITE_ABANDONED))
+                    .map_err(|e| Error::from(e).context(format!("rmdir {}", self.full(path))))?;
+            }
             // Empty? One listing of at most two keys: the directory's own marker and one more.
             let dir_slash = format!("{path}/");
             UFS_REQUESTS.inc();

@@ -1095,3 +1095,40 @@ async fn local_reads_racing_changes_never_mix_versions() {
     }
     eprintln!("{whole} reads whole, {refused} refused as changed");
 }
+
+/// A hidden write file a killed daemon left in a local directory (never listed) does not keep
+/// that directory from being removed for ever: one unchanged for ten minutes is taken for
+/// abandoned and removed by `remove_dir`; a fresh one (a write in progress) is left alone, and
+/// the directory is then not empty (docs/SEMANTICS.md).
+#[tokio::test]
+async fn local_rmdir_clears_abandoned_writes_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", dir.path().display());
+    let store = open_store(&uri, &S3Options::default()).await.unwrap();
+    store.create_dir("d").await.unwrap();
+    let plant = |name: &str, age: Duration| {
+        let p = dir.path().join("d").join(name);
+        std::fs::write(&p, b"part of a write").unwrap();
+        let f = std::fs::File::options().write(true).open(&p).unwrap();
+        f.set_modified(std::time::SystemTime::now() - age).unwrap();
+        p
+    };
+    let old = plant(".silt-write-00000000000000aa", Duration::from_secs(3600));
+    let fresh = plant(".silt-write-00000000000000bb", Duration::from_secs(5));
+    assert!(store.list("d", false).await.unwrap().is_empty());
+    let e = store.remove_dir("d").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotEmpty, "{e}");
+    assert!(!old.exists(), "the abandoned write was kept");
+    assert!(fresh.exists(), "a write in progress was removed");
+    std::fs::File::options()
+        .write(true)
+        .open(&fresh)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(601))
+        .unwrap();
+    store.remove_dir("d").await.unwrap();
+    assert_eq!(
+        store.stat("d").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+}
