@@ -1578,7 +1578,8 @@ const FS_WRITE_ABANDONED: Duration = Duration::from_secs(600);
 
 /// Removes from `dir` the hidden write files ([`FS_WRITE_TEMP`]) unchanged for `age` or more:
 /// invisible in listings, they would keep an apparently empty directory from being removed.
-/// A missing `dir` is nothing to clear.
+/// Stops at the first other entry (the directory is not empty anyway), so an `rmdir` of a
+/// full directory reads no more of it than before. A missing `dir` is nothing to clear.
 fn fs_clear_abandoned_writes(dir: &Path, age: Duration) -> std::io::Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -1592,7 +1593,7 @@ fn fs_clear_abandoned_writes(dir: &Path, age: Duration) -> std::io::Result<()> {
             .to_string_lossy()
             .starts_with(FS_WRITE_TEMP)
         {
-            continue;
+            return Ok(());
         }
         let Ok(md) = entry.metadata() else {
             continue; // renamed meanwhile: its write ended
