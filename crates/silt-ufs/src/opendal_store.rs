@@ -771,7 +771,7 @@ impl OpendalStore {
     /// attributes here: `write_replaces_attrs` is false); a hard link to the replaced file
     /// keeps the old bytes, as after any save by rename. Holes in `src` stay holes: only data
     /// is written, then the length is set.
-    async fn fs_write(
+    fn fs_write(
         &self,
         root: &Path,
         path: &str,
@@ -779,65 +779,51 @@ impl OpendalStore {
         len: u64,
         like: Option<&std::fs::Metadata>,
     ) -> Result<ObjectMeta> {
-        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        use std::os::unix::fs::FileExt;
         UFS_REQUESTS.inc();
         let full = Self::fs_path(root, path);
         let what = |e: std::io::Error| Error::from(e).context(format!("write {}", self.full(path)));
         let parent = full.parent().unwrap_or(root);
-        let (file, tmp) = run_blocking(|| {
-            std::fs::create_dir_all(parent)?;
-            // A name no other writer holds: random, and created exclusively (a name left by
-            // a crash, or taken by a daemon on another host of a shared directory, is skipped).
-            let mut tries = 0;
-            loop {
-                let tmp = parent.join(format!("{FS_WRITE_TEMP}{:016x}", rand::random::<u64>()));
-                match std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&tmp)
-                {
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => {
-                        tries += 1
+        let md = run_blocking(|| -> Result<std::fs::Metadata> {
+            std::fs::create_dir_all(parent).map_err(what)?;
+            let (file, tmp) = fs_create_hidden(parent).map_err(what)?;
+            let replace = || -> Result<std::fs::Metadata> {
+                let has_holes = (0..len)
+                    .step_by(WRITE_PART)
+                    .any(|off| src.is_hole(off, (len - off).min(WRITE_PART as u64)));
+                if has_holes {
+                    silt_common::io::copy_sparse(src, len, WRITE_PART as u64, |off, piece| {
+                        file.write_all_at(piece, off).map_err(what)
+                    })?;
+                } else {
+                    for part in self.parts(path, src, len, WRITE_PART) {
+                        let (off, part) = part?;
+                        file.write_all_at(&part, off).map_err(what)?;
                     }
-                    opened => return opened.map(|f| (f, tmp)),
                 }
-            }
-        })
-        .map_err(what)?;
-        let written = run_blocking(|| -> Result<std::fs::Metadata> {
-            let has_holes = (0..len)
-                .step_by(WRITE_PART)
-                .any(|off| src.is_hole(off, (len - off).min(WRITE_PART as u64)));
-            if has_holes {
-                silt_common::io::copy_sparse(src, len, WRITE_PART as u64, |off, piece| {
-                    file.write_all_at(piece, off).map_err(what)
-                })?;
-            } else {
-                for part in self.parts(path, src, len, WRITE_PART) {
-                    let (off, part) = part?;
-                    file.write_all_at(&part, off).map_err(what)?;
+                file.set_len(len).map_err(what)?;
+                let replaced = match like {
+                    Some(_) => None,
+                    None => std::fs::symlink_metadata(&full)
+                        .ok()
+                        .filter(|m| m.is_file()),
+                };
+                if let Some(like) = like.or(replaced.as_ref()) {
+                    keep_owner_and_mode(&file, like).map_err(what)?;
                 }
-            }
-            file.set_len(len).map_err(what)?;
-            let replaced = std::fs::symlink_metadata(&full)
-                .ok()
-                .filter(|m| m.is_file());
-            if let Some(like) = like.or(replaced.as_ref()) {
-                keep_owner_and_mode(&file, like).map_err(what)?;
-            }
-            std::fs::rename(&tmp, &full).map_err(what)?;
-            // Durable, under its name, when the write returns: one sync after the rename
-            // commits the file and its new name together on the journaling file systems
-            // (ext4, XFS, btrfs; the rename changed the file's inode), as the sync of a file
-            // written in place did. Syncing before the rename as well, or the directory after
-            // it, made a second commit: 15-20 % fewer small files per second.
-            file.sync_all().map_err(what)?;
-            // This write's own version, whatever a later writer renamed there since.
-            file.metadata().map_err(what)
-        });
-        let md = written.inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
+                std::fs::rename(&tmp, &full).map_err(what)?;
+                // Durable, under its name, when the write returns: one sync after the rename
+                // commits the file and its new name together on the journaling file systems
+                // (ext4, XFS, btrfs; the rename changed the file's inode), as the sync of a
+                // file written in place did. Syncing before the rename as well, or the
+                // directory after it, made a second commit: 15-20 % fewer small files/s.
+                file.sync_all().map_err(what)?;
+                // This write's own version, whatever a later writer renamed there since.
+                file.metadata().map_err(what)
+            };
+            replace().inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            })
         })?;
         fs_meta(path, &md).ok_or_else(|| {
             Error::new(
@@ -874,7 +860,7 @@ impl OpendalStore {
                 Ok((file, md))
             });
             let (file, md) = opened.map_err(what)?;
-            return self.fs_write(root, to, &file, md.len(), Some(&md)).await;
+            return self.fs_write(root, to, &file, md.len(), Some(&md));
         }
         UFS_REQUESTS.inc();
         let copied = self
@@ -961,7 +947,9 @@ impl OpendalStore {
         let path = self.writable(path)?;
         if let Backend::Fs { root } = &self.backend {
             return self
-                .count_errors(UfsOp::Write, self.fs_write(root, path, src, len, None))
+                .count_errors(UfsOp::Write, async {
+                    self.fs_write(root, path, src, len, None)
+                })
                 .await;
         }
         self.count_errors(UfsOp::Write, async {
@@ -1569,7 +1557,27 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
 /// ([`OpendalStore::fs_write`]; a random number follows); listings leave such names out. One
 /// left by a crash mid-write is removed by `remove_dir` of its directory once abandoned
 /// ([`FS_WRITE_ABANDONED`]; docs/SEMANTICS.md).
-pub const FS_WRITE_TEMP: &str = ".silt-write-";
+const FS_WRITE_TEMP: &str = ".silt-write-";
+
+/// A new hidden write file in `dir` ([`FS_WRITE_TEMP`] and a random number), created
+/// exclusively: a name left by a crash, or taken by a daemon on another host of a shared
+/// directory, is skipped for another.
+fn fs_create_hidden(dir: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut tries = 0;
+    loop {
+        let tmp = dir.join(format!("{FS_WRITE_TEMP}{:016x}", rand::random::<u64>()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+        {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+            opened => return opened.map(|f| (f, tmp)),
+        }
+    }
+}
 
 /// How long a hidden write file ([`FS_WRITE_TEMP`]) goes unchanged before it is taken for one a
 /// killed daemon left: a write in progress changes it with every part it writes (8 MiB), so
@@ -2002,7 +2010,9 @@ impl UnderStore for OpendalStore {
         let size = data.len() as u64;
         if let Backend::Fs { root } = &self.backend {
             return self
-                .count_errors(UfsOp::Write, self.fs_write(root, path, &data, size, None))
+                .count_errors(UfsOp::Write, async {
+                    self.fs_write(root, path, &data, size, None)
+                })
                 .await;
         }
         self.count_errors(UfsOp::Write, async {

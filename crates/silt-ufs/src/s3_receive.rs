@@ -735,10 +735,7 @@ mod tests {
                 uri: &uri,
                 headers: vec![],
             };
-            println!(
-                "{uri}: declined ({})",
-                declined(rx.get(&req, 0..10, 4).await)
-            );
+            declined(rx.get(&req, 0..10, 4).await);
         }
         let uri = format!("http://{a}/b/o");
         let req = Request {

@@ -557,6 +557,21 @@ mod cases {
                     whole
                 })
             };
+            // Another process reading the local directory itself: the old bytes or one
+            // write's, whole, never part of one or a mix (docs/SEMANTICS.md).
+            let outside = f._guard.downcast_ref::<tempfile::TempDir>().map(|dir| {
+                let (file, stop) = (dir.path().join("race/k"), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let b = std::fs::read(&file).expect("the file was missing");
+                        assert!(
+                            (b.len() == SIZE || b == b"zzzz") && b.iter().all(|&x| x == b[0]),
+                            "a reader of the directory saw {} bytes, not one write whole",
+                            b.len()
+                        );
+                    }
+                })
+            });
             let writers: Vec<_> = (0..WRITERS)
                 .map(|w| {
                     let s = s.clone();
@@ -577,6 +592,9 @@ mod cases {
             }
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             reader.await.unwrap();
+            if let Some(outside) = outside {
+                outside.join().expect("the reader of the directory failed");
+            }
             let m = s.stat("race/k").await.unwrap();
             let b = s.read("race/k", 0..m.size, &m).await.unwrap();
             assert_eq!(b.len(), SIZE, "round {round}");
