@@ -21,6 +21,7 @@ mod write;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::SystemTime;
@@ -949,7 +950,20 @@ where
         let svc = service.clone();
         async move {
             let head = req.method() == hyper::Method::HEAD;
-            let mut resp = svc.call(req.map(s3s::Body::from)).await?;
+            let (parts, body) = req.into_parts();
+            let (body, end_read) = WatchedBody::wrap(body);
+            let mut resp = svc.call(hyper::Request::from_parts(parts, body)).await?;
+            if end_read.is_some_and(|end| !end.load(Ordering::Acquire)) {
+                // Answered before the request's body was read to its end (refused, or failed
+                // part-way): the client may still send the rest, or (told nothing after an
+                // `Expect: 100-continue`) never send it, and the server cannot tell which.
+                // Keeping the connection would read its next request from the wrong byte
+                // (RFC 9110 10.1.1: say the connection closes).
+                resp.headers_mut().insert(
+                    hyper::header::CONNECTION,
+                    hyper::header::HeaderValue::from_static("close"),
+                );
+            }
             metrics::GATEWAY_REQUESTS.inc();
             let status = resp.status();
             if status.is_client_error() || status.is_server_error() {
@@ -976,6 +990,52 @@ where
         .serve_connection(hyper_util::rt::TokioIo::new(io), svc);
     if let Err(e) = conn.await {
         debug!(%peer, error = %e, "gateway connection ended");
+    }
+}
+
+/// A request body that records when its end has been read.
+struct WatchedBody {
+    inner: hyper::body::Incoming,
+    end_read: Arc<AtomicBool>,
+}
+
+impl WatchedBody {
+    /// The body for s3s, and (when there is a body at all) the flag its end sets.
+    fn wrap(inner: hyper::body::Incoming) -> (s3s::Body, Option<Arc<AtomicBool>>) {
+        use hyper::body::Body as _;
+        if inner.is_end_stream() {
+            return (s3s::Body::from(inner), None);
+        }
+        let end_read = Arc::new(AtomicBool::new(false));
+        let body = WatchedBody {
+            inner,
+            end_read: end_read.clone(),
+        };
+        (s3s::Body::http_body(body), Some(end_read))
+    }
+}
+
+impl hyper::body::Body for WatchedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.end_read.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -853,6 +853,82 @@ err(lambda: ro.create_multipart_upload(Bucket="data", Key="mp/ro"), "AccessDenie
     assert!(left.is_empty(), "uploads left behind: {left:?}");
 }
 
+/// A request answered before its body was read leaves the connection unusable: the client
+/// may still send the body, or (told nothing after `Expect: 100-continue`, as boto3 sends
+/// every part) never send it. Kept open, the next request was read from its second byte
+/// (`UT /…`, signature mismatch) whenever boto3 reused the connection quickly, under load.
+#[test]
+fn gateway_closes_connections_whose_body_it_left_unread() {
+    let keys = format!("{ACCESS} {SECRET} rw\n");
+    let fx = Fx::start(&[], &["--write-type", "through"], Some(&keys));
+    fx.py(
+        r#"
+import socket, urllib.parse
+s3 = client(os.environ["AK"], os.environ["SK"])
+ep = urllib.parse.urlsplit(EP)
+host = f"{ep.hostname}:{ep.port}"
+
+def answer(sock):
+    """One response (a Content-Length body): (status, headers, body); None at end of stream."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            chunk = b""
+        if not chunk:
+            assert not buf, buf
+            return None
+        buf += chunk
+    head, body = buf.split(b"\r\n\r\n", 1)
+    lines = head.decode().split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+    while len(body) < int(headers.get("content-length", "0")):
+        chunk = sock.recv(65536)
+        assert chunk, "cut off"
+        body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+def target(method, **params):
+    u = urllib.parse.urlsplit(s3.generate_presigned_url(method, Params=params, ExpiresIn=300))
+    return u.path + "?" + u.query
+
+get = target("get_object", Bucket="data", Key="kept")
+
+# A body read to its end: the connection carries the next request.
+sock = socket.create_connection((ep.hostname, ep.port), timeout=60)
+sock.sendall(f"PUT {target('put_object', Bucket='data', Key='kept')} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 3\r\n\r\nabc".encode())
+status, headers, _ = answer(sock)
+assert status == 200 and headers.get("connection") != "close", (status, headers)
+sock.sendall(f"GET {get} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+status, headers, body = answer(sock)
+assert (status, body) == (200, b"abc"), (status, headers, body)
+sock.close()
+
+# Refused before the body is read (a part number out of range, a request without
+# credentials): the head alone, as boto3 sends it, then no body after the final answer.
+u = s3.create_multipart_upload(Bucket="data", Key="mp")["UploadId"]
+refused = [
+    (target("upload_part", Bucket="data", Key="mp", UploadId=u, PartNumber=10001, Body=b""), 400),
+    ("/data/mp?partNumber=1&uploadId=" + u, 403),
+]
+for path, expected in refused:
+    sock = socket.create_connection((ep.hostname, ep.port), timeout=60)
+    sock.sendall(f"PUT {path} HTTP/1.1\r\nHost: {host}\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\n".encode())
+    status, headers, _ = answer(sock)
+    assert status == expected and headers.get("connection") == "close", (path, status, headers)
+    # The next request on it is not answered: the server has closed it.
+    try:
+        sock.sendall(f"GET {get} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert answer(sock) is None, path
+    sock.close()
+s3.abort_multipart_upload(Bucket="data", Key="mp", UploadId=u)
+"#,
+    );
+}
+
 /// The venv holding the aws CLI and s3fs (`scripts/install-deps.sh`).
 fn s3venv(bin: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
