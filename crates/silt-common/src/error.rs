@@ -196,6 +196,7 @@ impl From<std::io::Error> for Error {
             Io::NotADirectory => ErrorKind::NotADirectory,
             Io::IsADirectory => ErrorKind::IsADirectory,
             Io::ResourceBusy => ErrorKind::Busy,
+            Io::DirectoryNotEmpty => ErrorKind::NotEmpty,
             _ => ErrorKind::Internal,
         };
         Error::new(kind, err.to_string()).with_source(err)

@@ -17,6 +17,7 @@ use silt_common::bufpool::BufferPool;
 use silt_common::io::ReadAt;
 use silt_common::{Error, Result};
 
+mod beneath;
 mod fault;
 mod mem;
 mod opendal_store;

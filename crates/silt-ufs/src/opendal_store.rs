@@ -31,6 +31,7 @@ use silt_common::metrics::{
 use silt_common::{Error, ErrorKind, Result};
 use tracing::debug;
 
+use crate::beneath;
 use crate::s3_receive::{Received, Receiver};
 use crate::uri::StoreUri;
 use crate::{
@@ -624,19 +625,12 @@ impl OpendalStore {
         )
     }
 
-    fn fs_path(root: &Path, path: &str) -> PathBuf {
-        if path.is_empty() {
-            root.to_path_buf()
-        } else {
-            root.join(path)
-        }
-    }
-
     async fn fs_stat(&self, root: &Path, path: &str) -> Result<ObjectMeta> {
-        let p = Self::fs_path(root, path);
         UFS_REQUESTS.inc();
-        // A link is reported as a link, never followed (the kernel resolves it in the mount).
-        match tokio::fs::symlink_metadata(&p).await {
+        // A link is reported as a link, never followed (the kernel resolves it in the mount),
+        // nor one on the way (`beneath`).
+        let stat = || std::fs::symlink_metadata(&*beneath::parent(root, path, false)?);
+        match run_blocking(stat) {
             Ok(md) => fs_meta(path, &md).ok_or_else(|| {
                 Error::new(
                     ErrorKind::Unsupported,
@@ -781,12 +775,11 @@ impl OpendalStore {
     ) -> Result<ObjectMeta> {
         use std::os::unix::fs::FileExt;
         UFS_REQUESTS.inc();
-        let full = Self::fs_path(root, path);
         let what = |e: std::io::Error| Error::from(e).context(format!("write {}", self.full(path)));
-        let parent = full.parent().unwrap_or(root);
         let md = run_blocking(|| -> Result<std::fs::Metadata> {
-            std::fs::create_dir_all(parent).map_err(what)?;
-            let (file, tmp) = fs_create_hidden(parent).map_err(what)?;
+            // Missing parents made; none of them a link (`beneath`).
+            let full = beneath::parent(root, path, true).map_err(what)?;
+            let (file, tmp) = fs_create_hidden(full.dir()).map_err(what)?;
             let replace = || -> Result<std::fs::Metadata> {
                 let has_holes = (0..len)
                     .step_by(WRITE_PART)
@@ -855,12 +848,24 @@ impl OpendalStore {
             let what =
                 |e: std::io::Error| Error::from(e).context(format!("copy {}", self.full(from)));
             let opened = run_blocking(|| {
-                let file = std::fs::File::open(Self::fs_path(root, from))?;
+                use std::os::unix::fs::OpenOptionsExt;
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&*beneath::parent(root, from, false)?)?;
                 let md = file.metadata()?;
                 Ok((file, md))
             });
             let (file, md) = opened.map_err(what)?;
             return self.fs_write(root, to, &file, md.len(), Some(&md));
+        }
+        // A local link is copied as the link (as S3 copies a link object), never its target,
+        // which may lie outside the store.
+        if let (Backend::Fs { root }, EntryKind::Symlink) = (&self.backend, src.kind) {
+            UFS_REQUESTS.inc();
+            run_blocking(|| fs_copy_link(root, from, to))
+                .map_err(|e| Error::from(e).context(format!("copy {}", self.full(from))))?;
+            return self.fs_stat(root, to).await;
         }
         UFS_REQUESTS.inc();
         let copied = self
@@ -1298,6 +1303,19 @@ impl OpendalStore {
             .count_errors(UfsOp::Read, async {
                 match (&self.backend, &expected.etag) {
                     (Backend::S3 { .. }, Some(etag)) => self.s3_read(path, range, etag).await,
+                    (Backend::Fs { root }, _) => {
+                        UFS_REQUESTS.inc();
+                        let want = expected.content_fingerprint();
+                        let (root, path, shown) = (root.clone(), path.to_string(), self.full(path));
+                        let len = range.end - range.start;
+                        let what = shown.clone();
+                        tokio::task::spawn_blocking(move || {
+                            fs_read_pieces(&root, &path, &shown, range, &want, len)
+                        })
+                        .await
+                        .map_err(|e| Error::internal(format!("read {what}: {e}")))?
+                        .map(Buffer::from)
+                    }
                     _ => self.checked_read(path, range, expected).await,
                 }
             })
@@ -1404,7 +1422,19 @@ fn fs_walk(root: &Path, dir: &str, recursive: bool) -> std::io::Result<Vec<Objec
     let mut out = Vec::new();
     let mut todo = vec![dir.to_string()];
     while let Some(d) = todo.pop() {
-        let entries = match std::fs::read_dir(OpendalStore::fs_path(root, &d)) {
+        // The directory itself opened, not a link there (`beneath`): one swapped for a link
+        // since it was listed is not followed out of the store.
+        let pinned = match beneath::whole(root, &d) {
+            Ok(p) => p,
+            Err(e) if d != dir && e.kind() == std::io::ErrorKind::NotFound => continue,
+            // Swapped for a link since it was seen: gone as a directory.
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => match d == dir {
+                true => return Err(std::io::Error::from_raw_os_error(libc::ENOTDIR)),
+                false => continue,
+            },
+            Err(e) => return Err(e),
+        };
+        let entries = match std::fs::read_dir(&*pinned) {
             Ok(e) => e,
             Err(e) if d != dir && e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
@@ -1423,7 +1453,8 @@ fn fs_walk(root: &Path, dir: &str, recursive: bool) -> std::io::Result<Vec<Objec
             } else {
                 format!("{d}/{name}")
             };
-            let Ok(md) = std::fs::symlink_metadata(entry.path()) else {
+            // fstatat of the name in the directory read, never following it.
+            let Ok(md) = entry.metadata() else {
                 continue; // raced delete
             };
             let Some(m) = fs_meta(&rel, &md) else {
@@ -1444,7 +1475,8 @@ fn fs_walk(root: &Path, dir: &str, recursive: bool) -> std::io::Result<Vec<Objec
 /// those of the version asked for: a file replaced meanwhile is still read whole from the
 /// old one (kept open), and one changed in place is refused as changed.
 fn fs_read_pieces(
-    file: &Path,
+    root: &Path,
+    path: &str,
     shown: &str,
     range: Range<u64>,
     want: &str,
@@ -1458,18 +1490,20 @@ fn fs_read_pieces(
         )
     };
     let io = |e: std::io::Error| Error::from(e).context(format!("read {shown}"));
-    let f = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(file)
-    {
+    let opened = beneath::parent(root, path, false).and_then(|file| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&*file)
+    });
+    let f = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(Error::not_found(format!("read {shown}: not found")))
         }
         // Now a link (ELOOP): not the file whose metadata was read.
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(changed()),
-        // A parent is a file now: the version asked for is gone.
+        // A parent is a file (or a link) now: the version asked for is gone.
         Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
             return Err(Error::not_found(format!("read {shown}: not found")))
         }
@@ -1505,17 +1539,17 @@ fn fs_read_pieces(
     Ok(out)
 }
 
-/// The local file `file` opened read-only, if it is (through its open handle, not a link)
-/// a file whose content fingerprint is `want`.
-fn fs_version_file(file: &Path, shown: &str, want: &str) -> Option<std::fs::File> {
+/// The file `path` of the local store at `root` opened read-only, if it is (through its open
+/// handle, not a link) a file whose content fingerprint is `want`.
+fn fs_version_file(root: &Path, path: &str, want: &str) -> Option<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(file)
+        .open(&*beneath::parent(root, path, false).ok()?)
         .ok()?;
     let md = f.metadata().ok()?;
-    fs_is_version(shown, &md, want).then_some(f)
+    fs_is_version(path, &md, want).then_some(f)
 }
 
 /// Whether `md` is of a file (a directory there now is not the file version asked for) whose
@@ -1564,17 +1598,27 @@ const FS_WRITE_TEMP: &str = ".silt-write-";
 /// directory, is skipped for another.
 fn fs_create_hidden(dir: &Path) -> std::io::Result<(std::fs::File, PathBuf)> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut tries = 0;
-    loop {
-        let tmp = dir.join(format!("{FS_WRITE_TEMP}{:016x}", rand::random::<u64>()));
-        match std::fs::OpenOptions::new()
+    fs_make_hidden(dir, |tmp| {
+        std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-        {
+            .open(tmp)
+    })
+}
+
+/// `make` run on a new hidden name in `dir` (see [`fs_create_hidden`]) until it does not find
+/// the name taken (`EEXIST`, a few tries); what it made, and the name.
+fn fs_make_hidden<T>(
+    dir: &Path,
+    mut make: impl FnMut(&Path) -> std::io::Result<T>,
+) -> std::io::Result<(T, PathBuf)> {
+    let mut tries = 0;
+    loop {
+        let tmp = dir.join(format!("{FS_WRITE_TEMP}{:016x}", rand::random::<u64>()));
+        match make(&tmp) {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
-            opened => return opened.map(|f| (f, tmp)),
+            made => return made.map(|m| (m, tmp)),
         }
     }
 }
@@ -1806,19 +1850,24 @@ fn epoch_time(secs: i64, nanos: i64) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
 }
 
-/// `chmod`, `lchown` and `utimensat` of a local path, as asked.
-fn fs_set_attrs(p: &Path, a: &SetAttrs) -> std::io::Result<()> {
+/// `chmod`, `lchown` and `utimensat` of the entry `path` of the local store at `root`, as
+/// asked; none follows a link (`beneath`).
+fn fs_set_attrs(root: &Path, path: &str, a: &SetAttrs) -> std::io::Result<()> {
+    let p = &*beneath::parent(root, path, false)?;
     // Owner first: chown clears setuid/setgid, which a mode given with it must keep.
     if a.uid.is_some() || a.gid.is_some() {
         std::os::unix::fs::lchown(p, a.uid, a.gid)?;
     }
-    // chmod follows links (Linux keeps no mode on a link): never change a link's target,
-    // which may lie outside the store.
-    if let Some(mode) = a
-        .mode
-        .filter(|_| !std::fs::symlink_metadata(p).is_ok_and(|m| m.is_symlink()))
-    {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode & 0o7777))?;
+    // chmod follows links (Linux keeps no mode on a link): it is given the entry itself,
+    // opened without following, so it never changes a link's target (maybe outside the store).
+    if let Some(mode) = a.mode {
+        match beneath::whole(root, path) {
+            Ok(entry) => {
+                std::fs::set_permissions(&*entry, std::fs::Permissions::from_mode(mode & 0o7777))?
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {} // a link: no mode of its own
+            Err(e) => return Err(e),
+        }
     }
     if a.atime.is_some() || a.mtime.is_some() {
         let ts = |t: Option<SystemTime>| match t.map(|t| t.duration_since(UNIX_EPOCH)) {
@@ -1855,11 +1904,85 @@ fn fs_set_attrs(p: &Path, a: &SetAttrs) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether `p` is itself a symbolic link (not followed); `false` if it cannot be read.
-async fn is_fs_symlink(p: &Path) -> bool {
-    tokio::fs::symlink_metadata(p)
-        .await
-        .is_ok_and(|m| m.file_type().is_symlink())
+/// Whether a local operation's error says its path (or a parent) is not there.
+fn fs_gone(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
+}
+
+/// Removes the file or link `path` of the local store at `root` (an empty directory too, as
+/// OpenDAL's local delete did); a missing one, or one below a file, is nothing to remove.
+fn fs_delete(root: &Path, path: &str) -> std::io::Result<()> {
+    let p = match beneath::parent(root, path, false) {
+        Err(e) if fs_gone(&e) => return Ok(()),
+        p => p?,
+    };
+    let removed = match std::fs::symlink_metadata(&*p) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir(&*p),
+        Ok(_) => std::fs::remove_file(&*p),
+        Err(e) => Err(e),
+    };
+    match removed {
+        Err(e) if fs_gone(&e) => Ok(()),
+        r => r,
+    }
+}
+
+/// `mkdir -p path` in the local store at `root`, each directory made beneath the last; an
+/// existing directory is done, anything else there (a link included) `EEXIST`.
+fn fs_create_dir(root: &Path, path: &str) -> std::io::Result<()> {
+    let p = beneath::parent(root, path, true)?;
+    match std::fs::create_dir(&*p) {
+        Err(e)
+            if e.kind() == std::io::ErrorKind::AlreadyExists
+                && std::fs::symlink_metadata(&*p).is_ok_and(|m| m.is_dir()) =>
+        {
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+/// `rmdir path` in the local store at `root` (`ENOTEMPTY` if anything is left in it), after
+/// the hidden files of writes a killed daemon left there; a missing one is nothing to remove.
+fn fs_remove_dir(root: &Path, path: &str) -> std::io::Result<()> {
+    match beneath::whole(root, path) {
+        Ok(dir) => fs_clear_abandoned_writes(&dir, FS_WRITE_ABANDONED)?,
+        Err(e) if fs_gone(&e) => return Ok(()),
+        // A link: not a directory (rmdir below says so).
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {}
+        Err(e) => return Err(e),
+    }
+    let p = match beneath::parent(root, path, false) {
+        Err(e) if fs_gone(&e) => return Ok(()),
+        p => p?,
+    };
+    match std::fs::remove_dir(&*p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// The link `from` of the local store at `root` copied as a link to `to` (made under a hidden
+/// name beside it, then renamed over it: `to` is replaced whole, its parents made).
+fn fs_copy_link(root: &Path, from: &str, to: &str) -> std::io::Result<()> {
+    let target = std::fs::read_link(&*beneath::parent(root, from, false)?)?;
+    let dst = beneath::parent(root, to, true)?;
+    let ((), tmp) = fs_make_hidden(dst.dir(), |tmp| std::os::unix::fs::symlink(&target, tmp))?;
+    std::fs::rename(&tmp, &*dst).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// `rename(2)` of `from` to `to` in the local store at `root` (files, links and directories
+/// alike, none followed), the parents of `to` made.
+fn fs_rename(root: &Path, from: &str, to: &str) -> std::io::Result<()> {
+    // A parent of `from` that is a file or a link: `from` is missing.
+    let src = beneath::parent(root, from, false).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOTDIR) => std::io::Error::from_raw_os_error(libc::ENOENT),
+        _ => e,
+    })?;
+    let dst = beneath::parent(root, to, true)?;
+    std::fs::rename(&*src, &*dst)
 }
 
 fn strip_etag(etag: &str) -> String {
@@ -1950,14 +2073,14 @@ impl UnderStore for OpendalStore {
             let Some((path, range)) = plan_read(path, &range, expected, |p| self.full(p))? else {
                 return Ok(Vec::new());
             };
-            let (file, shown) = (Self::fs_path(root, path), self.full(path));
+            let (root, path, shown) = (root.clone(), path.to_string(), self.full(path));
             let want = expected.content_fingerprint();
             let got = self
                 .count_errors(UfsOp::Read, async move {
                     UFS_REQUESTS.inc();
                     let what = shown.clone();
                     tokio::task::spawn_blocking(move || {
-                        fs_read_pieces(&file, &shown, range, &want, piece)
+                        fs_read_pieces(&root, &path, &shown, range, &want, piece)
                     })
                     .await
                     .map_err(|e| Error::internal(format!("read {what}: {e}")))?
@@ -1996,10 +2119,9 @@ impl UnderStore for OpendalStore {
         let Backend::Fs { root } = &self.backend else {
             return None;
         };
-        let file = Self::fs_path(root, normalize_path(path).ok()?);
+        let (root, path) = (root.clone(), normalize_path(path).ok()?.to_string());
         let want = expected.content_fingerprint();
-        let shown = path.to_string();
-        tokio::task::spawn_blocking(move || fs_version_file(&file, &shown, &want))
+        tokio::task::spawn_blocking(move || fs_version_file(&root, &path, &want))
             .await
             .ok()
             .flatten()
@@ -2078,17 +2200,8 @@ impl UnderStore for OpendalStore {
         self.count_errors(UfsOp::Delete, async {
             UFS_REQUESTS.inc();
             if let Backend::Fs { root } = &self.backend {
-                // OpenDAL's delete follows a link (a dangling one is "missing", one to a
-                // directory an rmdir): a link is unlinked here.
-                let p = Self::fs_path(root, path);
-                if is_fs_symlink(&p).await {
-                    return match tokio::fs::remove_file(&p).await {
-                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                            Err(Error::from(e).context(format!("delete {}", self.full(path))))
-                        }
-                        _ => Ok(()),
-                    };
-                }
+                return run_blocking(|| fs_delete(root, path))
+                    .map_err(|e| Error::from(e).context(format!("delete {}", self.full(path))));
             }
             match self.op.delete(path).await {
                 Ok(()) => Ok(()),
@@ -2102,8 +2215,14 @@ impl UnderStore for OpendalStore {
     async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
         self.count_errors(UfsOp::Write, async {
-            // Local directories: `create_dir_all`; S3: OpenDAL writes the zero-byte `path/`
-            // marker (its simulated `create_dir`).
+            // Local directories: each made beneath the last (`beneath`); S3: OpenDAL writes
+            // the zero-byte `path/` marker (its simulated `create_dir`).
+            if let Backend::Fs { root } = &self.backend {
+                UFS_REQUESTS.inc();
+                run_blocking(|| fs_create_dir(root, path))
+                    .map_err(|e| Error::from(e).context(format!("mkdir {}", self.full(path))))?;
+                return self.fs_stat(root, path).await;
+            }
             if !self.op.info().capability().create_dir {
                 return Err(Error::new(
                     ErrorKind::Unsupported,
@@ -2118,10 +2237,7 @@ impl UnderStore for OpendalStore {
                 .create_dir(&format!("{path}/"))
                 .await
                 .map_err(|e| self.map_err("mkdir", path, e))?;
-            match &self.backend {
-                Backend::Fs { root } => self.fs_stat(root, path).await,
-                Backend::S3 { .. } => Ok(ObjectMeta::dir(path)),
-            }
+            Ok(ObjectMeta::dir(path))
         })
         .await
     }
@@ -2130,9 +2246,9 @@ impl UnderStore for OpendalStore {
         let path = self.writable(path)?;
         self.count_errors(UfsOp::Delete, async {
             if let Backend::Fs { root } = &self.backend {
-                let dir = Self::fs_path(root, path);
-                run_blocking(|| fs_clear_abandoned_writes(&dir, FS_WRITE_ABANDONED))
-                    .map_err(|e| Error::from(e).context(format!("rmdir {}", self.full(path))))?;
+                UFS_REQUESTS.inc();
+                return run_blocking(|| fs_remove_dir(root, path))
+                    .map_err(|e| Error::from(e).context(format!("rmdir {}", self.full(path))));
             }
             // Empty? One listing of at most two keys: the directory's own marker and one more.
             let dir_slash = format!("{path}/");
@@ -2178,22 +2294,12 @@ impl UnderStore for OpendalStore {
                 return self.stat_inner(to).await;
             }
             if let Backend::Fs { root } = &self.backend {
-                // OpenDAL's rename stats (follows) the source, so a dangling link would be
-                // "missing": a link is moved here, with the same rename(2).
-                let (src, dst) = (Self::fs_path(root, from), Self::fs_path(root, to));
-                if is_fs_symlink(&src).await {
-                    UFS_REQUESTS.inc();
-                    let moved = async {
-                        if let Some(parent) = dst.parent() {
-                            tokio::fs::create_dir_all(parent).await?;
-                        }
-                        tokio::fs::rename(&src, &dst).await
-                    };
-                    moved.await.map_err(|e| {
-                        Error::from(e).context(format!("rename {} to {to}", self.full(from)))
-                    })?;
-                    return self.stat_inner(to).await;
-                }
+                // One rename(2) (files, links and directories alike), parents of `to` made.
+                UFS_REQUESTS.inc();
+                run_blocking(|| fs_rename(root, from, to)).map_err(|e| {
+                    Error::from(e).context(format!("rename {} to {to}", self.full(from)))
+                })?;
+                return self.stat_inner(to).await;
             }
             if cap.rename {
                 // Native (local directories): one atomic rename(2), parents of `to` created.
@@ -2245,9 +2351,11 @@ impl UnderStore for OpendalStore {
         self.count_errors(UfsOp::Write, async {
             match &self.backend {
                 Backend::Fs { root } => {
-                    let p = Self::fs_path(root, path);
                     UFS_REQUESTS.inc();
-                    tokio::fs::symlink(target, &p).await.map_err(|e| {
+                    let made = || {
+                        std::os::unix::fs::symlink(target, &*beneath::parent(root, path, false)?)
+                    };
+                    run_blocking(made).map_err(|e| {
                         let kind = e.kind();
                         let e = Error::from(e).context(format!("symlink {}", self.full(path)));
                         if kind == std::io::ErrorKind::NotFound {
@@ -2310,7 +2418,8 @@ impl UnderStore for OpendalStore {
             let target = match &self.backend {
                 Backend::Fs { root } => {
                     UFS_REQUESTS.inc();
-                    match tokio::fs::read_link(Self::fs_path(root, path)).await {
+                    match run_blocking(|| std::fs::read_link(&*beneath::parent(root, path, false)?))
+                    {
                         Ok(t) => t.into_os_string().into_vec(),
                         Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
                             return Err(not_link())
@@ -2365,20 +2474,15 @@ impl UnderStore for OpendalStore {
         self.count_errors(UfsOp::Write, async {
             match &self.backend {
                 Backend::Fs { root } => {
-                    let p = Self::fs_path(root, path);
-                    let a = *attrs;
                     UFS_REQUESTS.inc();
-                    tokio::task::spawn_blocking(move || fs_set_attrs(&p, &a))
-                        .await
-                        .map_err(|e| Error::internal(format!("set_attrs: {e}")))?
-                        .map_err(|e| {
-                            let e = if e.kind() == std::io::ErrorKind::NotFound {
-                                Error::not_found(e.to_string())
-                            } else {
-                                Error::from(e)
-                            };
-                            e.context(format!("set attributes of {}", self.full(path)))
-                        })?;
+                    run_blocking(|| fs_set_attrs(root, path, attrs)).map_err(|e| {
+                        let e = if e.kind() == std::io::ErrorKind::NotFound {
+                            Error::not_found(e.to_string())
+                        } else {
+                            Error::from(e)
+                        };
+                        e.context(format!("set attributes of {}", self.full(path)))
+                    })?;
                     self.fs_stat(root, path).await
                 }
                 Backend::S3 { .. } => self.s3_set_attrs(path, attrs).await,

@@ -1150,3 +1150,149 @@ async fn local_rmdir_clears_abandoned_writes_only() {
         ErrorKind::NotFound
     );
 }
+
+/// A link in a local store is an entry, never a way out of its root (docs/SECURITY.md): no
+/// operation on a path through a link (`out/…`, `out` a link to a directory outside) reaches
+/// outside, and a directory swapped for a link after its file's metadata was read (a cache's
+/// stale view) does not send the read, with that metadata, to the file outside. A daemon
+/// running as root must not serve or change the host's files through a link in a dataset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_links_never_lead_out_of_the_root() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let t = tempfile::tempdir().unwrap();
+    let (root, outside) = (t.path().join("root"), t.path().join("outside"));
+    std::fs::create_dir_all(root.join("d")).unwrap();
+    std::fs::create_dir_all(outside.join("sub")).unwrap();
+    let secret = outside.join("f");
+    std::fs::write(&secret, b"outside!").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(root.join("d/f"), b"inside!!").unwrap();
+    std::fs::write(root.join("keep"), b"keep").unwrap();
+    // Same size and mtime as the store's file: a followed link would pass the version check.
+    let mtime = std::fs::metadata(root.join("d/f"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&secret)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    symlink(&outside, root.join("out")).unwrap();
+    let store = open_store(&format!("file://{}", root.display()), &S3Options::default())
+        .await
+        .unwrap();
+    let seen = store.stat("d/f").await.unwrap();
+    let outside_listing = || {
+        let mut v: Vec<_> = walkdir(&outside);
+        v.sort();
+        v
+    };
+    let before = outside_listing();
+
+    // Reads through the link: nothing there.
+    let e = store.stat("out/f").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    let e = store.list("out/sub", false).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert_eq!(store.stat("out").await.unwrap().kind, EntryKind::Symlink);
+    let e = store.list("out", false).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotADirectory, "{e}");
+    assert!(store.read_link("out/f").await.is_err());
+    let mut outside_meta = seen.clone();
+    outside_meta.path = "out/f".into();
+    assert!(store.read("out/f", 0..8, &outside_meta).await.is_err());
+    assert!(store.local_file("out/f", &outside_meta).await.is_none());
+    assert!(store.copy("out/f", "copied").await.is_err());
+    assert!(store.stat("copied").await.is_err());
+    // A link to a file outside is copied as the link, not as the file's bytes.
+    symlink(&secret, root.join("flink")).unwrap();
+    assert_eq!(
+        store.copy("flink", "copied").await.unwrap().kind,
+        EntryKind::Symlink
+    );
+    assert_eq!(std::fs::read_link(root.join("copied")).unwrap(), secret);
+
+    // Changes through the link: refused, and nothing outside changes.
+    assert!(store
+        .write("out/new", Bytes::from_static(b"x"))
+        .await
+        .is_err());
+    assert!(store
+        .write("out/sub/new", Bytes::from_static(b"x"))
+        .await
+        .is_err());
+    assert!(store.create_dir("out/newdir").await.is_err());
+    assert!(store.rename("keep", "out/stolen").await.is_err());
+    assert_eq!(
+        store.rename("out/f", "taken").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert!(store.symlink("out/l", "/").await.is_err());
+    assert!(
+        store.delete("out/f").await.is_ok(),
+        "a path that is not there is deleted"
+    );
+    assert!(
+        store.remove_dir("out/sub").await.is_ok(),
+        "a missing directory is removed"
+    );
+    let chmod = SetAttrs {
+        mode: Some(0o666),
+        ..SetAttrs::default()
+    };
+    assert!(store.set_attrs("out/f", &chmod).await.is_err());
+    // The link itself: chmod has no mode of it to change, and never its target's.
+    store.set_attrs("out", &chmod).await.unwrap();
+    assert_eq!(
+        before,
+        outside_listing(),
+        "something outside the root changed"
+    );
+    assert_eq!(std::fs::read(&secret).unwrap(), b"outside!");
+    let mode = std::fs::metadata(&secret).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(std::fs::read(root.join("keep")).unwrap(), b"keep");
+
+    // `d` swapped for a link to `outside` after `d/f` was seen: the read with the old
+    // metadata does not find the file outside, nor a write its directory.
+    std::fs::rename(root.join("d"), root.join("d-old")).unwrap();
+    symlink(&outside, root.join("d")).unwrap();
+    match store.read("d/f", 0..8, &seen).await {
+        Ok(b) => panic!("read {:?} through a swapped link", b),
+        Err(e) => assert!(
+            matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ContentChanged),
+            "{e}"
+        ),
+    }
+    assert!(store.read_pieces("d/f", 0..8, &seen, 4).await.is_err());
+    assert!(store.local_file("d/f", &seen).await.is_none());
+    assert!(store
+        .write("d/f", Bytes::from_static(b"overwrite"))
+        .await
+        .is_err());
+    assert!(store.delete("d/f").await.is_ok());
+    assert_eq!(
+        before,
+        outside_listing(),
+        "something outside the root changed"
+    );
+    assert_eq!(std::fs::read(&secret).unwrap(), b"outside!");
+}
+
+/// Every path below `dir` with its bytes (files) or nothing (directories, links).
+fn walkdir(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Option<Vec<u8>>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let md = std::fs::symlink_metadata(&p).unwrap();
+        if md.is_dir() {
+            out.extend(walkdir(&p));
+            out.push((p, None));
+        } else {
+            out.push((p.clone(), md.is_file().then(|| std::fs::read(&p).unwrap())));
+        }
+    }
+    out
+}

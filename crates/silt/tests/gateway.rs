@@ -652,12 +652,25 @@ fn gateway_writes_as_s3_does() {
         Some(&keys),
     );
     let (mid, mid_bytes) = expect_file(fx.dir.path(), "mid.bin", 3, 5 * 1024 * 1024 + 17);
+    // A link in the store to a directory outside it (as a dataset may hold one).
+    let outside = fx.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("secret"), b"not for S3").unwrap();
+    std::os::unix::fs::symlink(&outside, fx.dir.path().join("store-data/out")).unwrap();
     fx.py(&format!(
         r#"
 import base64, hashlib, zlib
 s3 = client(os.environ["AK"], os.environ["SK"])
 ro = client(os.environ["RO_AK"], os.environ["RO_SK"])
 get = lambda k, b="data": s3.get_object(Bucket=b, Key=k)["Body"].read()
+
+# A link is an entry, never a way out of the store (docs/SECURITY.md): no key through it.
+err(lambda: get("out/secret"), "NoSuchKey", 404)
+try:
+    s3.put_object(Bucket="data", Key="out/planted", Body=b"x")
+    raise AssertionError("a PUT through a link succeeded")
+except ClientError:
+    pass
 
 # PutObject: the ETag it answers is the one HEAD, GET and listings show.
 r = s3.put_object(Bucket="data", Key="new/dir/x.txt", Body=b"hello S3 writes")
@@ -778,6 +791,11 @@ assert get("presigned") == b"via a presigned URL"
         std::fs::read(fx.dir.path().join("mnt/data/presigned")).unwrap(),
         b"via a presigned URL"
     );
+    let left: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["secret"], "written outside the store");
     let _ = mid_bytes;
 }
 
