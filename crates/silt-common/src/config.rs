@@ -454,7 +454,7 @@ pub fn parse_path_entry<'a>(text: &'a str, what: &str, example: &str) -> Result<
     let (path, value) = text
         .split_once('=')
         .ok_or_else(|| Error::invalid(format!("{what} {text:?}: expected {example}")))?;
-    let path = normalize_ns_path(path).ok_or_else(|| {
+    let path = normalize_ns_path(path.trim()).ok_or_else(|| {
         Error::invalid(format!(
             "{what} {text:?}: PATH must be absolute, without . or .. (e.g. {example})"
         ))
@@ -501,9 +501,9 @@ pub fn is_at_or_under(path: &str, dir: &str) -> bool {
 }
 
 /// Normalises an absolute namespace path: `/a//b/` → `/a/b`, `/` stays `/`. Rejects relative
-/// paths and `.`/`..` components.
+/// paths and `.`/`..` components. Nothing else is changed: a file name may end in a space or
+/// a newline (configuration text is trimmed by its parser, not here).
 pub fn normalize_ns_path(path: &str) -> Option<String> {
-    let path = path.trim();
     if !path.starts_with('/') {
         return None;
     }
@@ -1010,6 +1010,9 @@ mod tests {
         assert_eq!(c.fuse_threads, 4);
         assert!(c.apply_toml("page_size = [1]").is_err());
         assert_eq!(normalize_ns_path("//a/./b"), None);
+        // Names may end in white space: `/d/f ` is not `/d/f`.
+        assert_eq!(normalize_ns_path("/d/f "), Some("/d/f ".into()));
+        assert_eq!(normalize_ns_path("/d/g\n/"), Some("/d/g\n".into()));
         assert_eq!(normalize_ns_path("/"), Some("/".into()));
     }
 }

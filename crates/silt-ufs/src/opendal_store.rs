@@ -660,6 +660,13 @@ impl OpendalStore {
         if path.is_empty() {
             return Ok(ObjectMeta::dir(""));
         }
+        if self.s3_unaddressable(path) {
+            return Err(Error::not_found(format!(
+                "stat {}: not found (a name that begins or ends with white space cannot be \
+                 reached on S3 through this store)",
+                self.full(path)
+            )));
+        }
         UFS_REQUESTS.inc();
         match self.op.stat(path).await {
             Ok(m) if !m.is_dir() => return Ok(s3_meta(path.to_string(), &m)),
@@ -715,7 +722,21 @@ impl OpendalStore {
                 self.uri
             )));
         }
+        if self.s3_unaddressable(path) {
+            return Err(Error::invalid(format!(
+                "write {}: a name that begins or ends with white space cannot be stored on S3 \
+                 through this store (docs/SEMANTICS.md)",
+                self.full(path)
+            )));
+        }
         Ok(path)
+    }
+
+    /// Whether `path` is one OpenDAL cannot address on S3: it trims white space from both
+    /// ends of every path (`a ` would reach the key `a`: a write there would replace another
+    /// object, a delete remove it). Such names are refused for writes, invisible otherwise.
+    fn s3_unaddressable(&self, path: &str) -> bool {
+        matches!(self.backend, Backend::S3 { .. }) && path.trim() != path
     }
 
     /// The metadata of the version a write just created, `size` bytes long.
@@ -804,6 +825,7 @@ impl OpendalStore {
                 if let Some(like) = like.or(replaced.as_ref()) {
                     keep_owner_and_mode(&file, like).map_err(what)?;
                 }
+                file.set_modified(unique_mtime()).map_err(what)?;
                 std::fs::rename(&tmp, &full).map_err(what)?;
                 // Durable, under its name, when the write returns: one sync after the rename
                 // commits the file and its new name together on the journaling file systems
@@ -1029,6 +1051,10 @@ impl OpendalStore {
             if is_listed_dir_itself(&p, &dir_slash) {
                 continue;
             }
+            if self.s3_unaddressable(p.trim_end_matches('/')) {
+                debug!(key = %p, "skipping a key that begins or ends with white space");
+                continue;
+            }
             if !take_one(budget) {
                 return Ok(None);
             }
@@ -1059,7 +1085,9 @@ impl OpendalStore {
             let (p, m) = entry
                 .map_err(|e| self.map_err("list", dir, e))?
                 .into_parts();
-            if !is_listed_dir_itself(&p, &dir_slash) {
+            if !is_listed_dir_itself(&p, &dir_slash)
+                && !self.s3_unaddressable(p.trim_end_matches('/'))
+            {
                 top.push((p, m));
             }
         }
@@ -1585,6 +1613,26 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
             ctime: epoch_time(md.ctime(), md.ctime_nsec()),
         },
     })
+}
+
+/// The mtime a local write gives its file: now, to the nanosecond, and always at least a
+/// microsecond past the last one this process gave (a file system may keep only
+/// microseconds). The kernel stamps files from a coarse clock (a few ms), so two writes of
+/// one size in a row got the same size and mtime, the content fingerprint of a local file,
+/// and a reader kept the pages it had cached of the earlier bytes.
+fn unique_mtime() -> SystemTime {
+    static LAST_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let mut last = LAST_NS.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last.saturating_add(1_000));
+        match LAST_NS.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return UNIX_EPOCH + Duration::from_nanos(next),
+            Err(seen) => last = seen,
+        }
+    }
 }
 
 /// Name prefix of the hidden file a local write fills before renaming it over its target
@@ -2203,6 +2251,9 @@ impl UnderStore for OpendalStore {
                 return run_blocking(|| fs_delete(root, path))
                     .map_err(|e| Error::from(e).context(format!("delete {}", self.full(path))));
             }
+            if self.s3_unaddressable(path) {
+                return Ok(()); // nothing this store can see is there
+            }
             match self.op.delete(path).await {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(()),
@@ -2485,6 +2536,7 @@ impl UnderStore for OpendalStore {
                     })?;
                     self.fs_stat(root, path).await
                 }
+                Backend::S3 { .. } if self.s3_unaddressable(path) => self.s3_stat(path).await,
                 Backend::S3 { .. } => self.s3_set_attrs(path, attrs).await,
             }
         })
