@@ -612,6 +612,16 @@ impl SiltFs {
         Ok(silt_client::namespace::join(&dir, name))
     }
 
+    /// The path of a name about to be made (create, mkdir, symlink, a rename's target): one
+    /// that is not UTF-8 is `EINVAL` (store paths and keys are UTF-8; such a name can be
+    /// neither looked up nor made, but saying `ENOENT` to a create reads as a missing parent).
+    fn new_child_path(&self, parent: INodeNo, name: &OsStr) -> std::result::Result<String, Errno> {
+        if name.len() <= NAME_MAX && name.to_str().is_none() {
+            return Err(Errno::EINVAL);
+        }
+        self.child_path(parent, name)
+    }
+
     fn attr(&self, ino: u64, e: &Entry) -> FileAttr {
         let is_dir = e.kind == EntryKind::Dir;
         let mtime = if is_dir {
@@ -1797,7 +1807,7 @@ impl fuser::Filesystem for SiltFs {
         reply: ReplyCreate,
     ) {
         let _timer = FuseOp::Create.timer();
-        let path = match self.child_path(parent, name) {
+        let path = match self.new_child_path(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
@@ -1869,7 +1879,7 @@ impl fuser::Filesystem for SiltFs {
         reply: ReplyEntry,
     ) {
         let _timer = FuseOp::Mkdir.timer();
-        let path = match self.child_path(parent, name) {
+        let path = match self.new_child_path(parent, name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
@@ -1893,7 +1903,7 @@ impl fuser::Filesystem for SiltFs {
         reply: ReplyEntry,
     ) {
         let _timer = FuseOp::Symlink.timer();
-        let path = match self.child_path(parent, link_name) {
+        let path = match self.new_child_path(parent, link_name) {
             Ok(p) => p,
             Err(e) => return reply.error(e),
         };
@@ -1963,7 +1973,7 @@ impl fuser::Filesystem for SiltFs {
         }
         let (from, to) = match (
             self.child_path(parent, name),
-            self.child_path(newparent, newname),
+            self.new_child_path(newparent, newname),
         ) {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => return reply.error(e),

@@ -707,6 +707,30 @@ fn symlinks(root: &Path) {
         std::fs::read_link(root.join("l_file")).unwrap(),
         Path::new("t.txt")
     );
+    // A name that is not UTF-8 can be made nowhere (store paths and keys are UTF-8): EINVAL
+    // for every way of making one, not ENOENT, which reads as a missing parent; looked up,
+    // nothing is there.
+    let bad = root.join(std::ffi::OsStr::from_bytes(b"bad\xff"));
+    let made: [(&str, std::io::Result<()>); 4] = [
+        ("create", std::fs::write(&bad, b"x")),
+        ("mkdir", std::fs::create_dir(&bad)),
+        ("symlink", std::os::unix::fs::symlink("t.txt", &bad)),
+        ("rename", std::fs::rename(root.join("t.txt"), &bad)),
+    ];
+    for (what, r) in made {
+        let err = r.expect_err(what);
+        assert_eq!(
+            err.raw_os_error(),
+            Some(libc::EINVAL),
+            "{what} of a non-UTF-8 name"
+        );
+    }
+    let err = std::fs::symlink_metadata(&bad).unwrap_err();
+    assert_eq!(
+        err.raw_os_error(),
+        Some(libc::ENOENT),
+        "lookup of a non-UTF-8 name"
+    );
     // readlink of something that is not a link: EINVAL.
     let err = std::fs::read_link(root.join("t.txt")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "readlink of a file");
