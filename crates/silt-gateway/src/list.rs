@@ -64,6 +64,17 @@ pub async fn list(client: &Client, root: &str, q: &Query<'_>) -> Result<Vec<Item
         Some(i) => &q.prefix[..=i],
         None => "",
     };
+    // A directory part no key can have (`../`, `a/./`, `a//`: keys are paths without such
+    // components): S3 compares prefixes as strings, so nothing matches, and that is no error.
+    if start
+        .trim_end_matches('/')
+        .split('/')
+        .any(|c| matches!(c, "." | ".."))
+        || start.contains("//")
+        || start.starts_with('/')
+    {
+        return Ok(out);
+    }
     // Stack of directories still to visit, each with its children in key order and the
     // index of the next child.
     let mut stack: Vec<(Vec<(String, Entry)>, usize)> = Vec::new();

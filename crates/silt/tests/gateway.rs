@@ -367,7 +367,10 @@ def v2_all(**kw):
 cases = [dict(), dict(Prefix="a"), dict(Prefix="a/"), dict(Prefix="a/y"), dict(Prefix="b/c/"),
          dict(Delimiter="/"), dict(Prefix="a/", Delimiter="/"), dict(Prefix="a", Delimiter="/"),
          dict(Prefix="b/", Delimiter="/"), dict(Delimiter="y"), dict(Delimiter="/", StartAfter="a/x"),
-         dict(StartAfter="a/y/z1"), dict(StartAfter="b"), dict(Prefix="nothing/"), dict(Prefix="top/")]
+         dict(StartAfter="a/y/z1"), dict(StartAfter="b"), dict(Prefix="nothing/"), dict(Prefix="top/"),
+         # Prefixes no key can have (strings to S3: nothing matches, no error).
+         dict(Prefix="../"), dict(Prefix="a/./"), dict(Prefix="a//"), dict(Prefix="/a"),
+         dict(Prefix="../", Delimiter="/")]
 for kw in cases:
     want = model(KEYS, kw.get("Prefix", ""), kw.get("Delimiter"), kw.get("StartAfter"))
     for mk in [None, 1, 2, 3, 1000]:
