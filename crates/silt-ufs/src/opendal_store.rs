@@ -1680,7 +1680,8 @@ const FS_WRITE_ABANDONED: Duration = Duration::from_secs(600);
 /// invisible in listings, they would keep an apparently empty directory from being removed.
 /// Stops at the first other entry (the directory is not empty anyway), so an `rmdir` of a
 /// full directory reads no more of it than before. A missing `dir` is nothing to clear.
-fn fs_clear_abandoned_writes(dir: &Path, age: Duration) -> std::io::Result<()> {
+/// `shown`: the directory's store path, for the log (`dir` may be a descriptor's path).
+fn fs_clear_abandoned_writes(dir: &Path, shown: &str, age: Duration) -> std::io::Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return Ok(()),
@@ -1702,7 +1703,11 @@ fn fs_clear_abandoned_writes(dir: &Path, age: Duration) -> std::io::Result<()> {
         if md.is_file() && idle.is_some_and(|idle| idle >= age) {
             match std::fs::remove_file(entry.path()) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                _ => tracing::info!(file = %entry.path().display(), "removed an abandoned write"),
+                _ => tracing::info!(
+                    dir = shown,
+                    file = %entry.file_name().to_string_lossy(),
+                    "removed an abandoned write"
+                ),
             }
         }
     }
@@ -1994,7 +1999,7 @@ fn fs_create_dir(root: &Path, path: &str) -> std::io::Result<()> {
 /// the hidden files of writes a killed daemon left there; a missing one is nothing to remove.
 fn fs_remove_dir(root: &Path, path: &str) -> std::io::Result<()> {
     match beneath::whole(root, path) {
-        Ok(dir) => fs_clear_abandoned_writes(&dir, FS_WRITE_ABANDONED)?,
+        Ok(dir) => fs_clear_abandoned_writes(&dir, path, FS_WRITE_ABANDONED)?,
         Err(e) if fs_gone(&e) => return Ok(()),
         // A link: not a directory (rmdir below says so).
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {}
