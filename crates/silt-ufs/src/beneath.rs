@@ -61,7 +61,7 @@ pub(crate) fn parent(root: &Path, path: &str, create: bool) -> io::Result<Beneat
         });
     }
     let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
-    let fd = open_beneath(root, dir, create, libc::O_DIRECTORY)?;
+    let fd = open_dir_beneath(root, dir, create)?;
     let dir = fd_path(&fd);
     Ok(Beneath {
         path: dir.join(name),
@@ -70,32 +70,42 @@ pub(crate) fn parent(root: &Path, path: &str, create: bool) -> io::Result<Beneat
     })
 }
 
-/// `path` of the store rooted at `root`, the entry itself opened (`O_PATH`) with no link
-/// followed, its own last component included: a link there is `ELOOP`. For calls that follow
-/// their path (listing a directory, `chmod`), which then act on that very entry.
+/// `path` of the store rooted at `root`, the entry itself opened: [`Beneath::entry`] of its
+/// [`parent`].
 pub(crate) fn whole(root: &Path, path: &str) -> io::Result<Beneath> {
-    let fd = open_beneath(root, path, false, 0)?;
-    // SAFETY: fstat into a zeroed struct of the right type, on a descriptor we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
-        return Err(io::Error::from_raw_os_error(libc::ELOOP));
-    }
-    let p = fd_path(&fd);
-    Ok(Beneath {
-        dir: p.clone(),
-        path: p,
-        _pin: Some(fd),
-    })
+    parent(root, path, false)?.entry()
 }
 
-/// The directory or entry `rel` below `root`, opened `O_PATH` without following links;
-/// `last`: extra open flags for the last component (`O_DIRECTORY`).
-fn open_beneath(root: &Path, rel: &str, create: bool, last: i32) -> io::Result<OwnedFd> {
+impl Beneath {
+    /// The entry itself opened (`O_PATH`) through the pinned parent, not followed: a link
+    /// there is `ELOOP`. For calls that follow their path (listing a directory, `chmod`),
+    /// which then act on that very entry. The root is opened as configured.
+    pub(crate) fn entry(&self) -> io::Result<Beneath> {
+        let fd = match (&self._pin, self.path.file_name()) {
+            (Some(dir), Some(name)) => open_at(dir, name.as_bytes(), 0)?,
+            _ => open_root(&self.path)?,
+        };
+        // SAFETY: fstat into a zeroed struct of the right type, on a descriptor we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        let p = fd_path(&fd);
+        Ok(Beneath {
+            dir: p.clone(),
+            path: p,
+            _pin: Some(fd),
+        })
+    }
+}
+
+/// The root directory, opened `O_PATH`; its own path may go through links (configuration).
+fn open_root(root: &Path) -> io::Result<OwnedFd> {
     let c = cstring(root.as_os_str().as_bytes())?;
-    // SAFETY: a valid C string. The root's own path may go through links (configuration).
+    // SAFETY: a valid C string.
     let fd = unsafe {
         libc::open(
             c.as_ptr(),
@@ -106,47 +116,41 @@ fn open_beneath(root: &Path, rel: &str, create: bool, last: i32) -> io::Result<O
         return Err(io::Error::last_os_error());
     }
     // SAFETY: a descriptor the kernel just returned, owned by nobody else.
-    let root_fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The directory `rel` below `root`, opened `O_PATH` without following links: a link (or a
+/// file) on the way is `ENOTDIR`.
+fn open_dir_beneath(root: &Path, rel: &str, create: bool) -> io::Result<OwnedFd> {
+    let root_fd = open_root(root)?;
     if rel.is_empty() {
         return Ok(root_fd);
     }
-    match openat2(&root_fd, rel, last) {
+    match openat2(&root_fd, rel) {
         Ok(fd) => Ok(fd),
         // No openat2 (before Linux 5.6, or refused by a seccomp filter): walk instead.
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
-            walk(root_fd, rel, create, last)
+            walk(root_fd, rel, create)
         }
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
-            walk(root_fd, rel, create, last)
-        }
-        // A link on the way (or last, for `whole`, which then says so).
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => walk(root_fd, rel, create),
+        // A link on the way: the path is not there, as with a file on the way.
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            if walk(root_fd, rel, false, last).is_ok() {
-                // Only the last component is a link (the walk opened the link itself).
-                Err(e)
-            } else {
-                Err(io::Error::from_raw_os_error(libc::ENOTDIR))
-            }
+            Err(io::Error::from_raw_os_error(libc::ENOTDIR))
         }
         // EXDEV: `..` or an absolute link on the way, never in a normalized path.
         Err(e) => Err(e),
     }
 }
 
-/// `rel` below the directory `fd`, one `O_NOFOLLOW` open a component: a link on the way is
-/// `ENOTDIR` (opened as itself, it is no directory); the last one, opened with `last`'s
-/// flags, may be a link (the caller checks). `create`: missing directories on the way made.
-fn walk(mut fd: OwnedFd, rel: &str, create: bool, last: i32) -> io::Result<OwnedFd> {
-    let mut names = rel.split('/').peekable();
-    while let Some(name) = names.next() {
-        let flags = if names.peek().is_some() {
-            libc::O_DIRECTORY
-        } else {
-            last
-        };
-        let next = match open_at(&fd, name, flags) {
+/// The directory `rel` below the directory `fd`, one `O_NOFOLLOW | O_DIRECTORY` open a
+/// component: a link on the way is `ENOTDIR` (opened as itself, it is no directory).
+/// `create`: missing directories on the way made.
+fn walk(mut fd: OwnedFd, rel: &str, create: bool) -> io::Result<OwnedFd> {
+    for name in rel.split('/') {
+        let name = name.as_bytes();
+        let next = match open_at(&fd, name, libc::O_DIRECTORY) {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
-                let c = cstring(name.as_bytes())?;
+                let c = cstring(name)?;
                 // SAFETY: a valid descriptor and C string.
                 if unsafe { libc::mkdirat(fd.as_raw_fd(), c.as_ptr(), 0o777) } != 0 {
                     let e = io::Error::last_os_error();
@@ -154,7 +158,7 @@ fn walk(mut fd: OwnedFd, rel: &str, create: bool, last: i32) -> io::Result<Owned
                         return Err(e);
                     }
                 }
-                open_at(&fd, name, flags)
+                open_at(&fd, name, libc::O_DIRECTORY)
             }
             other => other,
         };
@@ -163,12 +167,12 @@ fn walk(mut fd: OwnedFd, rel: &str, create: bool, last: i32) -> io::Result<Owned
     Ok(fd)
 }
 
-/// `openat2(dir, rel, O_PATH | flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`.
-fn openat2(dir: &OwnedFd, rel: &str, flags: i32) -> io::Result<OwnedFd> {
+/// `openat2(dir, rel, O_PATH | O_DIRECTORY, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`.
+fn openat2(dir: &OwnedFd, rel: &str) -> io::Result<OwnedFd> {
     let c = cstring(rel.as_bytes())?;
     // SAFETY: open_how is plain data; all-zero is its "no flags" value.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_CLOEXEC | flags) as u64;
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC | libc::O_DIRECTORY) as u64;
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: a valid descriptor, C string and open_how of the size passed.
     let fd = unsafe {
@@ -188,8 +192,8 @@ fn openat2(dir: &OwnedFd, rel: &str, flags: i32) -> io::Result<OwnedFd> {
 }
 
 /// `openat(dir, name, O_PATH | O_NOFOLLOW | flags)`.
-fn open_at(dir: &OwnedFd, name: &str, flags: i32) -> io::Result<OwnedFd> {
-    let c = cstring(name.as_bytes())?;
+fn open_at(dir: &OwnedFd, name: &[u8], flags: i32) -> io::Result<OwnedFd> {
+    let c = cstring(name)?;
     // SAFETY: a valid descriptor and C string.
     let fd = unsafe {
         libc::openat(
@@ -259,23 +263,23 @@ mod tests {
         assert_eq!(errno(whole(&root, "out")), Some(libc::ELOOP));
         assert_eq!(errno(parent(&root, "missing/x", false)), Some(libc::ENOENT));
         // The walk used where the kernel has no openat2 gives the same answers.
-        let at_root = || open_beneath(&root, "", false, 0).unwrap();
+        let at_root = || open_root(&root).unwrap();
         for p in ["out/secret", "rel/e/f", "file/x", "out/x/y"] {
             let dir = p.rsplit_once('/').unwrap().0;
             assert_eq!(
-                errno(walk(at_root(), dir, false, libc::O_DIRECTORY)),
+                errno(walk(at_root(), dir, false)),
                 Some(libc::ENOTDIR),
                 "{p}"
             );
             assert_eq!(
-                errno(walk(at_root(), dir, true, libc::O_DIRECTORY)),
+                errno(walk(at_root(), dir, true)),
                 Some(libc::ENOTDIR),
                 "{p}"
             );
         }
-        assert!(walk(at_root(), "d/e", false, libc::O_DIRECTORY).is_ok());
-        assert_eq!(errno(walk(at_root(), "d/x", false, 0)), Some(libc::ENOENT));
-        walk(at_root(), "w/v", true, libc::O_DIRECTORY).unwrap();
+        assert!(walk(at_root(), "d/e", false).is_ok());
+        assert_eq!(errno(walk(at_root(), "d/x", false)), Some(libc::ENOENT));
+        walk(at_root(), "w/v", true).unwrap();
         assert!(root.join("w/v").is_dir());
         // Created parents are real directories below the root.
         let made = parent(&root, "n/m/leaf", true).unwrap();

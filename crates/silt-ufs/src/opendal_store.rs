@@ -625,6 +625,27 @@ impl OpendalStore {
         )
     }
 
+    /// [`fs_read_pieces`] off the async workers: the bytes `range` of the version of the local
+    /// file `path` that `expected` describes, in `piece`-byte pieces.
+    async fn fs_read(
+        &self,
+        root: &Path,
+        path: &str,
+        range: Range<u64>,
+        expected: &ObjectMeta,
+        piece: u64,
+    ) -> Result<Vec<Bytes>> {
+        UFS_REQUESTS.inc();
+        let want = expected.content_fingerprint();
+        let (root, path, shown) = (root.to_path_buf(), path.to_string(), self.full(path));
+        let what = shown.clone();
+        tokio::task::spawn_blocking(move || {
+            fs_read_pieces(&root, &path, &shown, range, &want, piece)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("read {what}: {e}")))?
+    }
+
     async fn fs_stat(&self, root: &Path, path: &str) -> Result<ObjectMeta> {
         UFS_REQUESTS.inc();
         // A link is reported as a link, never followed (the kernel resolves it in the mount),
@@ -1332,17 +1353,9 @@ impl OpendalStore {
                 match (&self.backend, &expected.etag) {
                     (Backend::S3 { .. }, Some(etag)) => self.s3_read(path, range, etag).await,
                     (Backend::Fs { root }, _) => {
-                        UFS_REQUESTS.inc();
-                        let want = expected.content_fingerprint();
-                        let (root, path, shown) = (root.clone(), path.to_string(), self.full(path));
                         let len = range.end - range.start;
-                        let what = shown.clone();
-                        tokio::task::spawn_blocking(move || {
-                            fs_read_pieces(&root, &path, &shown, range, &want, len)
-                        })
-                        .await
-                        .map_err(|e| Error::internal(format!("read {what}: {e}")))?
-                        .map(Buffer::from)
+                        let one = self.fs_read(root, path, range, expected, len).await?;
+                        Ok(Buffer::from(one))
                     }
                     _ => self.checked_read(path, range, expected).await,
                 }
@@ -1906,7 +1919,8 @@ fn epoch_time(secs: i64, nanos: i64) -> Option<SystemTime> {
 /// `chmod`, `lchown` and `utimensat` of the entry `path` of the local store at `root`, as
 /// asked; none follows a link (`beneath`).
 fn fs_set_attrs(root: &Path, path: &str, a: &SetAttrs) -> std::io::Result<()> {
-    let p = &*beneath::parent(root, path, false)?;
+    let entry = beneath::parent(root, path, false)?;
+    let p = &*entry;
     // Owner first: chown clears setuid/setgid, which a mode given with it must keep.
     if a.uid.is_some() || a.gid.is_some() {
         std::os::unix::fs::lchown(p, a.uid, a.gid)?;
@@ -1914,7 +1928,7 @@ fn fs_set_attrs(root: &Path, path: &str, a: &SetAttrs) -> std::io::Result<()> {
     // chmod follows links (Linux keeps no mode on a link): it is given the entry itself,
     // opened without following, so it never changes a link's target (maybe outside the store).
     if let Some(mode) = a.mode {
-        match beneath::whole(root, path) {
+        match entry.entry() {
             Ok(entry) => {
                 std::fs::set_permissions(&*entry, std::fs::Permissions::from_mode(mode & 0o7777))?
             }
@@ -1998,17 +2012,17 @@ fn fs_create_dir(root: &Path, path: &str) -> std::io::Result<()> {
 /// `rmdir path` in the local store at `root` (`ENOTEMPTY` if anything is left in it), after
 /// the hidden files of writes a killed daemon left there; a missing one is nothing to remove.
 fn fs_remove_dir(root: &Path, path: &str) -> std::io::Result<()> {
-    match beneath::whole(root, path) {
+    let p = match beneath::parent(root, path, false) {
+        Err(e) if fs_gone(&e) => return Ok(()),
+        p => p?,
+    };
+    match p.entry() {
         Ok(dir) => fs_clear_abandoned_writes(&dir, path, FS_WRITE_ABANDONED)?,
         Err(e) if fs_gone(&e) => return Ok(()),
         // A link: not a directory (rmdir below says so).
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {}
         Err(e) => return Err(e),
     }
-    let p = match beneath::parent(root, path, false) {
-        Err(e) if fs_gone(&e) => return Ok(()),
-        p => p?,
-    };
     match std::fs::remove_dir(&*p) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         r => r,
@@ -2126,18 +2140,11 @@ impl UnderStore for OpendalStore {
             let Some((path, range)) = plan_read(path, &range, expected, |p| self.full(p))? else {
                 return Ok(Vec::new());
             };
-            let (root, path, shown) = (root.clone(), path.to_string(), self.full(path));
-            let want = expected.content_fingerprint();
             let got = self
-                .count_errors(UfsOp::Read, async move {
-                    UFS_REQUESTS.inc();
-                    let what = shown.clone();
-                    tokio::task::spawn_blocking(move || {
-                        fs_read_pieces(&root, &path, &shown, range, &want, piece)
-                    })
-                    .await
-                    .map_err(|e| Error::internal(format!("read {what}: {e}")))?
-                })
+                .count_errors(
+                    UfsOp::Read,
+                    self.fs_read(root, path, range, expected, piece),
+                )
                 .await?;
             UFS_READ_BYTES.add(got.iter().map(|p| p.len() as u64).sum());
             return Ok(got);

@@ -667,6 +667,14 @@ s3 = client(os.environ["AK"], os.environ["SK"])
 ro = client(os.environ["RO_AK"], os.environ["RO_SK"])
 get = lambda k, b="data": s3.get_object(Bucket=b, Key=k)["Body"].read()
 
+# A key may end in white space: its own object, never the trimmed key's (docs/SEMANTICS.md).
+s3.put_object(Bucket="data", Key="sp ", Body=b"with a space")
+assert get("sp ") == b"with a space"
+err(lambda: get("sp"), "NoSuchKey", 404)
+assert "sp " in [o["Key"] for o in s3.list_objects_v2(Bucket="data")["Contents"]]
+s3.delete_object(Bucket="data", Key="sp ")
+err(lambda: get("sp "), "NoSuchKey", 404)
+
 # A link is an entry, never a way out of the store (docs/SECURITY.md): no key through it.
 err(lambda: get("out/secret"), "NoSuchKey", 404)
 try:
