@@ -7,9 +7,18 @@ helpers (importable without torch).  See docs/python.md.
 """
 
 from silt._native import __version__
-from silt.fs import SiltFileSystem, filesystem
 
-__all__ = ["SiltFileSystem", "filesystem", "__version__"]
+
+class InvalidArgument(OSError, ValueError):
+    """A call Silt refuses as given: a bad option, URL or mode, or a file system call that
+    is EINVAL (a directory moved into itself, a name a store cannot hold). Both an
+    ``OSError`` with ``errno.EINVAL``, as ``os`` raises for such calls, and a ``ValueError``,
+    as for any bad argument (``io.UnsupportedOperation`` is the same pair)."""
+
+
+from silt.fs import SiltFileSystem, filesystem  # noqa: E402 (after InvalidArgument: fs uses the native module)
+
+__all__ = ["SiltFileSystem", "filesystem", "InvalidArgument", "__version__"]
 
 
 def __getattr__(name):

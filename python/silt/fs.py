@@ -7,6 +7,7 @@ parent owns one), and a filesystem unpickled in a spawned process does the same.
 """
 
 import atexit
+import errno
 import io
 import os
 import threading
@@ -312,15 +313,22 @@ class SiltFileSystem(AbstractFileSystem):
             ends = [ends] * n
         if len(starts) != n or len(ends) != n:
             raise ValueError("paths, starts and ends must have the same length")
-        ranges = []
-        for p, s, e in zip(paths, starts, ends):
+        ranges, failed = [], {}
+        for i, (p, s, e) in enumerate(zip(paths, starts, ends)):
             p = self._strip_protocol(p)
             if (s is not None and s < 0) or (e is not None and e < 0):
-                size = self.info(p)["size"]
+                # A range from the end needs the size: a path without one fails in its own
+                # slot, as a failed read does.
+                try:
+                    size = self.info(p)["size"]
+                except OSError as err:
+                    failed[i] = err
+                    continue
                 s = max(size + s, 0) if s is not None and s < 0 else s
                 e = max(size + e, 0) if e is not None and e < 0 else e
             ranges.append((p, s or 0, e))
-        out = self.client.cat_ranges(ranges)
+        read = iter(self.client.cat_ranges(ranges))
+        out = [failed[i] if i in failed else next(read) for i in range(n)]
         if on_error == "raise":
             for r in out:
                 if isinstance(r, BaseException):
@@ -345,6 +353,12 @@ class SiltFileSystem(AbstractFileSystem):
         self.rm_file(path)
 
     def rm(self, path, recursive=False, maxdepth=None):
+        # fsspec's expansion keeps a path named without wildcards even when nothing is there:
+        # removing it is FileNotFoundError, as on a local disk, not a quiet no-op.
+        for p in [path] if isinstance(path, str) else list(path):
+            if not any(c in p for c in "*?[") and not self.exists(p):
+                p = self._strip_protocol(p)
+                raise FileNotFoundError(errno.ENOENT, f"{p}: no such file or directory")
         paths = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
         # Deepest first: a directory is empty by the time it is removed.
         for p in sorted(paths, key=lambda p: (-p.count("/"), p)):
@@ -355,14 +369,13 @@ class SiltFileSystem(AbstractFileSystem):
                     self.client.rm_file(p)
             except FileNotFoundError:
                 # An object store's directory goes away with its last file.
-                if p in paths and not self.exists(p):
-                    continue
-                raise
+                if self.exists(p):
+                    raise
 
     def mv(self, path1, path2, recursive=False, maxdepth=None, **kwargs):
-        """A rename when it is one path onto a new name (Silt renames in place: a file is
-        one copy in the store, a directory what the store does for it); else copy and
-        delete, as fsspec does."""
+        """One path onto another: a rename (Silt renames in place: a file is one copy in the
+        store, a directory what the store does for it), into the target when it is a
+        directory. Several paths or wildcards: copy and delete, as fsspec does."""
         if (
             isinstance(path1, str)
             and isinstance(path2, str)
@@ -370,12 +383,18 @@ class SiltFileSystem(AbstractFileSystem):
             and not path2.endswith("/")
         ):
             p1, p2 = self._strip_protocol(path1), self._strip_protocol(path2)
+            self.info(p1)  # FileNotFoundError for a missing source, even onto itself
             if p1 == p2:
                 return
-            if not self.isdir(p1) or recursive:
-                if not self.exists(p2) or not self.isdir(p2):
-                    self.client.rename(p1, p2)
+            # Onto an existing directory: into it, under the source's name (as `mv a d`,
+            # shutil.move and fsspec's local file system do). A directory is renamed whole
+            # whatever `recursive` says: one rename, no copy, nothing left behind.
+            if self.isdir(p2):
+                p2 = p2.rstrip("/") + "/" + p1.rsplit("/", 1)[-1]
+                if p1 == p2:
                     return
+            self.client.rename(p1, p2)
+            return
         return super().mv(path1, path2, recursive=recursive, maxdepth=maxdepth, **kwargs)
 
     def cp_file(self, path1, path2, **kwargs):
@@ -445,7 +464,6 @@ class _SiltRawWriter(io.RawIOBase):
         self.path = path
         self.name = path
         self._w = fs.client.open_write(path, mode)
-        self._pos = 0
 
     def writable(self):
         return True
@@ -454,12 +472,12 @@ class _SiltRawWriter(io.RawIOBase):
         return False
 
     def tell(self):
-        return self._pos
+        # In append mode the file's end, as a local file's tell() is.
+        return self._w.tell()
 
     def write(self, b):
         data = bytes(b)
         self._w.write(data)
-        self._pos += len(data)
         return len(data)
 
     def close(self):

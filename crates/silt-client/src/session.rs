@@ -344,16 +344,18 @@ impl Client {
             Some(_) => self.join_or_start(target, false)?,
             None => {
                 let stored = match self.stat(&target.path).await {
-                    Ok(e) if e.is_dir() => {
-                        return Err(Error::new(
-                            ErrorKind::IsADirectory,
-                            format!("{}: is a directory", target.path),
-                        ))
-                    }
+                    // Before the directory check: an exclusive create of any existing name,
+                    // a directory's too, is EEXIST (open(2)).
                     Ok(_) if opts.exclusive && opts.create => {
                         return Err(Error::new(
                             ErrorKind::AlreadyExists,
                             format!("{}: file exists", target.path),
+                        ))
+                    }
+                    Ok(e) if e.is_dir() => {
+                        return Err(Error::new(
+                            ErrorKind::IsADirectory,
+                            format!("{}: is a directory", target.path),
                         ))
                     }
                     Ok(e) => Some(e),

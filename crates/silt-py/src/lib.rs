@@ -38,11 +38,27 @@ type Result<T> = std::result::Result<T, Error>;
 fn py_err(e: Error) -> PyErr {
     let msg = e.to_string();
     match e.kind() {
-        ErrorKind::InvalidInput => PyValueError::new_err(msg),
+        ErrorKind::InvalidInput => invalid_argument(e.kind().errno(), msg),
         ErrorKind::Unavailable => PyConnectionError::new_err(msg),
         ErrorKind::Timeout => PyTimeoutError::new_err(msg),
         k => PyOSError::new_err((k.errno(), msg)),
     }
+}
+
+/// `silt.InvalidArgument(EINVAL, msg)`: an `OSError` with the errno `os` gives such calls and
+/// a `ValueError` at once (docs/python.md); a plain `ValueError` if the package's class cannot
+/// be had (the native module imported on its own).
+fn invalid_argument(errno: i32, msg: String) -> PyErr {
+    Python::attach(|py| {
+        let made = py
+            .import("silt")
+            .and_then(|m| m.getattr("InvalidArgument"))
+            .and_then(|class| class.call1((errno, msg.clone())));
+        match made {
+            Ok(err) => PyErr::from_value(err),
+            Err(_) => PyValueError::new_err(msg),
+        }
+    })
 }
 
 /// How long a process that finds the state directory locked waits for its owner to start
@@ -802,6 +818,12 @@ impl Writer {
         py.detach(|| inner.block_on(inner.node.client.write(&self.w, pos, data)))
             .map_err(py_err)?;
         Ok(data.len())
+    }
+
+    /// Where the next write goes: bytes written so far, after the file's length at open for
+    /// `a`.
+    fn tell(&self) -> u64 {
+        self.pos.load(Ordering::Acquire)
     }
 
     /// Makes what was written so far what the write type promises (the store has it, for
