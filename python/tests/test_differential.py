@@ -11,14 +11,17 @@ into it (as `mv`, shutil.move and fsspec's local file system do), and a path bel
 not found (`FileNotFoundError` or `NotADirectoryError`, counted as one answer).
 """
 
+import contextlib
 import errno
 import os
 import random
 import shutil
+import subprocess
 
 import pytest
 
 import silt
+from conftest import run_silt
 
 # Names that collide as files and directories, nest, and end in white space.
 NAMES = ["a", "b", "a ", "d", "d/x", "d/y", "d/e", "d/e/z", "e", "e/w"]
@@ -243,15 +246,61 @@ def step(rnd, fs, local):
 @pytest.mark.parametrize("seed", range(int(os.environ.get("SEEDS", 12))))
 def test_fsspec_calls_answer_as_a_local_directory_does(seed, workdir):
     store = os.path.join(workdir, "store")
-    ref = os.path.join(workdir, "ref")
     os.makedirs(store)
-    os.makedirs(ref)
     fs = silt.SiltFileSystem(
         mounts={"/data": f"file://{store}"},
         cache_dir=os.path.join(workdir, "cache"),
         skip_instance_cache=True,
         write_type="through",
     )
+    run(seed, fs, store, os.path.join(workdir, "ref"))
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("SEEDS", 12)) // 3))
+def test_an_attached_client_answers_so_and_the_mount_shows_each_change(seed, workdir, procs):
+    """The same through a client attached to `silt up`: its calls go to the daemon, which must
+    answer as a local directory does, and its mount must show every change when the call has
+    returned (read through the kernel: listings and bytes)."""
+    with attached(workdir, procs) as (fs, store, mount):
+        run(seed, fs, store, os.path.join(workdir, "ref"), mount=mount)
+
+
+def test_a_rename_onto_an_empty_directory_the_mount_listed_shows_what_it_moved(workdir, procs):
+    """The target directory's own listing, cached empty by the owner and its kernel, is read
+    again: it now holds the moved directory's entries (random sequences find this rarely)."""
+    with attached(workdir, procs) as (fs, store, mount):
+        fs.pipe_file("/data/e/w", b"moved")
+        fs.makedirs("/data/d/e")
+        assert directory(mount) == {"e": "dir", "e/w": b"moved", "d": "dir", "d/e": "dir"}
+        fs.mv("/data/e", "/data/d")  # into d, replacing the empty d/e
+        assert directory(mount) == {"d": "dir", "d/e": "dir", "d/e/w": b"moved"}
+
+
+@contextlib.contextmanager
+def attached(workdir, procs):
+    """A client attached to `silt up` over an empty `file://` store: (fs, store, mount)."""
+    store = os.path.join(workdir, "store")
+    state = os.path.join(workdir, "state")
+    mnt = os.path.join(workdir, "mnt")
+    os.makedirs(store)
+    os.makedirs(mnt)
+    up = run_silt(
+        ["up", "--mount", f"/data=file://{store}", "--mountpoint", mnt, "--state-dir", state,
+         "--write-type", "through"],
+        procs,
+    )
+    up.wait_for("silt: serving", "silt up")
+    try:
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
+        assert fs.client.mode == "attached"
+        yield fs, store, os.path.join(mnt, "data")
+    finally:
+        up.stop()
+        subprocess.run(["umount", "-l", mnt], stderr=subprocess.DEVNULL)
+
+
+def run(seed, fs, store, ref, mount=None):
+    os.makedirs(ref)
     local = Local(ref)
     rnd = random.Random(seed)
     done = []
@@ -259,11 +308,13 @@ def test_fsspec_calls_answer_as_a_local_directory_does(seed, workdir):
         for _ in range(300):
             call, (got, want) = step(rnd, fs, local)
             done.append(call)
-            history = "\n  ".join(done[-12:])
+            history = "\n  ".join(done[-int(os.environ.get("HISTORY", 12)):])
             assert got == want, f"seed {seed}, after:\n  {history}\nSilt answered {got}, a local directory {want}"
             expected = directory(ref)
             assert directory(store) == expected, f"seed {seed}, the store's directory after:\n  {history}"
             view = {k: (v if v == "dir" else len(v)) for k, v in expected.items()}
             assert silt_view(fs) == view, f"seed {seed}, Silt's listing after:\n  {history}"
+            if mount is not None:
+                assert directory(mount) == expected, f"seed {seed}, the mount after:\n  {history}"
     finally:
         fs.close()

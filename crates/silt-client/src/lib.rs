@@ -1018,7 +1018,10 @@ impl Client {
             report.checked += fetched.entries as u64;
             report.add(&fetched.changes);
         }
-        let changes = self.meta.put_stat(asked, own);
+        let mut changes = self.meta.put_stat(asked, own);
+        // It exists, so its parents do: cached listings above learn of any they lacked (a
+        // write elsewhere that made its directories, e.g. an attached client's).
+        self.note_parents(&path, &rel, &mount.store, asked, &mut changes);
         report.add(&changes);
         self.apply(&changes);
         Ok(report)

@@ -243,6 +243,11 @@ impl Inner {
         }
     }
 
+    /// Whether `path`'s parent has a cached listing (of any age).
+    fn parent_listed(&self, path: &str) -> bool {
+        parent_and_name(path).is_some_and(|(dir, _)| self.lists.contains_key(dir))
+    }
+
     /// Writes `entry` (or its absence) into the parent's cached listing, keeping its age.
     fn patch_parent(&mut self, path: &str, entry: Option<&Entry>) {
         let Some((dir, name)) = parent_and_name(path) else {
@@ -415,7 +420,10 @@ impl MetaCache {
                     }
                 }
             }
-            None if inner.negative.contains_key(&path) => {
+            // Known absent: a "no such file" answer, or a cached listing of its parent
+            // without it (the listing gains it below, and whoever showed that listing, the
+            // kernel's cache of a mount's directory, must read it again).
+            None if inner.negative.contains_key(&path) || inner.parent_listed(&path) => {
                 changes.push(change(&path, ChangeKind::Added, None))
             }
             None => {}

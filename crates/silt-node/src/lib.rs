@@ -133,6 +133,14 @@ impl Node {
         }
     }
 
+    /// [`changed`](Self::changed) for what `path` itself holds: a rename's target, a directory
+    /// that may have replaced an (empty) one whose listing the owner had cached.
+    pub async fn changed_within(&self, path: &str) {
+        if let (ATTACHED, Some(router)) = (self.role, &self.cluster) {
+            router.notify_changed(path).await;
+        }
+    }
+
     fn cluster_client(
         cfg: &Config,
         rt: &tokio::runtime::Runtime,

@@ -110,6 +110,10 @@ pub fn lock_state_dir(dir: &Path) -> Result<StateLock> {
     Ok(StateLock { _file: file })
 }
 
+/// Waits (blocking) until what the node learned so far is shown by its other front ends: a
+/// mount's kernel caches told of every change (`FuseState::wait_for_invalidations`).
+pub type Settled = Arc<dyn Fn() + Send + Sync>;
+
 /// The serving side: removes the socket and the attach file when dropped.
 pub struct LocalService {
     dir: PathBuf,
@@ -118,12 +122,14 @@ pub struct LocalService {
 
 impl LocalService {
     /// Serves `client`'s page store (a single node's) on `STATE_DIR/worker.sock` and writes
-    /// the attach file. The caller holds the state directory's lock.
+    /// the attach file. The caller holds the state directory's lock. An attached client's
+    /// reported change is answered after `settled` returned, if given.
     pub fn start(
         client: &Arc<Client>,
         state_dir: &Path,
         key: ClusterKey,
         rt: &tokio::runtime::Handle,
+        settled: Option<Settled>,
     ) -> Result<LocalService> {
         let uds = state_dir.join(LOCAL_SOCKET);
         let _ = std::fs::remove_file(&uds);
@@ -149,10 +155,14 @@ impl LocalService {
         let weak = Arc::downgrade(client);
         let on_changed = move |dir: String| -> futures::future::BoxFuture<'static, ()> {
             let client = weak.upgrade();
+            let settled = settled.clone();
             Box::pin(async move {
                 let Some(client) = client else { return };
                 if let Err(e) = client.sync(&dir, false).await {
                     tracing::debug!(dir = %dir, error = %e, "revalidation after an attached write failed");
+                }
+                if let Some(settled) = settled {
+                    let _ = tokio::task::spawn_blocking(move || settled()).await;
                 }
             })
         };

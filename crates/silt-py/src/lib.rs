@@ -265,7 +265,7 @@ fn connect(options: HashMap<String, String>, mode: &str) -> Result<Inner> {
             node.keep_metadata(&owner_dir)?;
             node.keep_sweeping_ttl()?;
             let key = silt_cluster::auth::cluster_key(&cfg.cluster_secret, &owner_dir, true)?;
-            let local = LocalService::start(&node.client, &owner_dir, key, rt.handle())?;
+            let local = LocalService::start(&node.client, &owner_dir, key, rt.handle(), None)?;
             Ok(inner(node, "embedded", Some(local), Some(lock), None, rt))
         }
         Err(e) if e.kind() == ErrorKind::Busy && mode == "auto" => {
@@ -574,9 +574,14 @@ impl PyClient {
     fn rename(&self, py: Python<'_>, from: &str, to: &str) -> PyResult<()> {
         let inner = self.get()?;
         py.detach(|| {
-            inner.block_on(inner.mutate(from, Some(to), inner.node.client.rename(from, to)))
+            inner.block_on(async {
+                inner
+                    .mutate(from, Some(to), inner.node.client.rename(from, to))
+                    .await?;
+                inner.node.changed_within(to).await;
+                Ok(())
+            })
         })
-        .map(drop)
         .map_err(py_err)
     }
 

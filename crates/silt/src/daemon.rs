@@ -152,17 +152,24 @@ pub fn run(
         cluster,
         role,
     } = node;
+    let fuse_state = Arc::new(FuseState::default());
     // Same-host processes (Python clients, their DataLoader workers) attach to this node's
-    // cache instead of opening another (silt_node::local).
+    // cache instead of opening another (silt_node::local). A change one of them reports is
+    // answered once the kernel was told, so the mount shows it when the call returns.
+    let settled: silt_node::local::Settled = {
+        let fuse = fuse_state.clone();
+        Arc::new(move || fuse.wait_for_invalidations())
+    };
     let _local = match cluster {
         Some(_) => None,
         None => cluster_key(&cfg.cluster_secret, &cfg.state_dir, true)
-            .and_then(|key| LocalService::start(&client, &cfg.state_dir, key, rt.handle()))
+            .and_then(|key| {
+                LocalService::start(&client, &cfg.state_dir, key, rt.handle(), Some(settled))
+            })
             .map_err(|e| warn!(error = %e, "not serving this node to same-host clients"))
             .ok(),
     };
 
-    let fuse_state = Arc::new(FuseState::default());
     let daemon = Arc::new(Daemon {
         role,
         client: client.clone(),
