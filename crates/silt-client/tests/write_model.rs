@@ -95,7 +95,12 @@ impl Model {
 
     fn open(&mut self, id: usize, path: &str, o: OpenOptions) -> Outcome {
         if self.dirs.contains(path) {
-            return Err(ErrorKind::IsADirectory);
+            // open(2): O_CREAT|O_EXCL of any existing name is EEXIST, a directory's too.
+            return Err(if o.exclusive && o.create {
+                ErrorKind::AlreadyExists
+            } else {
+                ErrorKind::IsADirectory
+            });
         }
         let si = match self.live_session(path) {
             Some(_) if o.exclusive && o.create => return Err(ErrorKind::AlreadyExists),
