@@ -80,6 +80,15 @@ class Local:
             if not os.path.exists(d):
                 os.mkdir(d)
 
+    def mkdir(self, rel):
+        os.mkdir(self.p(rel))
+
+    def rmdir(self, rel):
+        os.rmdir(self.p(rel))
+
+    def settle(self):
+        """After each call: what the store does on its own (nothing, for a file system)."""
+
     def write(self, rel, mode, chunks):
         self.parents(rel)
         with open(self.p(rel), mode) as f:
@@ -224,10 +233,10 @@ def step(rnd, fs, local):
         ),
         "exists": (lambda: fs.exists(S), lambda: os.path.exists(local.p(p))),
         "makedirs": (lambda: fs.makedirs(S, exist_ok=flag), lambda: local.makedirs(p, flag)),
-        "mkdir": (lambda: fs.mkdir(S, create_parents=False), lambda: os.mkdir(local.p(p))),
+        "mkdir": (lambda: fs.mkdir(S, create_parents=False), lambda: local.mkdir(p)),
         "rm_file": (lambda: fs.rm_file(S), lambda: os.unlink(local.p(p))),
         "rm": (lambda: fs.rm(S, recursive=flag), lambda: local.rm(p, flag)),
-        "rmdir": (lambda: fs.rmdir(S), lambda: os.rmdir(local.p(p))),
+        "rmdir": (lambda: fs.rmdir(S), lambda: local.rmdir(p)),
         "mv": (lambda: fs.mv(S, Q, recursive=flag), lambda: local.mv(p, q)),
         "cp": (lambda: fs.cp_file(S, Q), lambda: local.cp(p, q)),
         "ranges": (
@@ -237,10 +246,10 @@ def step(rnd, fs, local):
     }
     through_silt, through_os = calls[op]
     # Silt first: the local directory must not change before Silt's answer is taken.
-    return f"{op}({p!r}, {q!r}, start={start}, end={end}, flag={flag}, {len(data)} bytes)", (
-        outcome(through_silt),
-        outcome(through_os),
-    )
+    got = outcome(through_silt)
+    want = outcome(through_os)
+    local.settle()
+    return f"{op}({p!r}, {q!r}, start={start}, end={end}, flag={flag}, {len(data)} bytes)", (got, want)
 
 
 @pytest.mark.parametrize("seed", range(int(os.environ.get("SEEDS", 12))))
@@ -254,6 +263,50 @@ def test_fsspec_calls_answer_as_a_local_directory_does(seed, workdir):
         write_type="through",
     )
     run(seed, fs, store, os.path.join(workdir, "ref"))
+
+
+def test_a_directory_emptied_on_s3_is_gone_for_the_client_that_emptied_it(s3, workdir):
+    """On S3 a directory without a marker goes away with its last object (docs/SEMANTICS.md):
+    the client that removed that object must not list it any more than a fresh client does,
+    through a file's removal, a directory's and a rename; one made by mkdir stays."""
+
+    def client(name):
+        return silt.SiltFileSystem(
+            mounts={"/data": f"s3://{s3.bucket}"},
+            cache_dir=os.path.join(workdir, name),
+            skip_instance_cache=True,
+            write_type="through",
+            **s3.options(),
+        )
+
+    fs = client("cache")
+    try:
+        fs.pipe_file("/data/d/e/z", b"x")
+        fs.pipe_file("/data/r/s/t", b"y")
+        fs.makedirs("/data/m/n")
+        fs.pipe_file("/data/m/n/f", b"z")
+        fs.pipe_file("/data/q/x", b"w")
+        fs.mkdir("/data/q/l", create_parents=False)  # a marker in q, which has none
+        assert fs.find("/data", withdirs=True) == [
+            "/data", "/data/d", "/data/d/e", "/data/d/e/z", "/data/m", "/data/m/n",
+            "/data/m/n/f", "/data/q", "/data/q/l", "/data/q/x", "/data/r", "/data/r/s",
+            "/data/r/s/t",
+        ]
+        fs.rm_file("/data/d/e/z")  # d/e, then d: no object left under them
+        fs.rm_file("/data/q/x")
+        fs.rmdir("/data/q/l")  # its marker removed: q has nothing left
+        fs.mv("/data/r/s/t", "/data/t")  # r/s, then r
+        fs.rm_file("/data/m/n/f")  # m/n has a marker: stays
+        want = ["/data", "/data/m", "/data/m/n", "/data/t"]
+        assert fs.find("/data", withdirs=True) == want
+        assert not any(fs.exists(p) for p in ["/data/d", "/data/q", "/data/r/s"])
+        fresh = client("fresh")
+        try:
+            assert fresh.find("/data", withdirs=True) == want
+        finally:
+            fresh.close()
+    finally:
+        fs.close()
 
 
 @pytest.mark.parametrize("seed", range(int(os.environ.get("SEEDS", 12)) // 3))

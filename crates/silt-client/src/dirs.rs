@@ -238,7 +238,36 @@ impl Client {
         }
         let changes = self.meta.put_missing(asked, &t.path);
         self.apply(&changes);
+        self.forget_emptied_parents(&t.path).await;
         Ok(())
+    }
+
+    /// After `path` left the store: an object store's directory goes away with its last entry
+    /// unless a marker keeps it (docs/SEMANTICS.md, "Directories"). Each parent whose cached
+    /// listing is now empty is asked about (one stat), and one the store no longer has is
+    /// recorded as gone, so this client never lists a directory that is not there. Stops at
+    /// the first that stays (a local directory always does), or whose listing is not cached.
+    pub(crate) async fn forget_emptied_parents(&self, path: &str) {
+        let mut below = path.to_string();
+        while let Some((dir, _)) = parent_and_name(&below) {
+            let dir = dir.to_string();
+            let Ok(Resolved::Store { mount, rel }) = self.ns.resolve(&dir) else {
+                return;
+            };
+            let emptied = matches!(self.meta.list(&dir, |_| true), Some((l, _)) if l.is_empty());
+            if rel.is_empty() || !emptied {
+                return;
+            }
+            let asked = self.opts.clock.now();
+            match mount.store.stat(&rel).await {
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    let changes = self.meta.put_missing(asked, &dir);
+                    self.apply(&changes);
+                }
+                _ => return,
+            }
+            below = dir;
+        }
     }
 
     /// Renames the file or directory `from` to `to` (see the module docs); returns `to`'s entry.
@@ -296,6 +325,7 @@ impl Client {
             changes.extend(self.meta.put_stat(asked, entry.clone()));
             self.note_parents(&b.path, &b.rel, &b.store, asked, &mut changes);
             self.apply(&changes);
+            self.forget_emptied_parents(&a.path).await;
             return Ok(entry);
         }
         let meta = if a.store.capabilities().rename_dirs {
@@ -315,6 +345,7 @@ impl Client {
         changes.extend(self.meta.put_stat(asked, entry.clone()));
         self.note_parents(&b.path, &b.rel, &b.store, asked, &mut changes);
         self.apply(&changes);
+        self.forget_emptied_parents(&a.path).await;
         Ok(entry)
     }
 

@@ -579,6 +579,7 @@ impl Client {
         }
         let changes = self.meta.put_missing(self.opts.clock.now(), &path);
         self.apply(&changes);
+        self.forget_emptied_parents(&path).await;
         Ok(())
     }
 }
