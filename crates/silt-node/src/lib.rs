@@ -128,9 +128,7 @@ impl Node {
     /// mount) lists the change at once. Nothing for other roles (their peers revalidate by
     /// their sync policy, docs/SEMANTICS.md).
     pub async fn changed(&self, path: &str) {
-        if let (ATTACHED, Some(router)) = (self.role, &self.cluster) {
-            router.notify_changed(&parent_dir(path)).await;
-        }
+        self.changed_within(&parent_dir(path)).await;
     }
 
     /// [`changed`](Self::changed) for what `path` itself holds: a rename's target, a directory

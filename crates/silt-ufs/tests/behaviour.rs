@@ -1340,17 +1340,11 @@ async fn names_ending_in_white_space_are_theirs_or_refused() {
         // The objects next to them are untouched.
         assert_eq!(get(&f, "a").await, b"hello", "{:?}", f.backend);
         assert_eq!(get(&f, "d/k").await, b"kept", "{:?}", f.backend);
-        let mut names: Vec<_> = f
-            .store
-            .list("", true)
-            .await
-            .unwrap()
+        let files: Vec<_> = sorted(f.store.list("", true).await.unwrap())
             .into_iter()
-            .filter(|m| m.kind == EntryKind::File)
-            .map(|m| m.path)
+            .filter(|(_, kind)| *kind == EntryKind::File)
             .collect();
-        names.sort();
-        assert_eq!(names, ["a", "d/k"], "{:?}", f.backend);
+        assert_eq!(files, [file("a"), file("d/k")], "{:?}", f.backend);
     }
 }
 
