@@ -11,8 +11,9 @@
 //! Invariants:
 //! - memory held by all buffers together never exceeds the ceiling: every memory chunk is
 //!   counted as a whole `chunk_size`, reserved in the accounting before it is allocated and
-//!   freed before the accounting gives it back (so `memory_peak <= memory_ceiling`; lowering
-//!   the ceiling spills down to it before [`Arena::set_memory_ceiling`] returns);
+//!   freed before the accounting gives it back (so `memory_peak` never passes the highest
+//!   ceiling set; lowering the ceiling spills down to it before
+//!   [`Arena::set_memory_ceiling`] returns);
 //! - every acknowledged byte reads back until the last clone of its buffer drops: a failed
 //!   write leaves the bytes of earlier writes untouched, and a spill copies a chunk to disk
 //!   before the memory copy goes;
@@ -89,7 +90,7 @@ pub struct ArenaConfig {
 pub struct ArenaStats {
     pub memory_ceiling: u64,
     pub memory_used: u64,
-    /// Highest `memory_used` since the arena opened or its ceiling was last lowered.
+    /// Highest `memory_used` since the arena opened.
     pub memory_peak: u64,
     /// Bytes of chunks on spill tiers now.
     pub spilled: u64,
@@ -134,8 +135,15 @@ struct Shared {
     by_priority: Vec<usize>,
     /// Largest length a buffer may reach (`max_file_size`).
     max_len: std::sync::atomic::AtomicU64,
+    /// Asked to free room on a spill tier's file system when a write there finds it full.
+    reclaim: std::sync::OnceLock<Reclaim>,
     state: Mutex<State>,
 }
+
+/// Frees about `bytes` on the file system holding the directory given (cached pages giving
+/// way to written data); whether it freed anything. Called with no arena lock held but the
+/// writing buffer's: it must not write to the arena.
+pub type Reclaim = Arc<dyn Fn(&std::path::Path, u64) -> bool + Send + Sync>;
 
 struct JobInfo {
     prefix: String,
@@ -351,9 +359,16 @@ impl Arena {
                 jobs,
                 by_priority,
                 max_len: std::sync::atomic::AtomicU64::new(DEFAULT_MAX_FILE_SIZE),
+                reclaim: std::sync::OnceLock::new(),
                 state: Mutex::new(state),
             }),
         })
+    }
+
+    /// What frees room when a spill file's file system is full (once; later calls are
+    /// ignored): the page store's disk tiers there, so written data wins over cached pages.
+    pub fn set_reclaim(&self, reclaim: Reclaim) {
+        let _ = self.shared.reclaim.set(reclaim);
     }
 
     /// Sets the largest length a buffer may reach (at most `i64::MAX`): a write or truncate
@@ -412,17 +427,12 @@ impl Arena {
 
     /// Sets the memory ceiling. When usage is above it, memory chunks are spilled (lowest
     /// priority first, oldest buffer first) until usage is at or below it before returning;
-    /// lowering also resets `memory_peak` to the usage then. If the spill tiers are full the
+    /// `memory_peak` stays the highest usage seen (a lowered ceiling does not rewrite it). If the spill tiers are full the
     /// memory stays (no byte is dropped) and a warning is logged; usage then falls as buffers
     /// drop, and a later call tries again.
     pub fn set_memory_ceiling(&self, bytes: u64) {
         let sh = &*self.shared;
-        let lowered = {
-            let mut s = sh.state.lock();
-            let lowered = bytes < s.ceiling;
-            s.ceiling = bytes;
-            lowered
-        };
+        sh.state.lock().ceiling = bytes;
         let over = || {
             let s = sh.state.lock();
             s.memory_used > s.ceiling
@@ -451,10 +461,6 @@ impl Arena {
             if !progressed {
                 break;
             }
-        }
-        if lowered {
-            let mut s = sh.state.lock();
-            s.memory_peak = s.memory_used;
         }
     }
 
@@ -710,6 +716,23 @@ impl ReadAt for WriteBuffer {
             .next()
             .is_none()
     }
+
+    /// The start of the next chunk ever written (or `end`).
+    fn hole_end(&self, offset: u64, end: u64) -> u64 {
+        let cs = self.inner.shared.chunk;
+        let next = self
+            .inner
+            .state
+            .read()
+            .chunks
+            .range(offset / cs..)
+            .next()
+            .map(|(i, _)| *i);
+        match next {
+            None => end.max(offset),
+            Some(i) => i.saturating_mul(cs).clamp(offset, end.max(offset)),
+        }
+    }
 }
 
 impl fmt::Debug for WriteBuffer {
@@ -883,7 +906,8 @@ impl BufInner {
                 self.path
             )));
         };
-        f.write_all_at(&m[..n], start)
+        self.shared
+            .write_spill(f, tier, &m[..n], start)
             .map_err(|e| io_error(e, format!("spilling {n} bytes of {}", self.path)))?;
         st.stale.remove(&(tier, idx));
         Ok(())
@@ -902,10 +926,12 @@ impl BufInner {
             match st.chunks.get_mut(&idx) {
                 Some(Chunk::Mem(m)) => m[within..within + n].copy_from_slice(src),
                 Some(Chunk::Disk(t)) => {
-                    let f = st.files.get(*t).and_then(Option::as_ref).ok_or_else(|| {
+                    let t = *t;
+                    let f = st.files.get(t).and_then(Option::as_ref).ok_or_else(|| {
                         Error::internal(format!("spilled chunk {idx} has no file"))
                     })?;
-                    f.write_all_at(src, pos)
+                    self.shared
+                        .write_spill(f, t, src, pos)
                         .map_err(|e| io_error(e, "writing to a spill file"))?;
                 }
                 None => return Err(Error::internal(format!("chunk {idx} was not placed"))),
@@ -981,6 +1007,26 @@ impl Drop for BufInner {
             s.give_disk(self.job, t, bytes);
         }
         s.buffers = s.buffers.saturating_sub(1);
+    }
+}
+
+impl Shared {
+    /// Writes `data` at `pos` of a spill file on tier `tier`; a full file system (`ENOSPC`,
+    /// `EDQUOT`) is first given back room by `reclaim`, then written once more.
+    fn write_spill(&self, f: &File, tier: usize, data: &[u8], pos: u64) -> io::Result<()> {
+        match f.write_all_at(data, pos) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) => {
+                let freed = match (self.reclaim.get(), self.tiers.get(tier)) {
+                    (Some(r), Some(t)) => r(&t.dir, self.chunk.max(data.len() as u64) * 4),
+                    _ => false,
+                };
+                if !freed {
+                    return Err(e);
+                }
+                f.write_all_at(data, pos)
+            }
+            r => r,
+        }
     }
 }
 

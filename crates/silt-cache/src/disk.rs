@@ -76,7 +76,10 @@
 //!
 //! # Eviction
 //!
-//! Each tier has a quota with high/low watermarks (enforced by the store). Evicting a page
+//! Each tier has a quota with high/low watermarks (enforced by the store). The quota in force is
+//! the smaller of the configured one and what the tier's file system can hold: its pages plus
+//! the free space, less a reserve kept free for what else writes there (write spill, logs,
+//! the journal): 1/16 of the file system, at most 256 MiB ([`DiskTier::refresh_quota`]). Evicting a page
 //! punches a hole (`fallocate(PUNCH_HOLE | KEEP_SIZE)`) and appends a removal record; when an
 //! object has no pages left its data file is deleted. Removing a whole object unlinks the file
 //! without punching, so a reader that already has it open (the kernel, in passthrough) keeps
@@ -464,7 +467,12 @@ fn data_rel_path(object: ObjectId) -> PathBuf {
 pub(crate) struct DiskTier {
     pub name: String,
     pub dir: PathBuf,
+    /// The quota in force: `configured`, or less when the file system holds less.
     pub quota: u64,
+    /// The quota the configuration gives.
+    pub configured: u64,
+    /// When the file system's free space was last asked, `used` then, and the reserve.
+    space_checked: Option<(std::time::Instant, u64, u64)>,
     /// Bytes of all indexed pages, pending ones included.
     pub used: u64,
     pub pages: HashMap<PolicyKey, DiskPage>,
@@ -606,6 +614,8 @@ impl DiskTier {
                 name,
                 dir: dir.to_path_buf(),
                 quota,
+                configured: quota,
+                space_checked: None,
                 used: 0,
                 pages: HashMap::new(),
                 policy,
@@ -619,6 +629,33 @@ impl DiskTier {
             live,
             was_clean || same_boot,
         ))
+    }
+
+    /// Sets `quota` to the smaller of `configured` and what the file system can hold for the
+    /// tier (its pages plus the free space, less the reserve). Asks the file system at most
+    /// once a second, or sooner once a quarter of the reserve was added since (so pages alone
+    /// never fill it), or whenever `force`d.
+    pub fn refresh_quota(&mut self, force: bool) {
+        if let Some((at, used, reserve)) = self.space_checked {
+            let grown = self.used.saturating_sub(used) >= reserve / 4;
+            if !force && !grown && at.elapsed() < std::time::Duration::from_secs(1) {
+                return;
+            }
+        }
+        let Some((total, avail)) = fs_space(&self.dir) else {
+            self.quota = self.configured;
+            return;
+        };
+        self.space_checked = Some((std::time::Instant::now(), self.used, space_reserve(total)));
+        let holds = self
+            .used
+            .saturating_add(avail)
+            .saturating_sub(space_reserve(total));
+        let quota = self.configured.min(holds);
+        if quota != self.quota {
+            debug!(tier = %self.name, quota, configured = self.configured, "disk tier quota follows its file system's free space");
+        }
+        self.quota = quota;
     }
 
     /// Makes every page and the journal durable (one `syncfs` for the tier's file system),
@@ -1143,6 +1180,27 @@ fn remove_orphan_files(dir: &Path, objects: &HashMap<ObjectId, ReplayObject>) {
             }
         }
     }
+}
+
+/// Free space a disk tier leaves on a file system of `total` bytes for other writers.
+pub(crate) fn space_reserve(total: u64) -> u64 {
+    (total / 16).min(256 << 20)
+}
+
+/// (size, space available to this process) of the file system holding `dir`.
+pub(crate) fn fs_space(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes into the struct passed; the path is a valid C string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let unit = st.f_frsize as u64;
+    Some((
+        (st.f_blocks as u64).saturating_mul(unit),
+        (st.f_bavail as u64).saturating_mul(unit),
+    ))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc, Weak};
 
@@ -28,7 +28,7 @@ use silt_common::bufpool;
 use silt_common::config::{Config, DiskTierSpec};
 use silt_common::metrics;
 use silt_common::{Error, ObjectId, PageKey, Result};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::disk::{self, DiskPage, DiskTier, RecoveredPage, PENDING};
 use crate::policy::{
@@ -166,10 +166,6 @@ struct ObjectSlot {
     /// after a crash they are trusted without reading them back. Cleared, durably, before any
     /// page of the object is punched or its file removed.
     sealed: bool,
-    /// Every disk page was recovered at start-up as trusted (`verified`) and none was written
-    /// since: `complete_file` stamps the file without reading it back (what changed while
-    /// Silt was stopped is not looked for there; `get` checks every page it reads).
-    recovered: bool,
 }
 
 struct MemPage {
@@ -553,7 +549,6 @@ impl State {
             tier: NO_TIER,
             verified: true,
             sealed: false,
-            recovered: false,
         };
         let s = match self.free_slots.pop() {
             Some(s) => {
@@ -824,6 +819,7 @@ impl State {
 
     /// Evicts per the watermarks so that `len` more bytes fit; whether they fit the quota.
     fn disk_make_room(&mut self, t: usize, len: u64) -> bool {
+        self.disks[t].refresh_quota(false);
         let quota = self.disks[t].quota;
         if len > quota {
             return false;
@@ -834,27 +830,31 @@ impl State {
             } else {
                 self.low
             };
-            let low = mark(quota, to);
-            let mut skips = 0;
-            while self.disks[t].used + len > low {
-                let Some((key, handle)) = self.disks[t].policy.victim() else {
-                    break;
-                };
-                if self.is_pinned(key) {
-                    if skips >= MAX_PIN_SKIPS || skips >= self.disks[t].policy.len() {
-                        break;
-                    }
-                    skips += 1;
-                    // Step over it: a pinned page is in use anyway.
-                    self.disks[t].policy.on_access(handle, key);
-                    continue;
-                }
-                if !self.disk_remove(t, key, Removal::Evict) {
-                    self.disks[t].policy.on_remove(handle, key);
-                }
-            }
+            self.disk_evict_to(t, mark(quota, to).saturating_sub(len));
         }
         self.disks[t].used + len <= quota
+    }
+
+    /// Evicts tier `t`'s pages (pinned ones stepped over) until it uses at most `target`.
+    fn disk_evict_to(&mut self, t: usize, target: u64) {
+        let mut skips = 0;
+        while self.disks[t].used > target {
+            let Some((key, handle)) = self.disks[t].policy.victim() else {
+                break;
+            };
+            if self.is_pinned(key) {
+                if skips >= MAX_PIN_SKIPS || skips >= self.disks[t].policy.len() {
+                    break;
+                }
+                skips += 1;
+                // Step over it: a pinned page is in use anyway.
+                self.disks[t].policy.on_access(handle, key);
+                continue;
+            }
+            if !self.disk_remove(t, key, Removal::Evict) {
+                self.disks[t].policy.on_remove(handle, key);
+            }
+        }
     }
 
     /// Removes one disk page (committed or pending), releasing the slot if it empties.
@@ -938,6 +938,9 @@ impl State {
     /// A tier for an object with no disk pages yet: the first with room below its high
     /// watermark, else the first that can make room by evicting.
     fn choose_tier(&mut self, id: ObjectId, index: u32, len: u64, force: bool) -> Option<usize> {
+        for d in &mut self.disks {
+            d.refresh_quota(false);
+        }
         let high = self.high;
         let free = self
             .disks
@@ -1079,7 +1082,6 @@ impl State {
                 }
                 if let Some(slot) = self.slot_mut(r.slot) {
                     slot.pending = slot.pending.saturating_sub(1);
-                    slot.recovered = false;
                 }
                 self.maybe_queue_seal(r.slot);
             }
@@ -1251,7 +1253,6 @@ impl State {
                 slot.tier = t as u8;
                 slot.verified &= clean || p.sealed;
                 slot.sealed = p.sealed;
-                slot.recovered = slot.verified;
             }
         }
         for (object, size) in conflicts {
@@ -1784,7 +1785,7 @@ impl PageStore {
     /// `[0, object_size)` are exactly the object (for FUSE passthrough, or a worker's lend).
     ///
     /// The file is read back and each page checked against its crc32c unless its `fstat`
-    /// (inode, size, mtime, ctime) is what it was at the last such check, made long enough
+    /// (inode, size, mtime, ctime) is what it was at the last such check in this process, made long enough
     /// after its last change that a later one would move its ctime: a file altered on disk
     /// (by anyone but the store) is read back again, and a page that fails is dropped, so the
     /// object is not complete until refetched. The unchanged case costs one `open` + `fstat`.
@@ -1797,7 +1798,7 @@ impl PageStore {
     pub fn complete_file(&self, object: ObjectId, object_size: u64) -> Option<CompleteFile> {
         let ps = self.page_size();
         let pages = page_count(object_size, ps);
-        let (t, s, gen, epoch, path, stamp, settle, recovered) = {
+        let (t, s, gen, epoch, path, stamp, settle) = {
             let mut st = self.shared.state.lock();
             let (s, slot, t) = st.on_disk(object, object_size)?;
             // A pending page is not on disk yet (its bytes may still be a hole).
@@ -1806,10 +1807,9 @@ impl PageStore {
             }
             let stamp = st.stamps.get(&s).copied();
             let path = st.disks[t].data_path(object);
-            let trusted = slot.recovered && slot.verified;
             let (gen, epoch) = (slot.gen, slot.disk_epoch);
             st.file_read(t, s, object, pages);
-            (t, s, gen, epoch, path, stamp, st.settle, trusted)
+            (t, s, gen, epoch, path, stamp, st.settle)
         };
         let taken = std::time::SystemTime::now();
         let file = File::open(&path).ok()?;
@@ -1829,19 +1829,9 @@ impl PageStore {
         if stamp == Some(seen) {
             return Some(done);
         }
-        if recovered && stamp.is_none() {
-            // Trusted as recovered: from now on any change is seen.
-            if done.settled {
-                let mut st = self.shared.state.lock();
-                if st
-                    .slot(s)
-                    .is_some_and(|x| x.gen == gen && x.disk_epoch == epoch)
-                {
-                    st.stamps.insert(s, seen);
-                }
-            }
-            return Some(done);
-        }
+        // No stamp (the first lend since this process started, whatever the journal says of
+        // the pages: a change made while Silt was stopped leaves no trace a restart can see)
+        // or a changed one: every page is read back first.
         let crcs = self.shared.state.lock().committed_crcs(t, s, 0..pages)?;
         let mut buf = vec![0u8; usize::try_from(ps).ok()?];
         for (i, &crc) in crcs.iter().enumerate() {
@@ -1947,6 +1937,36 @@ impl PageStore {
         }
         let crcs = st.committed_crcs(t, s, first..last.checked_add(1)?)?;
         Some((st.disks[t].data_path(object), crcs))
+    }
+
+    /// Written data needs `bytes` on the file system holding `path` and found it full
+    /// (`ENOSPC`): cached pages give way. Every disk tier on that file system evicts that
+    /// much (pinned pages stay), and its quota follows the free space left, so it does not
+    /// fill the room again. Whether anything was evicted.
+    pub fn reclaim_near(&self, path: &Path, bytes: u64) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(dev) = std::fs::metadata(path).map(|m| m.dev()) else {
+            return false;
+        };
+        let mut st = self.shared.state.lock();
+        let mut evicted = false;
+        for t in 0..st.disks.len() {
+            if std::fs::metadata(&st.disks[t].dir).map(|m| m.dev()).ok() != Some(dev) {
+                continue;
+            }
+            let before = st.disks[t].used;
+            st.disk_evict_to(t, before.saturating_sub(bytes));
+            evicted |= st.disks[t].used < before;
+            st.disks[t].refresh_quota(true);
+            let quota = st.disks[t].quota;
+            if st.disks[t].used > quota {
+                st.disk_evict_to(t, quota);
+            }
+        }
+        if evicted {
+            info!(path = %path.display(), bytes, "cached pages evicted to make room for written data");
+        }
+        evicted
     }
 
     /// While the returned guard (or any other for the object) lives, no disk page of the

@@ -318,7 +318,8 @@ fn lowering_the_ceiling_spills_before_returning() {
     a.set_memory_ceiling(4 * CS);
     let s = a.stats();
     assert!(s.memory_used <= 4 * CS, "{s:?}");
-    assert!(s.memory_peak <= s.memory_ceiling, "{s:?}");
+    // The peak is the highest usage seen, not the new ceiling (`silt memory` showed that).
+    assert_eq!(s.memory_peak, 24 * CS, "{s:?}");
     assert_eq!(s.memory_ceiling, 4 * CS);
     // Lowest priority first, then the oldest buffer.
     assert_eq!(job_stats(&s, "/lo").memory_used, 0);
@@ -330,7 +331,7 @@ fn lowering_the_ceiling_spills_before_returning() {
     // New writes respect the new ceiling.
     let c = a.buffer("/c");
     c.write_at(0, &data[0]).unwrap();
-    assert!(a.stats().memory_peak <= 4 * CS);
+    assert!(a.stats().memory_used <= 4 * CS);
     assert_eq!(c.memory_bytes(), 0);
 
     // Raising it lets memory be used again.

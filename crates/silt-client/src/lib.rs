@@ -155,6 +155,66 @@ pub struct OpenFile {
     /// A file resident in Silt: its bytes, held for as long as the file is open (an upload or
     /// a replacement meanwhile does not take them away).
     resident: Option<Arc<resident::ResidentFile>>,
+    /// Keeps the version's cached pages while it is open (see [`OpenVersions`]).
+    _hold: Option<VersionHold>,
+}
+
+/// Versions open for reading through this client. When one is removed or replaced, its
+/// cached pages are not dropped at once but when its last reader closes: an open file's
+/// bytes outlive its name (POSIX; temporary files, log rotation), as far as they are cached.
+#[derive(Default)]
+struct OpenVersions {
+    open: Mutex<std::collections::HashMap<ObjectId, OpenVersion>>,
+}
+
+/// Readers open of one version, and the version to forget once none is left.
+type OpenVersion = (usize, Option<Arc<ObjectRef>>);
+
+impl OpenVersions {
+    fn hold(self: &Arc<Self>, worker: &Arc<Worker>, id: ObjectId) -> VersionHold {
+        self.open.lock().entry(id).or_insert((0, None)).0 += 1;
+        VersionHold {
+            versions: self.clone(),
+            worker: worker.clone(),
+            id,
+        }
+    }
+
+    /// Whether `obj` is open; if so its pages are forgotten when the last reader closes.
+    fn defer_forget(&self, obj: &Arc<ObjectRef>) -> bool {
+        match self.open.lock().get_mut(&obj.id) {
+            Some(e) => {
+                e.1 = Some(obj.clone());
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+struct VersionHold {
+    versions: Arc<OpenVersions>,
+    worker: Arc<Worker>,
+    id: ObjectId,
+}
+
+impl Drop for VersionHold {
+    fn drop(&mut self) {
+        let forget = {
+            let mut open = self.versions.open.lock();
+            match open.get_mut(&self.id) {
+                Some(e) if e.0 > 1 => {
+                    e.0 -= 1;
+                    None
+                }
+                Some(_) => open.remove(&self.id).and_then(|e| e.1),
+                None => None,
+            }
+        };
+        if let Some(obj) = forget {
+            self.worker.forget_object(&obj);
+        }
+    }
 }
 
 impl OpenFile {
@@ -289,6 +349,8 @@ pub struct Client {
     /// Each version under a `cache_ttl` prefix opened here: when it was first opened (or its
     /// pages last dropped), and its TTL.
     ttl_since: Mutex<std::collections::HashMap<ObjectId, TtlEntry>>,
+    /// Versions open for reading (their pages outlive a removal until closed).
+    open_versions: Arc<OpenVersions>,
 }
 
 /// A version under a `cache_ttl` prefix (see `Client::expire_cached`).
@@ -381,6 +443,7 @@ impl Client {
             snapshot_saves: Mutex::new(false),
             dir_times: Default::default(),
             ttl_since: Mutex::new(Default::default()),
+            open_versions: Default::default(),
         }
     }
 
@@ -620,7 +683,9 @@ impl Client {
                 ChangeKind::Added | ChangeKind::Invalidated | ChangeKind::Policy => {}
             }
             if let Some(obj) = &c.old_object {
-                self.worker.forget_object(obj);
+                if !self.open_versions.defer_forget(obj) {
+                    self.worker.forget_object(obj);
+                }
             }
         }
         let listeners = self.listeners.lock().clone();
@@ -1094,14 +1159,19 @@ impl Client {
         } else {
             None
         };
-        if resident.is_none() {
-            self.expire_cached(&entry.path, &obj);
-        }
+        let hold = match resident {
+            None => {
+                self.expire_cached(&entry.path, &obj);
+                Some(self.open_versions.hold(&self.worker, obj.id))
+            }
+            Some(_) => None,
+        };
         Ok(OpenFile {
             entry,
             obj,
             seq: Mutex::new(SeqState::default()),
             resident,
+            _hold: hold,
         })
     }
 

@@ -1370,6 +1370,20 @@ impl fuser::Filesystem for SiltFs {
                 }
             }
         }
+        // Unlinked or renamed over, still open: `fstat` comes without a handle (the kernel
+        // passes none for it), so the attributes are those of the version a read handle of
+        // the inode has, not a lookup of a name that is gone (ENOENT).
+        if self.inodes.lock().attached_path(ino.0).is_none() {
+            let held = self
+                .handles
+                .lock()
+                .values()
+                .find(|h| h.ino == ino.0)
+                .and_then(|h| h.file.lock().0.clone());
+            if let Some(f) = held {
+                return reply.attr(&Duration::ZERO, &self.attr(ino.0, &f.entry));
+            }
+        }
         match self.stat_live(&path) {
             Ok((e, live)) => reply.attr(&self.live_ttls(&e, live).0, &self.attr(ino.0, &e)),
             Err(e) => reply.error(errno(&e)),

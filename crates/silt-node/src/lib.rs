@@ -163,6 +163,7 @@ impl Node {
         cluster: Option<Arc<Router>>,
         role: &'static str,
     ) -> Result<Node> {
+        let reclaim_pages = Arc::downgrade(&pages);
         let worker = Arc::new(Worker::with_fetcher(
             pages,
             &WorkerOptions::from_config(cfg),
@@ -180,7 +181,14 @@ impl Node {
             client = client.with_backing_source(router.clone());
         }
         if WriteRules::new(cfg.write_type, cfg.write_rules.clone()).any_writable() {
-            client = client.with_write_setup(write_setup(cfg)?)?;
+            let setup = write_setup(cfg)?;
+            // Written data spilling into a full file system wins over cached pages there.
+            setup.arena.set_reclaim(Arc::new(move |dir, bytes| {
+                reclaim_pages
+                    .upgrade()
+                    .is_some_and(|p| p.reclaim_near(dir, bytes))
+            }));
+            client = client.with_write_setup(setup)?;
             match &cluster {
                 // Cache-only files are kept by workers, not by this process.
                 Some(router) if cfg.cache_only_replicas > 0 => {
@@ -536,7 +544,8 @@ pub async fn cluster_mounts(cfg: &Config, m: &dyn Membership) -> Result<Vec<Moun
     let stored = if cfg.mounts.is_empty() {
         m.mounts().await?.ok_or_else(|| {
             Error::invalid(format!(
-                "{} holds no mount table yet: give the first process --mount PATH=URI",
+                "{} holds no mount table yet: give this process --mount PATH=URI (with \
+                 --workers every process needs it; with etcd the first one publishes it)",
                 m.describe()
             ))
         })?

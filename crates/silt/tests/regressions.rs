@@ -807,3 +807,76 @@ fn an_unlink_that_must_load_a_file_from_a_frozen_store_fails_and_loses_nothing()
     assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
     silt.stop();
 }
+
+/// A file unlinked while open keeps its bytes for the descriptors and mappings that have it
+/// (POSIX; how temporary files and log rotation work): an `O_RDONLY` descriptor read `ESTALE`
+/// once the kernel's pages were dropped (its cached pages went with the name) and `fstat`
+/// answered `ENOENT` (the kernel sends it without a handle). On a local store and on S3,
+/// with `O_RDONLY`, `O_RDWR` and a shared read mapping.
+#[test]
+fn an_open_file_keeps_its_bytes_after_its_unlink() {
+    let backing = tempfile::tempdir().unwrap();
+    let local = format!("file://{}", backing.path().display());
+    let fx = S3Fx::start(false);
+    for on_s3 in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let extra = ["--write-type", "through"];
+        let silt = if on_s3 {
+            fx.up(&extra, dir.path())
+        } else {
+            Silt::up_data(&local, Vec::new(), &extra, dir.path())
+        };
+        let what = if on_s3 { "s3" } else { "file" };
+        let data = b"hello, unlinked world".repeat(500);
+        for how in ["rdonly", "rdwr", "mmap"] {
+            let p = silt.path(&format!("data/{how}"));
+            std::fs::write(&p, &data).unwrap();
+            assert_eq!(std::fs::read(&p).unwrap(), data, "{what} {how}");
+            let f = OpenOptions::new()
+                .read(true)
+                .write(how == "rdwr")
+                .open(&p)
+                .unwrap();
+            let map = (how == "mmap").then(|| {
+                // SAFETY: a fresh shared read-only mapping of an open file, unmapped below.
+                let m = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        data.len(),
+                        libc::PROT_READ,
+                        libc::MAP_SHARED,
+                        f.as_raw_fd(),
+                        0,
+                    )
+                };
+                assert_ne!(m, libc::MAP_FAILED, "{what}: mmap");
+                m
+            });
+            std::fs::remove_file(&p).unwrap();
+            assert!(!p.exists(), "{what} {how}");
+            // The kernel's pages dropped: the reads below go to the daemon.
+            // SAFETY: advice on an open descriptor.
+            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            let mut buf = vec![0u8; data.len()];
+            match map {
+                Some(m) => {
+                    // SAFETY: the mapping is `data.len()` bytes long and readable.
+                    let mapped = unsafe { std::slice::from_raw_parts(m as *const u8, data.len()) };
+                    buf.copy_from_slice(mapped);
+                    // SAFETY: unmaps the mapping made above, not used after.
+                    unsafe { libc::munmap(m, data.len()) };
+                }
+                None => f
+                    .read_exact_at(&mut buf, 0)
+                    .unwrap_or_else(|e| panic!("{what} {how}: pread: {e}")),
+            }
+            assert!(buf == data, "{what} {how}: other bytes");
+            let md = f
+                .metadata()
+                .unwrap_or_else(|e| panic!("{what} {how}: fstat: {e}"));
+            assert_eq!(md.len(), data.len() as u64, "{what} {how}");
+            drop(f);
+        }
+        silt.stop();
+    }
+}

@@ -483,3 +483,32 @@ pub fn http(
         .collect();
     (status, headers, body.to_string())
 }
+
+/// A tmpfs mounted for the test, unmounted when dropped.
+pub struct Tmpfs(pub PathBuf);
+
+impl Tmpfs {
+    /// `opts`: tmpfs mount options (`size=...`, `nr_inodes=...`).
+    pub fn mount(dir: &Path, opts: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("{opts},mode=0700"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("running mount");
+        assert!(st.success(), "mounting a tmpfs at {} failed", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
