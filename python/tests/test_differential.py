@@ -243,17 +243,27 @@ def step(rnd, fs, local):
     )
 
 
-@pytest.mark.parametrize("seed", range(int(os.environ.get("SEEDS", 12))))
-def test_fsspec_calls_answer_as_a_local_directory_does(seed, workdir):
+SEEDS = int(os.environ.get("SEEDS", 12))
+
+
+@pytest.mark.parametrize(
+    "write_type,seed",
+    [("through", s) for s in range(SEEDS)]
+    + [(w, s) for w in ("store-only", "cache-only", "back") for s in range(max(1, SEEDS // 3))],
+)
+def test_fsspec_calls_answer_as_a_local_directory_does(write_type, seed, workdir):
+    """Under every write type: `cache-only` leaves the store empty, `back` uploads in the
+    background (its store is not compared step by step)."""
     store = os.path.join(workdir, "store")
     os.makedirs(store)
     fs = silt.SiltFileSystem(
         mounts={"/data": f"file://{store}"},
         cache_dir=os.path.join(workdir, "cache"),
         skip_instance_cache=True,
-        write_type="through",
+        write_type=write_type,
     )
-    run(seed, fs, store, os.path.join(workdir, "ref"))
+    stored = {"cache-only": "empty", "back": None}.get(write_type, "same")
+    run(seed, fs, store, os.path.join(workdir, "ref"), stored=stored)
 
 
 def test_a_directory_emptied_on_s3_is_gone_for_the_client_that_emptied_it(s3, workdir):
@@ -343,7 +353,9 @@ def attached(workdir, procs):
         subprocess.run(["umount", "-l", mnt], stderr=subprocess.DEVNULL)
 
 
-def run(seed, fs, store, ref, mount=None):
+def run(seed, fs, store, ref, mount=None, stored="same"):
+    """`stored`: what the store's directory holds after each call: "same" as the local one,
+    "empty" (cache-only), or None (not compared: uploads in the background)."""
     os.makedirs(ref)
     local = Local(ref)
     rnd = random.Random(seed)
@@ -355,7 +367,9 @@ def run(seed, fs, store, ref, mount=None):
             history = "\n  ".join(done[-int(os.environ.get("HISTORY", 12)):])
             assert got == want, f"seed {seed}, after:\n  {history}\nSilt answered {got}, a local directory {want}"
             expected = directory(ref)
-            assert directory(store) == expected, f"seed {seed}, the store's directory after:\n  {history}"
+            if stored is not None:
+                in_store = expected if stored == "same" else {}
+                assert directory(store) == in_store, f"seed {seed}, the store's directory after:\n  {history}"
             view = {k: (v if v == "dir" else len(v)) for k, v in expected.items()}
             assert silt_view(fs) == view, f"seed {seed}, Silt's listing after:\n  {history}"
             if mount is not None:

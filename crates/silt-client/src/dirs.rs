@@ -7,9 +7,9 @@
 //! kernel).
 //!
 //! - `mkdir`: a real directory on a local store, a zero-byte `dir/` marker object on S3. Under
-//!   a `cache-only` prefix (whose files the store never sees) the directory is recorded in the
-//!   metadata cache only: it shows at once, and lasts while files lie below it or until its
-//!   parent is listed again.
+//!   a `cache-only` prefix (whose files the store never sees) the directory is kept by the
+//!   mount's resident layer (`resident.rs`): it lasts until its `rmdir`, emptied or not, and
+//!   ends with the process, as the files under it do.
 //! - `rmdir`: only an empty directory (`NotEmpty` otherwise, judged by its listing and by the
 //!   store).
 //! - `rename` of a file: the store's rename (local: `rename(2)`, atomic) or a server-side copy
@@ -127,6 +127,7 @@ impl Client {
         self.check_new_entry(&t.path).await?;
         let asked = self.opts.clock.now();
         let meta = if t.write_type == WriteType::CacheOnly {
+            self.writes.resident.add_dir(&t.path);
             ObjectMeta::dir(&t.rel)
         } else {
             t.store
@@ -328,7 +329,8 @@ impl Client {
             self.forget_emptied_parents(&a.path).await;
             return Ok(entry);
         }
-        let meta = if a.store.capabilities().rename_dirs {
+        // A directory kept by the resident layer moves there, whatever the store can do.
+        let meta = if a.store.capabilities().rename_dirs || self.writes.resident.has_dir(&a.path) {
             a.store.rename(&a.rel, &b.rel).await.map_err(context)?
         } else {
             self.move_tree(&a, &b).await.map_err(context)?
@@ -339,6 +341,9 @@ impl Client {
         self.too_big
             .lock()
             .retain(|d| !is_at_or_under(d, &a.path) && !is_at_or_under(d, &b.path));
+        // Directories kept by the resident layer below it move too (a store's rename or
+        // object-by-object move does not know them).
+        self.writes.resident.rename_dirs(&a.path, &b.path);
         let mut changes = self.meta.put_missing(asked, &a.path);
         changes.extend(self.meta.put_missing(asked, &b.path));
         let entry = Entry::from_meta(b.path.clone(), &b.store, meta);

@@ -8,8 +8,13 @@
 //! store produces: its pages are never fetched from the store, and reads of it bypass the
 //! page cache (its bytes are already local — the memory-first write buffer or the log record).
 //!
+//! Directories made under a `cache-only` prefix are resident too (the store never sees them):
+//! each lasts until its `rmdir` (or the process ends, as its files do), whether or not files
+//! lie below it, as a directory of a file system does. A task that makes its directories once
+//! and then moves and removes files in them (Spark's `blockmgr-*/NN`) relies on that.
+//!
 //! Invariants: a resident file shadows a store object at the same path; a directory exists if
-//! the store has it or a resident file lies below it; an expired cache-only file is gone
+//! the store has it, it is a resident directory, or a resident file or directory lies below it; an expired cache-only file is gone
 //! (stat says `NotFound`, listings omit it) and its memory is given back when it is next
 //! seen or swept.
 //!
@@ -18,7 +23,7 @@
 //! *pointer* per file ([`ResidentData::Remote`]), and stats, listings and reads ask the
 //! workers, so every client of the cluster sees the files any of them wrote.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -150,6 +155,14 @@ impl ReadAt for ResidentData {
             ResidentData::Remote(_) => false,
         }
     }
+
+    fn hole_end(&self, offset: u64, end: u64) -> u64 {
+        match self {
+            ResidentData::Buffer(b) => b.hole_end(offset, end),
+            ResidentData::Log(f) => f.as_ref().hole_end(offset, end),
+            ResidentData::Remote(_) => offset,
+        }
+    }
 }
 
 /// Why a file is resident.
@@ -178,6 +191,8 @@ impl ResidentFile {
 /// Every resident file of the client, by namespace path.
 pub struct Resident {
     files: RwLock<BTreeMap<String, Arc<ResidentFile>>>,
+    /// Directories kept here (made under `cache-only`), by namespace path.
+    dirs: RwLock<BTreeSet<String>>,
     clock: Clock,
     next_tag: AtomicU64,
     /// Where cache-only files go instead of this table (set once, in a cluster client).
@@ -193,6 +208,7 @@ impl Resident {
             .map_or(0, |d| d.as_nanos() as u64);
         Resident {
             files: RwLock::new(BTreeMap::new()),
+            dirs: RwLock::new(BTreeSet::new()),
             clock,
             next_tag: AtomicU64::new(start),
             remote: OnceLock::new(),
@@ -315,6 +331,50 @@ impl Resident {
             .filter(|(_, f)| self.live(f))
             .map(|(p, f)| (p.clone(), f.clone()))
             .collect()
+    }
+
+    /// Records the directory `path` as kept here (a `mkdir` under `cache-only`).
+    pub fn add_dir(&self, path: &str) {
+        self.dirs.write().insert(path.to_string());
+    }
+
+    /// Whether `path` is a directory kept here.
+    pub fn has_dir(&self, path: &str) -> bool {
+        self.dirs.read().contains(path)
+    }
+
+    /// Directories kept here strictly below `dir`.
+    pub fn dirs_below(&self, dir: &str) -> Vec<String> {
+        let prefix = dir_prefix(dir);
+        self.dirs
+            .read()
+            .range(prefix.clone()..)
+            .take_while(|p| p.starts_with(&prefix))
+            .cloned()
+            .collect()
+    }
+
+    /// Forgets the directory `path` kept here; whether it was.
+    pub fn remove_dir(&self, path: &str) -> bool {
+        self.dirs.write().remove(path)
+    }
+
+    /// Moves directory `from` (if kept here) and the directories kept below it to `to`.
+    pub fn rename_dirs(&self, from: &str, to: &str) {
+        let mut dirs = self.dirs.write();
+        let prefix = dir_prefix(from);
+        let moving: Vec<String> = dirs
+            .range(prefix.clone()..)
+            .take_while(|p| p.starts_with(&prefix))
+            .cloned()
+            .collect();
+        if dirs.remove(from) {
+            dirs.insert(to.to_string());
+        }
+        for d in moving {
+            dirs.remove(&d);
+            dirs.insert(format!("{to}{}", &d[from.len()..]));
+        }
     }
 
     /// Drops expired cache-only files (their memory and spill space go back); how many.
@@ -523,6 +583,64 @@ impl ResidentStore {
             || (self.resident.remote().is_some() && !self.resident_files(dir).await.is_empty())
     }
 
+    /// Before a rename of something kept here to `to` (rel), which no store is asked about:
+    /// missing parents of `to` are made as directories kept here (as a store's rename makes
+    /// them), and a file among them refuses (`NotADirectory`).
+    async fn target_parents(&self, from_ns: &str, to: &str) -> Result<()> {
+        let mut missing = Vec::new();
+        let mut at = to.trim_matches('/');
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            match self.stat(parent).await {
+                Ok(m) if m.kind == EntryKind::Dir => break,
+                Ok(_) => {
+                    return Err(Error::new(
+                        ErrorKind::NotADirectory,
+                        format!("rename {from_ns}: {} is a file", self.ns(parent)),
+                    ))
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => missing.push(self.ns(parent)),
+                Err(e) => return Err(e),
+            }
+            at = parent;
+        }
+        for d in missing {
+            self.resident.add_dir(&d);
+        }
+        Ok(())
+    }
+
+    /// `NotADirectory` if a file kept here (not in the store yet, so the store's rename would
+    /// make a directory of its name) is an ancestor of `to` (rel).
+    fn no_resident_file_above(&self, to: &str) -> Result<()> {
+        let mut at = to.trim_matches('/');
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            if self
+                .resident
+                .get(&self.ns(parent))
+                .is_some_and(|f| !f.is_remote())
+            {
+                return Err(Error::new(
+                    ErrorKind::NotADirectory,
+                    format!("rename to {}: {} is a file", self.ns(to), self.ns(parent)),
+                ));
+            }
+            at = parent;
+        }
+        Ok(())
+    }
+
+    /// `NotADirectory` if `dir` (rel) is a file kept here, as a store answers a listing of
+    /// one of its files (a NotFound would have the client record the file gone).
+    fn not_a_resident_file(&self, dir: &str) -> Result<()> {
+        match self.resident.get(&self.ns(dir)) {
+            Some(f) if !f.is_remote() => Err(Error::new(
+                ErrorKind::NotADirectory,
+                format!("list {}: not a directory", self.ns(dir)),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The replicated file at `path` (rel) if the workers have one (its pointer refreshed,
     /// or dropped when they have none). Not knowing (no worker answers) counts as none.
     async fn remote_stat(&self, path: &str) -> Option<ObjectMeta> {
@@ -551,9 +669,18 @@ impl ResidentStore {
         let ns_dir = self.ns(dir);
         let prefix = dir_prefix(&ns_dir);
         let mut out: Vec<ObjectMeta> = Vec::new();
-        for (path, meta) in self.resident_files(dir).await {
+        let dirs = self.resident.dirs_below(&ns_dir).into_iter();
+        let files = self.resident_files(dir).await.into_iter();
+        for (path, meta) in dirs
+            .map(|d| {
+                let rel = self.rel_of(&d);
+                (d, ObjectMeta::dir(&rel))
+            })
+            .chain(files)
+        {
             let rest = &path[prefix.len()..];
             match rest.split_once('/') {
+                None if meta.kind == EntryKind::Dir && out.iter().any(|m| m.path == meta.path) => {}
                 None => out.push(meta),
                 Some((sub, _)) => {
                     if recursive {
@@ -570,19 +697,25 @@ impl ResidentStore {
         out
     }
 
-    /// `base` entries merged with the resident ones `extra` (a resident file replaces a store
-    /// object at its path). `base` failing with NotFound counts as empty if resident files
-    /// exist. `extra` must be taken before `base` is asked: a file uploaded meanwhile is then
+    /// `base` entries of `dir` merged with the resident ones `extra` (a resident file replaces
+    /// a store object at its path). `base` failing with NotFound counts as empty if resident
+    /// entries exist or `dir` is kept here. `extra` must be taken before `base` is asked: a file uploaded meanwhile is then
     /// in one or the other (in both, the resident version wins and is found gone later),
     /// never in neither.
     fn merge(
         &self,
+        dir: &str,
         extra: Vec<ObjectMeta>,
         base: Result<Vec<ObjectMeta>>,
     ) -> Result<Vec<ObjectMeta>> {
         let mut base = match base {
             Ok(v) => v,
-            Err(e) if e.kind() == ErrorKind::NotFound && !extra.is_empty() => Vec::new(),
+            Err(e)
+                if e.kind() == ErrorKind::NotFound
+                    && (!extra.is_empty() || self.resident.has_dir(&self.ns(dir))) =>
+            {
+                Vec::new()
+            }
             Err(e) => return Err(e),
         };
         if extra.is_empty() {
@@ -614,8 +747,13 @@ impl UnderStore for ResidentStore {
         if let Some(meta) = self.remote_stat(path).await {
             return Ok(meta);
         }
+        let ns = self.ns(path);
+        if self.resident.has_dir(&ns) {
+            return Ok(ObjectMeta::dir(path.trim_matches('/')));
+        }
         // Taken first, for the reason `merge` gives.
-        let below = !self.resident.below(&self.ns(path)).is_empty();
+        let below =
+            !self.resident.below(&ns).is_empty() || !self.resident.dirs_below(&ns).is_empty();
         match self.base.stat(path).await {
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 if !below && !self.any_below(path).await {
@@ -629,17 +767,19 @@ impl UnderStore for ResidentStore {
     }
 
     async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
+        self.not_a_resident_file(dir)?;
         let extra = self.resident_entries(dir, recursive).await;
         let base = self.base.list(dir, recursive).await;
-        self.merge(extra, base)
+        self.merge(dir, extra, base)
     }
 
     async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
+        self.not_a_resident_file(dir)?;
         let extra = self.resident_entries(dir, true).await;
         match self.base.list_tree(dir, max).await {
             Ok(None) => Ok(None),
-            Ok(Some(v)) => self.merge(extra, Ok(v)).map(Some),
-            Err(e) => self.merge(extra, Err(e)).map(Some),
+            Ok(Some(v)) => self.merge(dir, extra, Ok(v)).map(Some),
+            Err(e) => self.merge(dir, extra, Err(e)).map(Some),
         }
     }
 
@@ -755,13 +895,23 @@ impl UnderStore for ResidentStore {
     }
 
     async fn remove_dir(&self, path: &str) -> Result<()> {
-        if self.any_below(path).await {
+        let ns = self.ns(path);
+        if self.any_below(path).await || !self.resident.dirs_below(&ns).is_empty() {
             return Err(Error::new(
                 ErrorKind::NotEmpty,
-                format!("{}: holds files kept in Silt", self.ns(path)),
+                format!("{ns}: holds files kept in Silt"),
             ));
         }
-        self.base.remove_dir(path).await
+        if !self.resident.has_dir(&ns) {
+            return self.base.remove_dir(path).await;
+        }
+        // Kept here: the store has no such directory (or an empty one of the same name).
+        match self.base.remove_dir(path).await {
+            Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        self.resident.remove_dir(&ns);
+        Ok(())
     }
 
     async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
@@ -776,14 +926,30 @@ impl UnderStore for ResidentStore {
             ));
         }
         if let Some(f) = self.resident.get(&from_ns) {
+            self.target_parents(&from_ns, to).await?;
             return self.rename_resident(f, &from_ns, to).await;
         }
         let below = self.resident.below(&from_ns);
+        if self.resident.has_dir(&from_ns)
+            && matches!(self.base.stat(from).await, Err(e) if e.kind() == ErrorKind::NotFound)
+        {
+            // A directory kept here: it and everything below it move here, the store untouched.
+            self.target_parents(&from_ns, to).await?;
+            let to_ns = self.ns(to);
+            self.resident.rename_dirs(&from_ns, &to_ns);
+            for (path, f) in below {
+                let to_rel = format!("{}{}", to.trim_matches('/'), &path[from_ns.len()..]);
+                self.rename_resident(f, &path, &to_rel).await?;
+            }
+            return Ok(ObjectMeta::dir(to.trim_matches('/')));
+        }
         if !below.is_empty() {
+            self.no_resident_file_above(to)?;
             return self
                 .rename_dir_with_residents(from, to, &from_ns, below)
                 .await;
         }
+        self.no_resident_file_above(to)?;
         let _hold = match &self.back {
             Some(p) => Some(p.hold(&self.ns(to)).await),
             None => None,

@@ -363,6 +363,11 @@ impl Client {
                     Err(e) => return Err(e),
                 };
                 let new_file = stored.is_none();
+                if new_file {
+                    // A file cannot hold entries: refused now, not at the first commit (a
+                    // cache-only or `back` file never asks the store, which would refuse).
+                    self.check_no_file_above(&target.path).await?;
+                }
                 let s = self.join_or_start(target, new_file)?;
                 if new_file {
                     *s.pending.lock() = opts.create_attrs;
@@ -523,7 +528,16 @@ impl Client {
         }
         let path = s.path();
         let buf = self.arena()?.buffer(&path);
-        match self.open(&path).await {
+        // A `back` version uploaded between the open's stat and its look at the resident file
+        // is "replaced, retry": the next stat finds the stored version.
+        let mut opened = self.open(&path).await;
+        for _ in 0..3 {
+            match &opened {
+                Err(e) if e.kind() == ErrorKind::ContentChanged => opened = self.open(&path).await,
+                _ => break,
+            }
+        }
+        match opened {
             Ok(file) => {
                 let chunk = (self.worker.page_size() * 16).max(1 << 20);
                 let mut off = 0;
@@ -1081,7 +1095,9 @@ impl Client {
         let from = Self::normalize(from)?;
         let to = Self::normalize(to)?;
         if from == to {
-            return self.stat(&from).await;
+            // A file being written counts as there, committed or not (cache-only files are
+            // not in the store before their first commit).
+            return self.stat_live(&from).await.map(|(e, _)| e);
         }
         let table = &self.writes.sessions;
         let moving = table.at_or_under(&from);

@@ -330,6 +330,7 @@ impl Client {
                 self.commit_remote(path, rel, buf, len).await?
             }
             WriteType::CacheOnly => {
+                self.keep_missing_parents(path).await;
                 let meta = self.writes.resident.new_meta(rel, len);
                 let expires = self
                     .writes
@@ -343,7 +344,12 @@ impl Client {
                 self.replace_resident(path, Some(file));
                 meta
             }
-            WriteType::Back => self.commit_back(path, buf, len).await?,
+            WriteType::Back => {
+                // Its directories stay as on a file system, whether or not it is uploaded
+                // before it goes (else an emptied one vanished on a race with the upload).
+                self.keep_missing_parents(path).await;
+                self.commit_back(path, buf, len).await?
+            }
             WriteType::ReadOnly => {
                 return Err(Error::new(
                     ErrorKind::ReadOnly,
@@ -581,6 +587,29 @@ impl Client {
         self.apply(&changes);
         self.forget_emptied_parents(&path).await;
         Ok(())
+    }
+}
+
+impl Client {
+    /// The directories a new cache-only or `back` file's path makes (a write creates missing
+    /// parents) are kept by the resident layer: they last until their `rmdir`, as on a file system,
+    /// not only while a file lies below them.
+    async fn keep_missing_parents(&self, path: &str) {
+        let mut missing = Vec::new();
+        let mut dir = path;
+        while let Some((parent, _)) = parent_and_name(dir) {
+            if parent == "/" || parent.is_empty() {
+                break;
+            }
+            match self.stat(parent).await {
+                Err(e) if e.kind() == ErrorKind::NotFound => missing.push(parent.to_string()),
+                _ => break,
+            }
+            dir = parent;
+        }
+        for d in missing {
+            self.writes.resident.add_dir(&d);
+        }
     }
 }
 

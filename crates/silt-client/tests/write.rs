@@ -617,3 +617,25 @@ async fn renamed_back_file_leaves_nothing_at_its_old_name() {
         ErrorKind::NotFound
     );
 }
+
+/// A file cannot hold entries, whichever write type keeps it: creating below a cache-only or
+/// `back` file (which never asks the store) is `NotADirectory`, as below a stored one. The
+/// SDK's differential test found `x/y` made below a cache-only file `x`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_created_below_a_file_of_any_write_type() {
+    for wt in [WriteType::Through, WriteType::CacheOnly] {
+        let fx = fixture();
+        let c = client(&fx, wt);
+        write_with(&c, "/d/f", b"", None).await;
+        let o = silt_client::OpenOptions {
+            create: true,
+            exclusive: true,
+            ..Default::default()
+        };
+        let e = c.open_write("/d/f/z", o).await.map(drop).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotADirectory, "{wt}: {e}");
+        // And the file is still there (asking below it listed it as a directory, found
+        // nothing, and recorded it gone).
+        assert!(!c.stat_live("/d/f").await.unwrap().0.is_dir(), "{wt}");
+    }
+}

@@ -56,6 +56,8 @@ struct Model {
     dirs: BTreeSet<String>,
     sessions: Vec<SessionModel>,
     handles: BTreeMap<usize, HandleModel>,
+    /// `cache-only`: files and directories live in the client only, and a restart ends them.
+    volatile: bool,
 }
 
 type Outcome = Result<Vec<u8>, ErrorKind>;
@@ -292,6 +294,15 @@ impl Model {
     fn crash(&mut self) {
         self.handles.clear();
         self.sessions.clear();
+        self.restart();
+    }
+
+    /// A new client: under `cache-only` nothing of the old one is left.
+    fn restart(&mut self) {
+        if self.volatile {
+            self.stored.clear();
+            self.dirs.clear();
+        }
     }
 
     /// Files as a listing shows them: path → size.
@@ -368,7 +379,10 @@ async fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) -> u
     };
     let mut rng = StdRng::seed_from_u64(seed);
     let mut c = rig.client();
-    let mut m = Model::default();
+    let mut m = Model {
+        volatile: write_type == WriteType::CacheOnly,
+        ..Model::default()
+    };
     let mut handles: HashMap<usize, FileWriter> = HashMap::new();
     let mut next_id = 0usize;
     let mut history: Vec<String> = Vec::new();
@@ -506,6 +520,7 @@ async fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) -> u
                 }
                 drop(c);
                 c = rig.client();
+                m.restart();
                 ("close all+restart".to_string(), got, Ok(Vec::new()))
             }
         };
@@ -633,27 +648,50 @@ async fn runs(make: impl Fn(&Path) -> DynStore, write_type: WriteType) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_path_matches_the_model_on_an_object_store_through() {
-    runs(
-        |_| Arc::new(MemStore::new("mem://model")) as DynStore,
-        WriteType::Through,
-    )
-    .await;
+    runs(object_store, WriteType::Through).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_path_matches_the_model_on_a_local_directory_through() {
-    runs(
-        |p| Arc::new(OpendalStore::fs(p, Duration::from_secs(30)).expect("fs store")) as DynStore,
-        WriteType::Through,
-    )
-    .await;
+    runs(local, WriteType::Through).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_path_matches_the_model_with_write_back_and_crashes() {
-    runs(
-        |_| Arc::new(MemStore::new("mem://model")) as DynStore,
-        WriteType::Back,
-    )
-    .await;
+    runs(object_store, WriteType::Back).await;
+}
+
+fn local(p: &Path) -> DynStore {
+    Arc::new(OpendalStore::fs(p, Duration::from_secs(30)).expect("fs store"))
+}
+
+fn object_store(_: &Path) -> DynStore {
+    Arc::new(MemStore::new("mem://model"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_path_matches_the_model_on_a_local_directory_write_back() {
+    runs(local, WriteType::Back).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_path_matches_the_model_on_a_local_directory_store_only() {
+    runs(local, WriteType::StoreOnly).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_path_matches_the_model_on_an_object_store_store_only() {
+    runs(object_store, WriteType::StoreOnly).await;
+}
+
+/// Cache-only: the store never sees a file or a directory, and directories last until their
+/// rmdir (Spark's pattern of renaming its last file out of one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_path_matches_the_model_on_a_local_directory_cache_only() {
+    runs(local, WriteType::CacheOnly).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_path_matches_the_model_on_an_object_store_cache_only() {
+    runs(object_store, WriteType::CacheOnly).await;
 }

@@ -440,12 +440,14 @@ impl Store<'_> {
 /// Runs `ops` random operations with `seed` on the mount at `mnt` (backed by `store`) and on a
 /// fresh local directory; returns the local directory with the final tree. Whenever no
 /// descriptor is open, `quiet(step)` runs before the store is compared (to wait for `back`
-/// uploads, or to restart the daemon).
+/// uploads, or to restart the daemon). `keeps`: the store holds what the mount shows; if
+/// not (`cache-only`), the store must hold nothing.
 fn differential(
     seed: u64,
     ops: usize,
     mnt: &Path,
     store: &Store,
+    keeps: bool,
     quiet: &mut dyn FnMut(usize),
 ) -> tempfile::TempDir {
     let local = tempfile::tempdir().unwrap();
@@ -530,6 +532,7 @@ fn differential(
         if lfds.is_empty() {
             quiet(step);
             let st = store.tree();
+            let lt = if keeps { lt } else { Tree::new() };
             if st != lt {
                 fail(
                     &history,
@@ -566,10 +569,14 @@ fn differential(
             format!("trees differ at the end:\n{}", tree_diff(&lt, &mt)),
         );
     }
-    if lt != st {
+    let want_st = if keeps { lt.clone() } else { Tree::new() };
+    if want_st != st {
         fail(
             &history,
-            format!("the store differs at the end:\n{}", tree_diff(&lt, &st)),
+            format!(
+                "the store differs at the end:\n{}",
+                tree_diff(&want_st, &st)
+            ),
         );
     }
     println!("differential test, seed {seed}: {ops} operations, every answer and tree equal");
@@ -690,12 +697,18 @@ fn run(s3: bool, write_type: &str) {
                 assert!(o.status.success(), "persist: {}", stderr(&o));
             }
         };
-        let local = differential(seed, ops, &silt.path("data"), &store, &mut quiet);
+        let keeps = write_type != "cache-only";
+        let local = differential(seed, ops, &silt.path("data"), &store, keeps, &mut quiet);
         silt.stop();
-        // A fresh Silt over the same store shows the same tree.
+        // A fresh Silt over the same store shows the same tree (none of a cache-only one).
         let dir2 = tempfile::tempdir().unwrap();
         let again = up(&[], dir2.path());
-        let (lt, mt) = (local_tree(local.path()), local_tree(&again.path("data")));
+        let lt = if keeps {
+            local_tree(local.path())
+        } else {
+            Tree::new()
+        };
+        let mt = local_tree(&again.path("data"));
         assert!(
             lt == mt,
             "seed {seed}: a fresh mount differs:\n{}",
@@ -723,4 +736,24 @@ fn differential_s3_through() {
 #[test]
 fn differential_s3_back() {
     run(true, "back");
+}
+
+#[test]
+fn differential_local_directory_store_only() {
+    run(false, "store-only");
+}
+
+#[test]
+fn differential_local_directory_cache_only() {
+    run(false, "cache-only");
+}
+
+#[test]
+fn differential_s3_store_only() {
+    run(true, "store-only");
+}
+
+#[test]
+fn differential_s3_cache_only() {
+    run(true, "cache-only");
 }

@@ -204,3 +204,112 @@ fn no_room_in_any_tier_is_enospc() {
     assert_eq!(std::fs::read(silt.path("data/small")).unwrap(), b"fits");
     silt.stop();
 }
+
+/// Spark's shuffle directories under `cache-only` (`spark.local.dir` on the mount): it makes
+/// `blockmgr-*/NN` once, then writes temporary files in one and renames them into another,
+/// or removes them. A directory must stay until its `rmdir`, emptied or not (it vanished
+/// with its last file: Spark's next `temp_shuffle_*` in it failed with ENOENT). On a local
+/// store and on S3; the store sees none of it.
+#[test]
+fn cache_only_directories_stay_until_rmdir_as_spark_uses_them() {
+    let s3 = s3();
+    let backing = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", backing.path().display());
+    for on_s3 in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let extra = ["--write-type", "cache-only"];
+        let silt = if on_s3 {
+            up(&s3, &extra, dir.path())
+        } else {
+            Silt::up_data(&uri, Vec::new(), &extra, dir.path())
+        };
+        let b = silt.path("data/b");
+        let what = if on_s3 { "s3" } else { "file" };
+        std::fs::create_dir_all(b.join("16")).unwrap();
+        std::fs::create_dir_all(b.join("30")).unwrap();
+        std::fs::create_dir(b.join("empty")).unwrap();
+        std::fs::write(b.join("16/t"), b"a").unwrap();
+        std::fs::rename(b.join("16/t"), b.join("30/u")).unwrap();
+        assert!(b.join("16").is_dir(), "{what}: emptied by a rename");
+        std::fs::write(b.join("16/n"), b"x").unwrap();
+        std::fs::remove_file(b.join("16/n")).unwrap();
+        assert!(b.join("16").is_dir(), "{what}: emptied by an unlink");
+        std::fs::write(b.join("16/n2"), b"y").unwrap();
+        assert_eq!(std::fs::read(b.join("30/u")).unwrap(), b"a", "{what}");
+        // The parent listed again (a revalidation from the store) keeps them.
+        let o = silt.cli(&["fs", "sync", "/data", "--recursive"]);
+        assert!(o.status.success(), "{what}: sync: {}", stderr(&o));
+        let mut names: Vec<String> = std::fs::read_dir(&b)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["16", "30", "empty"], "{what}");
+        // A directory moves with what is in it; rmdir takes an empty one and only that.
+        std::fs::rename(b.join("30"), b.join("31")).unwrap();
+        assert_eq!(std::fs::read(b.join("31/u")).unwrap(), b"a", "{what}");
+        assert!(!b.join("30").exists(), "{what}");
+        let full = std::fs::remove_dir(b.join("31")).unwrap_err();
+        assert_eq!(full.raw_os_error(), Some(libc::ENOTEMPTY), "{what}");
+        std::fs::remove_dir(b.join("empty")).unwrap();
+        assert!(!b.join("empty").exists(), "{what}");
+        std::fs::remove_file(b.join("31/u")).unwrap();
+        std::fs::remove_dir(b.join("31")).unwrap();
+        // Nothing of it reached the store.
+        if on_s3 {
+            assert!(!s3.root().join("bkt/b").exists(), "{what}");
+        } else {
+            assert!(!backing.path().join("b").exists(), "{what}");
+        }
+        silt.stop();
+    }
+}
+
+/// A disk tier on a file system smaller than its quota (the default 10 GiB, the state dir on a
+/// 64 MiB tmpfs): reading more than the file system holds evicts rather than filling it (the
+/// quota was never reached, so nothing was evicted, and writes past `write_memory` then failed
+/// at once with ENOSPC though cached pages held the space), and written data spilling there
+/// wins over cached pages.
+#[test]
+fn a_tier_on_a_small_file_system_evicts_and_written_data_wins() {
+    let store = tempfile::tempdir().unwrap();
+    let files: Vec<Vec<u8>> = (0..12u64).map(|i| bytes(40 + i, 16 << 20)).collect();
+    for (i, d) in files.iter().enumerate() {
+        std::fs::write(store.path().join(format!("{i}.bin")), d).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let _tmpfs = Tmpfs::mount(&dir.path().join("state"), "size=64m");
+    let uri = format!("file://{}", store.path().display());
+    let extra = [
+        "--write-type",
+        "cache-only",
+        "--write-memory",
+        "4MiB",
+        "--memory-capacity",
+        "4MiB",
+    ];
+    let silt = Silt::up_data(&uri, Vec::new(), &extra, dir.path());
+    for (i, d) in files.iter().enumerate() {
+        let got = std::fs::read(silt.path(&format!("data/{i}.bin"))).unwrap();
+        assert!(got == *d, "{i}.bin");
+    }
+    let r = silt.report();
+    let tiers = r["tiers"].as_array().cloned().unwrap_or_default();
+    let disk = tiers
+        .iter()
+        .find(|t| t["name"] == "disk0")
+        .unwrap_or_else(|| panic!("no disk tier in {r}"));
+    let capacity = disk["capacity"].as_u64().unwrap();
+    assert!(
+        capacity < 64 << 20,
+        "the tier's capacity is not what its file system holds: {disk}"
+    );
+    assert!(disk["used"].as_u64().unwrap() > 0, "{disk}");
+    // Past the write memory: spilled into the same file system, which cached pages fill.
+    let scratch = bytes(99, 40 << 20);
+    write(&silt.path("data/scratch"), &scratch).unwrap();
+    assert!(std::fs::read(silt.path("data/scratch")).unwrap() == scratch);
+    // The cache still serves (what it kept, or refetched).
+    assert!(std::fs::read(silt.path("data/0.bin")).unwrap() == files[0]);
+    silt.stop();
+}
