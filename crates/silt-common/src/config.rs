@@ -337,12 +337,23 @@ fn parse_bool(key: &str, v: &str) -> Result<bool> {
     }
 }
 
+/// The longest duration any option takes: past it, deadlines and TTLs added to a clock
+/// overflow (a signer's timestamp panicked at `ufs_timeout = 10000years`), and no setting
+/// means that long.
+pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+
 fn parse_duration(key: &str, v: &str) -> Result<Duration> {
-    humantime::parse_duration(v.trim()).map_err(|e| {
+    let d = humantime::parse_duration(v.trim()).map_err(|e| {
         Error::invalid(format!(
             "{key}: invalid duration {v:?} ({e}); e.g. 500ms, 30s, 1h"
         ))
-    })
+    })?;
+    if d > MAX_DURATION {
+        return Err(Error::invalid(format!(
+            "{key}: {v:?} is longer than the most any option takes (366 days)"
+        )));
+    }
+    Ok(d)
 }
 
 fn parse_fraction(key: &str, v: &str) -> Result<f64> {
@@ -354,14 +365,17 @@ fn parse_fraction(key: &str, v: &str) -> Result<f64> {
     }
 }
 
-fn parse_count(key: &str, v: &str, min: usize) -> Result<usize> {
+fn parse_count(key: &str, v: &str, min: usize, max: usize) -> Result<usize> {
     match v.trim().parse::<usize>() {
-        Ok(n) if n >= min => Ok(n),
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
         _ => Err(Error::invalid(format!(
-            "{key}: expected an integer >= {min}, got {v:?}"
+            "{key}: expected an integer from {min} to {max}, got {v:?}"
         ))),
     }
 }
+
+/// Most requests to one under-store in flight at once (each may hold a part in memory).
+pub const MAX_FETCH_CONCURRENCY: usize = 4096;
 
 /// Most FUSE threads: the kernel keeps at most a few hundred requests in flight per mount
 /// (`max_background` and the congestion threshold are far lower), so more threads only cost
@@ -569,12 +583,12 @@ impl Config {
             "max_file_size" => self.max_file_size = parse_size_opt(key, v)?,
             "write_jobs" => self.write_jobs = parse_jobs(v).map_err(|e| e.context(key))?,
             "cache_only_ttl" => self.cache_only_ttl = parse_duration(key, v)?,
-            "cache_only_replicas" => self.cache_only_replicas = parse_count(key, v, 0)?,
+            "cache_only_replicas" => self.cache_only_replicas = parse_count(key, v, 0, 1024)?,
             "upload_delay" => self.upload_delay = parse_duration(key, v)?,
             "negative_ttl" => self.negative_ttl = parse_duration(key, v)?,
-            "bulk_list_max" => self.bulk_list_max = parse_count(key, v, 0)?,
+            "bulk_list_max" => self.bulk_list_max = parse_count(key, v, 0, 1 << 30)?,
             "ufs_list_page" => {
-                let n = parse_count(key, v, 1)?;
+                let n = parse_count(key, v, 1, usize::MAX)?;
                 if n > 1000 {
                     return Err(Error::invalid(format!(
                         "ufs_list_page: S3 returns at most 1000 keys per page, got {v:?}"
@@ -596,7 +610,9 @@ impl Config {
                 }
                 self.request_size = n;
             }
-            "fetch_concurrency" => self.fetch_concurrency = parse_count(key, v, 1)?,
+            "fetch_concurrency" => {
+                self.fetch_concurrency = parse_count(key, v, 1, MAX_FETCH_CONCURRENCY)?
+            }
             "buffer_memory" => {
                 let n = parse_size_opt(key, v)?;
                 if n < (1 << 20) {
@@ -606,7 +622,7 @@ impl Config {
                 }
                 self.buffer_memory = n;
             }
-            "fuse_threads" => self.fuse_threads = parse_count(key, v, 1)?,
+            "fuse_threads" => self.fuse_threads = parse_count(key, v, 1, usize::MAX)?,
             "fuse_max_read" => {
                 let n = parse_size_opt(key, v)?;
                 if !(4096..=(1 << 20)).contains(&n) {
@@ -652,7 +668,7 @@ impl Config {
             "cluster_tls" => self.cluster_tls = parse_bool(key, v)?,
             "cluster_unix_socket" => self.cluster_unix_socket = parse_bool(key, v)?,
             "ufs_timeout" => self.ufs_timeout = parse_duration(key, v)?,
-            "ufs_retries" => self.ufs_retries = parse_count(key, v, 0)?,
+            "ufs_retries" => self.ufs_retries = parse_count(key, v, 0, 100)?,
             "etcd" => {
                 self.etcd = split_list(v);
                 if let Some(bad) = self.etcd.iter().find(|e| !e.starts_with("http://")) {
@@ -724,7 +740,7 @@ impl Config {
                 }
                 self.placement_group = n
             }
-            "failover_candidates" => self.failover_candidates = parse_count(key, v, 1)?,
+            "failover_candidates" => self.failover_candidates = parse_count(key, v, 1, 1024)?,
             "metrics_listen" => self.metrics_listen = Listen::parse(key, v)?,
             "web_listen" => self.web_listen = Listen::parse(key, v)?,
             "log" => self.log = v.to_string(),

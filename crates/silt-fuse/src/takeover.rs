@@ -266,12 +266,36 @@ pub fn take_from_holder(state_dir: &Path, mountpoint: &Path) -> Result<Option<He
 /// Tells the holder to let go (a clean unmount): its descriptor closes, so the connection
 /// ends with the last one.
 pub fn release_holder(state_dir: &Path) {
+    let pid: Option<libc::pid_t> = std::fs::read_to_string(state_dir.join(HOLDER_PID))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|p| *p > 1);
     if let Ok(mut s) = UnixStream::connect(state_dir.join(HOLDER_SOCKET)) {
         let _ = s.set_read_timeout(Some(IO_TIMEOUT));
         let _ = s.write_all(&[CMD_QUIT]);
         // Wait for its answer (the socket closing), so it is gone when this returns.
         let mut b = [0u8; 1];
         let _ = s.read(&mut b);
+        // The holder this process spawned is its child: reaped here, or it stays listed
+        // (a zombie) after a clean exit where nothing reaps orphans.
+        if let Some(pid) = pid {
+            reap_child(pid);
+        }
+    }
+}
+
+/// Waits (at most `IO_TIMEOUT`) for child `pid` to exit and reaps it; at once if it is not a
+/// child of this process.
+fn reap_child(pid: libc::pid_t) {
+    let deadline = std::time::Instant::now() + IO_TIMEOUT;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on one pid with a local status word.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r != 0 || std::time::Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 

@@ -21,7 +21,7 @@ use futures::StreamExt;
 use opendal::layers::{RetryEvent, RetryLayer, TimeoutLayer};
 use opendal::{Buffer, HttpTransporter, Metadata, OperationContext, Operator};
 use opendal_http_transport_reqwest::ReqwestTransport;
-use reqsign_aws_v4::{EnvCredentialProvider, ProfileCredentialProvider, StaticCredentialProvider};
+use reqsign_aws_v4::{EnvCredentialProvider, ProfileCredentialProvider};
 use reqsign_core::ProvideCredentialChain;
 use silt_common::config::Config;
 use silt_common::metrics::{
@@ -317,22 +317,9 @@ impl OpendalStore {
         // default chain would also try SSO, web identity (STS), credential_process, ECS and
         // EC2 IMDS, all of which can send traffic off this machine.
         let mut chain = ProvideCredentialChain::new();
-        match (
-            opts.access_key_id.is_empty(),
-            opts.secret_access_key.is_empty(),
-        ) {
-            (false, false) => {
-                chain = chain.push(StaticCredentialProvider::new(
-                    &opts.access_key_id,
-                    &opts.secret_access_key,
-                ))
-            }
-            (true, true) => {}
-            _ => {
-                return Err(Error::invalid(
-                    "s3_access_key_id and s3_secret_access_key must be set together",
-                ))
-            }
+        if let Some(keys) = StaticKeys::from_options(&opts.access_key_id, &opts.secret_access_key)?
+        {
+            chain = chain.push(keys);
         }
         let chain = chain
             .push(EnvCredentialProvider::new())
@@ -2553,6 +2540,74 @@ impl UnderStore for OpendalStore {
             }
         })
         .await
+    }
+}
+
+/// Keys given as Silt options, for the signer. Its `Debug` shows no secret: the credential
+/// chain logs each provider it tries with `{:?}` at debug level (reqsign's own static provider
+/// printed the secret there, twice).
+struct StaticKeys {
+    access_key_id: String,
+    secret_access_key: String,
+}
+
+impl StaticKeys {
+    /// The keys from Silt's options; one of the pair missing there is taken from the AWS
+    /// environment variable of the same name (both are documented sources). `None` if
+    /// neither is given as an option (the environment and the AWS files are asked later).
+    fn from_options(access_key_id: &str, secret_access_key: &str) -> Result<Option<StaticKeys>> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let (id, secret) =
+            match (access_key_id.is_empty(), secret_access_key.is_empty()) {
+                (true, true) => return Ok(None),
+                (false, false) => (access_key_id.to_string(), secret_access_key.to_string()),
+                (false, true) => match env("AWS_SECRET_ACCESS_KEY") {
+                    Some(s) => (access_key_id.to_string(), s),
+                    None => return Err(Error::invalid(
+                        "s3_access_key_id is set but no secret key is: give s3_secret_access_key \
+                         (SILT_S3_SECRET_ACCESS_KEY or s3_secret_access_key_file) or \
+                         AWS_SECRET_ACCESS_KEY",
+                    )),
+                },
+                (true, false) => match env("AWS_ACCESS_KEY_ID") {
+                    Some(id) => (id, secret_access_key.to_string()),
+                    None => {
+                        return Err(Error::invalid(
+                            "a secret key is set but no access key id: give s3_access_key_id \
+                         (SILT_S3_ACCESS_KEY_ID) or AWS_ACCESS_KEY_ID",
+                        ))
+                    }
+                },
+            };
+        Ok(Some(StaticKeys {
+            access_key_id: id,
+            secret_access_key: secret,
+        }))
+    }
+}
+
+impl fmt::Debug for StaticKeys {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StaticKeys")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<redacted>")
+            .finish()
+    }
+}
+
+impl reqsign_core::ProvideCredential for StaticKeys {
+    type Credential = reqsign_aws_v4::Credential;
+
+    async fn provide_credential(
+        &self,
+        _: &reqsign_core::Context,
+    ) -> reqsign_core::Result<Option<Self::Credential>> {
+        Ok(Some(reqsign_aws_v4::Credential {
+            access_key_id: self.access_key_id.clone(),
+            secret_access_key: self.secret_access_key.clone(),
+            session_token: None,
+            expires_in: None,
+        }))
     }
 }
 

@@ -133,7 +133,7 @@ fn command() -> Command {
                 .args(
                     option_args()
                         .into_iter()
-                        .filter(|a| a.get_id() != "mounts" && a.get_id() != "mountpoint"),
+                        .filter(|a| a.get_id() != "mountpoint"),
                 ),
         )
         .subcommand(
@@ -367,7 +367,12 @@ pub fn run() -> Result<ExitCode> {
         Some(("mount", m)) => {
             let first = m.get_one::<String>("uri").cloned();
             let second = m.get_one::<String>("target").cloned();
+            let mount_flags =
+                m.value_source("mounts") == Some(clap::parser::ValueSource::CommandLine);
             match (first, second) {
+                (Some(_), Some(_)) if mount_flags => {
+                    bail!("silt mount takes URI MOUNTPOINT, or MOUNTPOINT with --mount PATH=URI and --etcd or --workers, not both")
+                }
                 (Some(uri), Some(target)) => daemon::run(
                     daemon::logged(build_config(m, Some((&uri, Path::new(&target))))?, "mount"),
                     m.get_flag("takeover"),

@@ -679,12 +679,16 @@ pub fn memory(state_dir: &Path, write: Option<u64>, cache: Option<u64>) -> Resul
             n(&w["pending_upload_bytes"]),
         );
         for j in w["jobs"].as_array().into_iter().flatten() {
+            // The default job has no quota (u64::MAX): "16777216.00 TiB" said nothing.
+            let quota = match j["memory_quota"].as_u64() {
+                Some(u64::MAX) | None => "no quota".to_string(),
+                Some(q) => format!("of {}", format_size(q)),
+            };
             println!(
-                "  job {} (priority {}): {} in memory of {}, {} spilled",
+                "  job {} (priority {}): {} in memory {quota}, {} spilled",
                 j["prefix"].as_str().unwrap_or("?"),
                 j["priority"].as_u64().unwrap_or(0),
                 n(&j["memory_used"]),
-                n(&j["memory_quota"]),
                 n(&j["spilled"])
             );
         }

@@ -474,3 +474,33 @@ fn impossible_thread_counts_are_refused() {
         Some(Path::new(&d.mp)),
     );
 }
+
+/// Every number has an upper bound and a clear message: a huge concurrency panicked in
+/// tokio's semaphore (exit 101), a duration of millennia was taken and then panicked a
+/// signer at every S3 read.
+#[test]
+fn numbers_past_their_bounds_are_refused() {
+    let d = dirs();
+    let uri = format!("file://{}", d.data);
+    for (flag, value, needle) in [
+        (
+            "--fetch-concurrency",
+            "18446744073709551615",
+            "fetch_concurrency",
+        ),
+        (
+            "--fetch-concurrency",
+            "4611686018427387904",
+            "fetch_concurrency",
+        ),
+        ("--ufs-timeout", "10000years", "366 days"),
+        ("--ufs-retries", "1000000", "ufs_retries"),
+        ("--cache-only-ttl", "999999999d", "cache_only_ttl"),
+    ] {
+        fails_with(
+            &["mount", &uri, &d.mp, "--state-dir", &d.state, flag, value],
+            needle,
+            Some(Path::new(&d.mp)),
+        );
+    }
+}

@@ -597,6 +597,30 @@ fn a_static_worker_list_serves_without_etcd() {
     ]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not in --workers"), "{}", stderr(&o));
+    // `silt mount MOUNTPOINT --workers ... --mount PATH=URI` joins the same cluster, as the
+    // README shows (--mount was refused there); without a mount table it says what to give.
+    let mp = dir.path().join("mnt2");
+    std::fs::create_dir_all(&mp).unwrap();
+    let state = dir.path().join("m2");
+    let mut cmd = Command::new(SILT);
+    cmd.arg("mount")
+        .arg(&mp)
+        .args(&args)
+        .args(["--state-dir", state.to_str().unwrap()]);
+    let m2 = Silt::spawn(cmd, Some(&mp), &state).unwrap_or_else(|e| panic!("silt mount: {e}"));
+    let (name, data) = &files[1];
+    assert!(std::fs::read(m2.path(&format!("data/{name}"))).unwrap() == *data);
+    m2.stop();
+    let o = silt(&[
+        "mount",
+        mp.to_str().unwrap(),
+        "--workers",
+        &list,
+        "--state-dir",
+        dir.path().join("m3").to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--mount PATH=URI"), "{}", stderr(&o));
     client.stop();
     for w in workers {
         w.stop();

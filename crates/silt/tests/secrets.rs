@@ -293,3 +293,72 @@ fn members_work_strangers_get_nothing_and_secrets_never_show() {
     member.stop();
     worker.stop();
 }
+
+/// S3 keys at trace level: the signer's credential chain logs every provider it tries with
+/// `{:?}` (reqsign's static provider printed the secret key there, twice). And either source
+/// of each key completes the pair: `AWS_ACCESS_KEY_ID` with `SILT_S3_SECRET_ACCESS_KEY` (or
+/// the other way round) was refused as "must be set together", though the README lists them
+/// side by side.
+#[test]
+fn s3_keys_never_show_at_trace_level_and_either_source_completes_the_pair() {
+    let s3 = silt_testkit::S3Server::start();
+    s3.create_bucket("bkt");
+    std::fs::write(s3.root().join("bkt/f.txt"), b"through the keys").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (id, secret) = (s3.access_key(), s3.secret_key());
+    let cases: [(&str, [(&str, &str); 2]); 3] = [
+        (
+            "silt",
+            [
+                ("SILT_S3_ACCESS_KEY_ID", id),
+                ("SILT_S3_SECRET_ACCESS_KEY", secret),
+            ],
+        ),
+        (
+            "aws id",
+            [
+                ("AWS_ACCESS_KEY_ID", id),
+                ("SILT_S3_SECRET_ACCESS_KEY", secret),
+            ],
+        ),
+        (
+            "aws secret",
+            [
+                ("SILT_S3_ACCESS_KEY_ID", id),
+                ("AWS_SECRET_ACCESS_KEY", secret),
+            ],
+        ),
+    ];
+    for (i, (what, env)) in cases.iter().enumerate() {
+        let mp = dir.path().join(format!("mnt{i}"));
+        let state = dir.path().join(format!("state{i}"));
+        std::fs::create_dir_all(&mp).unwrap();
+        let mut cmd = Command::new(SILT);
+        cmd.args(["mount", "s3://bkt", mp.to_str().unwrap()])
+            .args(["--s3-endpoint", &s3.endpoint()])
+            .args(["--state-dir", state.to_str().unwrap()])
+            .env("RUST_LOG", "trace");
+        for k in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "SILT_S3_ACCESS_KEY_ID",
+            "SILT_S3_SECRET_ACCESS_KEY",
+        ] {
+            cmd.env_remove(k);
+        }
+        cmd.envs(env.iter().copied());
+        let silt = Silt::spawn(cmd, Some(&mp), &state).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(
+            std::fs::read(mp.join("f.txt")).unwrap(),
+            b"through the keys",
+            "{what}"
+        );
+        silt.stop();
+        let log = std::fs::read_to_string(state.with_extension("log")).unwrap();
+        assert!(log.contains("TRACE"), "{what}: not logged at trace level");
+        assert!(
+            !log.contains(secret),
+            "{what}: the secret key is in the log"
+        );
+    }
+}
