@@ -79,7 +79,7 @@ impl Client {
                 Err(Error::new(root, format!("{path}: the root of a mount")))
             }
             Resolved::Store { mount, rel } => {
-                crate::write::check_key_len(&path, &rel)?;
+                crate::write::check_key_len(&path, &rel, &mount.store)?;
                 Ok(Target {
                     rel,
                     mount: mount.path.clone(),

@@ -37,17 +37,16 @@ use crate::resident::{
 use crate::session::{FileWriter, OpenOptions, SessionTable, Target};
 use crate::{Client, Entry};
 
-/// Longest S3 object key, in bytes, checked against the path within the mount (a mount's own
-/// prefix makes the full key longer; the store refuses that itself).
-const MAX_KEY_BYTES: usize = 1024;
-
-/// `NameTooLong` for a store key over S3's limit.
-pub(crate) fn check_key_len(path: &str, rel: &str) -> Result<()> {
-    if rel.len() > MAX_KEY_BYTES {
+/// `NameTooLong` for a path within the mount longer than its store takes
+/// ([`silt_ufs::Capabilities::max_path_bytes`]: 1,024 bytes, S3's key limit; 4,096, PATH_MAX, on
+/// a local directory). A mount's own prefix makes the full key longer; the store refuses that.
+pub(crate) fn check_key_len(path: &str, rel: &str, store: &DynStore) -> Result<()> {
+    let max = store.capabilities().max_path_bytes();
+    if rel.len() > max {
         return Err(Error::new(
             ErrorKind::NameTooLong,
             format!(
-                "{path}: the store key would be {} bytes; object stores allow {MAX_KEY_BYTES}",
+                "{path}: the store path would be {} bytes; this store allows {max}",
                 rel.len()
             ),
         ));
@@ -253,7 +252,7 @@ impl Client {
                 format!("{path}: the root of a mount"),
             )),
             Resolved::Store { mount, rel } => {
-                check_key_len(&path, &rel)?;
+                check_key_len(&path, &rel, &mount.store)?;
                 let target = Target {
                     rel: rel.to_string(),
                     store: mount.store.clone(),

@@ -171,6 +171,20 @@ pub struct Capabilities {
     /// no mode, owner or link type, whatever the objects hold), so `None` there means
     /// "unknown", not "none". Elsewhere a listed `None` is the store's answer.
     pub list_without_attrs: bool,
+    /// Paths may be as long as a local path (`PATH_MAX`, 4,096 bytes): a local directory.
+    /// Otherwise at most 1,024 bytes, an object store's key limit.
+    pub long_paths: bool,
+}
+
+impl Capabilities {
+    /// The longest store path, in bytes, this store takes.
+    pub fn max_path_bytes(&self) -> usize {
+        if self.long_paths {
+            4096
+        } else {
+            1024
+        }
+    }
 }
 
 /// `chunks` (consecutive bytes of a response) cut into pieces of `piece` bytes, the last one

@@ -90,6 +90,7 @@ impl MemStore {
                 rename_dirs: false,
                 write_replaces_attrs: true,
                 list_without_attrs: false,
+                long_paths: false,
             },
         }
     }

@@ -2062,6 +2062,7 @@ impl UnderStore for OpendalStore {
                 rename_dirs,
                 write_replaces_attrs: false,
                 list_without_attrs: false,
+                long_paths: true,
             },
             Backend::S3 { .. } => Capabilities {
                 native_recursive_list: true,
@@ -2069,6 +2070,7 @@ impl UnderStore for OpendalStore {
                 rename_dirs,
                 write_replaces_attrs: true,
                 list_without_attrs: !self.list_attrs,
+                long_paths: false,
             },
         }
     }

@@ -511,6 +511,31 @@ fn names_and_paths_over_the_limits_s3() {
     silt.stop();
 }
 
+/// A local directory takes paths as long as a local file system does (PATH_MAX): past S3's
+/// 1,024 bytes of key, a tree of 250-byte names 3,700 bytes deep is made, written and read
+/// through the mount and is in the directory (it was ENAMETOOLONG at 1,024 on every store).
+#[test]
+fn paths_past_1024_bytes_on_a_local_directory() {
+    let backing = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", backing.path().display());
+    let dir = tempfile::tempdir().unwrap();
+    let silt = Silt::up_data(&uri, Vec::new(), &["--write-type", "through"], dir.path());
+    let mut rel = std::path::PathBuf::new();
+    for i in 0..14u8 {
+        rel.push(char::from(b'a' + i).to_string().repeat(250));
+        std::fs::create_dir(silt.path("data").join(&rel)).unwrap();
+    }
+    let file = rel.join("f".repeat(200));
+    assert!(file.as_os_str().len() > 3600);
+    create_file(&silt.path("data").join(&file), b"deep");
+    assert_eq!(
+        std::fs::read(silt.path("data").join(&file)).unwrap(),
+        b"deep"
+    );
+    assert_eq!(std::fs::read(backing.path().join(&file)).unwrap(), b"deep");
+    silt.stop();
+}
+
 #[test]
 fn local_directory_writes() {
     let local = tempfile::tempdir().unwrap();
