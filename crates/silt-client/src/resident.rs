@@ -583,10 +583,10 @@ impl ResidentStore {
             || (self.resident.remote().is_some() && !self.resident_files(dir).await.is_empty())
     }
 
-    /// Before a rename of something kept here to `to` (rel), which no store is asked about:
-    /// missing parents of `to` are made as directories kept here (as a store's rename makes
-    /// them), and a file among them refuses (`NotADirectory`).
-    async fn target_parents(&self, from_ns: &str, to: &str) -> Result<()> {
+    /// Before a rename of something kept here to `to` (rel), which no store is asked about: a
+    /// file among the parents of `to` refuses (`NotADirectory`), and with `keep` the missing
+    /// ones are made as directories kept here (as a store's rename makes them).
+    async fn target_parents(&self, from_ns: &str, to: &str, keep: bool) -> Result<()> {
         let mut missing = Vec::new();
         let mut at = to.trim_matches('/');
         while let Some((parent, _)) = at.rsplit_once('/') {
@@ -603,8 +603,10 @@ impl ResidentStore {
             }
             at = parent;
         }
-        for d in missing {
-            self.resident.add_dir(&d);
+        if keep {
+            for d in missing {
+                self.resident.add_dir(&d);
+            }
         }
         Ok(())
     }
@@ -926,7 +928,11 @@ impl UnderStore for ResidentStore {
             ));
         }
         if let Some(f) = self.resident.get(&from_ns) {
-            self.target_parents(&from_ns, to).await?;
+            // A `back` file's parents come with its upload; on an object store they are its
+            // objects, not directories kept here (see `Client::commit` for `back`).
+            let keep = matches!(f.residence, Residence::CacheOnly { .. })
+                || self.base.capabilities().rename_dirs;
+            self.target_parents(&from_ns, to, keep).await?;
             return self.rename_resident(f, &from_ns, to).await;
         }
         let below = self.resident.below(&from_ns);
@@ -934,7 +940,7 @@ impl UnderStore for ResidentStore {
             && matches!(self.base.stat(from).await, Err(e) if e.kind() == ErrorKind::NotFound)
         {
             // A directory kept here: it and everything below it move here, the store untouched.
-            self.target_parents(&from_ns, to).await?;
+            self.target_parents(&from_ns, to, true).await?;
             let to_ns = self.ns(to);
             self.resident.rename_dirs(&from_ns, &to_ns);
             for (path, f) in below {

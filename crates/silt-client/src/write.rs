@@ -344,9 +344,13 @@ impl Client {
                 meta
             }
             WriteType::Back => {
-                // Its directories stay as on a file system, whether or not it is uploaded
-                // before it goes (else an emptied one vanished on a race with the upload).
-                self.keep_missing_parents(path).await;
+                // On a store with real directories they stay, whether or not the file is
+                // uploaded before it goes (an emptied one vanished on a race with the
+                // upload). On an object store a directory is its objects (SEMANTICS.md), and a
+                // resident one there would outlive them and refuse the object-by-object rename.
+                if store.capabilities().rename_dirs {
+                    self.keep_missing_parents(path).await;
+                }
                 self.commit_back(path, buf, len).await?
             }
             WriteType::ReadOnly => {
