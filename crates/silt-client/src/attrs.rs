@@ -142,7 +142,8 @@ pub fn owner_and_mode(e: &Entry) -> (u32, u32, u32) {
 /// Checks `change` of `cur` by `caller` against POSIX (as Linux applies it) and returns the
 /// attributes to store:
 /// - chmod: the owner or root (`EPERM`); a non-root caller outside the file's group loses
-///   `S_ISGID` from the new mode.
+///   `S_ISGID` from the new mode. Anyone may clear `S_ISUID`/`S_ISGID` and nothing else: the
+///   kernel asks that (forced, after its own checks) when a non-owner writes to such a file.
 /// - chown: only root changes the owner (the owner may "change" it to itself); the owner
 ///   may change the group to one it belongs to; otherwise `EPERM`. A chown of a non-directory
 ///   clears `S_ISUID` and `S_ISGID`.
@@ -169,7 +170,13 @@ pub fn check_change(caller: &Caller, cur: &Entry, change: &AttrChange) -> Result
         }
     }
     if let Some(m) = set.mode {
-        if !owner {
+        // What the kernel asks when someone else writes to a setuid or setgid file it lets
+        // them write (POSIX: the write succeeds and the bits go): only those bits cleared.
+        let kills_privileges = set.uid.is_none()
+            && set.gid.is_none()
+            && m & 0o7777 != mode
+            && m & 0o7777 | S_ISUID | S_ISGID == mode | S_ISUID | S_ISGID;
+        if !owner && !kills_privileges {
             return deny("only the owner may change the mode");
         }
         let group = set.gid.unwrap_or(gid);
@@ -316,6 +323,22 @@ mod tests {
         let suid = file(1000, 100, 0o6755);
         let r = check_change(&user(0, 0), &suid, &chown).unwrap();
         assert_eq!(r.mode, Some(0o755));
+        // Anyone may clear the setuid/setgid bits (a non-owner's write), nothing more.
+        let kill = set(|s| s.mode = Some(0o755));
+        assert_eq!(kind(check_change(&user(1001, 200), &suid, &kill)), None);
+        let kill_suid = set(|s| s.mode = Some(0o2755));
+        assert_eq!(
+            kind(check_change(&user(1001, 200), &suid, &kill_suid)),
+            None
+        );
+        for more in [0o754, 0o4755 & 0o755 | 0o1000, 0o6755] {
+            let c = set(|s| s.mode = Some(more));
+            assert_eq!(
+                kind(check_change(&user(1001, 200), &suid, &c)),
+                Some(ErrorKind::NotPermitted),
+                "{more:o}"
+            );
+        }
         // Times: explicit ones owner only; "now" anyone who may write.
         let t = std::time::SystemTime::now();
         let explicit = set(|s| s.mtime = Some(t));

@@ -195,6 +195,94 @@ impl Client {
         Ok(entry)
     }
 
+    /// Makes the FIFO, socket or device node `path` (`mknod(2)`, `mkfifo(3)`, a Unix
+    /// socket's `bind`), with `attrs` (the caller's mode after the umask, owner and group):
+    /// the store keeps it (the real node on a local store, an s3fs-style empty object with
+    /// its type in the metadata on S3); opening it is the kernel's (a pipe, a socket, a
+    /// device), never a read of the store. Its parent must exist; `AlreadyExists` if anything
+    /// has the path. Under `cache-only` (no store object to hold it) `Unsupported`.
+    pub async fn mknod(
+        &self,
+        path: &str,
+        kind: silt_ufs::SpecialKind,
+        rdev: u32,
+        attrs: &silt_ufs::SetAttrs,
+    ) -> Result<Entry> {
+        let t = self.dir_target(path, ErrorKind::AlreadyExists)?;
+        if t.write_type == WriteType::CacheOnly {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("mknod {}: cache-only files have no store object", t.path),
+            ));
+        }
+        if self.session(&t.path).is_some() {
+            return Err(already_exists(&t.path));
+        }
+        self.check_new_entry(&t.path).await?;
+        let asked = self.opts.clock.now();
+        let meta = t
+            .store
+            .mknod(&t.rel, kind, rdev, attrs)
+            .await
+            .map_err(|e| e.context(&t.path))?;
+        let entry = Entry::from_meta(t.path.clone(), &t.store, meta);
+        let mut changes = self.meta.put_stat(asked, entry.clone());
+        self.note_parents(&t.path, &t.rel, &t.store, asked, &mut changes);
+        self.apply(&changes);
+        self.dir_times.touch_parent_of(&t.path);
+        Ok(entry)
+    }
+
+    /// Gives the file `from` the second name `to` (`link(2)`), where the store can: a local
+    /// directory (a real hard link); an object store answers `NotPermitted` (EPERM, as
+    /// `link(2)` does on a file system without hard links). Both names then count the other
+    /// (`posix.nlink`) and are asked of the store at every stat, as a change through one is a
+    /// change of both. A file open for writing here is committed first, so the new name
+    /// holds what was written. `AlreadyExists` if `to` exists.
+    pub async fn link(&self, from: &str, to: &str) -> Result<Entry> {
+        let src = self.dir_target(from, ErrorKind::NotPermitted)?;
+        let t = self.dir_target(to, ErrorKind::AlreadyExists)?;
+        if src.mount != t.mount || src.write_type == WriteType::CacheOnly {
+            return Err(Error::new(
+                ErrorKind::NotPermitted,
+                format!("link {} to {}: not within one store", src.path, t.path),
+            ));
+        }
+        if let Some(s) = self.session(&src.path) {
+            self.commit_session(&s).await?;
+        }
+        let cur = self.stat(&src.path).await?;
+        if cur.is_dir() {
+            return Err(Error::new(
+                ErrorKind::NotPermitted,
+                format!("link {}: is a directory", src.path),
+            ));
+        }
+        if self.session(&t.path).is_some() {
+            return Err(already_exists(&t.path));
+        }
+        self.check_new_entry(&t.path).await?;
+        let asked = self.opts.clock.now();
+        let meta = t.store.hard_link(&src.rel, &t.rel).await.map_err(|e| {
+            if e.kind() == ErrorKind::Unsupported {
+                Error::new(ErrorKind::NotPermitted, e.to_string())
+            } else {
+                e.context(&t.path)
+            }
+        })?;
+        let entry = Entry::from_meta(t.path.clone(), &t.store, meta);
+        let mut changes = self.meta.put_stat(asked, entry.clone());
+        // The source's count (and ctime) changed with it.
+        if let Ok(m) = src.store.stat(&src.rel).await {
+            let e = Entry::from_meta(src.path.clone(), &src.store, m);
+            changes.extend(self.meta.put_stat(asked, e));
+        }
+        self.note_parents(&t.path, &t.rel, &t.store, asked, &mut changes);
+        self.apply(&changes);
+        self.dir_times.touch_parent_of(&t.path);
+        Ok(entry)
+    }
+
     /// The target of the symbolic link `path` (`readlink(2)`); `InvalidInput` if `path` is
     /// not a link.
     pub async fn readlink(&self, path: &str) -> Result<String> {
@@ -393,9 +481,10 @@ impl Client {
                 holds.push(p.hold(&ns(&m.path)).await);
             }
         }
+        // Files, links and special files: each an object, copied with its metadata.
         let files: Vec<&str> = entries
             .iter()
-            .filter(|m| m.kind == EntryKind::File)
+            .filter(|m| m.kind != EntryKind::Dir)
             .map(|m| m.path.as_str())
             .collect();
         let mut dirs: Vec<&str> = entries
@@ -429,7 +518,14 @@ impl Client {
             .map(|(to, from)| async move {
                 let r = match from {
                     Some(from) => store.copy(from, to).await.map(drop),
-                    None => store.create_dir(to).await.map(drop),
+                    None => match store.create_dir(to).await {
+                        Ok(_) => {
+                            let src = format!("{}{}", a.rel, &to[b.rel.len()..]);
+                            keep_dir_attrs(store, &src, to).await;
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    },
                 };
                 (to.as_str(), from.is_none(), r)
             })
@@ -487,6 +583,33 @@ impl Client {
             }
         }
         Ok(ObjectMeta::dir(&b.rel))
+    }
+}
+
+/// The directory `to`, just made as the copy of `from`, given `from`'s mode, owner and times
+/// where the store keeps them (an S3 marker's metadata). Best effort: a directory that cannot
+/// keep them keeps the store's defaults (logged), as a new directory would.
+async fn keep_dir_attrs(store: &DynStore, from: &str, to: &str) {
+    let Ok(m) = store.stat(from).await else {
+        return;
+    };
+    if m.kind != EntryKind::Dir
+        || m.mode.is_none() && m.posix.uid.is_none() && m.posix.gid.is_none()
+    {
+        return;
+    }
+    let set = silt_ufs::SetAttrs {
+        mode: m.mode,
+        uid: m.posix.uid,
+        gid: m.posix.gid,
+        atime: m.posix.atime,
+        mtime: m.mtime,
+    };
+    if let Err(e) = store.set_attrs(to, &set).await {
+        tracing::debug!(
+            dir = to,
+            "rename: the moved directory keeps default attributes: {e}"
+        );
     }
 }
 

@@ -711,6 +711,8 @@ impl Client {
                 self.apply(&changes);
                 None
             }
+            // A file with other names (hard links) may have changed through one of them.
+            Lookup::Found(e) if e.posix.linked() => Some(e),
             Lookup::Found(e) => {
                 metrics::META_CACHE_HITS.inc();
                 return Ok(e);
@@ -727,7 +729,12 @@ impl Client {
             Resolved::Store { mount, rel } => (mount, rel),
         };
         // Under `always` a listing would be refetched per lookup: ask about the path alone.
-        if policy != SyncPolicy::Always && self.opts.lookup_lists_parent && !rel.is_empty() {
+        let linked = stale.as_ref().is_some_and(|e| e.posix.linked());
+        if policy != SyncPolicy::Always
+            && self.opts.lookup_lists_parent
+            && !rel.is_empty()
+            && !linked
+        {
             if let Some(found) = self.stat_from_parent_listing(&path).await {
                 return found;
             }
@@ -1139,6 +1146,13 @@ impl Client {
                 entry.path
             )));
         }
+        if entry.kind.is_special() {
+            // A FIFO, socket or device is opened by the kernel; it has no bytes to read here.
+            return Err(Error::invalid(format!(
+                "{}: is a special file (a FIFO, socket or device)",
+                entry.path
+            )));
+        }
         let obj = entry
             .object
             .clone()
@@ -1351,7 +1365,7 @@ impl Client {
                 match e.kind {
                     EntryKind::Dir => dirs.push(e.path.clone()),
                     EntryKind::File => files.push(e.clone()),
-                    EntryKind::Symlink => {}
+                    EntryKind::Symlink | EntryKind::Special(_) => {}
                 }
             }
         }

@@ -60,7 +60,10 @@ pub fn diff(old: &Entry, new: &Entry) -> Option<ChangeKind> {
             // An object's id is a hash of its store, path and content fingerprint.
             if !new.is_dir() && a.id != b.id {
                 Some(ChangeKind::Content)
-            } else if a.meta.metadata_fingerprint() != b.meta.metadata_fingerprint() {
+            } else if a.meta.metadata_fingerprint() != b.meta.metadata_fingerprint()
+                // A new name (hard link) or a device's number: attributes the kernel shows.
+                || (a.meta.posix.nlink, a.meta.posix.rdev) != (b.meta.posix.nlink, b.meta.posix.rdev)
+            {
                 Some(ChangeKind::Metadata)
             } else {
                 None
@@ -151,8 +154,8 @@ impl Inner {
     /// them unknown again, and a link stays a link.
     fn with_known_attributes(&self, entries: Arc<Vec<Entry>>) -> Arc<Vec<Entry>> {
         let known = |e: &Entry| -> Option<Entry> {
-            // Cheap tests first: a listing with attributes (or a directory) needs no lookup.
-            if e.is_dir() || e.mode.is_some() || e.posix != Default::default() {
+            // Cheap tests first: a listing with attributes needs no lookup.
+            if e.mode.is_some() || e.posix != Default::default() {
                 return None;
             }
             // Only where a listing cannot say: elsewhere a listed `None` is the answer (the
@@ -162,6 +165,13 @@ impl Inner {
                 return None;
             }
             let old = self.current(&e.path)?;
+            if e.is_dir() {
+                // A directory's attributes live on its marker, which a listing does not
+                // HEAD; a directory has no version to tell a change by, so what a stat or a
+                // change here learned stays until the directory is asked about again.
+                let old_has = old.mode.is_some() || old.posix != Default::default();
+                return (old.is_dir() && old_has).then_some(old);
+            }
             let old_has =
                 old.mode.is_some() || old.posix != Default::default() || old.kind != e.kind;
             let (a, b) = (old.object.as_ref()?, e.object.as_ref()?);

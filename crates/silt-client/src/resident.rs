@@ -862,6 +862,39 @@ impl UnderStore for ResidentStore {
         self.base.symlink(path, target).await
     }
 
+    async fn mknod(
+        &self,
+        path: &str,
+        kind: silt_ufs::SpecialKind,
+        rdev: u32,
+        attrs: &silt_ufs::SetAttrs,
+    ) -> Result<ObjectMeta> {
+        if self.resident.get(&self.ns(path)).is_some() {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("mknod {}: a file is there", self.ns(path)),
+            ));
+        }
+        self.base.mknod(path, kind, rdev, attrs).await
+    }
+
+    /// A file held only in Silt has no store file to give a second name.
+    async fn hard_link(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        if self.resident.get(&self.ns(to)).is_some() {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("link {}: a file is there", self.ns(to)),
+            ));
+        }
+        if self.resident.get(&self.ns(from)).is_some() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("link {}: a file kept only in Silt", self.ns(from)),
+            ));
+        }
+        self.base.hard_link(from, to).await
+    }
+
     async fn read_link(&self, path: &str) -> Result<String> {
         if self.resident.get(&self.ns(path)).is_some() {
             return Err(Error::invalid(format!(

@@ -104,6 +104,11 @@ fn from_ns(ns: u128) -> Option<SystemTime> {
 }
 
 fn save_entry(e: &Entry) -> Option<SavedEntry> {
+    // Special files and files with several names are asked of the store again after a
+    // restart (few, and the latter are never trusted from the cache anyway).
+    if e.kind.is_special() || e.posix.linked() {
+        return None;
+    }
     let obj = e.object.as_ref()?;
     Some(SavedEntry {
         path: e.path.clone(),
@@ -143,6 +148,7 @@ fn restore_entry(ns: &Namespace, s: SavedEntry) -> Option<Entry> {
         gid: s.gid,
         atime: s.atime_ns.and_then(from_ns),
         ctime: s.ctime_ns.and_then(from_ns),
+        ..Default::default()
     };
     let meta = ObjectMeta {
         path: s.rel,

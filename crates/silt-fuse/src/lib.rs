@@ -51,7 +51,7 @@ use silt_client::{Change, ChangeKind, Client, Entry, FileWriter, OpenFile, OpenO
 use silt_common::config::PassthroughMode;
 use silt_common::metrics::FuseOp;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
-use silt_ufs::EntryKind;
+use silt_ufs::{EntryKind, SpecialKind};
 
 use inodes::{HandleMode, Inodes};
 
@@ -96,6 +96,9 @@ pub struct FuseState {
     pub recent_opens: Mutex<VecDeque<OpenRecord>>,
     /// Kernel invalidations queued for the invalidation thread (set when mounted).
     invalidations: std::sync::OnceLock<Arc<InvalQueue>>,
+    /// The kernel's notification channel (set when mounted), for the one invalidation a
+    /// handler sends itself: attributes only, which takes no lock a request could hold.
+    notifier: std::sync::OnceLock<fuser::Notifier>,
 }
 
 const RECENT_OPENS: usize = 32;
@@ -659,11 +662,11 @@ impl SiltFs {
             nlink: match (is_dir, is_dir.then(|| self.client.cached_subdirs(&e.path))) {
                 (true, Some(Some(n))) => 2 + n.min(u32::MAX as u64 - 2) as u32,
                 (true, _) => 1,
-                (false, _) => 1,
+                (false, _) => e.posix.nlink.unwrap_or(1).max(1),
             },
             uid,
             gid,
-            rdev: 0,
+            rdev: e.posix.rdev,
             // stdio and cp size their buffers from st_blksize: one cache page per read.
             blksize: self.client.worker().page_size().min(u32::MAX as u64) as u32,
             flags: 0,
@@ -673,6 +676,15 @@ impl SiltFs {
     /// Kernel attribute and entry TTLs for `e`: never longer than its sync policy still
     /// trusts what Silt knows of it (`Client::kernel_ttl`).
     fn ttls(&self, e: &Entry) -> (Duration, Duration) {
+        if e.posix.linked() {
+            // Another name of the file may change it: the kernel asks every time.
+            return (
+                Duration::ZERO,
+                self.opts
+                    .entry_ttl
+                    .min(self.client.kernel_ttl(&e.path, Duration::MAX, false)),
+            );
+        }
         let cap = self.client.kernel_ttl(&e.path, Duration::MAX, e.is_dir());
         (self.opts.attr_ttl.min(cap), self.opts.entry_ttl.min(cap))
     }
@@ -1351,11 +1363,12 @@ impl fuser::Filesystem for SiltFs {
         // Unlinked or replaced since: the size its writers see while one has it open, else
         // that of the session a handle that opened while it was being written reads (see
         // `read`), not of a stored version the handle opened too.
+        // An unlinked file has no names left (POSIX: fstat's st_nlink is 0).
         if let Some(attr) = self
             .detached_attr(ino, fh, &path)
             .or_else(|| self.detached_read_attr(ino, fh))
         {
-            return reply.attr(&Duration::ZERO, &attr);
+            return reply.attr(&Duration::ZERO, &FileAttr { nlink: 0, ..attr });
         }
         if let Some(fh) = fh.filter(|_| self.client.session(&path).is_none()) {
             let known = self
@@ -1381,7 +1394,11 @@ impl fuser::Filesystem for SiltFs {
                 .find(|h| h.ino == ino.0)
                 .and_then(|h| h.file.lock().0.clone());
             if let Some(f) = held {
-                return reply.attr(&Duration::ZERO, &self.attr(ino.0, &f.entry));
+                let attr = FileAttr {
+                    nlink: 0,
+                    ..self.attr(ino.0, &f.entry)
+                };
+                return reply.attr(&Duration::ZERO, &attr);
             }
         }
         match self.stat_live(&path) {
@@ -2017,18 +2034,86 @@ impl fuser::Filesystem for SiltFs {
         reply.ok();
     }
 
-    /// Hard links: `EPERM` (docs/SEMANTICS.md). Silt names files by path, and no store here
-    /// can give one object two names that stay one file.
+    /// `link(2)`: a real hard link where the store has them (a local directory), `EPERM`
+    /// elsewhere (docs/SEMANTICS.md). Each name is its own inode here; the attributes of a
+    /// file with several names are never cached by the kernel (TTL 0), so a change through
+    /// one name shows through the others.
     fn link(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
         reply: ReplyEntry,
     ) {
         let _timer = FuseOp::Link.timer();
-        reply.error(Errno::EPERM);
+        let (from, to) = match (self.path_of(ino), self.new_child_path(newparent, newname)) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+        };
+        match self.block(self.client.link(&from, &to)) {
+            Ok(e) => {
+                // The new name has an inode of its own (Silt numbers paths), so the kernel
+                // keeps the source's cached attributes, link count 1 included: drop them
+                // before the reply, so a stat of either name right after sees the new count
+                // (offset -1: attributes only, no page locks).
+                let source = self.inodes.lock().ino(&from);
+                if let (Some(n), Some(src)) = (self.state.notifier.get(), source) {
+                    let _ = n.inval_inode(INodeNo(src), -1, 0);
+                }
+                let ino = self.inodes.lock().lookup(&to);
+                let (attr_ttl, entry_ttl) = self.ttls(&e);
+                reply.entry_with_ttls(&attr_ttl, &entry_ttl, &self.attr(ino, &e), Generation(0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// `mknod(2)` (and `mkfifo`, a Unix socket's `bind`): the store keeps the FIFO, socket
+    /// or device node (`Client::mknod`); the kernel opens it as what it is. A regular file
+    /// asked this way is an empty file created as by `open(O_CREAT|O_EXCL)`.
+    #[allow(clippy::too_many_arguments)]
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let _timer = FuseOp::Mknod.timer();
+        let path = match self.new_child_path(parent, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        let attrs = new_attrs(req, mode);
+        let made = match silt_ufs::SpecialKind::from_mode(mode) {
+            Some(kind) => self.block(self.client.mknod(&path, kind, rdev, &attrs)),
+            None if mode & silt_ufs::S_IFMT == libc::S_IFREG || mode & silt_ufs::S_IFMT == 0 => {
+                self.block(async {
+                    let opts = OpenOptions {
+                        create: true,
+                        exclusive: true,
+                        create_attrs: attrs,
+                        ..Default::default()
+                    };
+                    let w = self.client.open_write(&path, opts).await?;
+                    self.client.close(&w).await?;
+                    self.client.stat_live(&path).await.map(|(e, _)| e)
+                })
+            }
+            None => return reply.error(Errno::EINVAL),
+        };
+        match made {
+            Ok(e) => {
+                let ino = self.inodes.lock().lookup(&path);
+                let (attr_ttl, entry_ttl) = self.ttls(&e);
+                reply.entry_with_ttls(&attr_ttl, &entry_ttl, &self.attr(ino, &e), Generation(0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -2182,6 +2267,10 @@ fn file_type(kind: EntryKind) -> FileType {
         EntryKind::Dir => FileType::Directory,
         EntryKind::File => FileType::RegularFile,
         EntryKind::Symlink => FileType::Symlink,
+        EntryKind::Special(SpecialKind::Fifo) => FileType::NamedPipe,
+        EntryKind::Special(SpecialKind::Socket) => FileType::Socket,
+        EntryKind::Special(SpecialKind::CharDevice) => FileType::CharDevice,
+        EntryKind::Special(SpecialKind::BlockDevice) => FileType::BlockDevice,
     }
 }
 
@@ -2512,6 +2601,7 @@ pub fn mount(
     }
     let q = queue.clone();
     client.subscribe(Arc::new(move |c: &[Change]| q.push(c.to_vec())));
+    let state_for_link = state.clone();
     let mut fs = SiltFs::new(client.clone(), opts, state);
     match dev.try_clone() {
         Ok(d) => fs = fs.with_device(d),
@@ -2545,6 +2635,7 @@ pub fn mount(
         }
     }
     let notifier = session.notifier();
+    let _ = state_for_link.notifier.set(session.notifier());
     let session = session
         .spawn()
         .map_err(|e| Error::from(e).context(format!("serving FUSE at {}", mountpoint.display())))?;

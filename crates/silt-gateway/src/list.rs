@@ -182,7 +182,7 @@ async fn children(client: &Client, root: &str, dir: &str) -> Result<Vec<(String,
             let key = match e.kind {
                 EntryKind::Dir => format!("{dir}{}/", e.name()),
                 EntryKind::File => format!("{dir}{}", e.name()),
-                EntryKind::Symlink => return None,
+                EntryKind::Symlink | EntryKind::Special(_) => return None,
             };
             Some((key, e.clone()))
         })

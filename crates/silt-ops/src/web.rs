@@ -461,6 +461,7 @@ pub async fn browse(ops: &Ops, node: &Node, query: &str) -> (StatusCode, String)
         let (kind, cached) = match e.kind {
             EntryKind::Dir => ("directory", None),
             EntryKind::Symlink => ("link", None),
+            EntryKind::Special(_) => ("special", None),
             EntryKind::File => ("file", fractions.next().flatten()),
         };
         let cached_cells = match cached {

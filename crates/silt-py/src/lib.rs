@@ -313,6 +313,7 @@ fn entry_dict<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyDict>> {
             EntryKind::File => "file",
             EntryKind::Dir => "directory",
             EntryKind::Symlink => "link",
+            EntryKind::Special(_) => "other",
         },
     )?;
     let mtime = e

@@ -333,6 +333,22 @@ impl UnderStore for FaultStore {
         self.before(FaultOp::Write, path).await?;
         self.inner.set_attrs(path, attrs).await
     }
+
+    async fn mknod(
+        &self,
+        path: &str,
+        kind: crate::SpecialKind,
+        rdev: u32,
+        attrs: &crate::SetAttrs,
+    ) -> Result<ObjectMeta> {
+        self.before(FaultOp::Write, path).await?;
+        self.inner.mknod(path, kind, rdev, attrs).await
+    }
+
+    async fn hard_link(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        self.before(FaultOp::Write, to).await?;
+        self.inner.hard_link(from, to).await
+    }
 }
 
 #[cfg(test)]

@@ -29,13 +29,65 @@ pub use mem::MemStore;
 pub use opendal_store::{OpendalStore, S3Options};
 pub use uri::{open_store, open_store_as, StoreUri};
 
-/// File, directory or symbolic link.
+/// File, directory, symbolic link or special file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
     File,
     Dir,
     /// A symbolic link: `size` is the length of its target; `read_link` gives the target.
     Symlink,
+    /// A FIFO, socket or device node (`mknod`): it has no bytes in the store (`size` 0);
+    /// opening it is the kernel's business (a pipe, a socket, a device driver), never a read
+    /// of the store. A device's number is `Posix::rdev`.
+    Special(SpecialKind),
+}
+
+/// The kinds of special file `mknod(2)` makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecialKind {
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+/// `S_IFMT`: the file type bits of a mode.
+pub const S_IFMT: u32 = 0o170000;
+
+impl SpecialKind {
+    /// The file type bits of a mode of this kind (`S_IFIFO`, ...).
+    pub fn type_bits(self) -> u32 {
+        match self {
+            SpecialKind::Fifo => 0o010000,
+            SpecialKind::CharDevice => 0o020000,
+            SpecialKind::BlockDevice => 0o060000,
+            SpecialKind::Socket => 0o140000,
+        }
+    }
+
+    /// The kind whose type bits `mode` carries, if it is a special file's.
+    pub fn from_mode(mode: u32) -> Option<SpecialKind> {
+        [
+            SpecialKind::Fifo,
+            SpecialKind::CharDevice,
+            SpecialKind::BlockDevice,
+            SpecialKind::Socket,
+        ]
+        .into_iter()
+        .find(|k| mode & S_IFMT == k.type_bits())
+    }
+
+    /// Whether a device number belongs to this kind (a FIFO or socket has none).
+    pub fn is_device(self) -> bool {
+        matches!(self, SpecialKind::CharDevice | SpecialKind::BlockDevice)
+    }
+}
+
+impl EntryKind {
+    /// A FIFO, socket or device node.
+    pub fn is_special(self) -> bool {
+        matches!(self, EntryKind::Special(_))
+    }
 }
 
 /// What a store knows about one entry.
@@ -67,6 +119,19 @@ pub struct Posix {
     pub gid: Option<u32>,
     pub atime: Option<SystemTime>,
     pub ctime: Option<SystemTime>,
+    /// A device node's number (Linux's encoding, as `st_rdev`); 0 for anything else.
+    pub rdev: u32,
+    /// Names the file has (hard links), where the store counts them (a local directory);
+    /// `None`: one. A file with more than one may change under another of its names, so the
+    /// client asks the store for it every time rather than trusting a cached answer.
+    pub nlink: Option<u32>,
+}
+
+impl Posix {
+    /// Whether the file has other names (hard links) the store counts.
+    pub fn linked(&self) -> bool {
+        self.nlink.is_some_and(|n| n > 1)
+    }
 }
 
 /// A change of attributes (`UnderStore::set_attrs`); `None` leaves one as it is.
@@ -109,6 +174,14 @@ impl ObjectMeta {
             version: None,
             mode: None,
             posix: Posix::default(),
+        }
+    }
+
+    /// An empty regular file with nothing else known (the base of a new object's attributes).
+    pub fn empty_file(path: &str) -> ObjectMeta {
+        ObjectMeta {
+            kind: EntryKind::File,
+            ..ObjectMeta::dir(path)
         }
     }
 
@@ -311,6 +384,20 @@ impl PieceBuf {
 ///   not a link). `delete` removes the link itself and `rename` moves the link itself. A local
 ///   directory keeps a real symlink; an object store an object whose body is the target and
 ///   whose user metadata `mode` has the `S_IFLNK` type bits (as s3fs-fuse writes them).
+/// - `mknod(path, kind, rdev, attrs)` makes a FIFO, socket or device node at `path`
+///   (`AlreadyExists` if anything is there; its parent must exist), with the permission bits,
+///   owner and group of `attrs` where given. `stat` and `list` report it as
+///   `EntryKind::Special` with `size` 0 and, for a device, `posix.rdev`. A local directory
+///   makes the real node (`mknod(2)`: the daemon must be allowed to make devices); an object
+///   store a zero-byte object whose user metadata `mode` carries the type bits and `rdev`
+///   the number (as s3fs-fuse writes them). `read` of one is `InvalidInput`; `delete`,
+///   `rename`, `copy` and `set_attrs` act on the entry itself.
+/// - `hard_link(from, to)` gives the file (or link, or special file) `from` a second name
+///   `to`, failing with `AlreadyExists` if anything is at `to`, `NotFound` if `from` is
+///   missing; both then report `posix.nlink` = the count of names, and a change through one
+///   is seen through every other. Only a store whose files are real files has it (a local
+///   directory); an object store cannot give one object two names that stay one file and
+///   answers `Unsupported` (the default).
 /// - Errors carry a kind whose `is_retryable()` tells whether trying again can help; messages
 ///   never contain credentials.
 /// - The directory and rename methods have defaults that answer `Unsupported`, so wrappers and
@@ -421,6 +508,23 @@ pub trait UnderStore: Send + Sync + 'static {
         let _ = attrs;
         Err(unsupported(self.uri(), "set_attrs", path))
     }
+    /// Makes the special file `path` of `kind` (device number `rdev`) with `attrs` (see the
+    /// trait invariants).
+    async fn mknod(
+        &self,
+        path: &str,
+        kind: SpecialKind,
+        rdev: u32,
+        attrs: &SetAttrs,
+    ) -> Result<ObjectMeta> {
+        let _ = (kind, rdev, attrs);
+        Err(unsupported(self.uri(), "mknod", path))
+    }
+    /// Gives the file `from` the second name `to` (see the trait invariants); returns `to`'s
+    /// metadata.
+    async fn hard_link(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        Err(unsupported(self.uri(), "link", from).context(format!("to {to}")))
+    }
 }
 
 fn unsupported(uri: &str, op: &str, path: &str) -> Error {
@@ -469,6 +573,13 @@ pub(crate) fn plan_read<'a>(
         // The kernel resolves links; a read of one is a caller's mistake.
         return Err(silt_common::Error::invalid(format!(
             "read {}: is a symbolic link",
+            full(path)
+        )));
+    }
+    if expected.kind.is_special() {
+        // A FIFO, socket or device has no bytes in the store (its reads are the kernel's).
+        return Err(silt_common::Error::invalid(format!(
+            "read {}: is a special file (a FIFO, socket or device)",
             full(path)
         )));
     }

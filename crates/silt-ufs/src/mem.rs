@@ -11,7 +11,8 @@ use parking_lot::Mutex;
 use silt_common::{Error, ErrorKind, Result};
 
 use crate::{
-    normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, SetAttrs, UnderStore,
+    normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, SetAttrs, SpecialKind,
+    UnderStore,
 };
 
 /// An in-memory fake of an object store, keeping every [`UnderStore`] invariant.
@@ -54,19 +55,16 @@ struct Object {
     mtime: SystemTime,
     mode: Option<u32>,
     posix: Posix,
-    /// A symbolic link whose target is `data` (S3: the `S_IFLNK` mode bits).
-    link: bool,
+    /// `File`, a `Symlink` whose target is `data` (S3: the `S_IFLNK` mode bits), or a
+    /// `Special` file (no data; a device's number in `posix.rdev`).
+    kind: EntryKind,
 }
 
 impl Object {
     fn meta(&self, path: &str) -> ObjectMeta {
         ObjectMeta {
             path: path.to_string(),
-            kind: if self.link {
-                EntryKind::Symlink
-            } else {
-                EntryKind::File
-            },
+            kind: self.kind,
             size: self.data.len() as u64,
             mtime: Some(self.mtime),
             etag: Some(self.etag.clone()),
@@ -183,7 +181,7 @@ impl State {
             mtime: SystemTime::now(),
             mode: None,
             posix: Posix::default(),
-            link: false,
+            kind: EntryKind::File,
         };
         let meta = obj.meta(path);
         self.objects.insert(path.to_string(), obj);
@@ -191,10 +189,11 @@ impl State {
     }
 
     /// Marks the object `path` (just inserted) a link or not; its metadata.
-    fn set_link(&mut self, path: &str, link: bool) -> ObjectMeta {
+    fn set_kind(&mut self, path: &str, kind: EntryKind, rdev: u32) -> ObjectMeta {
         match self.objects.get_mut(path) {
             Some(o) => {
-                o.link = link;
+                o.kind = kind;
+                o.posix.rdev = rdev;
                 o.meta(path)
             }
             None => ObjectMeta::dir(path),
@@ -398,9 +397,12 @@ impl UnderStore for MemStore {
         if from == to {
             return Ok(state.objects[from].meta(from));
         }
-        let link = state.objects.remove(from).is_some_and(|o| o.link);
+        let (kind, rdev) = state
+            .objects
+            .remove(from)
+            .map_or((EntryKind::File, 0), |o| (o.kind, o.posix.rdev));
         state.insert(to, data);
-        Ok(state.set_link(to, link))
+        Ok(state.set_kind(to, kind, rdev))
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
@@ -411,9 +413,12 @@ impl UnderStore for MemStore {
         if from == to {
             return Ok(state.objects[from].meta(from));
         }
-        let link = state.objects.get(from).is_some_and(|o| o.link);
+        let (kind, rdev) = state
+            .objects
+            .get(from)
+            .map_or((EntryKind::File, 0), |o| (o.kind, o.posix.rdev));
         state.insert(to, data);
-        Ok(state.set_link(to, link))
+        Ok(state.set_kind(to, kind, rdev))
     }
 
     async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
@@ -433,7 +438,41 @@ impl UnderStore for MemStore {
             ));
         }
         state.insert(path, Bytes::copy_from_slice(target.as_bytes()));
-        Ok(state.set_link(path, true))
+        Ok(state.set_kind(path, EntryKind::Symlink, 0))
+    }
+
+    async fn mknod(
+        &self,
+        path: &str,
+        kind: SpecialKind,
+        rdev: u32,
+        attrs: &SetAttrs,
+    ) -> Result<ObjectMeta> {
+        self.count();
+        let path = normalize_path(path)?;
+        if path.is_empty() {
+            return Err(Error::invalid(format!(
+                "mknod {}: cannot replace the store root",
+                self.uri
+            )));
+        }
+        let mut state = self.state.lock();
+        if state.objects.contains_key(path) || state.is_dir(path) {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("mknod {}: already exists", self.full(path)),
+            ));
+        }
+        state.insert(path, Bytes::new());
+        let rdev = if kind.is_device() { rdev } else { 0 };
+        state.set_kind(path, EntryKind::Special(kind), rdev);
+        let obj = state.objects.get_mut(path).ok_or_else(|| {
+            Error::internal(format!("mknod {}: made, then gone", self.full(path)))
+        })?;
+        obj.mode = attrs.mode.or(Some(0o644));
+        obj.posix.uid = attrs.uid;
+        obj.posix.gid = attrs.gid;
+        Ok(obj.meta(path))
     }
 
     async fn read_link(&self, path: &str) -> Result<String> {
@@ -441,9 +480,11 @@ impl UnderStore for MemStore {
         let path = normalize_path(path)?;
         let state = self.state.lock();
         match state.objects.get(path) {
-            Some(o) if o.link => String::from_utf8(o.data.to_vec()).map_err(|_| {
-                Error::invalid(format!("readlink {}: target is not UTF-8", self.full(path)))
-            }),
+            Some(o) if o.kind == EntryKind::Symlink => {
+                String::from_utf8(o.data.to_vec()).map_err(|_| {
+                    Error::invalid(format!("readlink {}: target is not UTF-8", self.full(path)))
+                })
+            }
             Some(_) => Err(Error::invalid(format!(
                 "readlink {}: not a symbolic link",
                 self.full(path)

@@ -35,7 +35,8 @@ use crate::beneath;
 use crate::s3_receive::{Received, Receiver};
 use crate::uri::StoreUri;
 use crate::{
-    normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, SetAttrs, UnderStore,
+    normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, SetAttrs, SpecialKind,
+    UnderStore, S_IFMT,
 };
 
 /// S3 connection options (see the `s3_*` and `ufs_*` options in `silt_common::config`).
@@ -140,6 +141,9 @@ enum Backend {
         endpoint: String,
         /// Ranged GETs received into page buffers (`S3Options::direct_receive`).
         receive: Option<Arc<Receiver>>,
+        /// The operator's HTTP client, for the one request OpenDAL will not make: a PUT of a
+        /// directory marker with user metadata (its `write` takes file paths only).
+        http: HttpTransporter,
     },
 }
 
@@ -342,6 +346,7 @@ impl OpendalStore {
         // The workspace's opendal features install no process-wide HTTP transport; give this
         // operator reqwest's (a shared, lazily built client and connection pool).
         let http = HttpTransporter::new(ReqwestTransport::default());
+        let marker_http = http.clone();
         let op = Operator::new(builder)
             .map_err(|e| Error::invalid(format!("{uri}: {}", e.message())).with_source(e))?
             .with_context(OperationContext::new().with_http_transport(http))
@@ -368,6 +373,7 @@ impl OpendalStore {
                 receive: opts
                     .direct_receive
                     .then(|| Arc::new(Receiver::new(opts.timeout))),
+                http: marker_http,
             },
             timeout: opts.timeout,
             retries: opts.retries,
@@ -678,9 +684,13 @@ impl OpendalStore {
         UFS_REQUESTS.inc();
         match self.op.stat(path).await {
             Ok(m) if !m.is_dir() => return Ok(s3_meta(path.to_string(), &m)),
-            Ok(_) => return Ok(ObjectMeta::dir(path)),
+            Ok(_) => {}
             Err(e) if e.kind() == opendal::ErrorKind::NotFound => {}
             Err(e) => return Err(self.map_err("stat", path, e)),
+        }
+        // A directory marker keeps the directory's attributes (as s3fs-fuse's do).
+        if let Some(dir) = self.s3_marker(path).await? {
+            return Ok(dir);
         }
         // Not an object: a "directory" is a prefix with at least one key below it.
         if self.s3_prefix_exists(path).await? {
@@ -690,6 +700,123 @@ impl OpendalStore {
                 "stat {}: not found",
                 self.full(path)
             )))
+        }
+    }
+
+    /// The directory `path` as its `path/` marker object describes it (mode, owner, times in
+    /// its user metadata), or `None` if it has no marker.
+    async fn s3_marker(&self, path: &str) -> Result<Option<ObjectMeta>> {
+        // OpenDAL's stat of a directory path answers from a listing, without the marker's
+        // user metadata: the marker's HEAD is sent as its presigned request.
+        let signed = self
+            .op
+            .presign_stat(&format!("{path}/"), self.presign_validity())
+            .await
+            .map_err(|e| self.map_err("stat", path, e))?;
+        let resp = self.s3_send_signed(&signed, "stat", path).await?;
+        let status = resp.status();
+        if status == http::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(s3_status_error(
+                status,
+                format!(
+                    "stat {}: the store answered {status} to the marker's HEAD",
+                    self.full(path)
+                ),
+            ));
+        }
+        let mut dir = ObjectMeta::dir(path);
+        let headers = resp.headers();
+        s3_apply_attrs(&mut dir, |k| {
+            headers
+                .get(format!("x-amz-meta-{k}"))
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        });
+        Ok(Some(dir))
+    }
+
+    /// How long a presigned request stays valid: long enough to outlast its own deadlines.
+    fn presign_validity(&self) -> Duration {
+        self.timeout.saturating_mul(4).max(Duration::from_secs(300))
+    }
+
+    /// Sends a request the operator presigned, on its HTTP client, within the store's
+    /// deadline (no retries: directory markers only).
+    async fn s3_send_signed(
+        &self,
+        signed: &opendal::raw::PresignedRequest,
+        what: &str,
+        path: &str,
+    ) -> Result<http::Response<Buffer>> {
+        let Backend::S3 { http, .. } = &self.backend else {
+            return Err(Error::internal(format!(
+                "{what} {path}: a presigned request outside S3"
+            )));
+        };
+        let mut req = http::Request::builder()
+            .method(signed.method().clone())
+            .uri(signed.uri().clone());
+        for (name, value) in signed.header() {
+            req = req.header(name, value);
+        }
+        if signed.method() == http::Method::PUT {
+            req = req.header(http::header::CONTENT_LENGTH, 0);
+        }
+        let req = req
+            .body(Buffer::new())
+            .map_err(|e| Error::internal(format!("{what} {}: {e}", self.full(path))))?;
+        UFS_REQUESTS.inc();
+        match tokio::time::timeout(self.timeout, http.send(req)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(self.map_err(what, path, e)),
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{what} {}: no answer within {:?}",
+                    self.full(path),
+                    self.timeout
+                ),
+            )),
+        }
+    }
+
+    /// A directory's attributes changed: its `path/` marker is written (made, for a directory
+    /// only implied by keys, as s3fs-fuse does) with them in its user metadata.
+    async fn s3_set_dir_attrs(&self, cur: &ObjectMeta, attrs: &SetAttrs) -> Result<ObjectMeta> {
+        let path = cur.path.as_str();
+        let opts = opendal::options::WriteOptions {
+            user_metadata: Some(s3_user_metadata(cur, attrs).into_iter().collect()),
+            ..Default::default()
+        };
+        // OpenDAL writes file paths only: the marker's PUT is its presigned request (so
+        // addressing and signing stay the operator's), sent on the operator's HTTP client.
+        let signed = self
+            .op
+            .presign_write_options(&format!("{path}/"), self.presign_validity(), opts)
+            .await
+            .map_err(|e| self.map_err("set attributes", path, e))?;
+        let status = self
+            .s3_send_signed(&signed, "set attributes", path)
+            .await?
+            .status();
+        if !status.is_success() {
+            return Err(s3_status_error(
+                status,
+                format!(
+                    "set attributes of {}: the store answered {status} to the marker's PUT",
+                    self.full(path)
+                ),
+            ));
+        }
+        match self.s3_marker(path).await? {
+            Some(dir) => Ok(dir),
+            None => Err(Error::not_found(format!(
+                "set attributes of {}: the directory was removed meanwhile",
+                self.full(path)
+            ))),
         }
     }
 
@@ -808,8 +935,7 @@ impl OpendalStore {
         let md = run_blocking(|| -> Result<std::fs::Metadata> {
             // Missing parents made; none of them a link (`beneath`).
             let full = beneath::parent(root, path, true).map_err(what)?;
-            let (file, tmp) = fs_create_hidden(full.dir()).map_err(what)?;
-            let replace = || -> Result<std::fs::Metadata> {
+            let fill = |file: &std::fs::File| -> Result<()> {
                 let has_holes = (0..len)
                     .step_by(WRITE_PART)
                     .any(|off| src.is_hole(off, (len - off).min(WRITE_PART as u64)));
@@ -823,7 +949,30 @@ impl OpendalStore {
                         file.write_all_at(&part, off).map_err(what)?;
                     }
                 }
-                file.set_len(len).map_err(what)?;
+                file.set_len(len).map_err(what)
+            };
+            // A file with other names (hard links) is written in place: a replacement would
+            // be a new file under this name only, and the other names would keep the old
+            // bytes. Not atomic, as any in-place write (docs/SEMANTICS.md).
+            if like.is_none() {
+                let linked =
+                    std::fs::symlink_metadata(&*full).is_ok_and(|m| m.is_file() && m.nlink() > 1);
+                if linked {
+                    use std::os::unix::fs::OpenOptionsExt;
+                    let file = std::fs::OpenOptions::new()
+                        .write(true)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(&*full)
+                        .map_err(what)?;
+                    fill(&file)?;
+                    file.set_modified(unique_mtime()).map_err(what)?;
+                    file.sync_all().map_err(what)?;
+                    return file.metadata().map_err(what);
+                }
+            }
+            let (file, tmp) = fs_create_hidden(full.dir()).map_err(what)?;
+            let replace = || -> Result<std::fs::Metadata> {
+                fill(&file)?;
                 let replaced = match like {
                     Some(_) => None,
                     None => std::fs::symlink_metadata(&full)
@@ -889,6 +1038,12 @@ impl OpendalStore {
             let (file, md) = opened.map_err(what)?;
             return self.fs_write(root, to, &file, md.len(), Some(&md));
         }
+        if let (Backend::Fs { root }, EntryKind::Special(_)) = (&self.backend, src.kind) {
+            UFS_REQUESTS.inc();
+            run_blocking(|| fs_copy_special(root, from, to))
+                .map_err(|e| Error::from(e).context(format!("copy {}", self.full(from))))?;
+            return self.fs_stat(root, to).await;
+        }
         // A local link is copied as the link (as S3 copies a link object), never its target,
         // which may lie outside the store.
         if let (Backend::Fs { root }, EntryKind::Symlink) = (&self.backend, src.kind) {
@@ -914,6 +1069,8 @@ impl OpendalStore {
                 gid: meta.posix.gid.or(src.posix.gid),
                 atime: meta.posix.atime.or(src.posix.atime),
                 ctime: meta.posix.ctime.or(src.posix.ctime),
+                rdev: src.posix.rdev,
+                nlink: None,
             };
         }
         Ok(meta)
@@ -940,13 +1097,16 @@ impl OpendalStore {
     async fn s3_set_attrs_once(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
         let cur = self.stat_inner(path).await?;
         if cur.kind == EntryKind::Dir {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                format!(
-                    "set attributes of {}: S3 directories (prefixes) keep no attributes",
-                    self.full(path)
-                ),
-            ));
+            if path.is_empty() {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "set attributes of {}: the bucket's root keeps no attributes",
+                        self.full(path)
+                    ),
+                ));
+            }
+            return self.s3_set_dir_attrs(&cur, attrs).await;
         }
         if cur.size > S3_ATTR_REWRITE_MAX {
             return Err(Error::new(
@@ -969,6 +1129,50 @@ impl OpendalStore {
         w.await
             .map_err(|e| self.map_err("set attributes", path, e))?;
         self.stat_inner(path).await
+    }
+
+    /// A new object `path` (a link, a special file) with `body` and the user metadata `user`
+    /// (s3fs-fuse's keys), `AlreadyExists` if anything is there (an object, or a directory);
+    /// its metadata as the user metadata describes it.
+    async fn s3_create_new(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        user: Vec<(String, String)>,
+        op: &str,
+    ) -> Result<ObjectMeta> {
+        let exists = || {
+            Error::new(
+                ErrorKind::AlreadyExists,
+                format!("{op} {}: already exists", self.full(path)),
+            )
+        };
+        match self.s3_stat(path).await {
+            Ok(_) => return Err(exists()),
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let size = body.len() as u64;
+        UFS_REQUESTS.inc();
+        // Conditional too: an object created after the stat is not replaced.
+        let written = self
+            .op
+            .write_with(path, body)
+            .user_metadata(user.clone())
+            .if_not_exists(true)
+            .await
+            .map_err(|e| match self.map_err(op, path, e) {
+                e if e.kind() == ErrorKind::ContentChanged => exists(),
+                e => e,
+            })?;
+        let mut meta = self.written_meta(path, &written, size).await?;
+        // The PUT's answer repeats no user metadata: the attributes are the ones sent.
+        s3_apply_attrs(&mut meta, |k| {
+            user.iter()
+                .find(|(key, _)| key.eq_ignore_ascii_case(k))
+                .map(|(_, v)| v.clone())
+        });
+        Ok(meta)
     }
 
     /// `write_from`, with S3 user metadata (`x-amz-meta-` keys without the prefix).
@@ -1202,8 +1406,9 @@ impl OpendalStore {
         Ok(Some(entries.into_iter().map(s3_entry).collect()))
     }
 
-    /// The listed files with the attributes of their user metadata (one HEAD each, some in
-    /// flight at once) when `list_attrs` asks for them; a file gone meanwhile is left out.
+    /// The listed files and directories with the attributes of their user metadata (one
+    /// HEAD each, of a directory's marker, some in flight at once) when `list_attrs` asks for
+    /// them; a file gone meanwhile is left out.
     async fn s3_with_attrs(&self, v: Vec<ObjectMeta>) -> Result<Vec<ObjectMeta>> {
         if !self.list_attrs {
             return Ok(v);
@@ -1211,7 +1416,8 @@ impl OpendalStore {
         let out: Vec<Result<Option<ObjectMeta>>> = futures::stream::iter(v)
             .map(|m| async move {
                 if m.kind == EntryKind::Dir {
-                    return Ok(Some(m));
+                    // A directory's attributes are its marker's, if it has one.
+                    return Ok(Some(self.s3_marker(&m.path).await?.unwrap_or(m)));
                 }
                 UFS_REQUESTS.inc();
                 match self.op.stat(&m.path).await {
@@ -1588,6 +1794,7 @@ fn fs_is_version(shown: &str, md: &std::fs::Metadata, want: &str) -> bool {
 
 /// An entry from `lstat` (a link's size is its target's length).
 fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
+    use std::os::unix::fs::FileTypeExt;
     let ft = md.file_type();
     let kind = if ft.is_dir() {
         EntryKind::Dir
@@ -1595,13 +1802,24 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
         EntryKind::File
     } else if ft.is_symlink() {
         EntryKind::Symlink
+    } else if ft.is_fifo() {
+        EntryKind::Special(SpecialKind::Fifo)
+    } else if ft.is_socket() {
+        EntryKind::Special(SpecialKind::Socket)
+    } else if ft.is_char_device() {
+        EntryKind::Special(SpecialKind::CharDevice)
+    } else if ft.is_block_device() {
+        EntryKind::Special(SpecialKind::BlockDevice)
     } else {
         return None;
     };
     Some(ObjectMeta {
         path: path.to_string(),
         kind,
-        size: if kind == EntryKind::Dir { 0 } else { md.len() },
+        size: match kind {
+            EntryKind::File | EntryKind::Symlink => md.len(),
+            EntryKind::Dir | EntryKind::Special(_) => 0,
+        },
         mtime: md.modified().ok(),
         etag: None,
         version: None,
@@ -1611,6 +1829,14 @@ fn fs_meta(path: &str, md: &std::fs::Metadata) -> Option<ObjectMeta> {
             gid: Some(md.gid()),
             atime: md.accessed().ok(),
             ctime: epoch_time(md.ctime(), md.ctime_nsec()),
+            // Linux's dev_t keeps major < 4096 and minor < 2^20 in its low 32 bits, the
+            // encoding FUSE carries.
+            rdev: if ft.is_char_device() || ft.is_block_device() {
+                md.rdev() as u32
+            } else {
+                0
+            },
+            nlink: (kind != EntryKind::Dir).then(|| md.nlink().min(u32::MAX as u64) as u32),
         },
     })
 }
@@ -1802,30 +2028,51 @@ fn s3_meta(path: String, m: &Metadata) -> ObjectMeta {
             .find(|(key, _)| key.eq_ignore_ascii_case(k))
             .map(|(_, v)| v.to_string())
     };
+    let mut meta = ObjectMeta {
+        path,
+        kind: EntryKind::File,
+        size: m.content_length(),
+        mtime,
+        etag: m.etag().map(strip_etag),
+        version: None,
+        mode: None,
+        posix: Posix::default(),
+    };
+    s3_apply_attrs(&mut meta, attr);
+    meta
+}
+
+/// `meta` with the POSIX attributes of an object's user metadata (`attr` looks a key up):
+/// s3fs-fuse keeps a link as an object whose body is the target, a special file as an empty
+/// object, each typed by its mode, and the file's mtime in its metadata (Last-Modified is the
+/// upload's time). A directory marker keeps its kind.
+fn s3_apply_attrs(meta: &mut ObjectMeta, attr: impl Fn(&str) -> Option<String>) {
     let time = |k: &str| attr(k).and_then(|v| parse_s3_time(&v));
     let id = |k: &str| attr(k).and_then(|v| v.trim().parse::<u32>().ok());
     let raw_mode = id(S3_MODE);
-    ObjectMeta {
-        path,
-        // s3fs-fuse keeps a link as an object whose body is the target, typed by its mode.
-        kind: if raw_mode.is_some_and(|m| m & S_IFMT == S_IFLNK) {
-            EntryKind::Symlink
-        } else {
-            EntryKind::File
-        },
-        size: m.content_length(),
-        // s3fs keeps the file's mtime in its metadata; Last-Modified is the upload's time.
-        mtime: time(S3_MTIME).or(mtime),
-        etag: m.etag().map(strip_etag),
-        version: None,
-        mode: raw_mode.map(|v| v & 0o7777),
-        posix: Posix {
-            uid: id(S3_UID),
-            gid: id(S3_GID),
-            atime: time(S3_ATIME),
-            ctime: time(S3_CTIME),
-        },
+    if meta.kind != EntryKind::Dir {
+        meta.kind = match raw_mode {
+            Some(m) if m & S_IFMT == S_IFLNK => EntryKind::Symlink,
+            Some(m) => SpecialKind::from_mode(m).map_or(EntryKind::File, EntryKind::Special),
+            None => EntryKind::File,
+        };
     }
+    if meta.kind.is_special() || meta.kind == EntryKind::Dir {
+        meta.size = 0;
+    }
+    meta.mtime = time(S3_MTIME).or(meta.mtime);
+    meta.mode = raw_mode.map(|v| v & 0o7777);
+    meta.posix = Posix {
+        uid: id(S3_UID),
+        gid: id(S3_GID),
+        atime: time(S3_ATIME),
+        ctime: time(S3_CTIME),
+        rdev: match meta.kind {
+            EntryKind::Special(k) if k.is_device() => id(S3_RDEV).unwrap_or(0),
+            _ => 0,
+        },
+        nlink: None,
+    };
 }
 
 /// User metadata keys of POSIX attributes, as s3fs-fuse writes them (`x-amz-meta-` + key):
@@ -1837,13 +2084,15 @@ const S3_GID: &str = "gid";
 const S3_MTIME: &str = "mtime";
 const S3_ATIME: &str = "atime";
 const S3_CTIME: &str = "ctime";
+/// A device node's number, in decimal (s3fs-fuse's `x-amz-meta-rdev`).
+const S3_RDEV: &str = "rdev";
 
 /// `S_IFREG`: the type bits s3fs-fuse stores with a regular file's mode.
 const S_IFREG: u32 = 0o100000;
 /// `S_IFLNK`: the type bits of a symbolic link's mode (s3fs-fuse: a link object).
 const S_IFLNK: u32 = 0o120000;
-/// The type bits of a mode.
-const S_IFMT: u32 = 0o170000;
+/// `S_IFDIR`: the type bits s3fs-fuse stores with a directory marker's mode.
+const S_IFDIR: u32 = 0o040000;
 
 fn parse_s3_time(v: &str) -> Option<SystemTime> {
     let v = v.trim();
@@ -1869,10 +2118,11 @@ fn secs(t: SystemTime) -> String {
 /// the `x-amz-meta-` prefix (OpenDAL adds it).
 fn s3_user_metadata(m: &ObjectMeta, set: &SetAttrs) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    let ty = if m.kind == EntryKind::Symlink {
-        S_IFLNK
-    } else {
-        S_IFREG
+    let ty = match m.kind {
+        EntryKind::Symlink => S_IFLNK,
+        EntryKind::Dir => S_IFDIR,
+        EntryKind::Special(k) => k.type_bits(),
+        EntryKind::File => S_IFREG,
     };
     if let Some(mode) = set.mode.or(m.mode) {
         out.push((S3_MODE.to_string(), (ty | (mode & 0o7777)).to_string()));
@@ -1893,6 +2143,9 @@ fn s3_user_metadata(m: &ObjectMeta, set: &SetAttrs) -> Vec<(String, String)> {
         out.push((S3_ATIME.to_string(), secs(t)));
     }
     out.push((S3_CTIME.to_string(), secs(SystemTime::now())));
+    if m.posix.rdev != 0 {
+        out.push((S3_RDEV.to_string(), m.posix.rdev.to_string()));
+    }
     out
 }
 
@@ -2217,7 +2470,7 @@ impl UnderStore for OpendalStore {
         match &self.backend {
             // One upload with the attributes in its user metadata.
             Backend::S3 { .. } if !attrs.is_empty() => {
-                let base = ObjectMeta::dir(path);
+                let base = ObjectMeta::empty_file(path);
                 let mut meta = self
                     .write_from_meta(path, src, len, Some(s3_user_metadata(&base, attrs)))
                     .await?;
@@ -2419,43 +2672,14 @@ impl UnderStore for OpendalStore {
                     self.fs_stat(root, path).await
                 }
                 Backend::S3 { .. } => {
-                    match self.s3_stat(path).await {
-                        Ok(_) => {
-                            return Err(Error::new(
-                                ErrorKind::AlreadyExists,
-                                format!("symlink {}: already exists", self.full(path)),
-                            ))
-                        }
-                        Err(e) if e.kind() == ErrorKind::NotFound => {}
-                        Err(e) => return Err(e),
-                    }
                     let now = secs(SystemTime::now());
                     let user = vec![
                         (S3_MODE.to_string(), (S_IFLNK | 0o777).to_string()),
                         (S3_MTIME.to_string(), now.clone()),
                         (S3_CTIME.to_string(), now),
                     ];
-                    UFS_REQUESTS.inc();
-                    // Conditional too: an object created after the stat is not replaced.
-                    let written = self
-                        .op
-                        .write_with(path, target.as_bytes().to_vec())
-                        .user_metadata(user)
-                        .if_not_exists(true)
+                    self.s3_create_new(path, target.as_bytes().to_vec(), user, "symlink")
                         .await
-                        .map_err(|e| match self.map_err("symlink", path, e) {
-                            e if e.kind() == ErrorKind::ContentChanged => Error::new(
-                                ErrorKind::AlreadyExists,
-                                format!("symlink {}: already exists", self.full(path)),
-                            ),
-                            e => e,
-                        })?;
-                    let mut meta = self
-                        .written_meta(path, &written, target.len() as u64)
-                        .await?;
-                    meta.kind = EntryKind::Symlink;
-                    meta.mode = Some(0o777);
-                    Ok(meta)
                 }
             }
         })
@@ -2543,6 +2767,148 @@ impl UnderStore for OpendalStore {
         })
         .await
     }
+
+    async fn mknod(
+        &self,
+        path: &str,
+        kind: SpecialKind,
+        rdev: u32,
+        attrs: &SetAttrs,
+    ) -> Result<ObjectMeta> {
+        let path = self.writable(path)?;
+        let rdev = if kind.is_device() { rdev } else { 0 };
+        self.count_errors(UfsOp::Write, async {
+            match &self.backend {
+                Backend::Fs { root } => {
+                    UFS_REQUESTS.inc();
+                    let mode = kind.type_bits() | attrs.mode.unwrap_or(0o644) & 0o7777;
+                    run_blocking(|| fs_mknod(root, path, mode, rdev))
+                        .map_err(|e| fs_error(e, format!("mknod {}", self.full(path))))?;
+                    // The process's umask applied to mknod's bits: set as asked, with the owner.
+                    let set = SetAttrs {
+                        mode: Some(attrs.mode.unwrap_or(0o644) & 0o7777),
+                        ..*attrs
+                    };
+                    run_blocking(|| fs_set_attrs(root, path, &set)).map_err(|e| {
+                        fs_error(
+                            e,
+                            format!("mknod {}: setting its attributes", self.full(path)),
+                        )
+                    })?;
+                    self.fs_stat(root, path).await
+                }
+                Backend::S3 { .. } => {
+                    let now = SystemTime::now();
+                    let mut base = ObjectMeta::empty_file(path);
+                    base.kind = EntryKind::Special(kind);
+                    base.mode = Some(0o644);
+                    base.mtime = Some(now);
+                    base.posix.rdev = rdev;
+                    let set = SetAttrs {
+                        mtime: attrs.mtime.or(Some(now)),
+                        ..*attrs
+                    };
+                    self.s3_create_new(path, Vec::new(), s3_user_metadata(&base, &set), "mknod")
+                        .await
+                }
+            }
+        })
+        .await
+    }
+
+    async fn hard_link(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        let from = normalize_path(from)?;
+        let to = self.writable(to)?;
+        let Backend::Fs { root } = &self.backend else {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "link {} to {}: an object store cannot give one object two names",
+                    self.full(from),
+                    self.full(to)
+                ),
+            ));
+        };
+        self.count_errors(UfsOp::Write, async {
+            UFS_REQUESTS.inc();
+            run_blocking(|| fs_hard_link(root, from, to)).map_err(|e| {
+                fs_error(e, format!("link {} to {}", self.full(from), self.full(to)))
+            })?;
+            self.fs_stat(root, to).await
+        })
+        .await
+    }
+}
+
+/// An S3 answer's status as an error of its kind.
+fn s3_status_error(status: http::StatusCode, msg: String) -> Error {
+    let kind = match status.as_u16() {
+        403 => ErrorKind::PermissionDenied,
+        404 => ErrorKind::NotFound,
+        408 | 429 | 500.. => ErrorKind::Unavailable,
+        _ => ErrorKind::Internal,
+    };
+    Error::new(kind, msg)
+}
+
+/// A local operation's error in the store's terms: a missing path (or parent) `NotFound`,
+/// an existing target `AlreadyExists`, anything else as the system said.
+fn fs_error(e: std::io::Error, what: String) -> Error {
+    let kind = match e.kind() {
+        _ if fs_gone(&e) => Some(ErrorKind::NotFound),
+        std::io::ErrorKind::AlreadyExists => Some(ErrorKind::AlreadyExists),
+        _ => None,
+    };
+    match kind {
+        Some(kind) => Error::new(kind, format!("{what}: {e}")),
+        None => Error::from(e).context(what),
+    }
+}
+
+/// `mknod(2)` of `path` in the local store at `root` (its parent must exist), not following
+/// a link there (`beneath`).
+fn fs_mknod(root: &Path, path: &str, mode: u32, rdev: u32) -> std::io::Result<()> {
+    mknod_at(&beneath::parent(root, path, false)?, mode, rdev)
+}
+
+/// `mknod(2)` of the path `p`.
+fn mknod_at(p: &Path, mode: u32, rdev: u32) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a valid C string; mknod reads nothing else.
+    if unsafe { libc::mknod(c.as_ptr(), mode as libc::mode_t, libc::dev_t::from(rdev)) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The special file `from` of the local store at `root` copied as such to `to` (the node
+/// made under a hidden name beside it with the same type, number, mode and owner, then
+/// renamed over it): a FIFO's or device's "content" is never read.
+fn fs_copy_special(root: &Path, from: &str, to: &str) -> std::io::Result<()> {
+    let md = std::fs::symlink_metadata(&*beneath::parent(root, from, false)?)?;
+    let dst = beneath::parent(root, to, true)?;
+    let ((), tmp) = fs_make_hidden(dst.dir(), |tmp| mknod_at(tmp, md.mode(), md.rdev() as u32))?;
+    let made = std::os::unix::fs::lchown(&tmp, Some(md.uid()), Some(md.gid()))
+        .and_then(|()| {
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(md.mode() & 0o7777))
+        })
+        .and_then(|()| std::fs::rename(&tmp, &*dst));
+    made.inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// `link(2)` of `from` to `to` in the local store at `root`: neither is followed if it is a
+/// link (Linux's `link` gives the link itself a second name), both resolved `beneath`.
+fn fs_hard_link(root: &Path, from: &str, to: &str) -> std::io::Result<()> {
+    let src = beneath::parent(root, from, false).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOTDIR) => std::io::Error::from_raw_os_error(libc::ENOENT),
+        _ => e,
+    })?;
+    let dst = beneath::parent(root, to, false)?;
+    std::fs::hard_link(&*src, &*dst)
 }
 
 /// Keys given as Silt options, for the signer. Its `Debug` shows no secret: the credential
@@ -2749,7 +3115,7 @@ mod part_tests {
             mtime: Some(t),
         };
         let meta: std::collections::HashMap<String, String> =
-            s3_user_metadata(&ObjectMeta::dir("x"), &set)
+            s3_user_metadata(&ObjectMeta::empty_file("x"), &set)
                 .into_iter()
                 .collect();
         assert_eq!(meta["mode"], "33256", "0100750 in decimal");

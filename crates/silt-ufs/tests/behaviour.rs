@@ -12,7 +12,7 @@ use silt_common::ErrorKind;
 use silt_testkit::S3Server;
 use silt_ufs::{
     open_store, DynStore, EntryKind, Fault, FaultOp, FaultStore, MemStore, ObjectMeta, S3Options,
-    SetAttrs,
+    SetAttrs, SpecialKind,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +93,7 @@ fn sorted(mut v: Vec<ObjectMeta>) -> Vec<(String, EntryKind)> {
     v.sort_by(|a, b| {
         a.path
             .cmp(&b.path)
-            .then((a.kind as u8).cmp(&(b.kind as u8)))
+            .then(format!("{:?}", a.kind).cmp(&format!("{:?}", b.kind)))
     });
     v.into_iter().map(|m| (m.path, m.kind)).collect()
 }
@@ -894,6 +894,160 @@ mod cases {
         assert_eq!(s.read("k/t.txt", 0..6, &t).await.unwrap(), "target");
     }
 
+    /// `mknod` makes each special kind, typed in `stat` (and `list` where listings carry
+    /// attributes), a device with its number; never read; `delete`, `rename` and `copy` act
+    /// on the node itself; `AlreadyExists` over any entry.
+    pub async fn special_files(f: Fixture) {
+        let s = &f.store;
+        s.create_dir("sp").await.unwrap();
+        put(&f, "sp/file", b"bytes").await;
+        let kinds = [
+            ("sp/fifo", SpecialKind::Fifo, 0),
+            ("sp/sock", SpecialKind::Socket, 0),
+            ("sp/chr", SpecialKind::CharDevice, (1 << 8) | 7),
+            ("sp/blk", SpecialKind::BlockDevice, (7 << 8) | 200),
+        ];
+        let set = SetAttrs {
+            mode: Some(0o640),
+            ..Default::default()
+        };
+        for (path, kind, rdev) in kinds {
+            let m = s.mknod(path, kind, rdev, &set).await.unwrap();
+            let st = s.stat(path).await.unwrap();
+            for (what, m) in [("returned", &m), ("stat", &st)] {
+                assert_eq!(m.kind, EntryKind::Special(kind), "{what} {path}");
+                assert_eq!((m.size, m.posix.rdev), (0, rdev), "{what} {path}");
+                assert_eq!(m.mode, Some(0o640), "{what} {path}");
+            }
+            let e = s.read(path, 0..10, &st).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput, "read of {path}: {e}");
+        }
+        // A socket or FIFO has no device number, whatever is asked.
+        let m = s
+            .mknod("sp/fifo2", SpecialKind::Fifo, 99, &set)
+            .await
+            .unwrap();
+        assert_eq!(m.posix.rdev, 0);
+        for over in ["sp/fifo", "sp/file", "sp"] {
+            let e = s.mknod(over, SpecialKind::Fifo, 0, &set).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::AlreadyExists, "mknod over {over}: {e}");
+        }
+        if !s.capabilities().list_without_attrs {
+            let listed: Vec<(String, EntryKind)> = sorted(s.list("sp", false).await.unwrap());
+            assert!(
+                listed.contains(&("sp/chr".into(), EntryKind::Special(SpecialKind::CharDevice))),
+                "{listed:?}"
+            );
+        }
+        let m = s.rename("sp/chr", "sp/chr2").await.unwrap();
+        assert_eq!(
+            (m.kind, m.posix.rdev),
+            (EntryKind::Special(SpecialKind::CharDevice), (1 << 8) | 7)
+        );
+        assert_eq!(
+            s.stat("sp/chr").await.unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        let m = s.copy("sp/fifo", "sp/fifo3").await.unwrap();
+        assert_eq!(m.kind, EntryKind::Special(SpecialKind::Fifo));
+        assert_eq!(
+            s.stat("sp/fifo3").await.unwrap().kind,
+            EntryKind::Special(SpecialKind::Fifo)
+        );
+        for p in [
+            "sp/fifo", "sp/fifo2", "sp/fifo3", "sp/sock", "sp/chr2", "sp/blk",
+        ] {
+            s.delete(p).await.unwrap();
+            assert_eq!(
+                s.stat(p).await.unwrap_err().kind(),
+                ErrorKind::NotFound,
+                "{p}"
+            );
+        }
+    }
+
+    /// `hard_link` where the store has them (a local directory): one file, two names, both
+    /// counted; elsewhere `Unsupported` and nothing made.
+    pub async fn hard_links(f: Fixture) {
+        let s = &f.store;
+        put(&f, "hl/a", b"linked").await;
+        match f.backend {
+            Backend::Fs => {
+                let m = s.hard_link("hl/a", "hl/b").await.unwrap();
+                assert_eq!((m.kind, m.posix.nlink), (EntryKind::File, Some(2)));
+                assert_eq!(s.stat("hl/a").await.unwrap().posix.nlink, Some(2));
+                // A rewrite through one name is the other's (written in place).
+                let w = s
+                    .write("hl/b", bytes::Bytes::from_static(b"changed!"))
+                    .await
+                    .unwrap();
+                assert_eq!(w.posix.nlink, Some(2), "still one file");
+                assert_eq!(get(&f, "hl/a").await, b"changed!");
+                let e = s.hard_link("hl/a", "hl/b").await.unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+                let e = s.hard_link("hl/none", "hl/c").await.unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+                s.delete("hl/a").await.unwrap();
+                assert_eq!(s.stat("hl/b").await.unwrap().posix.nlink, Some(1));
+                assert_eq!(get(&f, "hl/b").await, b"changed!");
+            }
+            _ => {
+                let e = s.hard_link("hl/a", "hl/b").await.unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+                assert_eq!(
+                    s.stat("hl/b").await.unwrap_err().kind(),
+                    ErrorKind::NotFound
+                );
+            }
+        }
+    }
+
+    /// A directory keeps its mode, owner and mtime (a local directory's own; an S3 marker's
+    /// user metadata, made for a directory implied by keys only), and a listing's entry is
+    /// still a directory.
+    pub async fn directory_attrs(f: Fixture) {
+        let s = &f.store;
+        s.create_dir("da/marked").await.unwrap();
+        put(&f, "da/implied/f", b"x").await;
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+        let own = s.stat("da/marked").await.unwrap().posix;
+        let (uid, gid) = (own.uid.unwrap_or(4321), own.gid.unwrap_or(8765));
+        let set = SetAttrs {
+            mode: Some(0o710),
+            uid: Some(uid),
+            gid: Some(gid),
+            atime: None,
+            mtime: Some(t),
+        };
+        for d in ["da/marked", "da/implied"] {
+            let m = s.set_attrs(d, &set).await.unwrap();
+            let st = s.stat(d).await.unwrap();
+            for (what, m) in [("returned", &m), ("stat", &st)] {
+                assert_eq!(
+                    (m.kind, m.mode),
+                    (EntryKind::Dir, Some(0o710)),
+                    "{what} {d}"
+                );
+                assert_eq!(
+                    (m.posix.uid, m.posix.gid),
+                    (Some(uid), Some(gid)),
+                    "{what} {d}"
+                );
+                assert_eq!(m.mtime, Some(t), "{what} {d}");
+            }
+        }
+        let listed = sorted(s.list("da", false).await.unwrap());
+        assert_eq!(listed, [dir("da/implied"), dir("da/marked")]);
+        // Its files are untouched, and it goes once empty.
+        assert_eq!(get(&f, "da/implied/f").await, b"x");
+        s.delete("da/implied/f").await.unwrap();
+        s.remove_dir("da/implied").await.unwrap();
+        assert_eq!(
+            s.stat("da/implied").await.unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+    }
+
     pub async fn capabilities_uri_and_metrics(f: Fixture) {
         let s = &f.store;
         let caps = s.capabilities();
@@ -990,6 +1144,18 @@ macro_rules! suite {
             #[tokio::test]
             async fn symlinks() {
                 cases::symlinks(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn special_files() {
+                cases::special_files(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn hard_links() {
+                cases::hard_links(super::$backend().await).await
+            }
+            #[tokio::test]
+            async fn directory_attrs() {
+                cases::directory_attrs(super::$backend().await).await
             }
             #[tokio::test]
             async fn capabilities_uri_and_metrics() {

@@ -315,6 +315,7 @@ fn entry_json(e: &silt_client::Entry) -> Value {
             silt_ufs::EntryKind::Dir => "dir",
             silt_ufs::EntryKind::File => "file",
             silt_ufs::EntryKind::Symlink => "symlink",
+            silt_ufs::EntryKind::Special(_) => "special",
         },
         "size": e.size,
         "mtime": mtime,
