@@ -7,9 +7,15 @@
 //! let store = silt_ufs::open_store(&server.uri("data", ""), &server.s3_options()).await?;
 //! ```
 
+pub mod azurite;
+pub mod gcs;
+pub mod hdfs;
 pub mod netlab;
 pub mod s3proxy;
 
+pub use azurite::Azurite;
+pub use gcs::FakeGcs;
+pub use hdfs::MiniHdfs;
 pub use s3proxy::{FaultAction, ProxyCounts, S3Op, S3Proxy};
 
 use std::fs::File;
@@ -24,7 +30,7 @@ use tempfile::TempDir;
 const ACCESS_KEY: &str = "silt-test-access";
 const SECRET_KEY: &str = "silt-test-secret-do-not-use";
 /// How long a server may take to accept requests (a cold start under load is well below).
-const READY_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// Port races (another process binding the port we picked) are retried with a new port.
 const START_ATTEMPTS: usize = 5;
@@ -192,14 +198,14 @@ impl Drop for S3Server {
     }
 }
 
-fn kill(child: &mut Child) {
+pub(crate) fn kill(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
 }
 
 /// Waits until `ready` holds, polling; fails if `name`'s process exits first or `waiting_for`
 /// (what `ready` checks) has not happened within [`READY_TIMEOUT`].
-fn wait_ready(
+pub(crate) fn wait_ready(
     child: &mut Child,
     name: &str,
     waiting_for: &str,
@@ -223,7 +229,7 @@ fn wait_ready(
 }
 
 /// A port on `ip` that was free a moment ago (the kernel's choice for port 0).
-fn free_port(ip: Ipv4Addr) -> Result<u16, String> {
+pub(crate) fn free_port(ip: Ipv4Addr) -> Result<u16, String> {
     TcpListener::bind((ip, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -1,0 +1,383 @@
+//! [`FakeGcs`]: a real Google Cloud Storage emulator (fake-gcs-server, filesystem backend) on a
+//! free loopback port, for tests that must talk to GCS's JSON API for real.
+//!
+//! ```ignore
+//! let gcs = silt_testkit::FakeGcs::start();
+//! gcs.create_bucket("data");
+//! // point the GCS client at gcs.endpoint(), with no credentials
+//! ```
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use crate::{free_port, kill, wait_ready};
+
+/// Port races (another process binding the port we picked) are retried with a new port.
+const START_ATTEMPTS: usize = 5;
+const LOG: &str = "fake-gcs-server.log";
+
+/// A running fake-gcs-server serving a fresh temporary directory on `127.0.0.1`, over plain
+/// HTTP, accepting any (or no) credentials.
+///
+/// Dropping it kills the process and deletes the directory, also when a test panics.
+pub struct FakeGcs {
+    child: Child,
+    port: u16,
+    // Declared last: dropped after `Drop::drop` has killed the process that writes into it.
+    dir: TempDir,
+}
+
+impl FakeGcs {
+    /// Starts a server, panicking with the reason (and the server's log) if it cannot.
+    pub fn start() -> FakeGcs {
+        FakeGcs::try_start().unwrap_or_else(|e| panic!("cannot start fake-gcs-server: {e}"))
+    }
+
+    /// Starts a server and waits until its JSON API answers.
+    pub fn try_start() -> Result<FakeGcs, String> {
+        let binary = fake_gcs_path()?;
+        let ip = Ipv4Addr::LOCALHOST;
+        let dir = tempfile::Builder::new()
+            .prefix("silt-gcs-")
+            .tempdir()
+            .map_err(|e| format!("creating a temporary directory: {e}"))?;
+        let root = dir.path().join("root");
+        let mut last_error = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port(ip)?;
+            let log_path = dir.path().join(LOG);
+            let log = File::create(&log_path)
+                .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
+            let log_err = log
+                .try_clone()
+                .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+            let url = format!("http://{ip}:{port}");
+            let mut cmd = Command::new(&binary);
+            cmd.args(["-scheme", "http", "-host", &ip.to_string()])
+                .args(["-port", &port.to_string()])
+                .args(["-backend", "filesystem", "-filesystem-root"])
+                .arg(&root)
+                // Public (XML-style) URLs and upload Locations name this server, not Google's.
+                .args([
+                    "-public-host",
+                    &format!("{ip}:{port}"),
+                    "-external-url",
+                    &url,
+                ])
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(log)
+                .stderr(log_err);
+            // Flags win over FAKE_GCS_* variables, but others (a Pub/Sub event topic, seed
+            // data) would change the server or make it talk to other hosts: start it clean.
+            for (key, _) in std::env::vars_os() {
+                if key.to_string_lossy().starts_with("FAKE_GCS_") {
+                    cmd.env_remove(&key);
+                }
+            }
+            let mut child = cmd
+                .spawn()
+                .map_err(|e| format!("running {}: {e}", binary.display()))?;
+            let addr = SocketAddr::from((ip, port));
+            let what = format!("answer on {addr}");
+            match wait_ready(&mut child, "fake-gcs-server", &what, || answers(addr)) {
+                Ok(()) => return Ok(FakeGcs { child, port, dir }),
+                Err(e) => {
+                    kill(&mut child);
+                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                    if !log.contains("address already in use") {
+                        return Err(format!("{e}\nfake-gcs-server log:\n{log}"));
+                    }
+                    last_error = e;
+                }
+            }
+        }
+        Err(format!(
+            "gave up after {START_ATTEMPTS} port collisions: {last_error}"
+        ))
+    }
+
+    /// `http://127.0.0.1:PORT`, the base of the JSON API (`/storage/v1/...`) and uploads.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The filesystem backend's directory (one directory per bucket).
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    /// Creates an empty bucket, panicking with the reason if the server refuses.
+    pub fn create_bucket(&self, name: &str) {
+        self.try_create_bucket(name)
+            .unwrap_or_else(|e| panic!("creating GCS bucket {name}: {e}\n{}", self.log()));
+    }
+
+    /// Creates an empty bucket through the JSON API (`POST /storage/v1/b`).
+    pub fn try_create_bucket(&self, name: &str) -> Result<(), String> {
+        let body = serde_json::json!({ "name": name }).to_string();
+        let r = http_request(
+            self.addr(),
+            "POST",
+            "/storage/v1/b?project=silt-test",
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        )?;
+        if r.status == 200 {
+            Ok(())
+        } else {
+            Err(format!("HTTP {}: {}", r.status, r.body_text()))
+        }
+    }
+
+    /// What the server has logged so far (for assertion messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join(LOG)).unwrap_or_default()
+    }
+}
+
+impl Drop for FakeGcs {
+    fn drop(&mut self) {
+        kill(&mut self.child);
+    }
+}
+
+/// Whether the JSON API answers (listing buckets needs no bucket and no credentials).
+fn answers(addr: SocketAddr) -> bool {
+    http_request(addr, "GET", "/storage/v1/b?project=silt-test", &[], b"")
+        .is_ok_and(|r| r.status == 200)
+}
+
+/// The fake-gcs-server binary: `$SILT_FAKE_GCS`, then `<workspace>/.deps/bin/fake-gcs-server`,
+/// then `fake-gcs-server` on PATH.
+pub fn fake_gcs_path() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("SILT_FAKE_GCS").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "SILT_FAKE_GCS={} is not a file (./scripts/install-deps.sh builds \
+                 fake-gcs-server into .deps/bin)",
+                p.display()
+            ))
+        };
+    }
+    let local = deps_dir().join("bin/fake-gcs-server");
+    if local.is_file() {
+        return Ok(local);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("fake-gcs-server"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "fake-gcs-server not found: not in $SILT_FAKE_GCS, {}, nor on PATH; run \
+                 ./scripts/install-deps.sh to build it",
+                local.display()
+            )
+        })
+}
+
+/// `<workspace>/.deps`, where scripts/install-deps.sh puts the emulators.
+pub(crate) fn deps_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps")
+}
+
+/// A response read by [`http_request`].
+pub(crate) struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// The first header called `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Bounds every step of [`http_request`], so that a wedged server fails a test, not hangs it.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Responses to the emulators' set-up calls are small; this only bounds a runaway one.
+const MAX_RESPONSE: u64 = 64 << 20;
+
+/// One HTTP/1.1 exchange on a fresh connection (`Connection: close`, so the response ends at
+/// end of stream): the emulators' set-up calls and readiness probes need no client library.
+/// `target` is the request target (path and query); `Host` and `Content-Length` are added.
+pub(crate) fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<HttpResponse, String> {
+    let io = |e: std::io::Error| format!("{method} http://{addr}{target}: {e}");
+    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).map_err(io)?;
+    stream.set_read_timeout(Some(HTTP_TIMEOUT)).map_err(io)?;
+    stream.set_write_timeout(Some(HTTP_TIMEOUT)).map_err(io)?;
+    let mut head = format!(
+        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).map_err(io)?;
+    stream.write_all(body).map_err(io)?;
+    let mut raw = Vec::new();
+    stream
+        .take(MAX_RESPONSE)
+        .read_to_end(&mut raw)
+        .map_err(io)?;
+    parse_response(&raw).map_err(|e| format!("{method} http://{addr}{target}: {e}"))
+}
+
+fn parse_response(mut raw: &[u8]) -> Result<HttpResponse, String> {
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; 64];
+        let mut parsed = httparse::Response::new(&mut slots);
+        let head_len = match parsed.parse(raw) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) => return Err("truncated response head".to_string()),
+            Err(e) => return Err(format!("malformed response: {e}")),
+        };
+        let status = parsed.code.ok_or("response without a status")?;
+        // Interim responses (WebHDFS's datanode sends `100 Continue` unasked) come first.
+        if (100..200).contains(&status) {
+            raw = &raw[head_len..];
+            continue;
+        }
+        return parse_final(status, &parsed, &raw[head_len..]);
+    }
+}
+
+fn parse_final(
+    status: u16,
+    parsed: &httparse::Response,
+    rest: &[u8],
+) -> Result<HttpResponse, String> {
+    let headers: Vec<(String, String)> = parsed
+        .headers
+        .iter()
+        .map(|h| {
+            let value = String::from_utf8_lossy(h.value).into_owned();
+            (h.name.to_string(), value)
+        })
+        .collect();
+    let mut response = HttpResponse {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    let chunked = response
+        .header("transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    response.body = if chunked {
+        dechunk(rest)?
+    } else {
+        let len = response
+            .header("content-length")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(rest.len());
+        rest[..len.min(rest.len())].to_vec()
+    };
+    Ok(response)
+}
+
+/// Decodes a `Transfer-Encoding: chunked` body (extensions and trailers ignored).
+fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("truncated chunk size")?;
+        let size_text = String::from_utf8_lossy(&rest[..line_end]);
+        let size_text = size_text.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|e| format!("bad chunk size {size_text:?}: {e}"))?;
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            return Ok(body);
+        }
+        let chunk = rest.get(..size).ok_or("truncated chunk")?;
+        body.extend_from_slice(chunk);
+        rest = rest.get(size + 2..).ok_or("truncated chunk end")?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn starts_answers_and_cleans_up() {
+        let gcs = FakeGcs::start();
+        assert!(gcs.endpoint().starts_with("http://127.0.0.1:"));
+        gcs.create_bucket("b1");
+        let put = http_request(
+            gcs.addr(),
+            "POST",
+            "/upload/storage/v1/b/b1/o?uploadType=media&name=dir/hello.txt",
+            &[("Content-Type", "text/plain")],
+            b"hello gcs",
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", gcs.log()));
+        assert_eq!(put.status, 200, "{}\n{}", put.body_text(), gcs.log());
+        let get = http_request(
+            gcs.addr(),
+            "GET",
+            "/storage/v1/b/b1/o/dir%2Fhello.txt?alt=media",
+            &[],
+            b"",
+        )
+        .unwrap_or_else(|e| panic!("{e}\n{}", gcs.log()));
+        assert_eq!(get.status, 200, "{}\n{}", get.body_text(), gcs.log());
+        assert_eq!(get.body, b"hello gcs");
+        assert!(
+            !crate::files_below(&gcs.root().join("b1")).is_empty(),
+            "the object is stored below the temporary directory"
+        );
+        let err = gcs.try_create_bucket("b1").expect_err("bucket exists");
+        assert!(err.contains("409"), "{err}");
+        let dir = gcs.dir.path().to_path_buf();
+        let addr = gcs.addr();
+        drop(gcs);
+        assert!(!dir.exists(), "temporary directory removed");
+        assert!(!answers(addr), "process killed");
+    }
+
+    #[test]
+    fn skips_interim_responses_and_decodes_chunks() {
+        let raw = b"HTTP/1.1 100 Continue\r\n\r\n\
+            HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+            3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
+        let r = parse_response(raw).expect("parses");
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"abcde"[..]));
+    }
+}
