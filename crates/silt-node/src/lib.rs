@@ -582,7 +582,8 @@ pub async fn open_namespace(cfg: &Config, mounts: &[MountSpec]) -> Result<Namesp
     for m in mounts {
         let store = silt_ufs::open_store_as(&m.path, &m.uri, &s3)
             .await
-            .map_err(|e| e.context(format!("mount {} -> {}", m.path, m.uri)))?;
+            // The store's message names its URI (without secrets: `silt_ufs::redact_uri`).
+            .map_err(|e| e.context(format!("mount {}", m.path)))?;
         points.push(MountPoint {
             path: m.path.clone(),
             store,

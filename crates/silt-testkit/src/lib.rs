@@ -42,6 +42,8 @@ const START_ATTEMPTS: usize = 5;
 /// directory, also when a test panics.
 pub struct S3Server {
     child: Child,
+    access_key: String,
+    secret_key: String,
     ip: Ipv4Addr,
     port: u16,
     // Declared last: dropped after `Drop::drop` has killed the process that writes into it.
@@ -66,6 +68,17 @@ impl S3Server {
     }
 
     pub fn try_start_on(ip: Ipv4Addr) -> Result<S3Server, String> {
+        S3Server::try_start_with_keys(ip, ACCESS_KEY, SECRET_KEY)
+    }
+
+    /// A server on loopback that takes only the root keys `access`/`secret` (two servers with
+    /// keys of their own stand for two clouds side by side).
+    pub fn start_with_keys(access: &str, secret: &str) -> S3Server {
+        S3Server::try_start_with_keys(Ipv4Addr::LOCALHOST, access, secret)
+            .unwrap_or_else(|e| panic!("cannot start the test S3 server: {e}"))
+    }
+
+    fn try_start_with_keys(ip: Ipv4Addr, access: &str, secret: &str) -> Result<S3Server, String> {
         let binary = versitygw_path()?;
         let dir = tempfile::Builder::new()
             .prefix("silt-s3-")
@@ -84,9 +97,9 @@ impl S3Server {
                 .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
             let mut cmd = Command::new(&binary);
             cmd.arg("--access")
-                .arg(ACCESS_KEY)
+                .arg(access)
                 .arg("--secret")
-                .arg(SECRET_KEY)
+                .arg(secret)
                 .arg("--port")
                 .arg(format!("{ip}:{port}"))
                 .arg("posix")
@@ -110,6 +123,8 @@ impl S3Server {
                 Ok(()) => {
                     return Ok(S3Server {
                         child,
+                        access_key: access.to_string(),
+                        secret_key: secret.to_string(),
                         ip,
                         port,
                         dir,
@@ -140,11 +155,11 @@ impl S3Server {
     }
 
     pub fn access_key(&self) -> &str {
-        ACCESS_KEY
+        &self.access_key
     }
 
     pub fn secret_key(&self) -> &str {
-        SECRET_KEY
+        &self.secret_key
     }
 
     /// The served directory: each top-level directory is a bucket.
@@ -176,8 +191,8 @@ impl S3Server {
             endpoint: self.endpoint(),
             region: "us-east-1".to_string(),
             path_style: true,
-            access_key_id: ACCESS_KEY.to_string(),
-            secret_access_key: SECRET_KEY.to_string(),
+            access_key_id: self.access_key.clone(),
+            secret_access_key: self.secret_key.clone(),
             timeout: Duration::from_secs(10),
             list_page: 1000,
             retries: 2,

@@ -20,13 +20,17 @@ use silt_common::{Error, Result};
 mod beneath;
 mod fault;
 mod mem;
+mod object;
 mod opendal_store;
 mod s3_receive;
+mod s3_uri;
 mod uri;
 
 pub use fault::{Fault, FaultOp, FaultStore};
 pub use mem::MemStore;
+pub use object::{ObjectScheme, ObjectStore, ObjectUri};
 pub use opendal_store::{OpendalStore, S3Options};
+pub use s3_uri::{redact_uri, S3Flavor, S3UriOptions};
 pub use uri::{open_store, open_store_as, StoreUri};
 
 /// File, directory, symbolic link or special file.

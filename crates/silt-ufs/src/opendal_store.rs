@@ -170,7 +170,7 @@ pub struct OpendalStore {
 /// wait a whole deadline again); then one request at a time probes it, the others still
 /// failing fast, and the first answer of any kind ends the stall.
 #[derive(Default)]
-struct Stall {
+pub(crate) struct Stall {
     state: parking_lot::Mutex<StallState>,
 }
 
@@ -181,14 +181,14 @@ struct StallState {
     last_answer: Option<std::time::Instant>,
 }
 
-enum Admit {
+pub(crate) enum Admit {
     Go,
     Probe,
     FailFast(std::time::Instant),
 }
 
 impl Stall {
-    fn admit(&self, quiet: Duration) -> Admit {
+    pub(crate) fn admit(&self, quiet: Duration) -> Admit {
         let mut st = self.state.lock();
         match st.since {
             None => Admit::Go,
@@ -201,7 +201,7 @@ impl Stall {
     }
 
     /// Records how a request that began at `began` ended.
-    fn record(&self, began: std::time::Instant, timed_out: bool, probe: bool) {
+    pub(crate) fn record(&self, began: std::time::Instant, timed_out: bool, probe: bool) {
         let mut st = self.state.lock();
         if probe {
             st.probing = false;
@@ -219,12 +219,12 @@ impl Stall {
 
 /// Floor of the retry backoff; OpenDAL's default (1s) makes a flapping connection slow to
 /// recover, and S3 asks for backoff starting in the 100ms range.
-const RETRY_MIN_DELAY: Duration = Duration::from_millis(100);
-const RETRY_MAX_DELAY: Duration = Duration::from_secs(10);
+pub(crate) const RETRY_MIN_DELAY: Duration = Duration::from_millis(100);
+pub(crate) const RETRY_MAX_DELAY: Duration = Duration::from_secs(10);
 /// Upper bound on one attempt of the [`OpendalStore::verify`] probe.
-const PROBE_ATTEMPT_CAP: Duration = Duration::from_secs(10);
+pub(crate) const PROBE_ATTEMPT_CAP: Duration = Duration::from_secs(10);
 
-fn retry_event(ev: RetryEvent<'_>) {
+pub(crate) fn retry_event(ev: RetryEvent<'_>) {
     // Each retry is one more request to the store, and the one before it failed.
     UFS_REQUESTS.inc();
     UFS_ERRORS.inc();
@@ -238,7 +238,7 @@ fn retry_event(ev: RetryEvent<'_>) {
 }
 
 /// Request times of a store not (yet) exported under a name.
-fn unmeasured() -> Arc<[Histogram]> {
+pub(crate) fn unmeasured() -> Arc<[Histogram]> {
     UfsOp::ALL.iter().map(|_| Histogram::new()).collect()
 }
 
@@ -248,7 +248,21 @@ impl OpendalStore {
     pub fn open(uri: &StoreUri, s3: &S3Options) -> Result<OpendalStore> {
         match uri {
             StoreUri::File { root } => OpendalStore::fs(root, s3.timeout),
-            StoreUri::S3 { bucket, prefix } => OpendalStore::s3(bucket, prefix, s3),
+            StoreUri::S3 {
+                bucket,
+                prefix,
+                options,
+            } => {
+                let mut store =
+                    OpendalStore::s3(bucket, prefix, &options.apply(s3, &uri.to_string())?)?;
+                store.uri = uri.to_string();
+                Ok(store)
+            }
+            // Served by `crate::object::ObjectStore` (`open_store` dispatches there).
+            StoreUri::Object(o) => Err(Error::invalid(format!(
+                "{}: not a file:// or S3 store (open it with open_store)",
+                o.without_query()
+            ))),
         }
     }
 
@@ -309,6 +323,7 @@ impl OpendalStore {
         let uri = StoreUri::S3 {
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
+            options: Default::default(),
         }
         .to_string();
         let root = if prefix.is_empty() {
@@ -1601,14 +1616,14 @@ impl OpendalStore {
 }
 
 /// `field: "value"` in a `Debug` rendering (OpenDAL puts S3's `<Error>` there).
-fn debug_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
+pub(crate) fn debug_field<'a>(text: &'a str, field: &str) -> Option<&'a str> {
     let start = text.find(&format!("{field}: \""))? + field.len() + 3;
     let len = text[start..].find('"')?;
     Some(&text[start..start + len])
 }
 
 /// A zero deadline would fail every request; say so instead.
-fn check_timeout(timeout: Duration) -> Result<()> {
+pub(crate) fn check_timeout(timeout: Duration) -> Result<()> {
     if timeout.is_zero() {
         return Err(Error::invalid(
             "ufs_timeout must be greater than zero (e.g. 30s)",
@@ -1618,13 +1633,13 @@ fn check_timeout(timeout: Duration) -> Result<()> {
 }
 
 /// The HTTP status of a failed response, from OpenDAL's response context (`Parts { status: 409`).
-fn http_status(e: &opendal::Error) -> Option<u16> {
+pub(crate) fn http_status(e: &opendal::Error) -> Option<u16> {
     let text = e.to_string();
     let start = text.find("Parts { status: ")? + "Parts { status: ".len();
     text.get(start..start + 3)?.parse().ok()
 }
 
-fn is_transport_error(msg: &str) -> bool {
+pub(crate) fn is_transport_error(msg: &str) -> bool {
     msg.starts_with("send http request") || msg.starts_with("read data from http response")
 }
 
@@ -1637,12 +1652,12 @@ fn sources(e: &opendal::Error) -> impl Iterator<Item = &(dyn std::error::Error +
     })
 }
 
-fn find_io_error(e: &opendal::Error) -> Option<&std::io::Error> {
+pub(crate) fn find_io_error(e: &opendal::Error) -> Option<&std::io::Error> {
     sources(e).find_map(|s| s.downcast_ref::<std::io::Error>())
 }
 
 /// The innermost cause, e.g. "Connection refused (os error 111)".
-fn root_cause(e: &opendal::Error) -> String {
+pub(crate) fn root_cause(e: &opendal::Error) -> String {
     sources(e)
         .last()
         .map(|s| s.to_string())
@@ -1865,7 +1880,7 @@ fn unique_mtime() -> SystemTime {
 /// ([`OpendalStore::fs_write`]; a random number follows); listings leave such names out. One
 /// left by a crash mid-write is removed by `remove_dir` of its directory once abandoned
 /// ([`FS_WRITE_ABANDONED`]; docs/SEMANTICS.md).
-const FS_WRITE_TEMP: &str = ".silt-write-";
+pub(crate) const FS_WRITE_TEMP: &str = ".silt-write-";
 
 /// A new hidden write file in `dir` ([`FS_WRITE_TEMP`] and a random number), created
 /// exclusively: a name left by a crash, or taken by a daemon on another host of a shared
@@ -1972,13 +1987,13 @@ fn keep_owner_and_mode(file: &std::fs::File, old: &std::fs::Metadata) -> std::io
 pub const S3_ATTR_REWRITE_MAX: u64 = 64 << 20;
 
 /// Part size of a multipart upload (`write_from`): memory per upload in flight.
-const WRITE_PART: usize = 8 << 20;
+pub(crate) const WRITE_PART: usize = 8 << 20;
 /// S3 allows at most this many parts per multipart upload.
 const MAX_PARTS: u64 = 10_000;
 
 /// The part size for an upload of `len` bytes: [`WRITE_PART`], or larger (whole MiB) when
 /// that many parts would pass S3's limit (so a 5 TiB file uploads in 525 MiB parts).
-fn part_size(len: u64) -> usize {
+pub(crate) fn part_size(len: u64) -> usize {
     let need = len.div_ceil(MAX_PARTS).div_ceil(1 << 20) << 20;
     usize::try_from(need).map_or(usize::MAX, |n| n.max(WRITE_PART))
 }
@@ -1990,7 +2005,7 @@ const SPLIT_MAX_DIRS: usize = 64;
 const SPLIT_CONCURRENCY: usize = 8;
 
 /// Listings include the directory itself (fs always, S3 when a `dir/` marker object exists).
-fn is_listed_dir_itself(p: &str, dir_slash: &str) -> bool {
+pub(crate) fn is_listed_dir_itself(p: &str, dir_slash: &str) -> bool {
     p == dir_slash || p == "/" || p.is_empty()
 }
 
@@ -2004,7 +2019,7 @@ fn s3_entry((p, m): (String, Metadata)) -> ObjectMeta {
 }
 
 /// Takes one entry from a listing budget; `false` once it is spent.
-fn take_one(budget: &AtomicUsize) -> bool {
+pub(crate) fn take_one(budget: &AtomicUsize) -> bool {
     budget
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| b.checked_sub(1))
         .is_ok()
@@ -2013,7 +2028,7 @@ fn take_one(budget: &AtomicUsize) -> bool {
 /// S3 metadata as `stat` and `list` both report it, so their fingerprints agree: the ETag
 /// without quotes, the mtime in whole seconds (HEAD has second precision, listings more), and
 /// no version id (only HEAD returns one, so it would make the two disagree).
-fn s3_meta(path: String, m: &Metadata) -> ObjectMeta {
+pub(crate) fn s3_meta(path: String, m: &Metadata) -> ObjectMeta {
     let mtime = m.last_modified().and_then(|t| {
         let secs = SystemTime::from(t)
             .duration_since(UNIX_EPOCH)
@@ -2046,7 +2061,7 @@ fn s3_meta(path: String, m: &Metadata) -> ObjectMeta {
 /// s3fs-fuse keeps a link as an object whose body is the target, a special file as an empty
 /// object, each typed by its mode, and the file's mtime in its metadata (Last-Modified is the
 /// upload's time). A directory marker keeps its kind.
-fn s3_apply_attrs(meta: &mut ObjectMeta, attr: impl Fn(&str) -> Option<String>) {
+pub(crate) fn s3_apply_attrs(meta: &mut ObjectMeta, attr: impl Fn(&str) -> Option<String>) {
     let time = |k: &str| attr(k).and_then(|v| parse_s3_time(&v));
     let id = |k: &str| attr(k).and_then(|v| v.trim().parse::<u32>().ok());
     let raw_mode = id(S3_MODE);
@@ -2078,19 +2093,19 @@ fn s3_apply_attrs(meta: &mut ObjectMeta, attr: impl Fn(&str) -> Option<String>) 
 /// User metadata keys of POSIX attributes, as s3fs-fuse writes them (`x-amz-meta-` + key):
 /// the mode in decimal with the file type bits, ids in decimal, times in seconds since the
 /// epoch (a fraction accepted on reading).
-const S3_MODE: &str = "mode";
+pub(crate) const S3_MODE: &str = "mode";
 const S3_UID: &str = "uid";
 const S3_GID: &str = "gid";
-const S3_MTIME: &str = "mtime";
+pub(crate) const S3_MTIME: &str = "mtime";
 const S3_ATIME: &str = "atime";
-const S3_CTIME: &str = "ctime";
+pub(crate) const S3_CTIME: &str = "ctime";
 /// A device node's number, in decimal (s3fs-fuse's `x-amz-meta-rdev`).
 const S3_RDEV: &str = "rdev";
 
 /// `S_IFREG`: the type bits s3fs-fuse stores with a regular file's mode.
 const S_IFREG: u32 = 0o100000;
 /// `S_IFLNK`: the type bits of a symbolic link's mode (s3fs-fuse: a link object).
-const S_IFLNK: u32 = 0o120000;
+pub(crate) const S_IFLNK: u32 = 0o120000;
 /// `S_IFDIR`: the type bits s3fs-fuse stores with a directory marker's mode.
 const S_IFDIR: u32 = 0o040000;
 
@@ -2108,7 +2123,7 @@ fn parse_s3_time(v: &str) -> Option<SystemTime> {
     UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
 }
 
-fn secs(t: SystemTime) -> String {
+pub(crate) fn secs(t: SystemTime) -> String {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
         .to_string()
@@ -2116,7 +2131,7 @@ fn secs(t: SystemTime) -> String {
 
 /// The user metadata of an object with the attributes of `m` changed by `set`, keys without
 /// the `x-amz-meta-` prefix (OpenDAL adds it).
-fn s3_user_metadata(m: &ObjectMeta, set: &SetAttrs) -> Vec<(String, String)> {
+pub(crate) fn s3_user_metadata(m: &ObjectMeta, set: &SetAttrs) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let ty = match m.kind {
         EntryKind::Symlink => S_IFLNK,

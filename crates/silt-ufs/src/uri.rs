@@ -7,16 +7,18 @@ use std::sync::Arc;
 
 use silt_common::{Error, Result};
 
+use crate::object::{ObjectScheme, ObjectStore, ObjectUri};
 use crate::opendal_store::{OpendalStore, S3Options};
+use crate::s3_uri::{S3Flavor, S3UriOptions};
 use crate::DynStore;
 
 /// Schemes users may reasonably try that we know of but do not implement.
 const KNOWN_UNSUPPORTED: &[&str] = &[
-    "gs", "gcs", "az", "azblob", "abfs", "abfss", "wasb", "wasbs", "hdfs", "oss", "cos", "obs",
-    "r2", "http", "https", "webdav", "sftp", "ftp", "hf",
+    "az", "wasb", "wasbs", "hdfs", "http", "https", "webdav", "sftp", "ftp", "hf",
 ];
 
-const SUPPORTED: &str = "supported: s3://bucket/prefix, file:///absolute/dir";
+const SUPPORTED: &str = "supported: s3://bucket/prefix, gs://bucket/prefix, \
+     azblob://container/prefix, webhdfs://host:port/path, file:///absolute/dir";
 
 /// A parsed under-store URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +27,18 @@ pub enum StoreUri {
     File { root: PathBuf },
     /// `s3://bucket/prefix`: the objects of `bucket` under `prefix` (no leading or trailing
     /// `/`; empty for the whole bucket). `s3a://` is accepted as an alias.
-    S3 { bucket: String, prefix: String },
+    ///
+    /// `oss://`, `cos://`, `obs://` and `r2://` are S3 too, with their cloud's endpoint form;
+    /// a query string carries this mount's own endpoint, region, addressing and keys
+    /// ([`S3UriOptions`]).
+    S3 {
+        bucket: String,
+        prefix: String,
+        options: S3UriOptions,
+    },
+    /// `gs://bucket/prefix` (alias `gcs://`), `azblob://container/prefix`,
+    /// `webhdfs://host:port/path`, with their options ([`ObjectUri`]).
+    Object(ObjectUri),
 }
 
 impl StoreUri {
@@ -50,7 +63,17 @@ impl StoreUri {
         }
         match scheme_lc.as_str() {
             "file" => parse_file(text, rest),
-            "s3" | "s3a" => parse_s3(rest),
+            s if S3Flavor::from_scheme(s).is_some() => {
+                parse_s3(S3Flavor::from_scheme(s).unwrap_or_default(), rest)
+            }
+            s if ObjectScheme::from_scheme(s).is_some() => {
+                let scheme = ObjectScheme::from_scheme(s).unwrap_or(ObjectScheme::Gcs);
+                ObjectUri::parse(scheme, rest).map(StoreUri::Object)
+            }
+            "abfs" | "abfss" => Err(Error::invalid(
+                "under-store scheme abfs:// (Azure Data Lake Storage Gen2) is not supported; \
+                 the same account's blobs are reachable as azblob://container/prefix",
+            )),
             s if KNOWN_UNSUPPORTED.contains(&s) => Err(Error::invalid(format!(
                 "under-store scheme {s}:// is not supported yet ({SUPPORTED})"
             ))),
@@ -64,7 +87,8 @@ impl StoreUri {
     pub fn scheme(&self) -> &'static str {
         match self {
             StoreUri::File { .. } => "file",
-            StoreUri::S3 { .. } => "s3",
+            StoreUri::S3 { options, .. } => options.flavor.scheme(),
+            StoreUri::Object(o) => o.scheme.name(),
         }
     }
 }
@@ -97,7 +121,12 @@ fn parse_file(text: &str, rest: &str) -> Result<StoreUri> {
     Ok(StoreUri::File { root })
 }
 
-fn parse_s3(rest: &str) -> Result<StoreUri> {
+fn parse_s3(flavor: S3Flavor, rest: &str) -> Result<StoreUri> {
+    let scheme = flavor.scheme();
+    let (rest, query) = match rest.split_once('?') {
+        Some((r, q)) => (r, Some(q)),
+        None => (rest, None),
+    };
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     // Never echo the URI here: `user:secret@bucket` would put a secret into an error message.
     if authority.contains('@') {
@@ -106,15 +135,17 @@ fn parse_s3(rest: &str) -> Result<StoreUri> {
              use s3_access_key_id / s3_secret_access_key (or the AWS environment)",
         ));
     }
-    let shown = format!("s3://{rest}");
-    if rest.contains(['?', '#']) {
+    // The query's values stay out of messages (they name files and variables, but a user
+    // may still paste a secret there).
+    let shown = format!("{scheme}://{rest}");
+    if rest.contains('#') || query.is_some_and(|q| q.contains('#')) {
         return Err(Error::invalid(format!(
-            "invalid s3 URI {shown:?}: query strings and fragments are not supported"
+            "invalid {scheme} URI {shown:?}: fragments are not supported"
         )));
     }
     if authority.is_empty() {
         return Err(Error::invalid(format!(
-            "invalid s3 URI {shown:?}: missing bucket name, e.g. s3://my-bucket/prefix"
+            "invalid {scheme} URI {shown:?}: missing bucket name, e.g. {scheme}://my-bucket/prefix"
         )));
     }
     let bucket_ok = authority.len() <= 255
@@ -123,7 +154,7 @@ fn parse_s3(rest: &str) -> Result<StoreUri> {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
     if !bucket_ok {
         return Err(Error::invalid(format!(
-            "invalid s3 URI {shown:?}: {authority:?} is not a valid bucket name \
+            "invalid {scheme} URI {shown:?}: {authority:?} is not a valid bucket name \
              (letters, digits, '.', '-', '_')"
         )));
     }
@@ -131,14 +162,16 @@ fn parse_s3(rest: &str) -> Result<StoreUri> {
     for comp in path.split('/').filter(|c| !c.is_empty()) {
         if comp == "." || comp == ".." {
             return Err(Error::invalid(format!(
-                "invalid s3 URI {shown:?}: '.' and '..' are not allowed in the prefix"
+                "invalid {scheme} URI {shown:?}: '.' and '..' are not allowed in the prefix"
             )));
         }
         parts.push(comp);
     }
+    let options = S3UriOptions::parse(flavor, query, &shown)?;
     Ok(StoreUri::S3 {
         bucket: authority.to_string(),
         prefix: parts.join("/"),
+        options,
     })
 }
 
@@ -146,8 +179,18 @@ impl fmt::Display for StoreUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreUri::File { root } => write!(f, "file://{}", root.display()),
-            StoreUri::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
-            StoreUri::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+            StoreUri::S3 {
+                bucket,
+                prefix,
+                options,
+            } => {
+                write!(f, "{}://{bucket}", options.flavor.scheme())?;
+                if !prefix.is_empty() {
+                    write!(f, "/{prefix}")?;
+                }
+                write!(f, "{options}")
+            }
+            StoreUri::Object(o) => write!(f, "{o}"),
         }
     }
 }
@@ -176,6 +219,11 @@ pub async fn open_store(uri: &str, s3: &S3Options) -> Result<DynStore> {
 /// [`open_store`], its requests timed under `mount` (the namespace path it is mounted at).
 pub async fn open_store_as(mount: &str, uri: &str, s3: &S3Options) -> Result<DynStore> {
     let parsed = StoreUri::parse(uri)?;
+    if let StoreUri::Object(o) = &parsed {
+        let store = ObjectStore::open(o, s3)?.measured_as(mount);
+        store.verify().await?;
+        return Ok(Arc::new(store));
+    }
     let store = OpendalStore::open(&parsed, s3)?.measured_as(mount);
     store.verify().await?;
     Ok(Arc::new(store))
@@ -206,14 +254,16 @@ mod tests {
             StoreUri::parse(" s3://bkt/a//b/ ").unwrap(),
             StoreUri::S3 {
                 bucket: "bkt".into(),
-                prefix: "a/b".into()
+                prefix: "a/b".into(),
+                options: Default::default(),
             }
         );
         assert_eq!(
             StoreUri::parse("S3://bkt").unwrap(),
             StoreUri::S3 {
                 bucket: "bkt".into(),
-                prefix: String::new()
+                prefix: String::new(),
+                options: Default::default(),
             }
         );
         assert_eq!(
@@ -229,13 +279,31 @@ mod tests {
             "file:///a/b"
         );
         assert_eq!(StoreUri::parse("file:///x").unwrap().scheme(), "file");
+        // A mount's own S3 settings, shown back without secrets; clouds that speak S3.
+        let u = StoreUri::parse(
+            "s3://bkt/p?region=eu-west-1&endpoint=http://10.0.0.5:9000&addressing=path",
+        )
+        .unwrap();
+        assert_eq!(
+            u.to_string(),
+            "s3://bkt/p?endpoint=http://10.0.0.5:9000&region=eu-west-1&addressing=path"
+        );
+        assert_eq!(StoreUri::parse(&u.to_string()).unwrap(), u);
+        let oss = StoreUri::parse("oss://bkt/p?region=cn-hangzhou").unwrap();
+        assert_eq!(
+            (oss.scheme(), oss.to_string().as_str()),
+            ("oss", "oss://bkt/p?region=cn-hangzhou")
+        );
+        assert_eq!(StoreUri::parse("r2://b?account=a1").unwrap().scheme(), "r2");
     }
 
     #[test]
     fn rejects_with_clear_messages() {
-        let e = err("gs://bucket/x");
+        let e = err("wasb://bucket/x");
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
         assert!(e.to_string().contains("not supported yet"), "{e}");
+        let e = err("abfs://c@acct.dfs.core.windows.net/x");
+        assert!(e.to_string().contains("azblob://"), "{e}");
         let e = err("ftp://host/x");
         assert_eq!(e.kind(), ErrorKind::InvalidInput);
         assert!(e.to_string().contains("ftp://"), "{e}");

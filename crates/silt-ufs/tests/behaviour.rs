@@ -20,6 +20,9 @@ enum Backend {
     Mem,
     Fs,
     S3,
+    Gcs,
+    Azure,
+    Webhdfs,
 }
 
 struct Fixture {
@@ -68,6 +71,82 @@ async fn s3() -> Fixture {
         store,
         backend: Backend::S3,
         _guard: Box::new(server),
+    }
+}
+
+/// Writes the decoys beside `data/set` through `whole` (the store one level up).
+async fn decoys(whole: &DynStore) {
+    for decoy in ["data/settled.txt", "data/set-2/x", "top.txt"] {
+        whole
+            .write(decoy, Bytes::from_static(b"decoy"))
+            .await
+            .unwrap();
+    }
+}
+
+/// `gs://bkt/data/set` on fake-gcs-server (anonymous), with the same decoys as `s3()`.
+async fn gcs() -> Fixture {
+    let server = silt_testkit::FakeGcs::start();
+    server.create_bucket("bkt");
+    let uri = |p: &str| format!("gs://bkt/{p}?endpoint={}&anonymous=true", server.endpoint());
+    let opts = S3Options::default();
+    decoys(&open_store(&uri(""), &opts).await.unwrap()).await;
+    let store = open_store(&uri("data/set"), &opts).await.unwrap();
+    Fixture {
+        store,
+        backend: Backend::Gcs,
+        _guard: Box::new(server),
+    }
+}
+
+/// `azblob://bkt/data/set` on Azurite (shared key from an environment variable), with the
+/// same decoys as `s3()`.
+async fn azure() -> Fixture {
+    let server = silt_testkit::Azurite::start();
+    server.create_container("bkt");
+    // The same well-known development key in every test.
+    std::env::set_var("SILT_TEST_AZURITE_KEY", server.account_key());
+    let uri = |p: &str| {
+        format!(
+            "azblob://bkt/{p}?account={}&endpoint={}&account_key_env=SILT_TEST_AZURITE_KEY",
+            server.account_name(),
+            server.endpoint()
+        )
+    };
+    let opts = S3Options::default();
+    decoys(&open_store(&uri(""), &opts).await.unwrap()).await;
+    let store = open_store(&uri("data/set"), &opts).await.unwrap();
+    Fixture {
+        store,
+        backend: Backend::Azure,
+        _guard: Box::new(server),
+    }
+}
+
+/// `webhdfs://HOST:PORT/behaviour-N/data/set` on the process's MiniHdfs, each test below a
+/// directory of its own, with the same decoys as `s3()`.
+async fn webhdfs() -> Fixture {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let hdfs = silt_testkit::MiniHdfs::shared();
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let base = format!("/behaviour-{}-{n}", std::process::id());
+    hdfs.mkdirs(&base);
+    let host = hdfs.webhdfs_endpoint().replace("http://", "");
+    // As the cluster's own user, its superuser: only that one may change owners.
+    let me = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    let user = String::from_utf8_lossy(&me.stdout).trim().to_string();
+    let opts = S3Options::default();
+    let uri = |p: &str| format!("webhdfs://{host}{base}{p}?user={user}");
+    decoys(&open_store(&uri(""), &opts).await.unwrap()).await;
+    hdfs.mkdirs(&format!("{base}/data/set"));
+    let store = open_store(&uri("/data/set"), &opts).await.unwrap();
+    Fixture {
+        store,
+        backend: Backend::Webhdfs,
+        _guard: Box::new(()),
     }
 }
 
@@ -184,11 +263,12 @@ mod cases {
         assert_eq!(m.name(), "b.txt");
         assert!(m.mtime.is_some());
         match f.backend {
-            Backend::S3 | Backend::Mem => {
+            Backend::S3 | Backend::Mem | Backend::Gcs | Backend::Azure => {
                 let etag = m.etag.as_deref().expect("etag");
                 assert!(!etag.is_empty() && !etag.contains('"'), "{etag:?}");
             }
-            Backend::Fs => {
+            // HDFS has no ETags; its permission bits are real.
+            Backend::Fs | Backend::Webhdfs => {
                 assert_eq!(m.etag, None);
                 assert_eq!(m.mode.map(|m| m & 0o400), Some(0o400), "{m:?}");
             }
@@ -431,6 +511,11 @@ mod cases {
     }
 
     pub async fn content_changed_after_overwrite(f: Fixture) {
+        if f.backend == Backend::Gcs {
+            // fake-gcs-server ignores `ifGenerationMatch` on reads (real GCS enforces it),
+            // so the emulator cannot show a refused read.
+            return;
+        }
         let s = &f.store;
         put(&f, "c/obj", &[b'a'; 100]).await;
         let m1 = s.stat("c/obj").await.unwrap();
@@ -652,11 +737,11 @@ mod cases {
         );
         match f.backend {
             // A real directory stays; on an object store `e` was implied by `e/sub/` alone.
-            Backend::Fs => {
+            Backend::Fs | Backend::Webhdfs => {
                 assert_eq!(s.stat("e").await.unwrap().kind, EntryKind::Dir);
                 s.remove_dir("e").await.unwrap();
             }
-            Backend::S3 | Backend::Mem => {}
+            Backend::S3 | Backend::Mem | Backend::Gcs | Backend::Azure => {}
         }
         assert_eq!(s.stat("e").await.unwrap_err().kind(), ErrorKind::NotFound);
         s.remove_dir("never/existed")
@@ -669,7 +754,7 @@ mod cases {
         assert_eq!(e.kind(), ErrorKind::NotEmpty, "{e}");
         assert_eq!(s.stat("imp/deep/y").await.unwrap().size, 1);
 
-        if f.backend != Backend::S3 {
+        if !matches!(f.backend, Backend::S3 | Backend::Gcs | Backend::Azure) {
             // A file has the path (an object store could hold both `f` and `f/`).
             put(&f, "afile", b"f").await;
             assert!(s.create_dir("afile").await.is_err());
@@ -830,6 +915,12 @@ mod cases {
     /// is its target's length, it may dangle, and delete/rename act on the link itself.
     pub async fn symlinks(f: Fixture) {
         let s = &f.store;
+        if f.backend == Backend::Webhdfs {
+            // HDFS keeps symbolic links disabled, and WebHDFS cannot read one's target.
+            let e = s.symlink("k/lf", "t.txt").await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+            return;
+        }
         put(&f, "k/t.txt", b"target").await;
         s.create_dir("k/d").await.unwrap();
         put(&f, "k/d/in", b"in").await;
@@ -858,7 +949,7 @@ mod cases {
         listed.sort();
         match f.backend {
             // A listing carries no user metadata (`list_attrs` off): links show on stat.
-            Backend::S3 => {}
+            Backend::S3 | Backend::Gcs | Backend::Azure => {}
             _ => assert_eq!(listed, ["k/dangling", "k/ld", "k/lf"]),
         }
         if let Backend::Fs = f.backend {
@@ -899,6 +990,15 @@ mod cases {
     /// on the node itself; `AlreadyExists` over any entry.
     pub async fn special_files(f: Fixture) {
         let s = &f.store;
+        if f.backend == Backend::Webhdfs {
+            // HDFS has no FIFOs, sockets or device nodes.
+            let e = s
+                .mknod("sp/fifo", SpecialKind::Fifo, 0, &SetAttrs::default())
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+            return;
+        }
         s.create_dir("sp").await.unwrap();
         put(&f, "sp/file", b"bytes").await;
         let kinds = [
@@ -1066,6 +1166,27 @@ mod cases {
                 assert!(s.uri().starts_with("s3://bkt/data/set"), "{}", s.uri());
                 assert!(!s.uri().contains("secret"), "{}", s.uri());
             }
+            Backend::Gcs | Backend::Azure => {
+                assert!(caps.conditional_read && caps.native_recursive_list);
+                assert!(!caps.rename_dirs && caps.write_replaces_attrs);
+                let scheme = if f.backend == Backend::Gcs {
+                    "gs"
+                } else {
+                    "azblob"
+                };
+                assert!(
+                    s.uri().starts_with(&format!("{scheme}://bkt/data/set")),
+                    "{}",
+                    s.uri()
+                );
+                // The key is named by its variable, never given.
+                assert!(!s.uri().contains("Eby8vdM02x"), "{}", s.uri());
+            }
+            Backend::Webhdfs => {
+                assert!(!caps.conditional_read && !caps.native_recursive_list);
+                assert!(caps.rename_dirs, "WebHDFS renames directories");
+                assert!(s.uri().starts_with("webhdfs://127.0.0.1:"), "{}", s.uri());
+            }
         }
         put(&f, "m/x", &[7u8; 4096]).await;
         let (req0, bytes0) = (UFS_REQUESTS.get(), UFS_READ_BYTES.get());
@@ -1168,6 +1289,9 @@ macro_rules! suite {
 suite!(mem);
 suite!(fs);
 suite!(s3);
+suite!(gcs);
+suite!(azure);
+suite!(webhdfs);
 
 /// What keeps an S3 attribute change from undoing a write that landed between its read and
 /// its rewrite (docs/SEMANTICS.md): the server refuses a PUT whose `If-Match` names a replaced

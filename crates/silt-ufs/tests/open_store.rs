@@ -26,7 +26,8 @@ async fn open_ok(uri: &str, opts: &S3Options) -> DynStore {
 async fn bad_uris_are_invalid_input() {
     let opts = S3Options::default();
     for (uri, needle) in [
-        ("gs://bucket/x", "not supported yet"),
+        ("wasb://bucket/x", "not supported yet"),
+        ("gs://bucket/x?colour=blue", "unknown option"),
         ("ftp://host/dir", "ftp://"),
         ("s3://", "missing bucket"),
         ("s3:///prefix", "missing bucket"),

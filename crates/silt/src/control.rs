@@ -420,7 +420,7 @@ fn report_json(d: &Daemon) -> Value {
         "role": d.role,
         "mountpoint": d.config.mountpoint.display().to_string(),
         "state_dir": d.config.state_dir.display().to_string(),
-        "mounts": d.mounts().iter().map(|m| json!({"path": m.path, "uri": m.uri})).collect::<Vec<_>>(),
+        "mounts": d.mounts().iter().map(|m| json!({"path": m.path, "uri": silt_ufs::redact_uri(&m.uri)})).collect::<Vec<_>>(),
         "page_size": d.client.worker().page_size(),
         "tiers": tiers,
         "page_hits": hits,

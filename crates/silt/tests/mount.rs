@@ -18,7 +18,7 @@ use silt_testkit::S3Server;
 enum Backend {
     Local(tempfile::TempDir),
     S3 {
-        server: S3Server,
+        server: Box<S3Server>,
         bucket: String,
         rt: tokio::runtime::Runtime,
         store: silt_ufs::DynStore,
@@ -42,7 +42,7 @@ impl Backend {
             ))
             .unwrap();
         Backend::S3 {
-            server,
+            server: Box::new(server),
             bucket,
             rt,
             store,

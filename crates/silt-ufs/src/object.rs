@@ -1,0 +1,1710 @@
+//! Under-stores for Google Cloud Storage (`gs://`), Azure Blob Storage (`azblob://`) and HDFS
+//! over WebHDFS (`webhdfs://`), through OpenDAL's services.
+//!
+//! One [`ObjectStore`] serves all three; what differs is data ([`Service`]) set up per service
+//! in `object/{gcs,azblob,webhdfs}.rs`:
+//!
+//! - directories: key prefixes plus `d/` marker objects (GCS, Azure: the same conventions as
+//!   S3, markers keeping a directory's attributes), or the real ones (HDFS);
+//! - how a read is pinned to the version asked for ([`Pin`]): the object generation (GCS
+//!   `ifGenerationMatch`), the ETag (Azure `If-Match`), or the file id, size and mtime checked
+//!   before and after the read (HDFS, which has no conditional requests);
+//! - POSIX attributes, links and special files: in user metadata with s3fs-fuse's keys
+//!   (GCS, Azure; rewritten conditionally on the version read), or HDFS's own permission,
+//!   owner, group and times (no links, no special files: `Unsupported`).
+//!
+//! Requests are counted and timed as [`crate::OpendalStore`]'s are (`UFS_REQUESTS`,
+//! `UFS_READ_BYTES`, `UFS_ERRORS`, the per-mount `UFS_REQUEST_SECONDS`), under the same
+//! timeout and retry layers (`S3Options::timeout`, `retries`).
+
+mod azblob;
+mod gcs;
+mod uri;
+mod webhdfs;
+
+use std::ops::Range;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use opendal::layers::{RetryLayer, TimeoutLayer};
+use opendal::raw::{oio, OpWrite, Service as _};
+use opendal::{Buffer, HttpTransporter, Metadata, OperationContext, Operator};
+use opendal_http_transport_reqwest::ReqwestTransport;
+use silt_common::metrics::{
+    Histogram, UfsOp, UFS_ERRORS, UFS_READ_BYTES, UFS_REQUESTS, UFS_REQUEST_SECONDS,
+};
+use silt_common::{Error, ErrorKind, Result};
+use tracing::debug;
+
+pub use uri::{ObjectScheme, ObjectUri};
+
+use crate::opendal_store::{
+    check_timeout, debug_field, find_io_error, http_status, is_listed_dir_itself,
+    is_transport_error, part_size, retry_event, root_cause, s3_apply_attrs, s3_meta,
+    s3_user_metadata, secs, take_one, unmeasured, Admit, Stall, FS_WRITE_TEMP, PROBE_ATTEMPT_CAP,
+    RETRY_MAX_DELAY, RETRY_MIN_DELAY, S3_ATTR_REWRITE_MAX, S3_CTIME, S3_MODE, S3_MTIME, S_IFLNK,
+    WRITE_PART,
+};
+use crate::{
+    normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, S3Options, SetAttrs,
+    SpecialKind, UnderStore,
+};
+use webhdfs::{FileStatus, Hdfs};
+
+/// How reads (and attribute rewrites) are tied to the version asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pin {
+    /// The object's ETag, sent as `If-Match` (Azure).
+    Etag,
+    /// The object's generation, sent as `ifGenerationMatch` (GCS); it is the version id.
+    Generation,
+    /// No conditions: the version (file id, mtime) and size are checked before and after
+    /// the read (HDFS).
+    Checked,
+}
+
+/// What one service is, as data.
+pub(crate) struct Service {
+    scheme: ObjectScheme,
+    /// `GCS`, `Azure Blob`, `WebHDFS`: for messages.
+    label: &'static str,
+    endpoint: String,
+    /// `("bucket", name)` / `("container", name)`; `None` on HDFS.
+    container: Option<(&'static str, String)>,
+    /// Directories are key prefixes and `d/` markers (else real directories).
+    markers: bool,
+    pin: Pin,
+    /// Error codes that say the credentials were refused.
+    credential_codes: &'static [&'static str],
+    /// What to say when no credentials could be found to sign with.
+    no_credentials: &'static str,
+    /// The namenode's REST API (HDFS only).
+    hdfs: Option<Hdfs>,
+}
+
+/// What a service's set-up makes.
+pub(crate) struct Setup {
+    op: Operator,
+    /// The service without OpenDAL's simulation layer, for what the simulation answers
+    /// itself: a `d/` marker's stat (with its user metadata) and its write with metadata.
+    raw: Option<Operator>,
+    service: Service,
+}
+
+/// The OpenDAL root of a store under `prefix`.
+fn root_of(prefix: &str) -> String {
+    if prefix.is_empty() {
+        "/".to_string()
+    } else {
+        format!("/{prefix}/")
+    }
+}
+
+/// The store's operator (OpenDAL's default layers) and the same service without them (see
+/// [`Setup::raw`]), each on `http`, with the timeout and retry layers of `opts`.
+fn operators<B: opendal::Builder>(
+    make: impl Fn() -> B,
+    http: &HttpTransporter,
+    opts: &S3Options,
+    shown: &str,
+) -> Result<(Operator, Operator)> {
+    let invalid = |e: opendal::Error| Error::invalid(format!("{shown}: {}", e.message()));
+    let op = Operator::new(make()).map_err(invalid)?;
+    let svc = make().build().map_err(invalid)?;
+    let raw = Operator::from_parts(OperationContext::default(), Arc::new(svc));
+    let layered = |op: Operator| {
+        op.with_context(OperationContext::new().with_http_transport(http.clone()))
+            // Timeout before retry: each attempt gets its own deadline.
+            .layer(
+                TimeoutLayer::new()
+                    .with_timeout(opts.timeout)
+                    .with_io_timeout(opts.timeout),
+            )
+            .layer(
+                RetryLayer::new()
+                    .with_max_times(opts.retries)
+                    .with_min_delay(RETRY_MIN_DELAY)
+                    .with_max_delay(RETRY_MAX_DELAY)
+                    .with_jitter()
+                    .with_notify(retry_event),
+            )
+    };
+    Ok((layered(op), layered(raw)))
+}
+
+/// A GCS, Azure Blob or WebHDFS under-store (see the module docs).
+pub struct ObjectStore {
+    op: Operator,
+    raw: Option<Operator>,
+    /// The operator's HTTP client, for the namenode requests OpenDAL does not make.
+    http: HttpTransporter,
+    svc: Service,
+    uri: String,
+    timeout: Duration,
+    retries: usize,
+    list_page: usize,
+    stall: Arc<Stall>,
+    seconds: Arc<[Histogram]>,
+}
+
+impl ObjectStore {
+    /// Builds the store `uri` names, without checking that it is reachable (see
+    /// [`ObjectStore::verify`] and [`crate::open_store`]). `opts` gives the request timeout,
+    /// retries and listing page size (its S3 endpoint and keys are not used).
+    pub fn open(uri: &ObjectUri, opts: &S3Options) -> Result<ObjectStore> {
+        check_timeout(opts.timeout)?;
+        normalize_path(&uri.prefix)?;
+        let http = HttpTransporter::new(ReqwestTransport::default());
+        let setup = match uri.scheme {
+            ObjectScheme::Gcs => gcs::setup(uri, opts, &http)?,
+            ObjectScheme::Azblob => azblob::setup(uri, opts, &http)?,
+            ObjectScheme::Webhdfs => webhdfs::setup(uri, opts, &http)?,
+        };
+        Ok(ObjectStore {
+            op: setup.op,
+            raw: setup.raw,
+            http,
+            svc: setup.service,
+            uri: uri.to_string(),
+            timeout: opts.timeout,
+            retries: opts.retries,
+            list_page: opts.list_page.max(1),
+            stall: Arc::default(),
+            seconds: unmeasured(),
+        })
+    }
+
+    /// Times this store's requests under `mount` (the `mount` label of
+    /// `silt_ufs_request_seconds`).
+    pub fn measured_as(mut self, mount: &str) -> ObjectStore {
+        self.seconds = UFS_REQUEST_SECONDS.register(mount);
+        self
+    }
+
+    /// The service this store talks to.
+    pub fn scheme(&self) -> ObjectScheme {
+        self.svc.scheme
+    }
+
+    /// The underlying operator (root = the store root).
+    pub fn operator(&self) -> &Operator {
+        &self.op
+    }
+
+    /// Checks that the store is usable within a bounded time: one listing of at most one key
+    /// (GCS, Azure), the root directory's status (HDFS). A missing bucket, container or
+    /// directory is `NotFound`, refused credentials `PermissionDenied`, an endpoint that
+    /// cannot be reached `Unavailable`, no answer in time `Timeout`: one line each.
+    pub async fn verify(&self) -> Result<()> {
+        let attempt = self.timeout.min(PROBE_ATTEMPT_CAP);
+        let deadline = attempt * (self.retries.min(100) as u32 + 1) + Duration::from_secs(1);
+        let probe = async {
+            if self.svc.hdfs.is_some() {
+                return match self.hdfs_status("").await {
+                    Ok(Some(st)) if st.kind == "DIRECTORY" => Ok(()),
+                    Ok(Some(_)) => Err(Error::new(
+                        ErrorKind::NotADirectory,
+                        format!("{}: the root is a file, not a directory", self.uri),
+                    )),
+                    Ok(None) => Err(Error::not_found(format!(
+                        "{}: HDFS directory {} does not exist at {}",
+                        self.uri,
+                        self.hdfs_abs(""),
+                        self.where_()
+                    ))),
+                    Err(e) => Err(e),
+                };
+            }
+            UFS_REQUESTS.inc();
+            let listed = async {
+                let mut lister = self.op.lister_with("/").await?;
+                match lister.next().await {
+                    Some(Err(e)) => Err(e),
+                    _ => Ok(()),
+                }
+            };
+            match listed.await {
+                Ok(()) => Ok(()),
+                // Listing a prefix never finds nothing: the bucket or container is missing.
+                Err(e) if e.kind() == opendal::ErrorKind::NotFound => {
+                    let (word, name) = self
+                        .svc
+                        .container
+                        .clone()
+                        .unwrap_or(("store", String::new()));
+                    Err(Error::not_found(format!(
+                        "{}: {word} {name} does not exist at {}",
+                        self.uri,
+                        self.where_()
+                    ))
+                    .with_source(e))
+                }
+                Err(e) => Err(self.map_err("open", "", e)),
+            }
+        };
+        self.count_errors(UfsOp::List, async {
+            match tokio::time::timeout(deadline, probe).await {
+                Ok(r) => r,
+                Err(_) => Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{}: {} did not answer within {deadline:?}",
+                        self.uri,
+                        self.where_()
+                    ),
+                )),
+            }
+        })
+        .await
+    }
+
+    /// `uri/path` for messages (the URI without its options).
+    fn full(&self, path: &str) -> String {
+        let base = self.uri.split('?').next().unwrap_or(&self.uri);
+        if path.is_empty() {
+            base.to_string()
+        } else {
+            format!("{base}/{path}")
+        }
+    }
+
+    fn where_(&self) -> String {
+        format!("{} endpoint {}", self.svc.label, self.svc.endpoint)
+    }
+
+    fn map_err(&self, op: &str, path: &str, e: opendal::Error) -> Error {
+        let full = self.full(path);
+        let (kind, detail) = self.classify(&e);
+        debug!(op, path = %full, kind = %kind, error = %e, "under-store request failed");
+        Error::new(kind, format!("{op} {full}: {detail}")).with_source(e)
+    }
+
+    /// A short detail of a service's error answer: its code and message where the body has
+    /// them (XML `<Code>`/`<Message>`, JSON `"message"`), else the HTTP status.
+    fn detail(&self, e: &opendal::Error) -> (String, String) {
+        let msg = e.message();
+        let between = |open: &str, close: &str| -> Option<String> {
+            let start = msg.find(open)? + open.len();
+            let len = msg[start..].find(close)?;
+            Some(msg[start..start + len].to_string())
+        };
+        let code = between("<Code>", "</Code>")
+            .or_else(|| between("\"reason\":\"", "\""))
+            .or_else(|| debug_field(msg, "code").map(str::to_string))
+            .unwrap_or_default();
+        let text = between("<Message>", "</Message>")
+            .or_else(|| between("\"message\":\"", "\""))
+            .map(|m| {
+                m.lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            });
+        let detail = match (code.is_empty(), text, http_status(e)) {
+            (false, Some(t), _) => format!("{code}: {t}"),
+            (false, None, _) => code.clone(),
+            (true, Some(t), _) => t,
+            (true, None, Some(s)) => format!("HTTP {s}"),
+            (true, None, None) => e.kind().to_string(),
+        };
+        (code, detail)
+    }
+
+    fn classify(&self, e: &opendal::Error) -> (ErrorKind, String) {
+        use opendal::ErrorKind as O;
+        let (code, detail) = self.detail(e);
+        let where_ = self.where_();
+        if self.svc.credential_codes.contains(&code.as_str()) || http_status(e) == Some(401) {
+            return (
+                ErrorKind::PermissionDenied,
+                format!("credentials refused by {where_}: {detail}"),
+            );
+        }
+        match e.kind() {
+            O::NotFound => (ErrorKind::NotFound, "not found".to_string()),
+            O::PermissionDenied => (
+                ErrorKind::PermissionDenied,
+                format!("access denied by {where_}: {detail}"),
+            ),
+            O::ConditionNotMatch => (
+                ErrorKind::ContentChanged,
+                "the object changed since its metadata was read".to_string(),
+            ),
+            O::RateLimited => (
+                ErrorKind::RateLimited,
+                format!("{where_} asked to slow down: {detail}"),
+            ),
+            O::IsADirectory => (ErrorKind::IsADirectory, "is a directory".to_string()),
+            O::NotADirectory => (ErrorKind::NotADirectory, "not a directory".to_string()),
+            O::AlreadyExists => (ErrorKind::AlreadyExists, "already exists".to_string()),
+            O::Unsupported => (ErrorKind::Unsupported, e.message().to_string()),
+            O::RangeNotSatisfied | O::ConfigInvalid => (ErrorKind::InvalidInput, detail),
+            O::Conflict => (ErrorKind::Unavailable, detail),
+            _ => {
+                let msg = e.message();
+                if msg.contains("timeout reached") {
+                    return (
+                        ErrorKind::Timeout,
+                        format!("no answer from {where_} within {:?}", self.timeout),
+                    );
+                }
+                if msg.contains("signing") || msg.contains("credential") {
+                    return (
+                        ErrorKind::PermissionDenied,
+                        self.svc.no_credentials.to_string(),
+                    );
+                }
+                if is_transport_error(msg) {
+                    let kind = match find_io_error(e).map(|io| io.kind()) {
+                        Some(std::io::ErrorKind::TimedOut) => ErrorKind::Timeout,
+                        _ => ErrorKind::Unavailable,
+                    };
+                    return (kind, format!("cannot reach {where_}: {}", root_cause(e)));
+                }
+                let status = http_status(e);
+                if status.is_some_and(|s| s >= 500) || e.is_temporary() {
+                    return (ErrorKind::Unavailable, format!("{where_} failed: {detail}"));
+                }
+                if status.is_some_and(|s| (400..500).contains(&s)) {
+                    return (
+                        ErrorKind::InvalidInput,
+                        format!("{where_} refused the request: {detail}"),
+                    );
+                }
+                (
+                    ErrorKind::Internal,
+                    format!("{where_}: {}: {detail}", e.kind()),
+                )
+            }
+        }
+    }
+
+    /// Counts a failed trait call in `UFS_ERRORS` and times it as an `op` request of this
+    /// store's mount; a store that stopped answering fails fast (as `OpendalStore`'s).
+    async fn count_errors<T>(
+        &self,
+        op: UfsOp,
+        fut: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let probe = match self.stall.admit(self.timeout) {
+            Admit::Go => false,
+            Admit::Probe => true,
+            Admit::FailFast(since) => {
+                UFS_ERRORS.inc();
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{} has not answered for {:?} (a request ran out of its deadline); \
+                         failing at once until it answers again",
+                        self.where_(),
+                        since.elapsed()
+                    ),
+                ));
+            }
+        };
+        let began = std::time::Instant::now();
+        let r = fut.await;
+        self.seconds[op as usize].since(began);
+        let timed_out = matches!(&r, Err(e) if e.kind() == ErrorKind::Timeout);
+        self.stall.record(began, timed_out, probe);
+        if r.is_err() {
+            UFS_ERRORS.inc();
+        }
+        r
+    }
+
+    /// OpenDAL trims white space from both ends of every path: such a name would reach
+    /// another object. Refused for writes, invisible otherwise (as on S3).
+    fn unaddressable(&self, path: &str) -> bool {
+        path.trim() != path
+    }
+
+    fn writable<'a>(&self, path: &'a str) -> Result<&'a str> {
+        let path = normalize_path(path)?;
+        if path.is_empty() {
+            return Err(Error::invalid(format!(
+                "write {}: cannot write the store root",
+                self.full("")
+            )));
+        }
+        if self.unaddressable(path) {
+            return Err(Error::invalid(format!(
+                "write {}: a name that begins or ends with white space cannot be stored \
+                 through this store (docs/SEMANTICS.md)",
+                self.full(path)
+            )));
+        }
+        if !self.svc.markers
+            && path
+                .rsplit('/')
+                .next()
+                .is_some_and(|n| n.starts_with(FS_WRITE_TEMP))
+        {
+            return Err(Error::invalid(format!(
+                "write {}: names beginning with {FS_WRITE_TEMP} are the store's own",
+                self.full(path)
+            )));
+        }
+        Ok(path)
+    }
+
+    /// An object's metadata as `stat` and `list` both report it: S3's conventions (ETag
+    /// without quotes, mtime in whole seconds, attributes from user metadata), and on GCS
+    /// the generation as the version id (fake and real GCS alike give every write a new
+    /// one; an ETag may repeat for the same bytes).
+    fn meta_of(&self, path: String, m: &Metadata) -> ObjectMeta {
+        let mut meta = s3_meta(path, m);
+        if self.svc.pin == Pin::Generation {
+            meta.version = m.version().map(str::to_string);
+        }
+        meta
+    }
+
+    fn entry(&self, (p, m): (String, Metadata)) -> ObjectMeta {
+        if m.is_dir() {
+            ObjectMeta::dir(&p)
+        } else {
+            self.meta_of(p, &m)
+        }
+    }
+
+    async fn stat_inner(&self, path: &str) -> Result<ObjectMeta> {
+        if self.svc.hdfs.is_some() {
+            return match self.hdfs_status(path).await? {
+                Some(st) => Ok(hdfs_meta(path, &st)),
+                None => Err(Error::not_found(format!(
+                    "stat {}: not found",
+                    self.full(path)
+                ))),
+            };
+        }
+        if path.is_empty() {
+            return Ok(ObjectMeta::dir(""));
+        }
+        if self.unaddressable(path) {
+            return Err(Error::not_found(format!(
+                "stat {}: not found (a name that begins or ends with white space cannot be \
+                 reached through this store)",
+                self.full(path)
+            )));
+        }
+        UFS_REQUESTS.inc();
+        match self.op.stat(path).await {
+            Ok(m) if !m.is_dir() => return Ok(self.meta_of(path.to_string(), &m)),
+            Ok(_) => {}
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => {}
+            Err(e) => return Err(self.map_err("stat", path, e)),
+        }
+        if let Some(dir) = self.marker(path).await? {
+            return Ok(dir);
+        }
+        if self.prefix_exists(path).await? {
+            Ok(ObjectMeta::dir(path))
+        } else {
+            Err(Error::not_found(format!(
+                "stat {}: not found",
+                self.full(path)
+            )))
+        }
+    }
+
+    /// The directory `path` as its `path/` marker describes it (attributes in its user
+    /// metadata), or `None` without a marker. Asked of the service itself: OpenDAL's
+    /// simulated stat of a directory path answers from a listing, without the metadata.
+    async fn marker(&self, path: &str) -> Result<Option<ObjectMeta>> {
+        let Some(raw) = &self.raw else {
+            return Ok(None);
+        };
+        UFS_REQUESTS.inc();
+        match raw.stat(&format!("{path}/")).await {
+            Ok(m) => {
+                let mut dir = ObjectMeta::dir(path);
+                let user = m.user_metadata();
+                s3_apply_attrs(&mut dir, |k| {
+                    user.as_ref()?
+                        .into_iter()
+                        .find(|(key, _)| key.eq_ignore_ascii_case(k))
+                        .map(|(_, v)| v.to_string())
+                });
+                Ok(Some(dir))
+            }
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.map_err("stat", path, e)),
+        }
+    }
+
+    /// Writes the zero-byte marker `path/` with the user metadata `user`, through the
+    /// service itself (OpenDAL's `write` takes file paths only).
+    async fn put_marker(&self, path: &str, user: Vec<(String, String)>, what: &str) -> Result<()> {
+        let Some(raw) = &self.raw else {
+            return Err(Error::internal(format!(
+                "{what} {}: no directory markers on this store",
+                self.full(path)
+            )));
+        };
+        let (ctx, srv) = raw.clone().into_parts();
+        let opts = opendal::options::WriteOptions {
+            user_metadata: (!user.is_empty()).then(|| user.into_iter().collect()),
+            ..Default::default()
+        };
+        UFS_REQUESTS.inc();
+        let put = async {
+            let (args, _) = OpWrite::from_options(&srv.capability(), opts)?;
+            let mut w = srv.write(&ctx, &format!("{path}/"), args)?;
+            oio::Write::close(&mut w).await
+        };
+        put.await.map(drop).map_err(|e| self.map_err(what, path, e))
+    }
+
+    /// Whether at least one key starts with `path/`.
+    async fn prefix_exists(&self, path: &str) -> Result<bool> {
+        UFS_REQUESTS.inc();
+        let mut lister = self
+            .op
+            .lister_with(&format!("{path}/"))
+            .await
+            .map_err(|e| self.map_err("stat", path, e))?;
+        match lister.next().await {
+            Some(Ok(_)) => Ok(true),
+            Some(Err(e)) => Err(self.map_err("stat", path, e)),
+            None => Ok(false),
+        }
+    }
+
+    /// The entries below `dir` (listing of the `dir/` prefix), `None` past `max`.
+    async fn list_entries(
+        &self,
+        dir: &str,
+        recursive: bool,
+        max: usize,
+    ) -> Result<Option<Vec<(String, Metadata)>>> {
+        let dir_slash = if dir.is_empty() {
+            "/".to_string()
+        } else {
+            format!("{dir}/")
+        };
+        UFS_REQUESTS.inc();
+        let mut lister = self
+            .op
+            .lister_with(&dir_slash)
+            .recursive(recursive)
+            .await
+            .map_err(|e| self.map_err("list", dir, e))?;
+        let budget = AtomicUsize::new(max);
+        let mut out = Vec::new();
+        let mut received = 0usize;
+        while let Some(entry) = lister.next().await {
+            if received > 0 && received.is_multiple_of(self.list_page) {
+                UFS_REQUESTS.inc();
+            }
+            received += 1;
+            let (p, m) = entry
+                .map_err(|e| self.map_err("list", dir, e))?
+                .into_parts();
+            if is_listed_dir_itself(&p, &dir_slash) {
+                continue;
+            }
+            if self.unaddressable(p.trim_end_matches('/')) {
+                continue;
+            }
+            if !take_one(&budget) {
+                return Ok(None);
+            }
+            out.push((p.trim_end_matches('/').to_string(), m));
+        }
+        Ok(Some(out))
+    }
+
+    async fn list_inner(
+        &self,
+        dir: &str,
+        recursive: bool,
+        max: usize,
+    ) -> Result<Option<Vec<ObjectMeta>>> {
+        if self.svc.hdfs.is_some() {
+            return self.hdfs_list(dir, recursive, max).await;
+        }
+        let Some(entries) = self.list_entries(dir, recursive, max).await? else {
+            return Ok(None);
+        };
+        if entries.is_empty() && !dir.is_empty() {
+            // An empty listing: a file, an empty directory's marker, or nothing.
+            UFS_REQUESTS.inc();
+            match self.op.stat(dir).await {
+                Ok(m) if !m.is_dir() => {
+                    return Err(Error::new(
+                        ErrorKind::NotADirectory,
+                        format!("list {}: not a directory", self.full(dir)),
+                    ))
+                }
+                Ok(_) => return Ok(Some(Vec::new())),
+                Err(e) if e.kind() == opendal::ErrorKind::NotFound => {}
+                Err(e) => return Err(self.map_err("list", dir, e)),
+            }
+            return match self.marker(dir).await? {
+                Some(_) => Ok(Some(Vec::new())),
+                None => Err(Error::not_found(format!(
+                    "list {}: no such directory",
+                    self.full(dir)
+                ))),
+            };
+        }
+        let mut all: Vec<ObjectMeta> = entries.into_iter().map(|e| self.entry(e)).collect();
+        if recursive {
+            // A sweep returns a directory's marker (`d/`) as the directory: once each.
+            all.sort_by(|a, b| a.path.cmp(&b.path));
+            all.dedup_by(|a, b| a.path == b.path && a.kind == b.kind);
+        }
+        Ok(Some(all))
+    }
+
+    /// The bytes `range` of the version of `path` that `expected` describes.
+    async fn read_buffer(
+        &self,
+        path: &str,
+        range: Range<u64>,
+        expected: &ObjectMeta,
+    ) -> Result<Buffer> {
+        let Some((path, range)) = plan_read(path, &range, expected, |p| self.full(p))? else {
+            return Ok(Buffer::new());
+        };
+        let buf = self
+            .count_errors(UfsOp::Read, async {
+                match (self.svc.pin, &expected.etag, &expected.version) {
+                    (Pin::Etag, Some(etag), _) => {
+                        UFS_REQUESTS.inc();
+                        self.op
+                            .read_with(path)
+                            .range(range)
+                            .if_match(&format!("\"{etag}\""))
+                            .await
+                            .map_err(|e| self.map_err("read", path, e))
+                    }
+                    (Pin::Generation, _, Some(generation)) => {
+                        UFS_REQUESTS.inc();
+                        self.op
+                            .read_with(path)
+                            .range(range)
+                            .if_version_match(generation)
+                            .await
+                            .map_err(|e| self.map_err("read", path, e))
+                    }
+                    _ => self.checked_read(path, range, expected).await,
+                }
+            })
+            .await;
+        // A missing object may answer a condition with 412 (Azurite does): it is gone.
+        let buf = match buf {
+            Err(e) if e.kind() == ErrorKind::ContentChanged && self.svc.pin != Pin::Checked => {
+                match self.stat_inner(path).await {
+                    Err(gone) if gone.kind() == ErrorKind::NotFound => Err(Error::not_found(
+                        format!("read {}: not found", self.full(path)),
+                    )),
+                    _ => Err(e),
+                }
+            }
+            r => r,
+        }?;
+        UFS_READ_BYTES.add(buf.len() as u64);
+        Ok(buf)
+    }
+
+    /// A read guarded by the version before and after it (`OpendalStore::checked_read`).
+    async fn checked_read(
+        &self,
+        path: &str,
+        range: Range<u64>,
+        expected: &ObjectMeta,
+    ) -> Result<Buffer> {
+        let want = expected.content_fingerprint();
+        let changed = || {
+            Error::new(
+                ErrorKind::ContentChanged,
+                format!(
+                    "read {}: the object changed since its metadata was read",
+                    self.full(path)
+                ),
+            )
+        };
+        let before = self.stat_inner(path).await?;
+        if before.kind != EntryKind::File || before.content_fingerprint() != want {
+            return Err(changed());
+        }
+        UFS_REQUESTS.inc();
+        let result = self.op.read_with(path).range(range).await;
+        let after = match self.stat_inner(path).await {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Err(changed()),
+            Err(e) => return Err(e),
+        };
+        if after.content_fingerprint() != want {
+            return Err(changed());
+        }
+        result.map_err(|e| self.map_err("read", path, e))
+    }
+
+    /// The metadata of the version a write just created, `size` bytes long: from the
+    /// write's own answer where it names the version, else asked.
+    async fn written_meta(&self, path: &str, written: &Metadata, size: u64) -> Result<ObjectMeta> {
+        let named = match self.svc.pin {
+            Pin::Generation => written.version().is_some(),
+            Pin::Etag => written.etag().is_some(),
+            Pin::Checked => false,
+        };
+        if named {
+            Ok(ObjectMeta {
+                size,
+                ..self.meta_of(path.to_string(), written)
+            })
+        } else {
+            self.stat_inner(path).await
+        }
+    }
+
+    /// A whole object written from `src`, with the user metadata `user`: one request up to
+    /// a part, else in parts (Azure blocks; GCS a resumable upload, conditional on the
+    /// generation it replaces, retried when another writer won the race).
+    async fn put_object(
+        &self,
+        path: &str,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+        user: Option<Vec<(String, String)>>,
+    ) -> Result<ObjectMeta> {
+        let read_part = |off: u64, n: usize| {
+            src.read_at(off, n).map_err(|e| {
+                e.context(format!(
+                    "write {}: reading the local bytes",
+                    self.full(path)
+                ))
+            })
+        };
+        if len <= WRITE_PART as u64 {
+            let data = read_part(0, len as usize)?;
+            UFS_REQUESTS.inc();
+            let mut w = self.op.write_with(path, data);
+            if let Some(user) = user {
+                w = w.user_metadata(user);
+            }
+            let written = w.await.map_err(|e| self.map_err("write", path, e))?;
+            return self.written_meta(path, &written, len).await;
+        }
+        let part = part_size(len);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let mut w = self.op.writer_with(path).chunk(part);
+            if let Some(user) = &user {
+                w = w.user_metadata(user.clone());
+            }
+            if self.svc.pin == Pin::Generation {
+                // GCS's unconditional parts are XML multipart uploads, which emulators lack;
+                // a resumable upload is conditional: on the generation replaced (or none).
+                UFS_REQUESTS.inc();
+                w = match self.op.stat(path).await {
+                    Ok(m) => match m.version() {
+                        Some(g) if !m.is_dir() => w.if_version_match(g),
+                        _ => w,
+                    },
+                    Err(e) if e.kind() == opendal::ErrorKind::NotFound => w.if_not_exists(true),
+                    Err(e) => return Err(self.map_err("write", path, e)),
+                };
+            }
+            UFS_REQUESTS.add(len.div_ceil(part as u64) + 2);
+            let written = async {
+                let mut w = w.await?;
+                let mut off = 0;
+                while off < len {
+                    let n = (len - off).min(part as u64) as usize;
+                    let bytes = read_part(off, n).map_err(|e| {
+                        opendal::Error::new(opendal::ErrorKind::Unexpected, e.to_string())
+                    })?;
+                    w.write(bytes).await?;
+                    off += n as u64;
+                }
+                w.close().await
+            }
+            .await;
+            match written {
+                Ok(m) => return self.written_meta(path, &m, len).await,
+                Err(e)
+                    if e.kind() == opendal::ErrorKind::ConditionNotMatch
+                        && self.svc.pin == Pin::Generation
+                        && attempts < 5 =>
+                {
+                    continue
+                }
+                Err(e) => return Err(self.map_err("write", path, e)),
+            }
+        }
+    }
+
+    /// A new object `path` (a link, a special file) with `body` and the user metadata
+    /// `user`, `AlreadyExists` if anything is there.
+    async fn create_new(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        user: Vec<(String, String)>,
+        op: &str,
+    ) -> Result<ObjectMeta> {
+        let exists = || {
+            Error::new(
+                ErrorKind::AlreadyExists,
+                format!("{op} {}: already exists", self.full(path)),
+            )
+        };
+        match self.stat_inner(path).await {
+            Ok(_) => return Err(exists()),
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let size = body.len() as u64;
+        UFS_REQUESTS.inc();
+        let written = self
+            .op
+            .write_with(path, body)
+            .user_metadata(user.clone())
+            .if_not_exists(true)
+            .await
+            .map_err(|e| match self.map_err(op, path, e) {
+                e if e.kind() == ErrorKind::ContentChanged => exists(),
+                e => e,
+            })?;
+        let mut meta = self.written_meta(path, &written, size).await?;
+        s3_apply_attrs(&mut meta, |k| {
+            user.iter()
+                .find(|(key, _)| key.eq_ignore_ascii_case(k))
+                .map(|(_, v)| v.clone())
+        });
+        Ok(meta)
+    }
+
+    /// Attributes of an object store's file: the object rewritten (bytes unchanged) with
+    /// them in its user metadata, on condition that it is still the version read; lost races
+    /// retried on the new version, a few times.
+    async fn obj_set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.obj_set_attrs_once(path, attrs).await {
+                Err(e) if e.kind() == ErrorKind::ContentChanged && attempts < 3 => continue,
+                r => return r,
+            }
+        }
+    }
+
+    async fn obj_set_attrs_once(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
+        let cur = self.stat_inner(path).await?;
+        if cur.kind == EntryKind::Dir {
+            if path.is_empty() {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "set attributes of {}: the store's root keeps no attributes",
+                        self.full(path)
+                    ),
+                ));
+            }
+            // A directory's marker (made for one implied by keys, as s3fs-fuse does).
+            self.put_marker(path, s3_user_metadata(&cur, attrs), "set attributes")
+                .await?;
+            return match self.marker(path).await? {
+                Some(dir) => Ok(dir),
+                None => Err(Error::not_found(format!(
+                    "set attributes of {}: the directory was removed meanwhile",
+                    self.full(path)
+                ))),
+            };
+        }
+        if cur.size > S3_ATTR_REWRITE_MAX {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "set attributes of {}: changing them rewrites the object, and it is larger \
+                     than {} MiB",
+                    self.full(path),
+                    S3_ATTR_REWRITE_MAX >> 20
+                ),
+            ));
+        }
+        let mut data_of = cur.clone();
+        data_of.kind = EntryKind::File; // the bytes of a link or node are read all the same
+        let data = self.read_buffer(path, 0..cur.size, &data_of).await?;
+        let meta = s3_user_metadata(&cur, attrs);
+        UFS_REQUESTS.inc();
+        let mut w = self.op.write_with(path, data).user_metadata(meta);
+        match (self.svc.pin, &cur.etag, &cur.version) {
+            (Pin::Etag, Some(etag), _) => w = w.if_match(&format!("\"{etag}\"")),
+            (Pin::Generation, _, Some(g)) => w = w.if_version_match(g),
+            _ => {}
+        }
+        w.await
+            .map_err(|e| self.map_err("set attributes", path, e))?;
+        self.stat_inner(path).await
+    }
+
+    /// A server-side copy of the file `from` to `to`; the copy's metadata.
+    async fn copy_file(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        let src = self.stat_inner(from).await?;
+        if src.kind == EntryKind::Dir {
+            return Err(Error::new(
+                ErrorKind::IsADirectory,
+                format!(
+                    "copy {}: is a directory (moved object by object by the caller)",
+                    self.full(from)
+                ),
+            ));
+        }
+        if from == to {
+            return Ok(src);
+        }
+        UFS_REQUESTS.inc();
+        let copied = self
+            .op
+            .copy(from, to)
+            .await
+            .map_err(|e| self.map_err("copy", from, e))?;
+        let mut meta = self.written_meta(to, &copied, src.size).await?;
+        // A copy keeps the user metadata, which its answer may not repeat.
+        meta.kind = src.kind;
+        meta.size = src.size;
+        meta.mode = meta.mode.or(src.mode);
+        meta.posix = Posix {
+            uid: meta.posix.uid.or(src.posix.uid),
+            gid: meta.posix.gid.or(src.posix.gid),
+            atime: meta.posix.atime.or(src.posix.atime),
+            ctime: meta.posix.ctime.or(src.posix.ctime),
+            rdev: src.posix.rdev,
+            nlink: None,
+        };
+        meta.mtime = src.mtime.filter(|_| src.mode.is_some()).or(meta.mtime);
+        Ok(meta)
+    }
+
+    async fn delete_object(&self, path: &str, what: &str) -> Result<()> {
+        UFS_REQUESTS.inc();
+        match self.op.delete(path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.map_err(what, path, e)),
+        }
+    }
+
+    // ---- HDFS: the namenode's REST API --------------------------------------------------
+
+    fn hdfs(&self) -> Result<&Hdfs> {
+        self.svc
+            .hdfs
+            .as_ref()
+            .ok_or_else(|| Error::internal(format!("{}: not an HDFS store", self.uri)))
+    }
+
+    /// The absolute HDFS path of the store path `path`.
+    fn hdfs_abs(&self, path: &str) -> String {
+        let root = self.svc.hdfs.as_ref().map_or("", |h| h.root.as_str());
+        match (root.is_empty(), path.is_empty()) {
+            (true, true) => "/".to_string(),
+            (true, false) => format!("/{path}"),
+            (false, true) => root.to_string(),
+            (false, false) => format!("{root}/{path}"),
+        }
+    }
+
+    /// One namenode request `op` (with `query`, already encoded) on `path`, within the
+    /// store's deadline and retried like OpenDAL's requests: its status and body. An error
+    /// answer is mapped to its kind (`what` and the path in the message).
+    async fn hdfs_call(
+        &self,
+        method: http::Method,
+        path: &str,
+        op: &str,
+        query: &str,
+        what: &str,
+    ) -> Result<Bytes> {
+        let h = self.hdfs()?;
+        let mut url = format!(
+            "{}/webhdfs/v1{}?op={op}",
+            h.endpoint,
+            webhdfs::encode_path(&self.hdfs_abs(path))
+        );
+        if let Some(u) = &h.user {
+            url.push_str(&format!("&user.name={}", webhdfs::encode_path(u)));
+        }
+        if !query.is_empty() {
+            url.push('&');
+            url.push_str(query);
+        }
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            UFS_REQUESTS.inc();
+            let req = http::Request::builder()
+                .method(method.clone())
+                .uri(&url)
+                .header(http::header::CONTENT_LENGTH, 0)
+                .body(Buffer::new())
+                .map_err(|e| Error::internal(format!("{what} {}: {e}", self.full(path))))?;
+            let r = match tokio::time::timeout(self.timeout, self.http.send(req)).await {
+                Ok(Ok(resp)) => {
+                    let status = resp.status();
+                    let body = resp.into_body().to_bytes();
+                    if status.is_success() {
+                        return Ok(body);
+                    }
+                    let (kind, detail) = webhdfs::remote_error(status.as_u16(), &body);
+                    Error::new(kind, format!("{what} {}: {detail}", self.full(path)))
+                }
+                Ok(Err(e)) => self.map_err(what, path, e),
+                Err(_) => Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{what} {}: no answer from {} within {:?}",
+                        self.full(path),
+                        self.where_(),
+                        self.timeout
+                    ),
+                ),
+            };
+            if !r.is_retryable() || attempt > self.retries {
+                return Err(r);
+            }
+            UFS_ERRORS.inc();
+            let backoff = RETRY_MIN_DELAY * 2u32.saturating_pow(attempt as u32 - 1);
+            tokio::time::sleep(backoff.min(RETRY_MAX_DELAY)).await;
+        }
+    }
+
+    /// The status of `path`, `None` if it is missing (or below a file).
+    async fn hdfs_status(&self, path: &str) -> Result<Option<FileStatus>> {
+        match self
+            .hdfs_call(http::Method::GET, path, "GETFILESTATUS", "", "stat")
+            .await
+        {
+            Ok(body) => serde_json::from_slice::<webhdfs::StatusWrapper>(&body)
+                .map(|w| Some(w.file_status))
+                .map_err(|e| {
+                    Error::new(
+                        ErrorKind::Unavailable,
+                        format!("stat {}: undecodable answer: {e}", self.full(path)),
+                    )
+                }),
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The children of the directory `path` (`LISTSTATUS`), hidden write files left out.
+    async fn hdfs_children(&self, path: &str) -> Result<Vec<ObjectMeta>> {
+        let body = self
+            .hdfs_call(http::Method::GET, path, "LISTSTATUS", "", "list")
+            .await?;
+        let list: webhdfs::ListWrapper = serde_json::from_slice(&body).map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!("list {}: undecodable answer: {e}", self.full(path)),
+            )
+        })?;
+        Ok(list
+            .file_statuses
+            .file_status
+            .into_iter()
+            .filter(|st| !st.path_suffix.is_empty() && !st.path_suffix.starts_with(FS_WRITE_TEMP))
+            .map(|st| {
+                let child = if path.is_empty() {
+                    st.path_suffix.clone()
+                } else {
+                    format!("{path}/{}", st.path_suffix)
+                };
+                hdfs_meta(&child, &st)
+            })
+            .collect())
+    }
+
+    async fn hdfs_list(
+        &self,
+        dir: &str,
+        recursive: bool,
+        max: usize,
+    ) -> Result<Option<Vec<ObjectMeta>>> {
+        match self.hdfs_status(dir).await? {
+            None => {
+                return Err(Error::not_found(format!(
+                    "list {}: no such directory",
+                    self.full(dir)
+                )))
+            }
+            Some(st) if st.kind != "DIRECTORY" => {
+                return Err(Error::new(
+                    ErrorKind::NotADirectory,
+                    format!("list {}: not a directory", self.full(dir)),
+                ))
+            }
+            Some(_) => {}
+        }
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_string()];
+        while let Some(d) = todo.pop() {
+            let children = match self.hdfs_children(&d).await {
+                Ok(c) => c,
+                // Removed meanwhile (below the listed directory).
+                Err(e) if d != dir && e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for m in children {
+                if recursive && m.kind == EntryKind::Dir {
+                    todo.push(m.path.clone());
+                }
+                if out.len() >= max {
+                    return Ok(None);
+                }
+                out.push(m);
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// `RENAME` of `from` to `to`, replacing a file (or an empty directory) at `to`.
+    async fn hdfs_rename(&self, from: &str, to: &str, what: &str) -> Result<()> {
+        let dest = webhdfs::encode_path(&self.hdfs_abs(to));
+        self.hdfs_call(
+            http::Method::PUT,
+            from,
+            "RENAME",
+            &format!("destination={dest}&renameoptions=OVERWRITE"),
+            what,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Sets the permission bits, owner and times of `path` as `a` asks.
+    async fn hdfs_set(&self, path: &str, a: &SetAttrs, what: &str) -> Result<()> {
+        if a.uid.is_some() || a.gid.is_some() {
+            let mut q = Vec::new();
+            if let Some(u) = a.uid {
+                q.push(format!("owner={u}"));
+            }
+            if let Some(g) = a.gid {
+                q.push(format!("group={g}"));
+            }
+            self.hdfs_call(http::Method::PUT, path, "SETOWNER", &q.join("&"), what)
+                .await?;
+        }
+        if let Some(mode) = a.mode {
+            let q = format!("permission={:o}", mode & 0o7777);
+            self.hdfs_call(http::Method::PUT, path, "SETPERMISSION", &q, what)
+                .await?;
+        }
+        if a.atime.is_some() || a.mtime.is_some() {
+            let ms = |t: SystemTime| {
+                t.duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis().min(i64::MAX as u128) as i64)
+            };
+            // -1: unchanged.
+            let q = format!(
+                "modificationtime={}&accesstime={}",
+                a.mtime.map_or(-1, ms),
+                a.atime.map_or(-1, ms)
+            );
+            self.hdfs_call(http::Method::PUT, path, "SETTIMES", &q, what)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// A whole file written as HDFS lets no reader see part of one: into a hidden file beside
+    /// it (created, then appended a part at a time), given `attrs`, then renamed over the
+    /// path in one step. Its metadata is the hidden file's, which the rename keeps (the
+    /// file id and mtime are this write's version, whatever lands there later).
+    async fn hdfs_write(
+        &self,
+        path: &str,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+        attrs: &SetAttrs,
+    ) -> Result<ObjectMeta> {
+        let tmp = match path.rsplit_once('/') {
+            Some((dir, _)) => format!("{dir}/{FS_WRITE_TEMP}{:016x}", rand::random::<u64>()),
+            None => format!("{FS_WRITE_TEMP}{:016x}", rand::random::<u64>()),
+        };
+        let written = async {
+            let mut off = 0u64;
+            loop {
+                let n = (len - off).min(WRITE_PART as u64) as usize;
+                let bytes = src.read_at(off, n).map_err(|e| {
+                    e.context(format!(
+                        "write {}: reading the local bytes",
+                        self.full(path)
+                    ))
+                })?;
+                UFS_REQUESTS.inc();
+                let w = self.op.write_with(&tmp, bytes);
+                let w = if off == 0 { w } else { w.append(true) };
+                w.await.map_err(|e| self.map_err("write", path, e))?;
+                off += n as u64;
+                if off >= len {
+                    break;
+                }
+            }
+            if !attrs.is_empty() {
+                self.hdfs_set(&tmp, attrs, "write").await?;
+            }
+            let st = self.hdfs_status(&tmp).await?.ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    format!("write {}: the written file vanished", self.full(path)),
+                )
+            })?;
+            match self.hdfs_rename(&tmp, path, "write").await {
+                Ok(()) => {}
+                // A retried RENAME whose first attempt landed (its answer lost): the file
+                // is in place.
+                Err(e) if e.kind() == ErrorKind::NotFound => match self.hdfs_status(path).await? {
+                    Some(now) if now.file_id == st.file_id => {}
+                    _ => return Err(e),
+                },
+                Err(e) => return Err(e),
+            }
+            Ok(hdfs_meta(path, &st))
+        }
+        .await;
+        if written.is_err() {
+            let _ = self.op.delete(&tmp).await;
+        }
+        written
+    }
+}
+
+/// An HDFS file status as Silt sees it: the file id and mtime as the version (a new file
+/// gets a new id; an append or truncate moves the mtime), owner and group as ids where they
+/// are numbers.
+fn hdfs_meta(path: &str, st: &FileStatus) -> ObjectMeta {
+    let time = |ms: u64| (ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(ms));
+    let kind = match st.kind.as_str() {
+        "DIRECTORY" => EntryKind::Dir,
+        "SYMLINK" => EntryKind::Symlink,
+        _ => EntryKind::File,
+    };
+    ObjectMeta {
+        path: path.to_string(),
+        kind,
+        size: if kind == EntryKind::Dir { 0 } else { st.length },
+        mtime: time(st.modification_time),
+        etag: None,
+        version: (kind != EntryKind::Dir)
+            .then(|| format!("{}.{}", st.file_id, st.modification_time)),
+        mode: u32::from_str_radix(&st.permission, 8)
+            .ok()
+            .map(|m| m & 0o7777),
+        posix: Posix {
+            uid: st.owner.parse().ok(),
+            gid: st.group.parse().ok(),
+            atime: time(st.access_time),
+            ctime: None,
+            rdev: 0,
+            nlink: None,
+        },
+    }
+}
+
+#[async_trait]
+impl UnderStore for ObjectStore {
+    fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        match self.svc.pin {
+            // HDFS: real directories, renamed whole; no conditional reads; a write makes a
+            // new file (with the attributes it is given).
+            Pin::Checked => Capabilities {
+                native_recursive_list: false,
+                conditional_read: false,
+                rename_dirs: true,
+                write_replaces_attrs: true,
+                list_without_attrs: false,
+                long_paths: true,
+            },
+            // GCS, Azure: as S3 (listings carry no user metadata).
+            Pin::Etag | Pin::Generation => Capabilities {
+                native_recursive_list: true,
+                conditional_read: true,
+                rename_dirs: false,
+                write_replaces_attrs: true,
+                list_without_attrs: true,
+                long_paths: false,
+            },
+        }
+    }
+
+    async fn stat(&self, path: &str) -> Result<ObjectMeta> {
+        let path = normalize_path(path)?;
+        self.count_errors(UfsOp::Stat, self.stat_inner(path)).await
+    }
+
+    async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
+        let dir = normalize_path(dir)?;
+        self.count_errors(UfsOp::List, async {
+            Ok(self
+                .list_inner(dir, recursive, usize::MAX)
+                .await?
+                .unwrap_or_default())
+        })
+        .await
+    }
+
+    async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
+        let dir = normalize_path(dir)?;
+        self.count_errors(UfsOp::List, self.list_inner(dir, true, max))
+            .await
+    }
+
+    async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
+        Ok(self.read_buffer(path, range, expected).await?.to_bytes())
+    }
+
+    async fn read_pieces(
+        &self,
+        path: &str,
+        range: Range<u64>,
+        expected: &ObjectMeta,
+        piece: u64,
+    ) -> Result<Vec<Bytes>> {
+        // From the response's chunks straight into the pieces.
+        Ok(crate::pieces(
+            self.read_buffer(path, range, expected).await?,
+            piece,
+        ))
+    }
+
+    async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
+        let len = data.len() as u64;
+        self.write_from(path, &data, len).await
+    }
+
+    async fn write_from(
+        &self,
+        path: &str,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+    ) -> Result<ObjectMeta> {
+        self.write_from_attrs(path, src, len, &SetAttrs::default())
+            .await
+    }
+
+    async fn write_from_attrs(
+        &self,
+        path: &str,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+        attrs: &SetAttrs,
+    ) -> Result<ObjectMeta> {
+        let path = self.writable(path)?;
+        self.count_errors(UfsOp::Write, async {
+            if self.svc.hdfs.is_some() {
+                return self.hdfs_write(path, src, len, attrs).await;
+            }
+            if attrs.is_empty() {
+                return self.put_object(path, src, len, None).await;
+            }
+            // One upload with the attributes in its user metadata.
+            let base = ObjectMeta::empty_file(path);
+            let user = s3_user_metadata(&base, attrs);
+            let mut meta = self.put_object(path, src, len, Some(user)).await?;
+            meta.mode = attrs.mode.or(meta.mode);
+            meta.posix.uid = attrs.uid.or(meta.posix.uid);
+            meta.posix.gid = attrs.gid.or(meta.posix.gid);
+            meta.posix.atime = attrs.atime.or(meta.posix.atime);
+            meta.mtime = attrs.mtime.or(meta.mtime);
+            Ok(meta)
+        })
+        .await
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        let path = normalize_path(path)?;
+        if path.is_empty() {
+            return Err(Error::invalid(format!(
+                "delete {}: cannot delete the store root",
+                self.full("")
+            )));
+        }
+        if self.unaddressable(path) {
+            return Ok(()); // nothing this store can see is there
+        }
+        self.count_errors(UfsOp::Delete, self.delete_object(path, "delete"))
+            .await
+    }
+
+    async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
+        let path = self.writable(path)?;
+        self.count_errors(UfsOp::Write, async {
+            if self.svc.hdfs.is_some() {
+                UFS_REQUESTS.inc();
+                self.op
+                    .create_dir(&format!("{path}/"))
+                    .await
+                    .map_err(|e| self.map_err("mkdir", path, e))?;
+                return self.stat_inner(path).await;
+            }
+            if self.marker(path).await?.is_none() {
+                self.put_marker(path, Vec::new(), "mkdir").await?;
+            }
+            Ok(ObjectMeta::dir(path))
+        })
+        .await
+    }
+
+    async fn remove_dir(&self, path: &str) -> Result<()> {
+        let path = self.writable(path)?;
+        self.count_errors(UfsOp::Delete, async {
+            if self.svc.hdfs.is_some() {
+                match self.hdfs_status(path).await? {
+                    None => return Ok(()),
+                    Some(st) if st.kind != "DIRECTORY" => {
+                        return Err(Error::new(
+                            ErrorKind::NotADirectory,
+                            format!("rmdir {}: not a directory", self.full(path)),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+                // Not recursive: the namenode refuses a directory with anything in it.
+                return self
+                    .hdfs_call(
+                        http::Method::DELETE,
+                        path,
+                        "DELETE",
+                        "recursive=false",
+                        "rmdir",
+                    )
+                    .await
+                    .map(drop)
+                    .map_err(|e| match e.kind() {
+                        ErrorKind::NotEmpty => e,
+                        _ if e.to_string().contains("non empty")
+                            || e.to_string().contains("not empty") =>
+                        {
+                            Error::new(
+                                ErrorKind::NotEmpty,
+                                format!("rmdir {}: directory not empty", self.full(path)),
+                            )
+                        }
+                        _ => e,
+                    });
+            }
+            // Empty? A listing of at most the marker and one more key.
+            let dir_slash = format!("{path}/");
+            UFS_REQUESTS.inc();
+            let mut lister = match self.op.lister_with(&dir_slash).recursive(true).await {
+                Ok(l) => Some(l),
+                Err(e) if e.kind() == opendal::ErrorKind::NotFound => None,
+                Err(e) => return Err(self.map_err("rmdir", path, e)),
+            };
+            while let Some(l) = lister.as_mut() {
+                match l.next().await {
+                    None => break,
+                    Some(Err(e)) if e.kind() == opendal::ErrorKind::NotFound => break,
+                    Some(Err(e)) => return Err(self.map_err("rmdir", path, e)),
+                    Some(Ok(entry)) if is_listed_dir_itself(entry.path(), &dir_slash) => {}
+                    Some(Ok(_)) => {
+                        return Err(Error::new(
+                            ErrorKind::NotEmpty,
+                            format!("rmdir {}: directory not empty", self.full(path)),
+                        ))
+                    }
+                }
+            }
+            drop(lister);
+            UFS_REQUESTS.inc();
+            let Some(raw) = &self.raw else {
+                return Ok(());
+            };
+            // The marker, through the service (OpenDAL's delete of `d/` would recurse).
+            match raw.delete(&dir_slash).await {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(self.map_err("rmdir", path, e)),
+            }
+        })
+        .await
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        let from = self.writable(from)?;
+        let to = self.writable(to)?;
+        self.count_errors(UfsOp::Rename, async {
+            if from == to {
+                return self.stat_inner(to).await;
+            }
+            if self.svc.hdfs.is_some() {
+                if self.hdfs_status(from).await?.is_none() {
+                    return Err(Error::not_found(format!(
+                        "rename {}: not found",
+                        self.full(from)
+                    )));
+                }
+                // The destination's parent must exist for RENAME.
+                if let Some((parent, _)) = to.rsplit_once('/') {
+                    UFS_REQUESTS.inc();
+                    self.op
+                        .create_dir(&format!("{parent}/"))
+                        .await
+                        .map_err(|e| self.map_err("rename", to, e))?;
+                }
+                self.hdfs_rename(from, to, "rename").await?;
+                return self.stat_inner(to).await;
+            }
+            // Copy, then delete the source. Not atomic: a failure in between leaves both.
+            let meta = self.copy_file(from, to).await?;
+            self.delete_object(from, "rename: delete").await?;
+            Ok(meta)
+        })
+        .await
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        let from = self.writable(from)?;
+        let to = self.writable(to)?;
+        self.count_errors(UfsOp::Write, async {
+            if self.svc.hdfs.is_some() {
+                // No server-side copy in WebHDFS: the bytes through this host, with the
+                // source's permission bits (owner and times are the new file's).
+                let src = self.stat_inner(from).await?;
+                if src.kind == EntryKind::Dir {
+                    return Err(Error::new(
+                        ErrorKind::IsADirectory,
+                        format!("copy {}: is a directory", self.full(from)),
+                    ));
+                }
+                let data = self.read_buffer(from, 0..src.size, &src).await?.to_bytes();
+                let keep = SetAttrs {
+                    mode: src.mode,
+                    ..SetAttrs::default()
+                };
+                return self.hdfs_write(to, &data, src.size, &keep).await;
+            }
+            self.copy_file(from, to).await
+        })
+        .await
+    }
+
+    async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
+        let path = self.writable(path)?;
+        if self.svc.hdfs.is_some() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "symlink {}: HDFS keeps symbolic links disabled (and WebHDFS cannot read one)",
+                    self.full(path)
+                ),
+            ));
+        }
+        self.count_errors(UfsOp::Write, async {
+            let now = secs(SystemTime::now());
+            let user = vec![
+                (S3_MODE.to_string(), (S_IFLNK | 0o777).to_string()),
+                (S3_MTIME.to_string(), now.clone()),
+                (S3_CTIME.to_string(), now),
+            ];
+            self.create_new(path, target.as_bytes().to_vec(), user, "symlink")
+                .await
+        })
+        .await
+    }
+
+    async fn read_link(&self, path: &str) -> Result<String> {
+        let path = normalize_path(path)?;
+        self.count_errors(UfsOp::Stat, async {
+            let m = self.stat_inner(path).await?;
+            if m.kind != EntryKind::Symlink {
+                return Err(Error::invalid(format!(
+                    "readlink {}: not a symbolic link",
+                    self.full(path)
+                )));
+            }
+            if m.size > 4096 {
+                return Err(Error::invalid(format!(
+                    "readlink {}: a {}-byte target is too long",
+                    self.full(path),
+                    m.size
+                )));
+            }
+            let mut as_file = m.clone();
+            as_file.kind = EntryKind::File;
+            let target = self.read_buffer(path, 0..m.size, &as_file).await?.to_vec();
+            String::from_utf8(target).map_err(|_| {
+                Error::invalid(format!(
+                    "readlink {}: the target is not UTF-8",
+                    self.full(path)
+                ))
+            })
+        })
+        .await
+    }
+
+    async fn set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
+        let path = normalize_path(path)?;
+        self.count_errors(UfsOp::Write, async {
+            if self.svc.hdfs.is_some() {
+                if self.hdfs_status(path).await?.is_none() {
+                    return Err(Error::not_found(format!(
+                        "set attributes of {}: not found",
+                        self.full(path)
+                    )));
+                }
+                self.hdfs_set(path, attrs, "set attributes").await?;
+                return self.stat_inner(path).await;
+            }
+            if self.unaddressable(path) {
+                return self.stat_inner(path).await;
+            }
+            self.obj_set_attrs(path, attrs).await
+        })
+        .await
+    }
+
+    async fn mknod(
+        &self,
+        path: &str,
+        kind: SpecialKind,
+        rdev: u32,
+        attrs: &SetAttrs,
+    ) -> Result<ObjectMeta> {
+        let path = self.writable(path)?;
+        if self.svc.hdfs.is_some() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "mknod {}: HDFS has no FIFOs, sockets or device nodes",
+                    self.full(path)
+                ),
+            ));
+        }
+        let rdev = if kind.is_device() { rdev } else { 0 };
+        self.count_errors(UfsOp::Write, async {
+            let now = SystemTime::now();
+            let mut base = ObjectMeta::empty_file(path);
+            base.kind = EntryKind::Special(kind);
+            base.mode = Some(0o644);
+            base.mtime = Some(now);
+            base.posix.rdev = rdev;
+            let set = SetAttrs {
+                mtime: attrs.mtime.or(Some(now)),
+                ..*attrs
+            };
+            self.create_new(path, Vec::new(), s3_user_metadata(&base, &set), "mknod")
+                .await
+        })
+        .await
+    }
+}
