@@ -221,7 +221,7 @@ fn gcs_azure_hdfs_and_s3_side_by_side_through_the_mount() {
             ),
         ),
         (
-            "/s3",
+            "/amz",
             format!(
                 "s3://sbkt/ds?endpoint={}&access_key_id={}&secret_access_key_env=SILT_TEST_STORES_S3_SECRET",
                 s3.endpoint(),
@@ -246,8 +246,23 @@ fn gcs_azure_hdfs_and_s3_side_by_side_through_the_mount() {
     }
     let dir = tempfile::tempdir().unwrap();
     let mounts: Vec<(&str, &str)> = uris.iter().map(|(p, u)| (*p, u.as_str())).collect();
-    let silt = Silt::up(&mounts, &["--write-type", "through"], dir.path())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let keys = dir.path().join("gateway-keys");
+    std::fs::write(&keys, "gwkey gwsecret rw\n").unwrap();
+    std::fs::set_permissions(&keys, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let keys_arg = keys.display().to_string();
+    let silt = Silt::up(
+        &mounts,
+        &[
+            "--write-type",
+            "through",
+            "--gateway",
+            "127.0.0.1:0",
+            "--gateway-keys",
+            &keys_arg,
+        ],
+        dir.path(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     for (store, (path, _)) in raw.iter().zip(&uris) {
         let m = path.trim_start_matches('/');
         let got = std::fs::read_to_string(silt.path(&format!("{m}/pre.txt")))
@@ -278,12 +293,14 @@ fn gcs_azure_hdfs_and_s3_side_by_side_through_the_mount() {
         )
         .unwrap_or_else(|e| panic!("{path}: {e}"));
         assert!(rt.block_on(store.stat("sub/new.txt")).is_err(), "{path}");
+        std::fs::remove_dir(silt.path(&format!("{m}/sub")))
+            .unwrap_or_else(|e| panic!("rmdir {path}/sub: {e}"));
         assert_eq!(
             std::fs::read_to_string(silt.path(&format!("{m}/moved.txt"))).unwrap(),
             body
         );
     }
-    // Nothing of one store leaked into another.
+    // Nothing of one store leaked into another (pre.txt and moved.txt in each).
     for store in &raw {
         let listed = rt.block_on(store.list("", true)).unwrap();
         let files: Vec<&str> = listed
@@ -293,14 +310,74 @@ fn gcs_azure_hdfs_and_s3_side_by_side_through_the_mount() {
             .collect();
         assert_eq!(files.len(), 2, "{}: {files:?}", store.uri());
     }
+    // The S3 gateway of the same daemon (the same client): each mount is a bucket; boto3
+    // reads what the store held and writes into that store.
+    let endpoint = gateway_endpoint(&silt.log_text());
+    let script = dir.path().join("gateway_check.py");
+    std::fs::write(
+        &script,
+        r#"
+import os, boto3
+from botocore.config import Config
+s3 = boto3.client("s3", endpoint_url=os.environ["GW"], region_name="us-east-1",
+                  aws_access_key_id="gwkey", aws_secret_access_key="gwsecret",
+                  config=Config(retries={"max_attempts": 1}))
+for b in ["gcs", "azure", "hdfs", "amz"]:
+    body = s3.get_object(Bucket=b, Key="pre.txt")["Body"].read()
+    assert body == ("before, in /" + b).encode(), (b, body)
+    s3.put_object(Bucket=b, Key="via-gateway/o.bin", Body=b"through the gateway to " + b.encode())
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=b)["Contents"])
+    assert keys == ["moved.txt", "pre.txt", "via-gateway/o.bin"], (b, keys)
+print("ok")
+"#,
+    )
+    .unwrap();
+    let python =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/pyvenv/bin/python");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .env("GW", &endpoint)
+        .output()
+        .unwrap_or_else(|e| panic!("{} (scripts/install-deps.sh): {e}", python.display()));
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).ends_with("ok\n"),
+        "boto3 through the gateway:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (store, (path, _)) in raw.iter().zip(&uris) {
+        let meta = rt
+            .block_on(store.stat("via-gateway/o.bin"))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let got = rt
+            .block_on(store.read("via-gateway/o.bin", 0..meta.size, &meta))
+            .unwrap();
+        let want = format!("through the gateway to {}", path.trim_start_matches('/'));
+        assert_eq!(got, want.as_bytes(), "{path}");
+    }
     for (from, to) in [
         ("gcs/pre.txt", "azure/x"),
         ("azure/pre.txt", "hdfs/x"),
-        ("hdfs/pre.txt", "s3/x"),
-        ("s3/pre.txt", "gcs/x"),
+        ("hdfs/pre.txt", "amz/x"),
+        ("amz/pre.txt", "gcs/x"),
     ] {
         let err = std::fs::rename(silt.path(from), silt.path(to)).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EXDEV), "{from} -> {to}");
     }
     silt.stop();
+}
+
+/// The address `silt up --gateway 127.0.0.1:0` printed.
+fn gateway_endpoint(log: &str) -> String {
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("silt: S3 gateway at"))
+        .unwrap_or_else(|| panic!("no gateway line in the log:\n{log}"));
+    let at = line.find("http").expect("an address");
+    line[at..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .trim_end_matches(['(', ')', ';', ','])
+        .to_string()
 }
