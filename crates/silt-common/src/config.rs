@@ -883,9 +883,34 @@ impl Config {
     }
 
     pub fn apply_toml(&mut self, text: &str) -> Result<()> {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             Error::invalid(format!("not valid TOML: {}", e.message()))
         })?;
+        // `[mount."/path"]` sections: one mount each, its settings in the URI's query.
+        let sections = match table.remove("mount") {
+            Some(v) => Self::mount_sections(v)?,
+            None => Vec::new(),
+        };
+        if !sections.is_empty() {
+            let listed = match table.remove("mounts") {
+                Some(toml::Value::Array(items)) => items
+                    .into_iter()
+                    .map(|v| match v {
+                        toml::Value::String(s) => Ok(s),
+                        other => Err(Error::invalid(format!(
+                            "mounts: list items must be strings, got {other}"
+                        ))),
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+                Some(toml::Value::String(s)) => vec![s],
+                Some(other) => {
+                    return Err(Error::invalid(format!("mounts: unsupported value {other}")))
+                }
+                None => Vec::new(),
+            };
+            let all: Vec<String> = listed.into_iter().chain(sections).collect();
+            self.set("mounts", &all.join(","))?;
+        }
         for (key, value) in table {
             let text = match value {
                 toml::Value::String(s) => s,
@@ -907,6 +932,59 @@ impl Config {
             self.set(&key, &text)?;
         }
         Ok(())
+    }
+
+    /// `[mount."/lab"]` tables (`uri = "s3://b/p"` and that store's options, e.g. `endpoint`,
+    /// `region`, `secret_access_key_file`) as `PATH=URI?key=value&...` mount entries: the same
+    /// form as on the command line, so every front end reads one syntax. The store validates
+    /// the keys when it opens.
+    fn mount_sections(value: toml::Value) -> Result<Vec<String>> {
+        let toml::Value::Table(mounts) = value else {
+            return Err(Error::invalid(
+                "mount: expected sections [mount.\"/PATH\"] with uri = \"...\" in each",
+            ));
+        };
+        let mut out = Vec::new();
+        for (path, section) in mounts {
+            let what = format!("[mount.\"{path}\"]");
+            let toml::Value::Table(mut section) = section else {
+                return Err(Error::invalid(format!("{what}: expected a section")));
+            };
+            let uri = match section.remove("uri") {
+                Some(toml::Value::String(u)) => u,
+                Some(_) => return Err(Error::invalid(format!("{what}: uri must be a string"))),
+                None => return Err(Error::invalid(format!("{what}: uri = \"...\" is missing"))),
+            };
+            if uri.contains(',') {
+                return Err(Error::invalid(format!(
+                    "{what}: uri must not contain ','; give options as keys of the section"
+                )));
+            }
+            let mut query = Vec::new();
+            for (key, v) in section {
+                let v = match v {
+                    toml::Value::String(s) => s,
+                    toml::Value::Integer(i) => i.to_string(),
+                    toml::Value::Boolean(b) => b.to_string(),
+                    other => {
+                        return Err(Error::invalid(format!(
+                            "{what}: {key}: expected a string, a number or true/false, got {other}"
+                        )))
+                    }
+                };
+                query.push(format!("{key}={}", crate::query::percent_encode(&v)));
+            }
+            let sep = if uri.contains('?') { '&' } else { '?' };
+            let entry = if query.is_empty() {
+                format!("{path}={uri}")
+            } else {
+                format!("{path}={uri}{sep}{}", query.join("&"))
+            };
+            // Checked here so that an error names the section.
+            parse_mount_spec(&entry).map_err(|e| e.context(what.clone()))?;
+            out.push(entry);
+        }
+        Ok(out)
     }
 
     /// Applies `SILT_<NAME>` environment variables.
@@ -1100,6 +1178,48 @@ mod doc_tests {
                 doc.contains(&row),
                 "docs/CONFIGURATION.md lacks the row starting {row}"
             );
+        }
+    }
+
+    #[test]
+    fn mount_sections_become_mount_entries_with_their_options() {
+        let mut cfg = super::Config::default();
+        cfg.apply_toml(
+            r#"
+mounts = ["/local=file:///srv/data"]
+[mount."/lab"]
+uri = "s3://shared/ckpt"
+endpoint = "http://10.0.0.5:9000"
+access_key_id = "lab"
+secret_access_key_file = "/etc/silt/lab secret"
+[mount."/gcs"]
+uri = "gs://bucket/prefix"
+"#,
+        )
+        .unwrap();
+        let got: Vec<(String, String)> = cfg
+            .mounts
+            .iter()
+            .map(|m| (m.path.clone(), m.uri.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("/local".to_string(), "file:///srv/data".to_string()),
+                ("/gcs".to_string(), "gs://bucket/prefix".to_string()),
+                (
+                    "/lab".to_string(),
+                    "s3://shared/ckpt?access_key_id=lab&endpoint=http://10.0.0.5:9000&secret_access_key_file=/etc/silt/lab%20secret".to_string()
+                ),
+            ]
+        );
+        for bad in [
+            "[mount.\"/x\"]\nendpoint = \"http://h\"\n",
+            "[mount.\"relative\"]\nuri = \"s3://b\"\n",
+            "[mount.\"/x\"]\nuri = \"s3://b\"\nregion = [1]\n",
+            "mount = 3\n",
+        ] {
+            assert!(super::Config::default().apply_toml(bad).is_err(), "{bad}");
         }
     }
 }

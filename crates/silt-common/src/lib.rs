@@ -10,6 +10,7 @@ pub mod io;
 pub mod log;
 pub mod metrics;
 pub mod private;
+pub mod query;
 pub mod secret;
 pub mod size;
 pub mod sync;

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use silt_common::{Error, Result};
 
 use crate::opendal_store::S3Options;
+use silt_common::query::{percent_decode, percent_encode};
 
 /// A store that speaks S3: AWS (or any endpoint given) under `s3://`, or a cloud whose
 /// endpoint, region and addressing Silt derives from its scheme.
@@ -353,43 +354,6 @@ fn file_value(path: &std::path::Path, shown: &str) -> Result<String> {
         )));
     }
     Ok(v.to_string())
-}
-
-/// `%XX` escapes decoded (`+` stays `+`: URIs here are not form data); `None` for a bad escape
-/// or bytes that are not UTF-8.
-pub(crate) fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// Escapes what would end a value in a query string or a mount table (`&`, `,`, `%`, `#`,
-/// `?`, `=`, `+`, white space and controls).
-pub(crate) fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            c if matches!(c, '&' | ',' | '%' | '#' | '?' | '=' | '+' | ' ') || c.is_control() => {
-                let mut buf = [0u8; 4];
-                for byte in c.encode_utf8(&mut buf).bytes() {
-                    out.push_str(&format!("%{byte:02X}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -192,7 +192,7 @@ impl fmt::Display for ObjectUri {
         f.write_str(&self.without_query())?;
         for (i, (k, v)) in self.options.iter().enumerate() {
             let sep = if i == 0 { '?' } else { '&' };
-            write!(f, "{sep}{k}={}", crate::s3_uri::percent_encode(v))?;
+            write!(f, "{sep}{k}={}", silt_common::query::percent_encode(v))?;
         }
         Ok(())
     }
@@ -254,7 +254,7 @@ fn parse_query(
     let mut out: Vec<(String, String)> = Vec::new();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let key = crate::s3_uri::percent_decode(k)
+        let key = silt_common::query::percent_decode(k)
             .ok_or_else(|| {
                 Error::invalid(format!(
                     "invalid {name} URI {shown:?}: bad percent-encoding in an option name"
@@ -274,7 +274,7 @@ fn parse_query(
                 keys.allowed.join(", ")
             )));
         }
-        let value = crate::s3_uri::percent_decode(v).ok_or_else(|| {
+        let value = silt_common::query::percent_decode(v).ok_or_else(|| {
             Error::invalid(format!(
                 "invalid {name} URI {shown:?}: bad percent-encoding in option {key}"
             ))
