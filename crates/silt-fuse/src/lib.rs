@@ -2487,6 +2487,13 @@ impl Mounted {
             return s.join().map_err(|e| Error::from(e).context("FUSE session"));
         }
         let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINVAL) {
+            // Not a mount point any more: someone unmounted it first (`fusermount3 -u`), which
+            // is what stopping wanted; the session ends with the connection.
+            tracing::info!(mountpoint = %self.mountpoint.display(), "already unmounted");
+            takeover::release_holder(&self.state_dir);
+            return Ok(());
+        }
         if e.raw_os_error() != Some(libc::EBUSY) {
             return Err(Error::from(e).context("unmount"));
         }
