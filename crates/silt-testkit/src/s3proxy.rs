@@ -200,6 +200,9 @@ struct Shared {
     /// Signalled on shutdown and on `clear_faults`.
     changed: Condvar,
     counts: [AtomicU64; 6],
+    /// `METHOD TARGET` of every request, in arrival order (for tests that check what a
+    /// client asked for, e.g. its preconditions).
+    requests: Mutex<Vec<String>>,
 }
 
 impl Shared {
@@ -293,6 +296,7 @@ impl S3Proxy {
             }),
             changed: Condvar::new(),
             counts: Default::default(),
+            requests: Mutex::new(Vec::new()),
         });
         let connections = Arc::new(Mutex::new(Vec::new()));
         let acceptor = {
@@ -330,6 +334,15 @@ impl S3Proxy {
             delete: c(S3Op::Delete),
             other: c(S3Op::Other),
         }
+    }
+
+    /// `METHOD TARGET` (origin form, `/path?query`) of every request received so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn reset_counts(&self) {
@@ -590,6 +603,11 @@ fn serve_connection(client: TcpStream, shared: Arc<Shared>) {
     };
     let op = S3Op::classify(&head.method, &head.target);
     shared.counts[op.index()].fetch_add(1, Ordering::SeqCst);
+    shared
+        .requests
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(format!("{} {}", head.method, head.target));
     let is_head = head.method.eq_ignore_ascii_case("HEAD");
     let body_len = match head.body_length() {
         Ok(n) => n,

@@ -127,3 +127,46 @@ async fn webhdfs_missing_directory_and_unreachable_endpoint() {
     )
     .await;
 }
+
+/// GCS's version rule, which fake-gcs-server does not enforce (it ignores read
+/// preconditions): every read of a file names the generation it was opened at
+/// (`ifGenerationMatch`, which GCS answers with 412 once the object was replaced), and a 412
+/// is the read of a changed object (`ContentChanged`), never bytes. Through a recording proxy
+/// that answers the 412 as GCS would.
+#[tokio::test]
+async fn gcs_reads_name_their_generation_and_a_412_is_a_changed_object() {
+    let gcs = silt_testkit::FakeGcs::start();
+    gcs.create_bucket("gen");
+    let proxy = silt_testkit::S3Proxy::start(gcs.addr()).unwrap();
+    let uri = format!("gs://gen/ds?endpoint={}&anonymous=true", proxy.endpoint());
+    let store = open_store(&uri, &S3Options::default()).await.unwrap();
+    store
+        .write("f", bytes::Bytes::from_static(b"first version"))
+        .await
+        .unwrap();
+    let meta = store.stat("f").await.unwrap();
+    let generation = meta.version.clone().expect("a GCS object has a generation");
+    let before = proxy.requests().len();
+    assert_eq!(&store.read("f", 0..5, &meta).await.unwrap()[..], b"first");
+    let reads: Vec<String> = proxy.requests()[before..]
+        .iter()
+        .filter(|r| r.starts_with("GET ") && r.contains("alt=media"))
+        .cloned()
+        .collect();
+    assert!(!reads.is_empty(), "{:?}", proxy.requests());
+    for r in &reads {
+        assert!(
+            r.contains(&format!("ifGenerationMatch={generation}")),
+            "a read without its generation: {r}"
+        );
+    }
+    // The object replaced meanwhile: GCS refuses the read of the old generation.
+    proxy.inject(
+        silt_testkit::S3Op::Get,
+        0,
+        1,
+        silt_testkit::FaultAction::status(412, "conditionNotMet", "Precondition Failed"),
+    );
+    let err = store.read("f", 0..5, &meta).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ContentChanged, "{err}");
+}
