@@ -1,17 +1,16 @@
 //! A fault-injecting wrapper around any store, for tests of retry, timeout and error paths.
 
 use std::fmt;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use parking_lot::Mutex;
 use silt_common::{Error, ErrorKind, Result};
 
-use crate::{Capabilities, DynStore, ObjectMeta, UnderStore};
+use crate::layer::{Layer, Layered};
+use crate::DynStore;
 
 /// One kind of [`UnderStore`] call (`create_dir`, `rename` and `copy` count as writes,
 /// `remove_dir` as a delete).
@@ -136,21 +135,28 @@ impl fmt::Debug for Fault {
 /// assert!(store.read("a", 0..1, &meta).await.is_err());
 /// assert_eq!(store.calls(FaultOp::Read), 1);
 /// ```
-pub struct FaultStore {
+/// The faults of a [`FaultStore`] and its call counts (the [`Layer`] it is made of).
+pub struct Faults {
     inner: DynStore,
     faults: Mutex<Vec<Fault>>,
     calls: [AtomicU64; 5],
 }
 
-impl FaultStore {
+/// A store in front of `inner` that injects [`Fault`]s and counts calls: a [`Layer`], so it
+/// forwards every trait method.
+pub type FaultStore = Layered<Faults>;
+
+impl Layered<Faults> {
     pub fn new(inner: DynStore) -> FaultStore {
-        FaultStore {
+        Layered::from_layer(Faults {
             inner,
             faults: Mutex::new(Vec::new()),
             calls: Default::default(),
-        }
+        })
     }
+}
 
+impl Faults {
     /// Adds a fault.
     pub fn inject(&self, fault: Fault) {
         self.faults.lock().push(fault);
@@ -180,6 +186,18 @@ impl FaultStore {
     /// The wrapped store.
     pub fn inner(&self) -> &DynStore {
         &self.inner
+    }
+}
+
+#[async_trait]
+impl Layer for Faults {
+    fn inner(&self) -> &DynStore {
+        &self.inner
+    }
+
+    /// Never the inner store's file: a reader of it would meet none of the faults.
+    fn lends_local_files(&self) -> bool {
+        false
     }
 
     /// Counts the call, sleeps for matching latencies, then returns the injected failure, if
@@ -230,131 +248,10 @@ impl FaultStore {
     }
 }
 
-#[async_trait]
-impl UnderStore for FaultStore {
-    fn uri(&self) -> &str {
-        self.inner.uri()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn stat(&self, path: &str) -> Result<ObjectMeta> {
-        self.before(FaultOp::Stat, path).await?;
-        self.inner.stat(path).await
-    }
-
-    async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
-        self.before(FaultOp::List, dir).await?;
-        self.inner.list(dir, recursive).await
-    }
-
-    async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
-        self.before(FaultOp::List, dir).await?;
-        self.inner.list_tree(dir, max).await
-    }
-
-    async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
-        self.before(FaultOp::Read, path).await?;
-        self.inner.read(path, range, expected).await
-    }
-
-    /// Never the inner store's file: a reader of it would meet none of the faults.
-    async fn local_file(&self, _path: &str, _expected: &ObjectMeta) -> Option<std::fs::File> {
-        None
-    }
-
-    async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
-        self.before(FaultOp::Write, path).await?;
-        self.inner.write(path, data).await
-    }
-
-    async fn write_from(
-        &self,
-        path: &str,
-        src: &dyn silt_common::io::ReadAt,
-        len: u64,
-    ) -> Result<ObjectMeta> {
-        self.before(FaultOp::Write, path).await?;
-        self.inner.write_from(path, src, len).await
-    }
-
-    async fn delete(&self, path: &str) -> Result<()> {
-        self.before(FaultOp::Delete, path).await?;
-        self.inner.delete(path).await
-    }
-
-    // Directory operations and renames count as the request kind they make: a write (marker,
-    // copy) or a delete.
-
-    async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
-        self.before(FaultOp::Write, path).await?;
-        self.inner.create_dir(path).await
-    }
-
-    async fn remove_dir(&self, path: &str) -> Result<()> {
-        self.before(FaultOp::Delete, path).await?;
-        self.inner.remove_dir(path).await
-    }
-
-    async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
-        self.before(FaultOp::Write, from).await?;
-        self.inner.rename(from, to).await
-    }
-
-    async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
-        self.before(FaultOp::Write, from).await?;
-        self.inner.copy(from, to).await
-    }
-
-    async fn write_from_attrs(
-        &self,
-        path: &str,
-        src: &dyn silt_common::io::ReadAt,
-        len: u64,
-        attrs: &crate::SetAttrs,
-    ) -> Result<ObjectMeta> {
-        self.before(FaultOp::Write, path).await?;
-        self.inner.write_from_attrs(path, src, len, attrs).await
-    }
-
-    async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
-        self.before(FaultOp::Write, path).await?;
-        self.inner.symlink(path, target).await
-    }
-
-    async fn read_link(&self, path: &str) -> Result<String> {
-        self.before(FaultOp::Read, path).await?;
-        self.inner.read_link(path).await
-    }
-
-    async fn set_attrs(&self, path: &str, attrs: &crate::SetAttrs) -> Result<ObjectMeta> {
-        self.before(FaultOp::Write, path).await?;
-        self.inner.set_attrs(path, attrs).await
-    }
-
-    async fn mknod(
-        &self,
-        path: &str,
-        kind: crate::SpecialKind,
-        rdev: u32,
-        attrs: &crate::SetAttrs,
-    ) -> Result<ObjectMeta> {
-        self.before(FaultOp::Write, path).await?;
-        self.inner.mknod(path, kind, rdev, attrs).await
-    }
-
-    async fn hard_link(&self, from: &str, to: &str) -> Result<ObjectMeta> {
-        self.before(FaultOp::Write, to).await?;
-        self.inner.hard_link(from, to).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::MemStore;
+    use crate::{MemStore, UnderStore};
 
     #[tokio::test]
     async fn faults_apply_in_order_and_are_counted() {

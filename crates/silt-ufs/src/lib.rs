@@ -19,6 +19,7 @@ use silt_common::{Error, Result};
 
 mod beneath;
 mod fault;
+mod layer;
 mod mem;
 mod object;
 mod opendal_store;
@@ -26,7 +27,8 @@ mod s3_receive;
 mod s3_uri;
 mod uri;
 
-pub use fault::{Fault, FaultOp, FaultStore};
+pub use fault::{Fault, FaultOp, FaultStore, Faults};
+pub use layer::{Layer, Layered};
 pub use mem::MemStore;
 pub use object::{ObjectScheme, ObjectStore, ObjectUri};
 pub use opendal_store::{OpendalStore, S3Options};
