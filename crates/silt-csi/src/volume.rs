@@ -11,7 +11,8 @@
 //!
 //! Keys with a `/` (what Kubernetes adds: `csi.storage.k8s.io/pod.name`, ...) are ignored.
 //! Secrets (a Secret referenced by the PersistentVolume or StorageClass): the Silt options
-//! `s3_access_key_id`, `s3_secret_access_key` and `cluster_secret`.
+//! `s3_access_key_id`, `s3_secret_access_key` and `cluster_secret`, and an `azblob://`
+//! volume's `azure_storage_key` or `azure_storage_sas_token`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -34,7 +35,23 @@ pub struct MountSpec {
 /// Options a volume may not set: where its mount lives is the plugin's to choose.
 const PLUGIN_OWNED: &[&str] = &["mountpoint", "state_dir", "mounts"];
 /// Secrets a volume may carry.
-const SECRET_KEYS: &[&str] = &["s3_access_key_id", "s3_secret_access_key", "cluster_secret"];
+const SECRET_KEYS: &[&str] = &[
+    "s3_access_key_id",
+    "s3_secret_access_key",
+    "cluster_secret",
+    "azure_storage_key",
+    "azure_storage_sas_token",
+];
+
+/// The environment variable a secret reaches the mount process in: Silt's own option, or,
+/// for an `azblob://` volume, the variable its store reads when the URI names none.
+fn secret_env(key: &str) -> String {
+    match key {
+        "azure_storage_key" => "AZURE_STORAGE_KEY".to_string(),
+        "azure_storage_sas_token" => "AZURE_STORAGE_SAS_TOKEN".to_string(),
+        _ => env_name(key),
+    }
+}
 
 pub fn mount_spec(
     attributes: &HashMap<String, String>,
@@ -81,7 +98,7 @@ pub fn mount_spec(
                 SECRET_KEYS.join(", ")
             )));
         }
-        spec.env.insert(env_name(k), v.clone());
+        spec.env.insert(secret_env(k), v.clone());
     }
     Ok(spec)
 }
@@ -168,9 +185,14 @@ mod tests {
                 ("write_type", "through"),
                 ("csi.storage.k8s.io/pod.name", "p"),
             ]),
-            &map(&[("s3_secret_access_key", "k")]),
+            &map(&[("s3_secret_access_key", "k"), ("azure_storage_key", "az")]),
         )
         .unwrap();
+        assert_eq!(
+            s.env.get("AZURE_STORAGE_KEY").map(String::as_str),
+            Some("az"),
+            "an azblob:// volume's key, where its store looks when the URI names no variable"
+        );
         assert_eq!(s.uri.as_deref(), Some("file:///srv/data"));
         assert_eq!(s.path, "/a/b");
         assert_eq!(
