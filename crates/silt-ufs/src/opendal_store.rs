@@ -802,8 +802,26 @@ impl OpendalStore {
     /// only implied by keys, as s3fs-fuse does) with them in its user metadata.
     async fn s3_set_dir_attrs(&self, cur: &ObjectMeta, attrs: &SetAttrs) -> Result<ObjectMeta> {
         let path = cur.path.as_str();
+        self.s3_put_marker(path, s3_user_metadata(cur, attrs), "set attributes")
+            .await?;
+        match self.s3_marker(path).await? {
+            Some(dir) => Ok(dir),
+            None => Err(Error::not_found(format!(
+                "set attributes of {}: the directory was removed meanwhile",
+                self.full(path)
+            ))),
+        }
+    }
+
+    /// PUTs the marker `path/` with the user metadata `user`.
+    async fn s3_put_marker(
+        &self,
+        path: &str,
+        user: Vec<(String, String)>,
+        what: &str,
+    ) -> Result<()> {
         let opts = opendal::options::WriteOptions {
-            user_metadata: Some(s3_user_metadata(cur, attrs).into_iter().collect()),
+            user_metadata: Some(user.into_iter().collect()),
             ..Default::default()
         };
         // OpenDAL writes file paths only: the marker's PUT is its presigned request (so
@@ -812,27 +830,18 @@ impl OpendalStore {
             .op
             .presign_write_options(&format!("{path}/"), self.presign_validity(), opts)
             .await
-            .map_err(|e| self.map_err("set attributes", path, e))?;
-        let status = self
-            .s3_send_signed(&signed, "set attributes", path)
-            .await?
-            .status();
+            .map_err(|e| self.map_err(what, path, e))?;
+        let status = self.s3_send_signed(&signed, what, path).await?.status();
         if !status.is_success() {
             return Err(s3_status_error(
                 status,
                 format!(
-                    "set attributes of {}: the store answered {status} to the marker's PUT",
+                    "{what} {}: the store answered {status} to the marker's PUT",
                     self.full(path)
                 ),
             ));
         }
-        match self.s3_marker(path).await? {
-            Some(dir) => Ok(dir),
-            None => Err(Error::not_found(format!(
-                "set attributes of {}: the directory was removed meanwhile",
-                self.full(path)
-            ))),
-        }
+        Ok(())
     }
 
     /// Whether at least one key starts with `path/` (a one-key listing).
@@ -2486,14 +2495,22 @@ impl UnderStore for OpendalStore {
             // One upload with the attributes in its user metadata.
             Backend::S3 { .. } if !attrs.is_empty() => {
                 let base = ObjectMeta::empty_file(path);
+                let user = s3_user_metadata(&base, attrs);
                 let mut meta = self
-                    .write_from_meta(path, src, len, Some(s3_user_metadata(&base, attrs)))
+                    .write_from_meta(path, src, len, Some(user.clone()))
                     .await?;
-                meta.mode = attrs.mode.or(meta.mode);
-                meta.posix.uid = attrs.uid.or(meta.posix.uid);
-                meta.posix.gid = attrs.gid.or(meta.posix.gid);
-                meta.posix.atime = attrs.atime.or(meta.posix.atime);
-                meta.mtime = attrs.mtime.or(meta.mtime);
+                // The PUT's answer repeats no user metadata and no Last-Modified: the
+                // attributes are the ones sent, and a version given no mtime was made now
+                // (its x-amz-meta-ctime, to the second, as S3's Last-Modified is), so a
+                // rewrite (a truncate) does not go on showing the old version's times.
+                s3_apply_attrs(&mut meta, |k| {
+                    user.iter()
+                        .find(|(key, _)| key.eq_ignore_ascii_case(k))
+                        .map(|(_, v)| v.clone())
+                });
+                if meta.mtime.is_none() {
+                    meta.mtime = meta.posix.ctime;
+                }
                 Ok(meta)
             }
             _ => {
@@ -2552,12 +2569,31 @@ impl UnderStore for OpendalStore {
                     ),
                 ));
             }
+            // The marker carries its making's time (to the second, as S3 keeps times), so
+            // the new directory does not show the mount's start as its times.
+            let now = UNIX_EPOCH
+                + Duration::from_secs(
+                    SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_secs()),
+                );
+            let made = SetAttrs {
+                mtime: Some(now),
+                atime: Some(now),
+                ..Default::default()
+            };
             UFS_REQUESTS.inc();
-            self.op
-                .create_dir(&format!("{path}/"))
-                .await
-                .map_err(|e| self.map_err("mkdir", path, e))?;
-            Ok(ObjectMeta::dir(path))
+            self.s3_put_marker(
+                path,
+                s3_user_metadata(&ObjectMeta::dir(path), &made),
+                "mkdir",
+            )
+            .await?;
+            let mut dir = ObjectMeta::dir(path);
+            dir.mtime = Some(now);
+            dir.posix.atime = Some(now);
+            dir.posix.ctime = Some(now);
+            Ok(dir)
         })
         .await
     }

@@ -1290,3 +1290,64 @@ fn hard_links_s3_are_eperm() {
     assert_eq!(e.kind(), silt_common::ErrorKind::NotFound);
     silt.stop();
 }
+
+/// On S3, a rewrite (a truncate) shows the new version's times at once, not the old ones
+/// (the PUT's answer names none: the times are those Silt sent), and a new directory's
+/// marker carries its making's times (else it showed the mount's start).
+#[test]
+fn rewrites_and_new_directories_show_their_own_times_s3() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = S3Fx::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = fx.up(&["--write-type", "through"], dir.path());
+    let root = silt.path("data");
+    std::fs::write(root.join("f"), b"some bytes").unwrap();
+    utimes(&root.join("f"), Some(Some(PAST)), Some(Some(PAST))).unwrap();
+    assert_eq!(stat_of(&root.join("f")).mtime(), PAST);
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(root.join("f"))
+        .unwrap()
+        .set_len(3)
+        .unwrap();
+    let st = stat_of(&root.join("f"));
+    assert_eq!(st.len(), 3);
+    assert!(
+        st.mtime() >= before,
+        "mtime {} after a truncate at {before}",
+        st.mtime()
+    );
+    assert!(
+        st.ctime() >= before,
+        "ctime {} after a truncate at {before}",
+        st.ctime()
+    );
+    std::fs::create_dir(root.join("d")).unwrap();
+    let d = stat_of(&root.join("d"));
+    assert!(
+        d.mtime() >= before && d.ctime() >= before,
+        "{} {}",
+        d.mtime(),
+        d.ctime()
+    );
+    // The same times as the store keeps for it (before, a new directory showed the mount's
+    // start until a later stat).
+    let raw = fx
+        .rt
+        .block_on(silt_ufs::open_store(&fx.uri(), &fx.server.s3_options()))
+        .unwrap();
+    let stored = fx.rt.block_on(raw.stat("d")).unwrap();
+    let secs = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+    };
+    assert_eq!(
+        Some(d.mtime()),
+        stored.mtime.map(secs),
+        "the directory's mtime"
+    );
+    silt.stop();
+}
