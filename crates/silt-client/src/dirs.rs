@@ -162,11 +162,36 @@ impl Client {
                 "symlink {path}: the target must be non-empty text"
             )));
         }
+        self.new_store_entry("symlink", path, |store, rel| async move {
+            let meta = store.symlink(&rel, target).await?;
+            if attrs.is_empty() {
+                return Ok(meta);
+            }
+            match store.set_attrs(&rel, attrs).await {
+                Ok(m) => Ok(m),
+                Err(err) => {
+                    tracing::debug!(path = %rel, "new link keeps default attributes: {err}");
+                    Ok(meta)
+                }
+            }
+        })
+        .await
+    }
+
+    /// An entry only the store can hold (a link, a special file) made at `path` by `make`
+    /// (given the mount's store and the path in it): the parent must exist, nothing may have
+    /// the path, `Unsupported` under `cache-only` (no store object); then cached as stat'ed
+    /// and the parent's times moved.
+    async fn new_store_entry<F, Fut>(&self, what: &str, path: &str, make: F) -> Result<Entry>
+    where
+        F: FnOnce(silt_ufs::DynStore, String) -> Fut,
+        Fut: std::future::Future<Output = Result<silt_ufs::ObjectMeta>>,
+    {
         let t = self.dir_target(path, ErrorKind::AlreadyExists)?;
         if t.write_type == WriteType::CacheOnly {
             return Err(Error::new(
                 ErrorKind::Unsupported,
-                format!("symlink {}: cache-only files have no store object", t.path),
+                format!("{what} {}: cache-only files have no store object", t.path),
             ));
         }
         if self.session(&t.path).is_some() {
@@ -174,19 +199,9 @@ impl Client {
         }
         self.check_new_entry(&t.path).await?;
         let asked = self.opts.clock.now();
-        let mut meta = t
-            .store
-            .symlink(&t.rel, target)
+        let meta = make(t.store.clone(), t.rel.clone())
             .await
             .map_err(|e| e.context(&t.path))?;
-        if !attrs.is_empty() {
-            match t.store.set_attrs(&t.rel, attrs).await {
-                Ok(m) => meta = m,
-                Err(err) => {
-                    tracing::debug!(path = %t.path, "new link keeps default attributes: {err}")
-                }
-            }
-        }
         let entry = Entry::from_meta(t.path.clone(), &t.store, meta);
         let mut changes = self.meta.put_stat(asked, entry.clone());
         self.note_parents(&t.path, &t.rel, &t.store, asked, &mut changes);
@@ -208,29 +223,10 @@ impl Client {
         rdev: u32,
         attrs: &silt_ufs::SetAttrs,
     ) -> Result<Entry> {
-        let t = self.dir_target(path, ErrorKind::AlreadyExists)?;
-        if t.write_type == WriteType::CacheOnly {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                format!("mknod {}: cache-only files have no store object", t.path),
-            ));
-        }
-        if self.session(&t.path).is_some() {
-            return Err(already_exists(&t.path));
-        }
-        self.check_new_entry(&t.path).await?;
-        let asked = self.opts.clock.now();
-        let meta = t
-            .store
-            .mknod(&t.rel, kind, rdev, attrs)
-            .await
-            .map_err(|e| e.context(&t.path))?;
-        let entry = Entry::from_meta(t.path.clone(), &t.store, meta);
-        let mut changes = self.meta.put_stat(asked, entry.clone());
-        self.note_parents(&t.path, &t.rel, &t.store, asked, &mut changes);
-        self.apply(&changes);
-        self.dir_times.touch_parent_of(&t.path);
-        Ok(entry)
+        self.new_store_entry("mknod", path, |store, rel| async move {
+            store.mknod(&rel, kind, rdev, attrs).await
+        })
+        .await
     }
 
     /// Gives the file `from` the second name `to` (`link(2)`), where the store can: a local

@@ -89,21 +89,6 @@ fn write(root: &Path, files: &[(&str, Vec<u8>)]) {
     }
 }
 
-/// The address a gateway printed (`... at http://HOST:PORT ...`, or https).
-fn endpoint_in(log: &str, marker: &str) -> String {
-    let line = log
-        .lines()
-        .find(|l| l.starts_with(marker))
-        .unwrap_or_else(|| panic!("no {marker:?} line in the log:\n{log}"));
-    let at = line.find("http").expect("an address");
-    line[at..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .trim_end_matches(['(', ')', ';', ','])
-        .to_string()
-}
-
 impl Fx {
     fn start(files: &[(&str, Vec<u8>)], gateway_args: &[&str], keys: Option<&str>) -> Fx {
         Fx::start_with(files, gateway_args, keys, false)

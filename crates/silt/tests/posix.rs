@@ -878,25 +878,13 @@ fn symlinks_s3() {
     let root = silt.path("data");
     symlinks(&root);
     // s3fs-fuse's form: the body is the target, the mode has the link type bits.
-    let raw = silt_ufs::OpendalStore::open(
-        &silt_ufs::StoreUri::parse(&fx.uri()).unwrap(),
-        &fx.server.s3_options(),
-    )
-    .unwrap();
-    let body = fx
-        .rt
-        .block_on(async { raw.operator().read("l_dir").await })
-        .unwrap();
-    assert_eq!(body.to_vec(), b"td");
-    let head = fx
-        .rt
-        .block_on(async { raw.operator().stat("l_dir").await })
-        .unwrap();
-    let mode = head
-        .user_metadata()
-        .and_then(|m| m.get("mode").map(str::to_string))
-        .unwrap_or_default();
-    assert_eq!(mode, (S_IFLNK | 0o777).to_string(), "x-amz-meta-mode");
+    let (body, meta) = raw_object(&fx, "l_dir");
+    assert_eq!(body, b"td");
+    assert_eq!(
+        meta("mode"),
+        (S_IFLNK | 0o777).to_string(),
+        "x-amz-meta-mode"
+    );
     silt.stop();
     let mut args = s3_args(&fx.server);
     args.extend(["--s3-list-attrs".to_string(), "true".to_string()]);
@@ -906,6 +894,7 @@ fn symlinks_s3() {
     let silt = restart(dir.path(), &fx.uri(), &args);
     check_kept_links(&root, "after a daemon crash and restart");
     // A link written the s3fs way behind Silt's back shows as a link.
+    let raw = raw_store(&fx);
     fx.rt
         .block_on(async {
             raw.operator()
@@ -958,6 +947,31 @@ fn mknod(p: &Path, mode: u32, dev: libc::dev_t) -> i32 {
     } else {
         std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
     }
+}
+
+/// The body of the store's object `key` (read behind Silt's back) and a lookup of its user
+/// metadata (`x-amz-meta-KEY`, empty when absent).
+fn raw_object(fx: &S3Fx, key: &str) -> (Vec<u8>, impl Fn(&str) -> String) {
+    let raw = raw_store(fx);
+    let (body, head) = fx.rt.block_on(async {
+        let body = raw.operator().read(key).await.unwrap().to_vec();
+        (body, raw.operator().stat(key).await.unwrap())
+    });
+    let meta = move |k: &str| {
+        head.user_metadata()
+            .and_then(|m| m.get(k).map(str::to_string))
+            .unwrap_or_default()
+    };
+    (body, meta)
+}
+
+/// The fixture's store, opened behind Silt's back.
+fn raw_store(fx: &S3Fx) -> silt_ufs::OpendalStore {
+    silt_ufs::OpendalStore::open(
+        &silt_ufs::StoreUri::parse(&fx.uri()).unwrap(),
+        &fx.server.s3_options(),
+    )
+    .unwrap()
 }
 
 /// The type bits of a mode.
@@ -1139,20 +1153,7 @@ fn special_files_s3() {
     let root = silt.path("data");
     special_files(&root);
     // s3fs-fuse's form: an empty object, the type in the mode, the number in `rdev`.
-    let raw = silt_ufs::OpendalStore::open(
-        &silt_ufs::StoreUri::parse(&fx.uri()).unwrap(),
-        &fx.server.s3_options(),
-    )
-    .unwrap();
-    let head = fx
-        .rt
-        .block_on(async { raw.operator().stat("kept_chr").await })
-        .unwrap();
-    let meta = |k: &str| {
-        head.user_metadata()
-            .and_then(|m| m.get(k).map(str::to_string))
-            .unwrap_or_default()
-    };
+    let (body, meta) = raw_object(&fx, "kept_chr");
     assert_eq!(
         meta("mode"),
         (libc::S_IFCHR | 0o600).to_string(),
@@ -1163,7 +1164,7 @@ fn special_files_s3() {
         libc::makedev(1, 7).to_string(),
         "x-amz-meta-rdev"
     );
-    assert_eq!(head.content_length(), 0);
+    assert!(body.is_empty(), "a special file's object is empty");
     // A regular file created and closed unwritten is a regular file in its metadata too
     // (an earlier base for new objects wrote a directory's type bits).
     {
@@ -1175,16 +1176,9 @@ fn special_files_s3() {
             .open(root.join("new"))
             .unwrap();
     }
-    let head = fx
-        .rt
-        .block_on(async { raw.operator().stat("new").await })
-        .unwrap();
-    let mode = head
-        .user_metadata()
-        .and_then(|m| m.get("mode").map(str::to_string))
-        .unwrap_or_default();
+    let (_, meta) = raw_object(&fx, "new");
     assert_eq!(
-        mode,
+        meta("mode"),
         (libc::S_IFREG | 0o640).to_string(),
         "a new file's mode"
     );

@@ -875,6 +875,10 @@ fn an_open_file_keeps_its_bytes_after_its_unlink() {
                 .metadata()
                 .unwrap_or_else(|e| panic!("{what} {how}: fstat: {e}"));
             assert_eq!(md.len(), data.len() as u64, "{what} {how}");
+            {
+                use std::os::unix::fs::MetadataExt;
+                assert_eq!(md.nlink(), 0, "{what} {how}: an unlinked file has no name");
+            }
             drop(f);
         }
         silt.stop();

@@ -312,7 +312,7 @@ fn gcs_azure_hdfs_and_s3_side_by_side_through_the_mount() {
     }
     // The S3 gateway of the same daemon (the same client): each mount is a bucket; boto3
     // reads what the store held and writes into that store.
-    let endpoint = gateway_endpoint(&silt.log_text());
+    let endpoint = endpoint_in(&silt.log_text(), "silt: S3 gateway at");
     let script = dir.path().join("gateway_check.py");
     std::fs::write(
         &script,
@@ -365,19 +365,4 @@ print("ok")
         assert_eq!(err.raw_os_error(), Some(libc::EXDEV), "{from} -> {to}");
     }
     silt.stop();
-}
-
-/// The address `silt up --gateway 127.0.0.1:0` printed.
-fn gateway_endpoint(log: &str) -> String {
-    let line = log
-        .lines()
-        .find(|l| l.starts_with("silt: S3 gateway at"))
-        .unwrap_or_else(|| panic!("no gateway line in the log:\n{log}"));
-    let at = line.find("http").expect("an address");
-    line[at..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .trim_end_matches(['(', ')', ';', ','])
-        .to_string()
 }

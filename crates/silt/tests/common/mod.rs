@@ -512,3 +512,18 @@ impl Drop for Tmpfs {
         }
     }
 }
+
+/// The address a gateway printed (`... at http://HOST:PORT ...`, or https).
+pub fn endpoint_in(log: &str, marker: &str) -> String {
+    let line = log
+        .lines()
+        .find(|l| l.starts_with(marker))
+        .unwrap_or_else(|| panic!("no {marker:?} line in the log:\n{log}"));
+    let at = line.find("http").expect("an address");
+    line[at..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .trim_end_matches(['(', ')', ';', ','])
+        .to_string()
+}
