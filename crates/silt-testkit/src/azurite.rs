@@ -10,10 +10,9 @@
 //! // endpoint az.endpoint(), account az.account_name(), key az.account_key()
 //! ```
 
-use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -21,7 +20,7 @@ use hmac::{KeyInit, Mac};
 use tempfile::TempDir;
 
 use crate::gcs::{deps_dir, http_request, HttpResponse};
-use crate::{free_port, kill, wait_ready};
+use crate::{kill, start_on_free_port, Launch};
 
 /// Azurite's built-in development account, the same in every Azurite and documented by Azure.
 const ACCOUNT: &str = "devstoreaccount1";
@@ -30,8 +29,6 @@ const ACCOUNT_KEY: &str =
 /// The REST API version the set-up calls use (Azurite also runs with `--skipApiVersionCheck`,
 /// so clients newer than this Azurite work too).
 const API_VERSION: &str = "2021-08-06";
-/// Port races (another process binding the port we picked) are retried with a new port.
-const START_ATTEMPTS: usize = 5;
 const LOG: &str = "azurite.log";
 
 /// A running Azurite blob service on `127.0.0.1`, keeping its data in a fresh temporary
@@ -61,15 +58,17 @@ impl Azurite {
             .map_err(|e| format!("creating a temporary directory: {e}"))?;
         let data = dir.path().join("data");
         std::fs::create_dir(&data).map_err(|e| format!("creating {}: {e}", data.display()))?;
-        let mut last_error = String::new();
-        for _ in 0..START_ATTEMPTS {
-            let port = free_port(ip)?;
-            let log_path = dir.path().join(LOG);
-            let log = File::create(&log_path)
-                .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
-            let log_err = log
-                .try_clone()
-                .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+        let log_path = dir.path().join(LOG);
+        let launch = Launch {
+            name: "Azurite",
+            ip,
+            log_path: &log_path,
+            // AZURITE_DB would move the metadata into an external database and
+            // AZURITE_ACCOUNTS replace the development account.
+            env_prefix: "AZURITE_",
+            port_taken: "EADDRINUSE",
+        };
+        let command = |port: u16| {
             let mut cmd = Command::new(&binary);
             cmd.args([
                 "--blobHost",
@@ -84,37 +83,11 @@ impl Azurite {
             // The account is the first path segment, whatever the Host header says.
             .arg("--disableProductStyleUrl")
             .args(["--skipApiVersionCheck", "--loose", "--silent"])
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
-            // AZURITE_DB would move the metadata into an external database and AZURITE_ACCOUNTS
-            // replace the development account: start it from a clean slate.
-            for (key, _) in std::env::vars_os() {
-                if key.to_string_lossy().starts_with("AZURITE_") {
-                    cmd.env_remove(&key);
-                }
-            }
-            let mut child = cmd
-                .spawn()
-                .map_err(|e| format!("running {}: {e}", binary.display()))?;
-            let addr = SocketAddr::from((ip, port));
-            let what = format!("answer on {addr}");
-            match wait_ready(&mut child, "Azurite", &what, || answers(addr)) {
-                Ok(()) => return Ok(Azurite { child, port, dir }),
-                Err(e) => {
-                    kill(&mut child);
-                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                    if !log.contains("EADDRINUSE") {
-                        return Err(format!("{e}\nAzurite log:\n{log}"));
-                    }
-                    last_error = e;
-                }
-            }
-        }
-        Err(format!(
-            "gave up after {START_ATTEMPTS} port collisions: {last_error}"
-        ))
+            .current_dir(dir.path());
+            cmd
+        };
+        let (child, port) = start_on_free_port(&launch, command, answers)?;
+        Ok(Azurite { child, port, dir })
     }
 
     /// `http://127.0.0.1:PORT/devstoreaccount1`, the account's blob endpoint (path style).

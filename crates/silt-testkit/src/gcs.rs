@@ -7,19 +7,16 @@
 //! // point the GCS client at gcs.endpoint(), with no credentials
 //! ```
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use tempfile::TempDir;
 
-use crate::{free_port, kill, wait_ready};
+use crate::{kill, start_on_free_port, Launch};
 
-/// Port races (another process binding the port we picked) are retried with a new port.
-const START_ATTEMPTS: usize = 5;
 const LOG: &str = "fake-gcs-server.log";
 
 /// A running fake-gcs-server serving a fresh temporary directory on `127.0.0.1`, over plain
@@ -47,15 +44,17 @@ impl FakeGcs {
             .prefix("silt-gcs-")
             .tempdir()
             .map_err(|e| format!("creating a temporary directory: {e}"))?;
-        let mut last_error = String::new();
-        for _ in 0..START_ATTEMPTS {
-            let port = free_port(ip)?;
-            let log_path = dir.path().join(LOG);
-            let log = File::create(&log_path)
-                .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
-            let log_err = log
-                .try_clone()
-                .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+        let log_path = dir.path().join(LOG);
+        let launch = Launch {
+            name: "fake-gcs-server",
+            ip,
+            log_path: &log_path,
+            // Flags win over FAKE_GCS_* variables, but others (a Pub/Sub event topic, seed
+            // data) would change the server or make it talk to other hosts.
+            env_prefix: "FAKE_GCS_",
+            port_taken: "address already in use",
+        };
+        let command = |port: u16| {
             let url = format!("http://{ip}:{port}");
             let mut cmd = Command::new(&binary);
             cmd.args(["-scheme", "http", "-host", &ip.to_string()])
@@ -70,37 +69,11 @@ impl FakeGcs {
                     "-external-url",
                     &url,
                 ])
-                .current_dir(dir.path())
-                .stdin(Stdio::null())
-                .stdout(log)
-                .stderr(log_err);
-            // Flags win over FAKE_GCS_* variables, but others (a Pub/Sub event topic, seed
-            // data) would change the server or make it talk to other hosts: start it clean.
-            for (key, _) in std::env::vars_os() {
-                if key.to_string_lossy().starts_with("FAKE_GCS_") {
-                    cmd.env_remove(&key);
-                }
-            }
-            let mut child = cmd
-                .spawn()
-                .map_err(|e| format!("running {}: {e}", binary.display()))?;
-            let addr = SocketAddr::from((ip, port));
-            let what = format!("answer on {addr}");
-            match wait_ready(&mut child, "fake-gcs-server", &what, || answers(addr)) {
-                Ok(()) => return Ok(FakeGcs { child, port, dir }),
-                Err(e) => {
-                    kill(&mut child);
-                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                    if !log.contains("address already in use") {
-                        return Err(format!("{e}\nfake-gcs-server log:\n{log}"));
-                    }
-                    last_error = e;
-                }
-            }
-        }
-        Err(format!(
-            "gave up after {START_ATTEMPTS} port collisions: {last_error}"
-        ))
+                .current_dir(dir.path());
+            cmd
+        };
+        let (child, port) = start_on_free_port(&launch, command, answers)?;
+        Ok(FakeGcs { child, port, dir })
     }
 
     /// `http://127.0.0.1:PORT`, the base of the JSON API (`/storage/v1/...`) and uploads.

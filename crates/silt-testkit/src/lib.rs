@@ -86,15 +86,17 @@ impl S3Server {
             .map_err(|e| format!("creating a temporary directory: {e}"))?;
         let root = dir.path().join("root");
         std::fs::create_dir(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
-        let mut last_error = String::new();
-        for _ in 0..START_ATTEMPTS {
-            let port = free_port(ip)?;
-            let log_path = dir.path().join("versitygw.log");
-            let log = File::create(&log_path)
-                .map_err(|e| format!("creating {}: {e}", log_path.display()))?;
-            let log_err = log
-                .try_clone()
-                .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+        let log_path = dir.path().join("versitygw.log");
+        let launch = Launch {
+            name: "versitygw",
+            ip,
+            log_path: &log_path,
+            // Flags win over VGW_* variables, but other VGW_* settings (event webhooks, ...)
+            // could still make the server talk to other hosts.
+            env_prefix: "VGW_",
+            port_taken: "address already in use",
+        };
+        let command = |port: u16| {
             let mut cmd = Command::new(&binary);
             cmd.arg("--access")
                 .arg(access)
@@ -103,46 +105,18 @@ impl S3Server {
                 .arg("--port")
                 .arg(format!("{ip}:{port}"))
                 .arg("posix")
-                .arg(&root)
-                .stdin(Stdio::null())
-                .stdout(log)
-                .stderr(log_err);
-            // Flags win over VGW_* variables, but other VGW_* settings (event webhooks, …) could
-            // still make the server talk to other hosts: start it from a clean slate.
-            for (key, _) in std::env::vars_os() {
-                if key.to_string_lossy().starts_with("VGW_") {
-                    cmd.env_remove(&key);
-                }
-            }
-            let mut child = cmd
-                .spawn()
-                .map_err(|e| format!("running {}: {e}", binary.display()))?;
-            let answers = || probe(ip, port);
-            let what = format!("answer on {ip}:{port}");
-            match wait_ready(&mut child, "versitygw", &what, answers) {
-                Ok(()) => {
-                    return Ok(S3Server {
-                        child,
-                        access_key: access.to_string(),
-                        secret_key: secret.to_string(),
-                        ip,
-                        port,
-                        dir,
-                    })
-                }
-                Err(e) => {
-                    kill(&mut child);
-                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-                    if !log.contains("address already in use") {
-                        return Err(format!("{e}\nversitygw log:\n{log}"));
-                    }
-                    last_error = e;
-                }
-            }
-        }
-        Err(format!(
-            "gave up after {START_ATTEMPTS} port collisions: {last_error}"
-        ))
+                .arg(&root);
+            cmd
+        };
+        let (child, port) = start_on_free_port(&launch, command, |a| probe(ip, a.port()))?;
+        Ok(S3Server {
+            child,
+            access_key: access.to_string(),
+            secret_key: secret.to_string(),
+            ip,
+            port,
+            dir,
+        })
     }
 
     /// `http://IP:PORT`.
@@ -216,6 +190,66 @@ impl Drop for S3Server {
 pub(crate) fn kill(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// How a test server is started on a free port (see [`start_on_free_port`]).
+pub(crate) struct Launch<'a> {
+    /// The server's name in messages.
+    pub name: &'a str,
+    pub ip: Ipv4Addr,
+    /// Its log file (stdout and stderr), rewritten at each attempt.
+    pub log_path: &'a Path,
+    /// Environment variables starting with it are removed: the server starts from a clean
+    /// slate whatever the test process has set (webhooks, seed data, other accounts).
+    pub env_prefix: &'a str,
+    /// What its log says when another process took the port first.
+    pub port_taken: &'a str,
+}
+
+/// Starts the server `command(port)` builds on a free port, its stdin closed and its output
+/// in the log, and waits until `ready(addr)`; a start that lost its port to another process
+/// is retried on a new one ([`START_ATTEMPTS`] in all). The child and its port.
+pub(crate) fn start_on_free_port(
+    l: &Launch<'_>,
+    command: impl Fn(u16) -> Command,
+    ready: impl Fn(SocketAddr) -> bool,
+) -> Result<(Child, u16), String> {
+    let mut last_error = String::new();
+    for _ in 0..START_ATTEMPTS {
+        let port = free_port(l.ip)?;
+        let log = File::create(l.log_path)
+            .map_err(|e| format!("creating {}: {e}", l.log_path.display()))?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| format!("opening {}: {e}", l.log_path.display()))?;
+        let mut cmd = command(port);
+        cmd.stdin(Stdio::null()).stdout(log).stderr(log_err);
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with(l.env_prefix) {
+                cmd.env_remove(&key);
+            }
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("running {}: {e}", l.name))?;
+        let addr = SocketAddr::from((l.ip, port));
+        match wait_ready(&mut child, l.name, &format!("answer on {addr}"), || {
+            ready(addr)
+        }) {
+            Ok(()) => return Ok((child, port)),
+            Err(e) => {
+                kill(&mut child);
+                let log = std::fs::read_to_string(l.log_path).unwrap_or_default();
+                if !log.contains(l.port_taken) {
+                    return Err(format!("{e}\n{} log:\n{log}", l.name));
+                }
+                last_error = e;
+            }
+        }
+    }
+    Err(format!(
+        "gave up after {START_ATTEMPTS} port collisions: {last_error}"
+    ))
 }
 
 /// Waits until `ready` holds, polling; fails if `name`'s process exits first or `waiting_for`
