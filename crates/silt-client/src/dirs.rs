@@ -247,6 +247,22 @@ impl Client {
         if let Some(s) = self.session(&src.path) {
             self.commit_session(&s).await?;
         }
+        // A `back` file may so far be only in the local log: the store's file must hold
+        // its bytes before it gets a second name there (else the link would depend on
+        // whether its upload happened to be done).
+        if src.write_type == WriteType::Back && self.writes.back.is_some() {
+            for (p, state) in self.persist(&src.path).await? {
+                match state {
+                    crate::persist::FileState::Persisted | crate::persist::FileState::Unknown => {}
+                    other => {
+                        return Err(Error::new(
+                            ErrorKind::Unavailable,
+                            format!("link {p}: its upload did not finish ({other:?})"),
+                        ))
+                    }
+                }
+            }
+        }
         let cur = self.stat(&src.path).await?;
         if cur.is_dir() {
             return Err(Error::new(

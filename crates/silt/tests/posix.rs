@@ -1202,8 +1202,30 @@ fn special_files_s3() {
 /// the other name whole, and the errors link(2) names.
 #[test]
 fn hard_links_local() {
+    hard_links_local_as("through");
+}
+
+/// The same where the store is written at close without caching what was written.
+#[test]
+fn hard_links_local_store_only() {
+    hard_links_local_as("store-only");
+}
+
+/// And under `back`, where a write is acknowledged in the local log and reaches the store
+/// later.
+#[test]
+fn hard_links_local_back() {
+    hard_links_local_as("back");
+}
+
+fn hard_links_local_as(write_type: &str) {
     let fx = LocalFx::new();
-    let silt = fx.up();
+    let silt = Silt::up(
+        &[("/data", &fx.uri())],
+        &["--write-type", write_type],
+        fx.dir.path(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let root = silt.path("data");
     let p = |n: &str| root.join(n);
     std::fs::write(p("a"), b"first bytes").unwrap();
@@ -1261,7 +1283,11 @@ fn hard_links_local() {
     assert!(stat_of(&p("sym2")).file_type().is_symlink());
     silt.stop();
     // After a remount both names are still one file.
-    let silt = restart(fx.dir.path(), &fx.uri(), &[]);
+    let silt = Silt::restart(
+        &[("/data", &fx.uri())],
+        &["--write-type", write_type],
+        fx.dir.path(),
+    );
     assert_eq!(stat_of(&p("c")).nlink(), 2);
     std::fs::write(p("c"), b"third").unwrap();
     assert_eq!(std::fs::read(p("b")).unwrap(), b"third");
