@@ -7,10 +7,16 @@
 // `READY rpc=PORT http=PORT` on stdout once the cluster serves requests, then runs until its
 // stdin reaches end of file (the test dropped its handle, or the test process died), shuts the
 // cluster down and deletes DIR. Any failure exits non-zero, leaving DIR (and the log there).
+// Meanwhile a line `safemode enter` or `safemode leave` on stdin puts the namenode into safe
+// mode or takes it out, answered by `SAFEMODE on` / `SAFEMODE off` on stdout (`SAFEMODE
+// failed: ...` if it could not).
+import java.io.BufferedReader;
 import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
+import java.io.InputStreamReader;
 import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Comparator;
@@ -19,6 +25,7 @@ import java.util.stream.Stream;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
+import org.apache.hadoop.hdfs.protocol.HdfsConstants;
 
 public final class MiniHdfs {
     private static final String LOOPBACK = "127.0.0.1";
@@ -43,7 +50,7 @@ public final class MiniHdfs {
 
         // Watch stdin from the start, so that a parent that goes away during start-up stops us.
         Thread watcher = new Thread(() -> {
-            awaitEof(System.in);
+            serveCommands(System.in, ready);
             System.exit(0);
         }, "stdin-watcher");
         watcher.setDaemon(true);
@@ -109,11 +116,33 @@ public final class MiniHdfs {
         watcher.join();
     }
 
-    private static void awaitEof(InputStream in) {
-        byte[] buf = new byte[256];
+    /** Runs the commands read from `in` until its end; other lines are ignored. */
+    private static void serveCommands(InputStream in, PrintStream out) {
+        BufferedReader lines = new BufferedReader(new InputStreamReader(in, StandardCharsets.UTF_8));
         try {
-            while (in.read(buf) >= 0) {
-                // Input is ignored: only its end matters.
+            for (String line = lines.readLine(); line != null; line = lines.readLine()) {
+                String cmd = line.trim();
+                if (cmd.equals("safemode enter") || cmd.equals("safemode leave")) {
+                    boolean enter = cmd.endsWith("enter");
+                    String answer;
+                    try {
+                        MiniDFSCluster running = cluster;
+                        if (running == null) {
+                            throw new IllegalStateException("the cluster is not up yet");
+                        }
+                        running.getNameNodeRpc().setSafeMode(enter
+                            ? HdfsConstants.SafeModeAction.SAFEMODE_ENTER
+                            : HdfsConstants.SafeModeAction.SAFEMODE_LEAVE, false);
+                        answer = enter ? "SAFEMODE on" : "SAFEMODE off";
+                    } catch (Throwable e) {
+                        e.printStackTrace();
+                        answer = "SAFEMODE failed: " + e;
+                    }
+                    synchronized (out) {
+                        out.println(answer);
+                        out.flush();
+                    }
+                }
             }
         } catch (IOException e) {
             // A broken stdin means the parent is gone too.

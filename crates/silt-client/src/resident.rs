@@ -1,7 +1,7 @@
 //! Files whose only copy is inside Silt: `cache-only` files (until their TTL ends or they are
 //! removed) and `back` files between their acknowledgement and their upload.
 //!
-//! Each mount's store is wrapped in a [`ResidentStore`]: an `UnderStore` that answers for the
+//! Each mount's store is wrapped in a [`ResidentStore`]: a store layer that answers for the
 //! resident files first and for everything else asks the real store. So stats, listings,
 //! sweeps and reads see one namespace, and no other part of the client has to know where a
 //! file's bytes are. A resident file's version is a tag of Silt's own (`silt-...`) that no
@@ -36,7 +36,7 @@ use parking_lot::RwLock;
 use silt_cache::WriteBuffer;
 use silt_common::io::ReadAt;
 use silt_common::{Error, ErrorKind, Result};
-use silt_ufs::{Capabilities, DynStore, EntryKind, ObjectMeta, UnderStore};
+use silt_ufs::{DynStore, EntryKind, Layer, ObjectMeta};
 
 use crate::clock::Clock;
 use crate::persist::Persister;
@@ -729,14 +729,12 @@ impl ResidentStore {
     }
 }
 
+/// Every call the resident files change is answered here; the rest (writes, deletes, new
+/// directories) go on to the store unchanged ([`Layer`]'s defaults).
 #[async_trait]
-impl UnderStore for ResidentStore {
-    fn uri(&self) -> &str {
-        self.base.uri()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.base.capabilities()
+impl Layer for ResidentStore {
+    fn inner(&self) -> &DynStore {
+        &self.base
     }
 
     async fn stat(&self, path: &str) -> Result<ObjectMeta> {
@@ -833,24 +831,6 @@ impl UnderStore for ResidentStore {
         self.base.local_file(path, expected).await
     }
 
-    async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
-        self.base.write(path, data).await
-    }
-
-    async fn write_from(&self, path: &str, src: &dyn ReadAt, len: u64) -> Result<ObjectMeta> {
-        self.base.write_from(path, src, len).await
-    }
-
-    async fn write_from_attrs(
-        &self,
-        path: &str,
-        src: &dyn ReadAt,
-        len: u64,
-        attrs: &silt_ufs::SetAttrs,
-    ) -> Result<ObjectMeta> {
-        self.base.write_from_attrs(path, src, len, attrs).await
-    }
-
     /// A link cannot take the name of a file held only in Silt (`AlreadyExists`).
     async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
         if self.resident.get(&self.ns(path)).is_some() {
@@ -919,14 +899,6 @@ impl UnderStore for ResidentStore {
             }
         }
         self.base.set_attrs(path, attrs).await
-    }
-
-    async fn delete(&self, path: &str) -> Result<()> {
-        self.base.delete(path).await
-    }
-
-    async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
-        self.base.create_dir(path).await
     }
 
     async fn remove_dir(&self, path: &str) -> Result<()> {

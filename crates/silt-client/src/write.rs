@@ -176,12 +176,12 @@ impl Client {
         let resident = self.writes.resident.clone();
         // Called once per client: a second call would stack a second overlay.
         self.ns.map_stores(|m| {
-            Arc::new(ResidentStore::new(
+            Arc::new(silt_ufs::Layered::from_layer(ResidentStore::new(
                 m.store.clone(),
                 m.path.clone(),
                 resident.clone(),
                 back.clone(),
-            ))
+            )))
         });
         self.writes = Writes {
             rules: setup.rules,

@@ -16,7 +16,7 @@ use silt_client::Client;
 use silt_common::write::WriteType;
 use silt_common::ErrorKind;
 use silt_testkit::{FaultAction, S3Op, S3Proxy, S3Server};
-use silt_ufs::{EntryKind, OpendalStore, S3Options, UnderStore};
+use silt_ufs::{EntryKind, S3Options, S3Store, UnderStore};
 
 mod common;
 
@@ -24,7 +24,7 @@ const PS: u64 = 4096;
 
 struct Fx {
     proxy: S3Proxy,
-    store: Arc<OpendalStore>,
+    store: Arc<S3Store>,
     spool: tempfile::TempDir,
     _server: S3Server,
 }
@@ -37,7 +37,7 @@ fn fixture() -> Fx {
         endpoint: proxy.endpoint(),
         ..server.s3_options()
     };
-    let store = Arc::new(OpendalStore::s3("bkt", "w", &opts).unwrap());
+    let store = Arc::new(S3Store::new("bkt", "w", &opts).unwrap());
     Fx {
         proxy,
         store,
@@ -58,7 +58,7 @@ fn client(fx: &Fx) -> Client {
 }
 
 /// The keys in the bucket below the store's prefix: files as `a/f`, directory markers as `a/`.
-async fn store_keys(store: &OpendalStore) -> BTreeSet<String> {
+async fn store_keys(store: &S3Store) -> BTreeSet<String> {
     let all = match store.list("", true).await {
         Ok(all) => all,
         Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),

@@ -15,7 +15,7 @@ use silt_common::config::DiskTierSpec;
 use silt_common::write::{WriteRule, WriteRules, WriteType};
 use silt_common::ErrorKind;
 use silt_testkit::{S3Proxy, S3Server};
-use silt_ufs::{OpendalStore, S3Options, UnderStore};
+use silt_ufs::{S3Options, S3Store, UnderStore};
 
 mod common;
 
@@ -23,7 +23,7 @@ const PS: u64 = 4096;
 
 struct Fx {
     proxy: S3Proxy,
-    store: Arc<OpendalStore>,
+    store: Arc<S3Store>,
     /// Where writers keep the bytes until commit.
     spool: tempfile::TempDir,
     _server: S3Server,
@@ -37,7 +37,7 @@ fn fixture() -> Fx {
         endpoint: proxy.endpoint(),
         ..server.s3_options()
     };
-    let store = Arc::new(OpendalStore::s3("bkt", "w", &opts).unwrap());
+    let store = Arc::new(S3Store::new("bkt", "w", &opts).unwrap());
     Fx {
         proxy,
         store,

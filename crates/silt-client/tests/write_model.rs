@@ -23,7 +23,7 @@ use silt_client::{Client, ClientOptions, Clock, FileWriter, OpenOptions, WriteSe
 use silt_common::config::DiskTierSpec;
 use silt_common::write::{WriteRules, WriteType};
 use silt_common::ErrorKind;
-use silt_ufs::{DynStore, MemStore, OpendalStore};
+use silt_ufs::{DynStore, FsStore, MemStore};
 
 mod common;
 
@@ -662,7 +662,7 @@ async fn write_path_matches_the_model_with_write_back_and_crashes() {
 }
 
 fn local(p: &Path) -> DynStore {
-    Arc::new(OpendalStore::fs(p, Duration::from_secs(30)).expect("fs store"))
+    Arc::new(FsStore::new(p, Duration::from_secs(30)).expect("fs store"))
 }
 
 fn object_store(_: &Path) -> DynStore {

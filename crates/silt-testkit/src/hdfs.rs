@@ -10,11 +10,11 @@
 //! ```
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::{mpsc, OnceLock};
+use std::sync::{mpsc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -40,7 +40,10 @@ const HADOOP_VERSION: &str = "3.5.0";
 /// when a test panics, and when the test process dies (its end of the pipe closes).
 pub struct MiniHdfs {
     child: Child,
-    stdin: Option<ChildStdin>,
+    /// Commands to the launcher (`safemode ...`); its end stops the cluster.
+    stdin: Mutex<Option<ChildStdin>>,
+    /// The launcher's answers, a line each.
+    answers: Mutex<mpsc::Receiver<String>>,
     rpc_port: u16,
     http_port: u16,
     // Declared last: dropped after `Drop::drop` has stopped the process that writes into it.
@@ -107,11 +110,12 @@ impl MiniHdfs {
                 java.display()
             )
         })?;
-        let stdin = child.stdin.take();
+        let stdin = Mutex::new(child.stdin.take());
         match wait_for_ready(&mut child) {
-            Ok((rpc_port, http_port)) => Ok(MiniHdfs {
+            Ok((rpc_port, http_port, answers)) => Ok(MiniHdfs {
                 child,
                 stdin,
+                answers: Mutex::new(answers),
                 rpc_port,
                 http_port,
                 dir,
@@ -154,6 +158,29 @@ impl MiniHdfs {
         }
     }
 
+    /// Puts the namenode into safe mode (`on`: it refuses every change, as while it starts
+    /// or when an operator asks) or takes it out, and returns once the launcher says so.
+    pub fn set_safe_mode(&self, on: bool) -> Result<(), String> {
+        let (command, want) = if on {
+            ("safemode enter\n", "SAFEMODE on")
+        } else {
+            ("safemode leave\n", "SAFEMODE off")
+        };
+        {
+            let mut stdin = self.stdin.lock().map_err(|_| "a poisoned lock")?;
+            let pipe = stdin.as_mut().ok_or("the launcher's stdin is closed")?;
+            pipe.write_all(command.as_bytes())
+                .and_then(|()| pipe.flush())
+                .map_err(|e| format!("writing to the launcher: {e}"))?;
+        }
+        let answers = self.answers.lock().map_err(|_| "a poisoned lock")?;
+        match answers.recv_timeout(HDFS_READY_TIMEOUT) {
+            Ok(line) if line == want => Ok(()),
+            Ok(line) => Err(format!("the launcher answered {line:?}")),
+            Err(e) => Err(format!("no answer from the launcher: {e}")),
+        }
+    }
+
     /// What the cluster has logged so far (for assertion messages; Hadoop logs a lot).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join(LOG)).unwrap_or_default()
@@ -163,7 +190,7 @@ impl MiniHdfs {
 impl Drop for MiniHdfs {
     fn drop(&mut self) {
         // End of stdin is the launcher's signal to shut down and delete its directory.
-        drop(self.stdin.take());
+        drop(self.stdin.get_mut().ok().and_then(Option::take));
         let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
         while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
             std::thread::sleep(POLL_INTERVAL);
@@ -172,15 +199,19 @@ impl Drop for MiniHdfs {
     }
 }
 
+/// The namenode's RPC and HTTP ports, and the lines the launcher writes after its READY.
+type Ready = (u16, u16, mpsc::Receiver<String>);
+
 /// Reads the launcher's stdout until its `READY rpc=PORT http=PORT` line, failing if the
 /// launcher exits first or takes longer than [`HDFS_READY_TIMEOUT`].
-fn wait_for_ready(child: &mut Child) -> Result<(u16, u16), String> {
+fn wait_for_ready(child: &mut Child) -> Result<Ready, String> {
     let stdout = child
         .stdout
         .take()
         .ok_or("the launcher has no stdout pipe")?;
     let (tx, rx) = mpsc::channel();
-    // Reads on after READY until the launcher exits, so it never blocks on a full pipe.
+    // Reads on after READY until the launcher exits, so it never blocks on a full pipe: its
+    // answers to commands, passed on.
     std::thread::Builder::new()
         .name("minihdfs-stdout".to_string())
         .spawn(move || {
@@ -188,14 +219,18 @@ fn wait_for_ready(child: &mut Child) -> Result<(u16, u16), String> {
             if let Some(ready) = lines.by_ref().find(|l| l.starts_with("READY ")) {
                 let _ = tx.send(ready);
             }
-            lines.for_each(drop);
+            for line in lines {
+                let _ = tx.send(line);
+            }
         })
         .map_err(|e| format!("starting a thread: {e}"))?;
     let deadline = Instant::now() + HDFS_READY_TIMEOUT;
     loop {
         match rx.recv_timeout(POLL_INTERVAL) {
             Ok(line) => {
-                return parse_ready(&line).ok_or(format!("unexpected launcher output {line:?}"))
+                let (rpc, http) =
+                    parse_ready(&line).ok_or(format!("unexpected launcher output {line:?}"))?;
+                return Ok((rpc, http, rx));
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             // Stdout closed without READY: the launcher is exiting; the checks below see it.

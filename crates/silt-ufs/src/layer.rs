@@ -1,38 +1,197 @@
-//! Layers: a store in front of another that does something before each call (injects a
-//! fault, counts, waits) and then forwards it unchanged.
+//! Layers: a store in front of another that acts around its calls (injects a fault, counts,
+//! times, fails fast, answers some calls itself) and forwards the rest unchanged.
 //!
-//! A layer implements [`Layer`] (its inner store and one `before` hook); [`Layered`] is the
-//! store, and it forwards **every** [`UnderStore`] method. So a layer cannot forget one and
-//! fall through to a trait default that answers `Unsupported` (a hand-written wrapper that
-//! missed `mknod` would have made a store without special files of one with them). A new trait
-//! method is added here once, for every layer.
+//! A layer implements [`Layer`]: its inner store, and whichever calls it changes. Every
+//! [`UnderStore`] method has a default here that runs the call through [`Layer::around`] (by
+//! default [`Layer::before`], then the call) and on to the inner store, and [`Layered`] is
+//! the store a layer makes. So a layer cannot forget a method and fall through to a trait
+//! default that answers `Unsupported` (a hand-written wrapper that missed `mknod` would have
+//! made a store without special files of one with them), and a new trait method is added
+//! here once, for every layer. The layers: [`crate::FaultStore`] (fault injection),
+//! [`crate::Measured`] (request times, error counts, a stalled store failing fast), and the
+//! client's store of resident files.
 
 use std::ops::{Deref, Range};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use silt_common::io::ReadAt;
+use silt_common::metrics::UfsOp;
 use silt_common::Result;
 
 use crate::{Capabilities, DynStore, FaultOp, ObjectMeta, SetAttrs, SpecialKind, UnderStore};
 
-/// What a layer adds in front of its inner store.
+/// The fault kind of a call kind: a rename is a write.
+pub fn fault_op(op: UfsOp) -> FaultOp {
+    match op {
+        UfsOp::Read => FaultOp::Read,
+        UfsOp::Stat => FaultOp::Stat,
+        UfsOp::List => FaultOp::List,
+        UfsOp::Write | UfsOp::Rename => FaultOp::Write,
+        UfsOp::Delete => FaultOp::Delete,
+    }
+}
+
+/// What a layer adds in front of its inner store. Each method's default forwards the call
+/// through [`Layer::around`] to the inner store; a layer overrides the calls it answers
+/// differently. Directory operations, links and attribute changes count as the request kind
+/// they make (a write or a delete).
 #[async_trait]
 pub trait Layer: Send + Sync + 'static {
     /// The store every call goes on to.
     fn inner(&self) -> &DynStore;
+
     /// Runs before a call of kind `op` on `path` reaches the inner store; an error is the
-    /// call's answer and the inner store never sees the call. Directory operations, renames,
-    /// links and attribute changes count as the request kind they make (a write or a delete).
-    async fn before(&self, op: FaultOp, path: &str) -> Result<()>;
+    /// call's answer and the inner store never sees the call.
+    async fn before(&self, op: FaultOp, path: &str) -> Result<()> {
+        let _ = (op, path);
+        Ok(())
+    }
+
+    /// Runs `call` (a call of kind `op` on `path`, not started yet): by default `before`,
+    /// then the call. A layer that acts on both sides of every call (a timer) overrides this.
+    async fn around<'a, T: Send + 'a>(
+        &'a self,
+        op: UfsOp,
+        path: &'a str,
+        call: BoxFuture<'a, Result<T>>,
+    ) -> Result<T> {
+        self.before(fault_op(op), path).await?;
+        call.await
+    }
+
     /// Whether `local_file` may hand out the inner store's own file. A reader of that file
     /// goes around the layer, so a layer that must see every read says no.
     fn lends_local_files(&self) -> bool {
         true
     }
+
+    fn uri(&self) -> &str {
+        self.inner().uri()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner().capabilities()
+    }
+
+    async fn stat(&self, path: &str) -> Result<ObjectMeta> {
+        self.around(UfsOp::Stat, path, self.inner().stat(path))
+            .await
+    }
+
+    async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
+        self.around(UfsOp::List, dir, self.inner().list(dir, recursive))
+            .await
+    }
+
+    async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
+        self.around(UfsOp::List, dir, self.inner().list_tree(dir, max))
+            .await
+    }
+
+    async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
+        self.around(UfsOp::Read, path, self.inner().read(path, range, expected))
+            .await
+    }
+
+    async fn read_pieces(
+        &self,
+        path: &str,
+        range: Range<u64>,
+        expected: &ObjectMeta,
+        piece: u64,
+    ) -> Result<Vec<Bytes>> {
+        let call = self.inner().read_pieces(path, range, expected, piece);
+        self.around(UfsOp::Read, path, call).await
+    }
+
+    async fn local_file(&self, path: &str, expected: &ObjectMeta) -> Option<std::fs::File> {
+        if !self.lends_local_files() {
+            return None;
+        }
+        self.inner().local_file(path, expected).await
+    }
+
+    async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
+        self.around(UfsOp::Write, path, self.inner().write(path, data))
+            .await
+    }
+
+    async fn write_from(&self, path: &str, src: &dyn ReadAt, len: u64) -> Result<ObjectMeta> {
+        self.around(UfsOp::Write, path, self.inner().write_from(path, src, len))
+            .await
+    }
+
+    async fn write_from_attrs(
+        &self,
+        path: &str,
+        src: &dyn ReadAt,
+        len: u64,
+        attrs: &SetAttrs,
+    ) -> Result<ObjectMeta> {
+        let call = self.inner().write_from_attrs(path, src, len, attrs);
+        self.around(UfsOp::Write, path, call).await
+    }
+
+    async fn delete(&self, path: &str) -> Result<()> {
+        self.around(UfsOp::Delete, path, self.inner().delete(path))
+            .await
+    }
+
+    async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
+        self.around(UfsOp::Write, path, self.inner().create_dir(path))
+            .await
+    }
+
+    async fn remove_dir(&self, path: &str) -> Result<()> {
+        self.around(UfsOp::Delete, path, self.inner().remove_dir(path))
+            .await
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        self.around(UfsOp::Rename, from, self.inner().rename(from, to))
+            .await
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        self.around(UfsOp::Write, from, self.inner().copy(from, to))
+            .await
+    }
+
+    async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
+        self.around(UfsOp::Write, path, self.inner().symlink(path, target))
+            .await
+    }
+
+    async fn read_link(&self, path: &str) -> Result<String> {
+        self.around(UfsOp::Read, path, self.inner().read_link(path))
+            .await
+    }
+
+    async fn set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
+        self.around(UfsOp::Write, path, self.inner().set_attrs(path, attrs))
+            .await
+    }
+
+    async fn mknod(
+        &self,
+        path: &str,
+        kind: SpecialKind,
+        rdev: u32,
+        attrs: &SetAttrs,
+    ) -> Result<ObjectMeta> {
+        let call = self.inner().mknod(path, kind, rdev, attrs);
+        self.around(UfsOp::Write, path, call).await
+    }
+
+    async fn hard_link(&self, from: &str, to: &str) -> Result<ObjectMeta> {
+        self.around(UfsOp::Write, to, self.inner().hard_link(from, to))
+            .await
+    }
 }
 
-/// The store a [`Layer`] makes: every call through `before`, then to the inner store.
+/// The store a [`Layer`] makes: every call to the layer's method of the same name.
 pub struct Layered<L>(L);
 
 impl<L: Layer> Layered<L> {
@@ -51,31 +210,27 @@ impl<L> Deref for Layered<L> {
 #[async_trait]
 impl<L: Layer> UnderStore for Layered<L> {
     fn uri(&self) -> &str {
-        self.0.inner().uri()
+        Layer::uri(&self.0)
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.0.inner().capabilities()
+        Layer::capabilities(&self.0)
     }
 
     async fn stat(&self, path: &str) -> Result<ObjectMeta> {
-        self.0.before(FaultOp::Stat, path).await?;
-        self.0.inner().stat(path).await
+        Layer::stat(&self.0, path).await
     }
 
     async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
-        self.0.before(FaultOp::List, dir).await?;
-        self.0.inner().list(dir, recursive).await
+        Layer::list(&self.0, dir, recursive).await
     }
 
     async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
-        self.0.before(FaultOp::List, dir).await?;
-        self.0.inner().list_tree(dir, max).await
+        Layer::list_tree(&self.0, dir, max).await
     }
 
     async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
-        self.0.before(FaultOp::Read, path).await?;
-        self.0.inner().read(path, range, expected).await
+        Layer::read(&self.0, path, range, expected).await
     }
 
     async fn read_pieces(
@@ -85,28 +240,19 @@ impl<L: Layer> UnderStore for Layered<L> {
         expected: &ObjectMeta,
         piece: u64,
     ) -> Result<Vec<Bytes>> {
-        self.0.before(FaultOp::Read, path).await?;
-        self.0
-            .inner()
-            .read_pieces(path, range, expected, piece)
-            .await
+        Layer::read_pieces(&self.0, path, range, expected, piece).await
     }
 
     async fn local_file(&self, path: &str, expected: &ObjectMeta) -> Option<std::fs::File> {
-        if !self.0.lends_local_files() {
-            return None;
-        }
-        self.0.inner().local_file(path, expected).await
+        Layer::local_file(&self.0, path, expected).await
     }
 
     async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
-        self.0.before(FaultOp::Write, path).await?;
-        self.0.inner().write(path, data).await
+        Layer::write(&self.0, path, data).await
     }
 
     async fn write_from(&self, path: &str, src: &dyn ReadAt, len: u64) -> Result<ObjectMeta> {
-        self.0.before(FaultOp::Write, path).await?;
-        self.0.inner().write_from(path, src, len).await
+        Layer::write_from(&self.0, path, src, len).await
     }
 
     async fn write_from_attrs(
@@ -116,48 +262,39 @@ impl<L: Layer> UnderStore for Layered<L> {
         len: u64,
         attrs: &SetAttrs,
     ) -> Result<ObjectMeta> {
-        self.0.before(FaultOp::Write, path).await?;
-        self.0.inner().write_from_attrs(path, src, len, attrs).await
+        Layer::write_from_attrs(&self.0, path, src, len, attrs).await
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
-        self.0.before(FaultOp::Delete, path).await?;
-        self.0.inner().delete(path).await
+        Layer::delete(&self.0, path).await
     }
 
     async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
-        self.0.before(FaultOp::Write, path).await?;
-        self.0.inner().create_dir(path).await
+        Layer::create_dir(&self.0, path).await
     }
 
     async fn remove_dir(&self, path: &str) -> Result<()> {
-        self.0.before(FaultOp::Delete, path).await?;
-        self.0.inner().remove_dir(path).await
+        Layer::remove_dir(&self.0, path).await
     }
 
     async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
-        self.0.before(FaultOp::Write, from).await?;
-        self.0.inner().rename(from, to).await
+        Layer::rename(&self.0, from, to).await
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
-        self.0.before(FaultOp::Write, from).await?;
-        self.0.inner().copy(from, to).await
+        Layer::copy(&self.0, from, to).await
     }
 
     async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
-        self.0.before(FaultOp::Write, path).await?;
-        self.0.inner().symlink(path, target).await
+        Layer::symlink(&self.0, path, target).await
     }
 
     async fn read_link(&self, path: &str) -> Result<String> {
-        self.0.before(FaultOp::Read, path).await?;
-        self.0.inner().read_link(path).await
+        Layer::read_link(&self.0, path).await
     }
 
     async fn set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
-        self.0.before(FaultOp::Write, path).await?;
-        self.0.inner().set_attrs(path, attrs).await
+        Layer::set_attrs(&self.0, path, attrs).await
     }
 
     async fn mknod(
@@ -167,13 +304,11 @@ impl<L: Layer> UnderStore for Layered<L> {
         rdev: u32,
         attrs: &SetAttrs,
     ) -> Result<ObjectMeta> {
-        self.0.before(FaultOp::Write, path).await?;
-        self.0.inner().mknod(path, kind, rdev, attrs).await
+        Layer::mknod(&self.0, path, kind, rdev, attrs).await
     }
 
     async fn hard_link(&self, from: &str, to: &str) -> Result<ObjectMeta> {
-        self.0.before(FaultOp::Write, to).await?;
-        self.0.inner().hard_link(from, to).await
+        Layer::hard_link(&self.0, from, to).await
     }
 }
 

@@ -1,8 +1,12 @@
 //! Under-stores: where the data really lives (S3 and compatibles, local directories, …).
 //!
-//! Everything above this crate talks to an [`UnderStore`]; the implementations are
-//! OpenDAL-backed stores for `file://` and `s3://` URIs, an in-memory fake ([`MemStore`]) and
-//! a fault-injecting wrapper ([`FaultStore`]) for tests.
+//! Everything above this crate talks to an [`UnderStore`]. One module per store: `fs`
+//! (`file://`), `s3` (`s3://` and the clouds that speak S3), `object` with one submodule per
+//! OpenDAL service it serves (`gcs`, `azblob`, `webhdfs`); `uri` is the table that maps a
+//! URI's scheme to its store. Layers (`layer`) stand in front of a store and forward every
+//! call by default: [`Measured`] (times, error counts, a stalled store failing fast) in front
+//! of every opened store, [`FaultStore`] for tests. [`MemStore`] is the in-memory store for
+//! unit tests.
 //!
 //! Paths are relative to the store's root (`""` is the root, `"a/b.jpg"` a file), use `/`
 //! as separator and never start or end with `/`.
@@ -17,22 +21,24 @@ use silt_common::bufpool::BufferPool;
 use silt_common::io::ReadAt;
 use silt_common::{Error, Result};
 
-mod beneath;
+mod common;
 mod fault;
+mod fs;
 mod layer;
+mod measure;
 mod mem;
 mod object;
-mod opendal_store;
-mod s3_receive;
-mod s3_uri;
+mod s3;
 mod uri;
+mod user_meta;
 
 pub use fault::{Fault, FaultOp, FaultStore, Faults};
-pub use layer::{Layer, Layered};
+pub use fs::FsStore;
+pub use layer::{fault_op, Layer, Layered};
+pub use measure::{measured, Measure, Measured};
 pub use mem::MemStore;
 pub use object::{ObjectScheme, ObjectStore, ObjectUri};
-pub use opendal_store::{OpendalStore, S3Options};
-pub use s3_uri::{redact_uri, S3Flavor, S3UriOptions};
+pub use s3::{redact_uri, S3Flavor, S3Options, S3Store, S3UriOptions};
 pub use uri::{open_store, open_store_as, StoreUri};
 
 /// File, directory, symbolic link or special file.
@@ -118,7 +124,7 @@ pub struct ObjectMeta {
 
 /// POSIX attributes beyond the permission bits: on a local directory the real ones, on S3
 /// the object's user metadata in the conventions s3fs-fuse uses (`x-amz-meta-uid`, `-gid`,
-/// `-atime`, `-ctime`; see `opendal_store.rs`). `None`: the store has no value.
+/// `-atime`, `-ctime`; see `user_meta.rs`). `None`: the store has no value.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Posix {
     pub uid: Option<u32>,

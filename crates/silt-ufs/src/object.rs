@@ -13,9 +13,9 @@
 //!   (GCS, Azure; rewritten conditionally on the version read), or HDFS's own permission,
 //!   owner, group and times (no links, no special files: `Unsupported`).
 //!
-//! Requests are counted and timed as [`crate::OpendalStore`]'s are (`UFS_REQUESTS`,
-//! `UFS_READ_BYTES`, `UFS_ERRORS`, the per-mount `UFS_REQUEST_SECONDS`), under the same
-//! timeout and retry layers (`S3Options::timeout`, `retries`).
+//! Requests are counted as every store's are (`UFS_REQUESTS`, `UFS_READ_BYTES`; times and
+//! failed calls by the [`crate::Measured`] layer), under the same timeout and retry layers
+//! as S3 (`S3Options::timeout`, `retries`).
 
 mod azblob;
 mod gcs;
@@ -25,7 +25,7 @@ mod webhdfs;
 use std::ops::Range;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -34,26 +34,28 @@ use opendal::layers::{RetryLayer, TimeoutLayer};
 use opendal::raw::{oio, OpWrite, Service as _};
 use opendal::{Buffer, HttpTransporter, Metadata, OperationContext, Operator};
 use opendal_http_transport_reqwest::ReqwestTransport;
-use silt_common::metrics::{
-    Histogram, UfsOp, UFS_ERRORS, UFS_READ_BYTES, UFS_REQUESTS, UFS_REQUEST_SECONDS,
-};
+use silt_common::metrics::{UFS_READ_BYTES, UFS_REQUESTS};
 use silt_common::{Error, ErrorKind, Result};
 use tracing::debug;
 
 pub use uri::{ObjectScheme, ObjectUri};
 
-use crate::opendal_store::{
+use crate::common::{
     check_timeout, debug_field, find_io_error, http_status, is_listed_dir_itself,
-    is_transport_error, part_size, retry_event, root_cause, s3_apply_attrs, s3_meta,
-    s3_user_metadata, secs, take_one, unmeasured, Admit, Stall, FS_WRITE_TEMP, PROBE_ATTEMPT_CAP,
-    RETRY_MAX_DELAY, RETRY_MIN_DELAY, S3_ATTR_REWRITE_MAX, S3_CTIME, S3_MODE, S3_MTIME, S_IFLNK,
-    WRITE_PART,
+    is_transport_error, part_size, retry_event, root_cause, take_one, FS_WRITE_TEMP,
+    PROBE_ATTEMPT_CAP, RETRY_MAX_DELAY, RETRY_MIN_DELAY, S3_ATTR_REWRITE_MAX, WRITE_PART,
+};
+use crate::user_meta::{
+    s3_apply_attrs, s3_meta, s3_user_metadata, secs, S3_CTIME, S3_MODE, S3_MTIME, S_IFLNK,
 };
 use crate::{
     normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, S3Options, SetAttrs,
     SpecialKind, UnderStore,
 };
-use webhdfs::{FileStatus, Hdfs};
+use webhdfs::{hdfs_meta, Hdfs};
+
+/// How a service's client is set up from its URI (each service module has one).
+pub(crate) type SetupFn = fn(&ObjectUri, &S3Options, &HttpTransporter) -> Result<Setup>;
 
 /// How reads (and attribute rewrites) are tied to the version asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,8 +149,6 @@ pub struct ObjectStore {
     timeout: Duration,
     retries: usize,
     list_page: usize,
-    stall: Arc<Stall>,
-    seconds: Arc<[Histogram]>,
 }
 
 impl ObjectStore {
@@ -159,11 +159,7 @@ impl ObjectStore {
         check_timeout(opts.timeout)?;
         normalize_path(&uri.prefix)?;
         let http = HttpTransporter::new(ReqwestTransport::default());
-        let setup = match uri.scheme {
-            ObjectScheme::Gcs => gcs::setup(uri, opts, &http)?,
-            ObjectScheme::Azblob => azblob::setup(uri, opts, &http)?,
-            ObjectScheme::Webhdfs => webhdfs::setup(uri, opts, &http)?,
-        };
+        let setup = (uri.scheme.info().setup)(uri, opts, &http)?;
         Ok(ObjectStore {
             op: setup.op,
             raw: setup.raw,
@@ -173,16 +169,7 @@ impl ObjectStore {
             timeout: opts.timeout,
             retries: opts.retries,
             list_page: opts.list_page.max(1),
-            stall: Arc::default(),
-            seconds: unmeasured(),
         })
-    }
-
-    /// Times this store's requests under `mount` (the `mount` label of
-    /// `silt_ufs_request_seconds`).
-    pub fn measured_as(mut self, mount: &str) -> ObjectStore {
-        self.seconds = UFS_REQUEST_SECONDS.register(mount);
-        self
     }
 
     /// The service this store talks to.
@@ -246,20 +233,17 @@ impl ObjectStore {
                 Err(e) => Err(self.map_err("open", "", e)),
             }
         };
-        self.count_errors(UfsOp::List, async {
-            match tokio::time::timeout(deadline, probe).await {
-                Ok(r) => r,
-                Err(_) => Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "{}: {} did not answer within {deadline:?}",
-                        self.uri,
-                        self.where_()
-                    ),
-                )),
-            }
-        })
-        .await
+        match tokio::time::timeout(deadline, probe).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{}: {} did not answer within {deadline:?}",
+                    self.uri,
+                    self.where_()
+                ),
+            )),
+        }
     }
 
     /// `uri/path` for messages (the URI without its options).
@@ -318,8 +302,19 @@ impl ObjectStore {
 
     fn classify(&self, e: &opendal::Error) -> (ErrorKind, String) {
         use opendal::ErrorKind as O;
-        let (code, detail) = self.detail(e);
         let where_ = self.where_();
+        // The namenode names its exception (a safe mode's refusal is a 403, as a denial is).
+        if self.svc.hdfs.is_some() {
+            if let Some((kind, detail)) = webhdfs::opendal_remote_error(e) {
+                let detail = match kind {
+                    ErrorKind::PermissionDenied => format!("access denied by {where_}: {detail}"),
+                    ErrorKind::Unavailable => format!("{where_} refused for now: {detail}"),
+                    _ => detail,
+                };
+                return (kind, detail);
+            }
+        }
+        let (code, detail) = self.detail(e);
         if self.svc.credential_codes.contains(&code.as_str()) || http_status(e) == Some(401) {
             return (
                 ErrorKind::PermissionDenied,
@@ -383,40 +378,6 @@ impl ObjectStore {
                 )
             }
         }
-    }
-
-    /// Counts a failed trait call in `UFS_ERRORS` and times it as an `op` request of this
-    /// store's mount; a store that stopped answering fails fast (as `OpendalStore`'s).
-    async fn count_errors<T>(
-        &self,
-        op: UfsOp,
-        fut: impl std::future::Future<Output = Result<T>>,
-    ) -> Result<T> {
-        let probe = match self.stall.admit(self.timeout) {
-            Admit::Go => false,
-            Admit::Probe => true,
-            Admit::FailFast(since) => {
-                UFS_ERRORS.inc();
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "{} has not answered for {:?} (a request ran out of its deadline); \
-                         failing at once until it answers again",
-                        self.where_(),
-                        since.elapsed()
-                    ),
-                ));
-            }
-        };
-        let began = std::time::Instant::now();
-        let r = fut.await;
-        self.seconds[op as usize].since(began);
-        let timed_out = matches!(&r, Err(e) if e.kind() == ErrorKind::Timeout);
-        self.stall.record(began, timed_out, probe);
-        if r.is_err() {
-            UFS_ERRORS.inc();
-        }
-        r
     }
 
     /// OpenDAL trims white space from both ends of every path: such a name would reach
@@ -674,31 +635,27 @@ impl ObjectStore {
         let Some((path, range)) = plan_read(path, &range, expected, |p| self.full(p))? else {
             return Ok(Buffer::new());
         };
-        let buf = self
-            .count_errors(UfsOp::Read, async {
-                match (self.svc.pin, &expected.etag, &expected.version) {
-                    (Pin::Etag, Some(etag), _) => {
-                        UFS_REQUESTS.inc();
-                        self.op
-                            .read_with(path)
-                            .range(range)
-                            .if_match(&format!("\"{etag}\""))
-                            .await
-                            .map_err(|e| self.map_err("read", path, e))
-                    }
-                    (Pin::Generation, _, Some(generation)) => {
-                        UFS_REQUESTS.inc();
-                        self.op
-                            .read_with(path)
-                            .range(range)
-                            .if_version_match(generation)
-                            .await
-                            .map_err(|e| self.map_err("read", path, e))
-                    }
-                    _ => self.checked_read(path, range, expected).await,
-                }
-            })
-            .await;
+        let buf = match (self.svc.pin, &expected.etag, &expected.version) {
+            (Pin::Etag, Some(etag), _) => {
+                UFS_REQUESTS.inc();
+                self.op
+                    .read_with(path)
+                    .range(range)
+                    .if_match(&format!("\"{etag}\""))
+                    .await
+                    .map_err(|e| self.map_err("read", path, e))
+            }
+            (Pin::Generation, _, Some(generation)) => {
+                UFS_REQUESTS.inc();
+                self.op
+                    .read_with(path)
+                    .range(range)
+                    .if_version_match(generation)
+                    .await
+                    .map_err(|e| self.map_err("read", path, e))
+            }
+            _ => self.checked_read(path, range, expected).await,
+        };
         // A missing object may answer a condition with 412 (Azurite does): it is gone.
         let buf = match buf {
             Err(e) if e.kind() == ErrorKind::ContentChanged && self.svc.pin != Pin::Checked => {
@@ -715,7 +672,7 @@ impl ObjectStore {
         Ok(buf)
     }
 
-    /// A read guarded by the version before and after it (`OpendalStore::checked_read`).
+    /// A read guarded by the version before and after it (as `S3Store::checked_read` for an object without an ETag).
     async fn checked_read(
         &self,
         path: &str,
@@ -996,324 +953,6 @@ impl ObjectStore {
             Err(e) => Err(self.map_err(what, path, e)),
         }
     }
-
-    // ---- HDFS: the namenode's REST API --------------------------------------------------
-
-    fn hdfs(&self) -> Result<&Hdfs> {
-        self.svc
-            .hdfs
-            .as_ref()
-            .ok_or_else(|| Error::internal(format!("{}: not an HDFS store", self.uri)))
-    }
-
-    /// The absolute HDFS path of the store path `path`.
-    fn hdfs_abs(&self, path: &str) -> String {
-        let root = self.svc.hdfs.as_ref().map_or("", |h| h.root.as_str());
-        match (root.is_empty(), path.is_empty()) {
-            (true, true) => "/".to_string(),
-            (true, false) => format!("/{path}"),
-            (false, true) => root.to_string(),
-            (false, false) => format!("{root}/{path}"),
-        }
-    }
-
-    /// One namenode request `op` (with `query`, already encoded) on `path`, within the
-    /// store's deadline and retried like OpenDAL's requests: its status and body. An error
-    /// answer is mapped to its kind (`what` and the path in the message).
-    async fn hdfs_call(
-        &self,
-        method: http::Method,
-        path: &str,
-        op: &str,
-        query: &str,
-        what: &str,
-    ) -> Result<Bytes> {
-        let h = self.hdfs()?;
-        let mut url = format!(
-            "{}/webhdfs/v1{}?op={op}",
-            h.endpoint,
-            webhdfs::encode_path(&self.hdfs_abs(path))
-        );
-        if let Some(u) = &h.user {
-            url.push_str(&format!("&user.name={}", webhdfs::encode_path(u)));
-        }
-        if !query.is_empty() {
-            url.push('&');
-            url.push_str(query);
-        }
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            UFS_REQUESTS.inc();
-            let req = http::Request::builder()
-                .method(method.clone())
-                .uri(&url)
-                .header(http::header::CONTENT_LENGTH, 0)
-                .body(Buffer::new())
-                .map_err(|e| Error::internal(format!("{what} {}: {e}", self.full(path))))?;
-            let r = match tokio::time::timeout(self.timeout, self.http.send(req)).await {
-                Ok(Ok(resp)) => {
-                    let status = resp.status();
-                    let body = resp.into_body().to_bytes();
-                    if status.is_success() {
-                        return Ok(body);
-                    }
-                    let (kind, detail) = webhdfs::remote_error(status.as_u16(), &body);
-                    Error::new(kind, format!("{what} {}: {detail}", self.full(path)))
-                }
-                Ok(Err(e)) => self.map_err(what, path, e),
-                Err(_) => Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "{what} {}: no answer from {} within {:?}",
-                        self.full(path),
-                        self.where_(),
-                        self.timeout
-                    ),
-                ),
-            };
-            if !r.is_retryable() || attempt > self.retries {
-                return Err(r);
-            }
-            UFS_ERRORS.inc();
-            let backoff = RETRY_MIN_DELAY * 2u32.saturating_pow(attempt as u32 - 1);
-            tokio::time::sleep(backoff.min(RETRY_MAX_DELAY)).await;
-        }
-    }
-
-    /// The status of `path`, `None` if it is missing (or below a file).
-    async fn hdfs_status(&self, path: &str) -> Result<Option<FileStatus>> {
-        match self
-            .hdfs_call(http::Method::GET, path, "GETFILESTATUS", "", "stat")
-            .await
-        {
-            Ok(body) => serde_json::from_slice::<webhdfs::StatusWrapper>(&body)
-                .map(|w| Some(w.file_status))
-                .map_err(|e| {
-                    Error::new(
-                        ErrorKind::Unavailable,
-                        format!("stat {}: undecodable answer: {e}", self.full(path)),
-                    )
-                }),
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The children of the directory `path` (`LISTSTATUS`), hidden write files left out.
-    async fn hdfs_children(&self, path: &str) -> Result<Vec<ObjectMeta>> {
-        let body = self
-            .hdfs_call(http::Method::GET, path, "LISTSTATUS", "", "list")
-            .await?;
-        let list: webhdfs::ListWrapper = serde_json::from_slice(&body).map_err(|e| {
-            Error::new(
-                ErrorKind::Unavailable,
-                format!("list {}: undecodable answer: {e}", self.full(path)),
-            )
-        })?;
-        Ok(list
-            .file_statuses
-            .file_status
-            .into_iter()
-            .filter(|st| !st.path_suffix.is_empty() && !st.path_suffix.starts_with(FS_WRITE_TEMP))
-            .map(|st| {
-                let child = if path.is_empty() {
-                    st.path_suffix.clone()
-                } else {
-                    format!("{path}/{}", st.path_suffix)
-                };
-                hdfs_meta(&child, &st)
-            })
-            .collect())
-    }
-
-    async fn hdfs_list(
-        &self,
-        dir: &str,
-        recursive: bool,
-        max: usize,
-    ) -> Result<Option<Vec<ObjectMeta>>> {
-        match self.hdfs_status(dir).await? {
-            None => {
-                return Err(Error::not_found(format!(
-                    "list {}: no such directory",
-                    self.full(dir)
-                )))
-            }
-            Some(st) if st.kind != "DIRECTORY" => {
-                return Err(Error::new(
-                    ErrorKind::NotADirectory,
-                    format!("list {}: not a directory", self.full(dir)),
-                ))
-            }
-            Some(_) => {}
-        }
-        let mut out = Vec::new();
-        let mut todo = vec![dir.to_string()];
-        while let Some(d) = todo.pop() {
-            let children = match self.hdfs_children(&d).await {
-                Ok(c) => c,
-                // Removed meanwhile (below the listed directory).
-                Err(e) if d != dir && e.kind() == ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            for m in children {
-                if recursive && m.kind == EntryKind::Dir {
-                    todo.push(m.path.clone());
-                }
-                if out.len() >= max {
-                    return Ok(None);
-                }
-                out.push(m);
-            }
-        }
-        Ok(Some(out))
-    }
-
-    /// `RENAME` of `from` to `to`, replacing a file (or an empty directory) at `to`.
-    async fn hdfs_rename(&self, from: &str, to: &str, what: &str) -> Result<()> {
-        let dest = webhdfs::encode_path(&self.hdfs_abs(to));
-        self.hdfs_call(
-            http::Method::PUT,
-            from,
-            "RENAME",
-            &format!("destination={dest}&renameoptions=OVERWRITE"),
-            what,
-        )
-        .await
-        .map(drop)
-    }
-
-    /// Sets the permission bits, owner and times of `path` as `a` asks.
-    async fn hdfs_set(&self, path: &str, a: &SetAttrs, what: &str) -> Result<()> {
-        if a.uid.is_some() || a.gid.is_some() {
-            let mut q = Vec::new();
-            if let Some(u) = a.uid {
-                q.push(format!("owner={u}"));
-            }
-            if let Some(g) = a.gid {
-                q.push(format!("group={g}"));
-            }
-            self.hdfs_call(http::Method::PUT, path, "SETOWNER", &q.join("&"), what)
-                .await?;
-        }
-        if let Some(mode) = a.mode {
-            let q = format!("permission={:o}", mode & 0o7777);
-            self.hdfs_call(http::Method::PUT, path, "SETPERMISSION", &q, what)
-                .await?;
-        }
-        if a.atime.is_some() || a.mtime.is_some() {
-            let ms = |t: SystemTime| {
-                t.duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis().min(i64::MAX as u128) as i64)
-            };
-            // -1: unchanged.
-            let q = format!(
-                "modificationtime={}&accesstime={}",
-                a.mtime.map_or(-1, ms),
-                a.atime.map_or(-1, ms)
-            );
-            self.hdfs_call(http::Method::PUT, path, "SETTIMES", &q, what)
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// A whole file written as HDFS lets no reader see part of one: into a hidden file beside
-    /// it (created, then appended a part at a time), given `attrs`, then renamed over the
-    /// path in one step. Its metadata is the hidden file's, which the rename keeps (the
-    /// file id and mtime are this write's version, whatever lands there later).
-    async fn hdfs_write(
-        &self,
-        path: &str,
-        src: &dyn silt_common::io::ReadAt,
-        len: u64,
-        attrs: &SetAttrs,
-    ) -> Result<ObjectMeta> {
-        let tmp = match path.rsplit_once('/') {
-            Some((dir, _)) => format!("{dir}/{FS_WRITE_TEMP}{:016x}", rand::random::<u64>()),
-            None => format!("{FS_WRITE_TEMP}{:016x}", rand::random::<u64>()),
-        };
-        let written = async {
-            let mut off = 0u64;
-            loop {
-                let n = (len - off).min(WRITE_PART as u64) as usize;
-                let bytes = src.read_at(off, n).map_err(|e| {
-                    e.context(format!(
-                        "write {}: reading the local bytes",
-                        self.full(path)
-                    ))
-                })?;
-                UFS_REQUESTS.inc();
-                let w = self.op.write_with(&tmp, bytes);
-                let w = if off == 0 { w } else { w.append(true) };
-                w.await.map_err(|e| self.map_err("write", path, e))?;
-                off += n as u64;
-                if off >= len {
-                    break;
-                }
-            }
-            if !attrs.is_empty() {
-                self.hdfs_set(&tmp, attrs, "write").await?;
-            }
-            let st = self.hdfs_status(&tmp).await?.ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Unavailable,
-                    format!("write {}: the written file vanished", self.full(path)),
-                )
-            })?;
-            match self.hdfs_rename(&tmp, path, "write").await {
-                Ok(()) => {}
-                // A retried RENAME whose first attempt landed (its answer lost): the file
-                // is in place.
-                Err(e) if e.kind() == ErrorKind::NotFound => match self.hdfs_status(path).await? {
-                    Some(now) if now.file_id == st.file_id => {}
-                    _ => return Err(e),
-                },
-                Err(e) => return Err(e),
-            }
-            Ok(hdfs_meta(path, &st))
-        }
-        .await;
-        if written.is_err() {
-            let _ = self.op.delete(&tmp).await;
-        }
-        written
-    }
-}
-
-/// An HDFS file status as Silt sees it: the file id and mtime as the version (a new file
-/// gets a new id; an append or truncate moves the mtime), owner and group as ids where they
-/// are numbers.
-fn hdfs_meta(path: &str, st: &FileStatus) -> ObjectMeta {
-    let time = |ms: u64| (ms > 0).then(|| UNIX_EPOCH + Duration::from_millis(ms));
-    let kind = match st.kind.as_str() {
-        "DIRECTORY" => EntryKind::Dir,
-        "SYMLINK" => EntryKind::Symlink,
-        _ => EntryKind::File,
-    };
-    ObjectMeta {
-        path: path.to_string(),
-        kind,
-        size: if kind == EntryKind::Dir { 0 } else { st.length },
-        mtime: time(st.modification_time),
-        etag: None,
-        version: (kind != EntryKind::Dir)
-            .then(|| format!("{}.{}", st.file_id, st.modification_time)),
-        mode: u32::from_str_radix(&st.permission, 8)
-            .ok()
-            .map(|m| m & 0o7777),
-        posix: Posix {
-            uid: st.owner.parse().ok(),
-            gid: st.group.parse().ok(),
-            atime: time(st.access_time),
-            ctime: None,
-            rdev: 0,
-            nlink: None,
-        },
-    }
 }
 
 #[async_trait]
@@ -1348,24 +987,20 @@ impl UnderStore for ObjectStore {
 
     async fn stat(&self, path: &str) -> Result<ObjectMeta> {
         let path = normalize_path(path)?;
-        self.count_errors(UfsOp::Stat, self.stat_inner(path)).await
+        self.stat_inner(path).await
     }
 
     async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
         let dir = normalize_path(dir)?;
-        self.count_errors(UfsOp::List, async {
-            Ok(self
-                .list_inner(dir, recursive, usize::MAX)
-                .await?
-                .unwrap_or_default())
-        })
-        .await
+        Ok(self
+            .list_inner(dir, recursive, usize::MAX)
+            .await?
+            .unwrap_or_default())
     }
 
     async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {
         let dir = normalize_path(dir)?;
-        self.count_errors(UfsOp::List, self.list_inner(dir, true, max))
-            .await
+        self.list_inner(dir, true, max).await
     }
 
     async fn read(&self, path: &str, range: Range<u64>, expected: &ObjectMeta) -> Result<Bytes> {
@@ -1409,25 +1044,22 @@ impl UnderStore for ObjectStore {
         attrs: &SetAttrs,
     ) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
-        self.count_errors(UfsOp::Write, async {
-            if self.svc.hdfs.is_some() {
-                return self.hdfs_write(path, src, len, attrs).await;
-            }
-            if attrs.is_empty() {
-                return self.put_object(path, src, len, None).await;
-            }
-            // One upload with the attributes in its user metadata.
-            let base = ObjectMeta::empty_file(path);
-            let user = s3_user_metadata(&base, attrs);
-            let mut meta = self.put_object(path, src, len, Some(user)).await?;
-            meta.mode = attrs.mode.or(meta.mode);
-            meta.posix.uid = attrs.uid.or(meta.posix.uid);
-            meta.posix.gid = attrs.gid.or(meta.posix.gid);
-            meta.posix.atime = attrs.atime.or(meta.posix.atime);
-            meta.mtime = attrs.mtime.or(meta.mtime);
-            Ok(meta)
-        })
-        .await
+        if self.svc.hdfs.is_some() {
+            return self.hdfs_write(path, src, len, attrs).await;
+        }
+        if attrs.is_empty() {
+            return self.put_object(path, src, len, None).await;
+        }
+        // One upload with the attributes in its user metadata.
+        let base = ObjectMeta::empty_file(path);
+        let user = s3_user_metadata(&base, attrs);
+        let mut meta = self.put_object(path, src, len, Some(user)).await?;
+        meta.mode = attrs.mode.or(meta.mode);
+        meta.posix.uid = attrs.uid.or(meta.posix.uid);
+        meta.posix.gid = attrs.gid.or(meta.posix.gid);
+        meta.posix.atime = attrs.atime.or(meta.posix.atime);
+        meta.mtime = attrs.mtime.or(meta.mtime);
+        Ok(meta)
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
@@ -1441,161 +1073,148 @@ impl UnderStore for ObjectStore {
         if self.unaddressable(path) {
             return Ok(()); // nothing this store can see is there
         }
-        self.count_errors(UfsOp::Delete, self.delete_object(path, "delete"))
-            .await
+        self.delete_object(path, "delete").await
     }
 
     async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
-        self.count_errors(UfsOp::Write, async {
-            if self.svc.hdfs.is_some() {
-                UFS_REQUESTS.inc();
-                self.op
-                    .create_dir(&format!("{path}/"))
-                    .await
-                    .map_err(|e| self.map_err("mkdir", path, e))?;
-                return self.stat_inner(path).await;
-            }
-            if self.marker(path).await?.is_none() {
-                self.put_marker(path, Vec::new(), "mkdir").await?;
-            }
-            Ok(ObjectMeta::dir(path))
-        })
-        .await
+        if self.svc.hdfs.is_some() {
+            UFS_REQUESTS.inc();
+            self.op
+                .create_dir(&format!("{path}/"))
+                .await
+                .map_err(|e| self.map_err("mkdir", path, e))?;
+            return self.stat_inner(path).await;
+        }
+        if self.marker(path).await?.is_none() {
+            self.put_marker(path, Vec::new(), "mkdir").await?;
+        }
+        Ok(ObjectMeta::dir(path))
     }
 
     async fn remove_dir(&self, path: &str) -> Result<()> {
         let path = self.writable(path)?;
-        self.count_errors(UfsOp::Delete, async {
-            if self.svc.hdfs.is_some() {
-                match self.hdfs_status(path).await? {
-                    None => return Ok(()),
-                    Some(st) if st.kind != "DIRECTORY" => {
-                        return Err(Error::new(
-                            ErrorKind::NotADirectory,
-                            format!("rmdir {}: not a directory", self.full(path)),
-                        ))
-                    }
-                    Some(_) => {}
+        if self.svc.hdfs.is_some() {
+            match self.hdfs_status(path).await? {
+                None => return Ok(()),
+                Some(st) if st.kind != "DIRECTORY" => {
+                    return Err(Error::new(
+                        ErrorKind::NotADirectory,
+                        format!("rmdir {}: not a directory", self.full(path)),
+                    ))
                 }
-                // Not recursive: the namenode refuses a directory with anything in it.
-                return self
-                    .hdfs_call(
-                        http::Method::DELETE,
-                        path,
-                        "DELETE",
-                        "recursive=false",
-                        "rmdir",
-                    )
-                    .await
-                    .map(drop)
-                    .map_err(|e| match e.kind() {
-                        ErrorKind::NotEmpty => e,
-                        _ if e.to_string().contains("non empty")
-                            || e.to_string().contains("not empty") =>
-                        {
-                            Error::new(
-                                ErrorKind::NotEmpty,
-                                format!("rmdir {}: directory not empty", self.full(path)),
-                            )
-                        }
-                        _ => e,
-                    });
+                Some(_) => {}
             }
-            // Empty? A listing of at most the marker and one more key.
-            let dir_slash = format!("{path}/");
-            UFS_REQUESTS.inc();
-            let mut lister = match self.op.lister_with(&dir_slash).recursive(true).await {
-                Ok(l) => Some(l),
-                Err(e) if e.kind() == opendal::ErrorKind::NotFound => None,
-                Err(e) => return Err(self.map_err("rmdir", path, e)),
-            };
-            while let Some(l) = lister.as_mut() {
-                match l.next().await {
-                    None => break,
-                    Some(Err(e)) if e.kind() == opendal::ErrorKind::NotFound => break,
-                    Some(Err(e)) => return Err(self.map_err("rmdir", path, e)),
-                    Some(Ok(entry)) if is_listed_dir_itself(entry.path(), &dir_slash) => {}
-                    Some(Ok(_)) => {
-                        return Err(Error::new(
+            // Not recursive: the namenode refuses a directory with anything in it.
+            return self
+                .hdfs_call(
+                    http::Method::DELETE,
+                    path,
+                    "DELETE",
+                    "recursive=false",
+                    "rmdir",
+                )
+                .await
+                .map(drop)
+                .map_err(|e| match e.kind() {
+                    ErrorKind::NotEmpty => e,
+                    _ if e.to_string().contains("non empty")
+                        || e.to_string().contains("not empty") =>
+                    {
+                        Error::new(
                             ErrorKind::NotEmpty,
                             format!("rmdir {}: directory not empty", self.full(path)),
-                        ))
+                        )
                     }
+                    _ => e,
+                });
+        }
+        // Empty? A listing of at most the marker and one more key.
+        let dir_slash = format!("{path}/");
+        UFS_REQUESTS.inc();
+        let mut lister = match self.op.lister_with(&dir_slash).recursive(true).await {
+            Ok(l) => Some(l),
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => None,
+            Err(e) => return Err(self.map_err("rmdir", path, e)),
+        };
+        while let Some(l) = lister.as_mut() {
+            match l.next().await {
+                None => break,
+                Some(Err(e)) if e.kind() == opendal::ErrorKind::NotFound => break,
+                Some(Err(e)) => return Err(self.map_err("rmdir", path, e)),
+                Some(Ok(entry)) if is_listed_dir_itself(entry.path(), &dir_slash) => {}
+                Some(Ok(_)) => {
+                    return Err(Error::new(
+                        ErrorKind::NotEmpty,
+                        format!("rmdir {}: directory not empty", self.full(path)),
+                    ))
                 }
             }
-            drop(lister);
-            UFS_REQUESTS.inc();
-            let Some(raw) = &self.raw else {
-                return Ok(());
-            };
-            // The marker, through the service (OpenDAL's delete of `d/` would recurse).
-            match raw.delete(&dir_slash).await {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(self.map_err("rmdir", path, e)),
-            }
-        })
-        .await
+        }
+        drop(lister);
+        UFS_REQUESTS.inc();
+        let Some(raw) = &self.raw else {
+            return Ok(());
+        };
+        // The marker, through the service (OpenDAL's delete of `d/` would recurse).
+        match raw.delete(&dir_slash).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == opendal::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.map_err("rmdir", path, e)),
+        }
     }
 
     async fn rename(&self, from: &str, to: &str) -> Result<ObjectMeta> {
         let from = self.writable(from)?;
         let to = self.writable(to)?;
-        self.count_errors(UfsOp::Rename, async {
-            if from == to {
-                return self.stat_inner(to).await;
+        if from == to {
+            return self.stat_inner(to).await;
+        }
+        if self.svc.hdfs.is_some() {
+            if self.hdfs_status(from).await?.is_none() {
+                return Err(Error::not_found(format!(
+                    "rename {}: not found",
+                    self.full(from)
+                )));
             }
-            if self.svc.hdfs.is_some() {
-                if self.hdfs_status(from).await?.is_none() {
-                    return Err(Error::not_found(format!(
-                        "rename {}: not found",
-                        self.full(from)
-                    )));
-                }
-                // The destination's parent must exist for RENAME.
-                if let Some((parent, _)) = to.rsplit_once('/') {
-                    UFS_REQUESTS.inc();
-                    self.op
-                        .create_dir(&format!("{parent}/"))
-                        .await
-                        .map_err(|e| self.map_err("rename", to, e))?;
-                }
-                self.hdfs_rename(from, to, "rename").await?;
-                return self.stat_inner(to).await;
+            // The destination's parent must exist for RENAME.
+            if let Some((parent, _)) = to.rsplit_once('/') {
+                UFS_REQUESTS.inc();
+                self.op
+                    .create_dir(&format!("{parent}/"))
+                    .await
+                    .map_err(|e| self.map_err("rename", to, e))?;
             }
-            // Copy, then delete the source. Not atomic: a failure in between leaves both.
-            let meta = self.copy_file(from, to).await?;
-            self.delete_object(from, "rename: delete").await?;
-            Ok(meta)
-        })
-        .await
+            self.hdfs_rename(from, to, "rename").await?;
+            return self.stat_inner(to).await;
+        }
+        // Copy, then delete the source. Not atomic: a failure in between leaves both.
+        let meta = self.copy_file(from, to).await?;
+        self.delete_object(from, "rename: delete").await?;
+        Ok(meta)
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<ObjectMeta> {
         let from = self.writable(from)?;
         let to = self.writable(to)?;
-        self.count_errors(UfsOp::Write, async {
-            if self.svc.hdfs.is_some() {
-                // No server-side copy in WebHDFS: the bytes through this host, with the
-                // source's permission bits (owner and times are the new file's).
-                let src = self.stat_inner(from).await?;
-                if src.kind == EntryKind::Dir {
-                    return Err(Error::new(
-                        ErrorKind::IsADirectory,
-                        format!("copy {}: is a directory", self.full(from)),
-                    ));
-                }
-                let data = self.read_buffer(from, 0..src.size, &src).await?.to_bytes();
-                let keep = SetAttrs {
-                    mode: src.mode,
-                    ..SetAttrs::default()
-                };
-                return self.hdfs_write(to, &data, src.size, &keep).await;
+        if self.svc.hdfs.is_some() {
+            // No server-side copy in WebHDFS: the bytes through this host, with the
+            // source's permission bits (owner and times are the new file's).
+            let src = self.stat_inner(from).await?;
+            if src.kind == EntryKind::Dir {
+                return Err(Error::new(
+                    ErrorKind::IsADirectory,
+                    format!("copy {}: is a directory", self.full(from)),
+                ));
             }
-            self.copy_file(from, to).await
-        })
-        .await
+            let data = self.read_buffer(from, 0..src.size, &src).await?.to_bytes();
+            let keep = SetAttrs {
+                mode: src.mode,
+                ..SetAttrs::default()
+            };
+            return self.hdfs_write(to, &data, src.size, &keep).await;
+        }
+        self.copy_file(from, to).await
     }
 
     async fn symlink(&self, path: &str, target: &str) -> Result<ObjectMeta> {
@@ -1609,68 +1228,59 @@ impl UnderStore for ObjectStore {
                 ),
             ));
         }
-        self.count_errors(UfsOp::Write, async {
-            let now = secs(SystemTime::now());
-            let user = vec![
-                (S3_MODE.to_string(), (S_IFLNK | 0o777).to_string()),
-                (S3_MTIME.to_string(), now.clone()),
-                (S3_CTIME.to_string(), now),
-            ];
-            self.create_new(path, target.as_bytes().to_vec(), user, "symlink")
-                .await
-        })
-        .await
+        let now = secs(SystemTime::now());
+        let user = vec![
+            (S3_MODE.to_string(), (S_IFLNK | 0o777).to_string()),
+            (S3_MTIME.to_string(), now.clone()),
+            (S3_CTIME.to_string(), now),
+        ];
+        self.create_new(path, target.as_bytes().to_vec(), user, "symlink")
+            .await
     }
 
     async fn read_link(&self, path: &str) -> Result<String> {
         let path = normalize_path(path)?;
-        self.count_errors(UfsOp::Stat, async {
-            let m = self.stat_inner(path).await?;
-            if m.kind != EntryKind::Symlink {
-                return Err(Error::invalid(format!(
-                    "readlink {}: not a symbolic link",
-                    self.full(path)
-                )));
-            }
-            if m.size > 4096 {
-                return Err(Error::invalid(format!(
-                    "readlink {}: a {}-byte target is too long",
-                    self.full(path),
-                    m.size
-                )));
-            }
-            let mut as_file = m.clone();
-            as_file.kind = EntryKind::File;
-            let target = self.read_buffer(path, 0..m.size, &as_file).await?.to_vec();
-            String::from_utf8(target).map_err(|_| {
-                Error::invalid(format!(
-                    "readlink {}: the target is not UTF-8",
-                    self.full(path)
-                ))
-            })
+        let m = self.stat_inner(path).await?;
+        if m.kind != EntryKind::Symlink {
+            return Err(Error::invalid(format!(
+                "readlink {}: not a symbolic link",
+                self.full(path)
+            )));
+        }
+        if m.size > 4096 {
+            return Err(Error::invalid(format!(
+                "readlink {}: a {}-byte target is too long",
+                self.full(path),
+                m.size
+            )));
+        }
+        let mut as_file = m.clone();
+        as_file.kind = EntryKind::File;
+        let target = self.read_buffer(path, 0..m.size, &as_file).await?.to_vec();
+        String::from_utf8(target).map_err(|_| {
+            Error::invalid(format!(
+                "readlink {}: the target is not UTF-8",
+                self.full(path)
+            ))
         })
-        .await
     }
 
     async fn set_attrs(&self, path: &str, attrs: &SetAttrs) -> Result<ObjectMeta> {
         let path = normalize_path(path)?;
-        self.count_errors(UfsOp::Write, async {
-            if self.svc.hdfs.is_some() {
-                if self.hdfs_status(path).await?.is_none() {
-                    return Err(Error::not_found(format!(
-                        "set attributes of {}: not found",
-                        self.full(path)
-                    )));
-                }
-                self.hdfs_set(path, attrs, "set attributes").await?;
-                return self.stat_inner(path).await;
+        if self.svc.hdfs.is_some() {
+            if self.hdfs_status(path).await?.is_none() {
+                return Err(Error::not_found(format!(
+                    "set attributes of {}: not found",
+                    self.full(path)
+                )));
             }
-            if self.unaddressable(path) {
-                return self.stat_inner(path).await;
-            }
-            self.obj_set_attrs(path, attrs).await
-        })
-        .await
+            self.hdfs_set(path, attrs, "set attributes").await?;
+            return self.stat_inner(path).await;
+        }
+        if self.unaddressable(path) {
+            return self.stat_inner(path).await;
+        }
+        self.obj_set_attrs(path, attrs).await
     }
 
     async fn mknod(
@@ -1691,20 +1301,17 @@ impl UnderStore for ObjectStore {
             ));
         }
         let rdev = if kind.is_device() { rdev } else { 0 };
-        self.count_errors(UfsOp::Write, async {
-            let now = SystemTime::now();
-            let mut base = ObjectMeta::empty_file(path);
-            base.kind = EntryKind::Special(kind);
-            base.mode = Some(0o644);
-            base.mtime = Some(now);
-            base.posix.rdev = rdev;
-            let set = SetAttrs {
-                mtime: attrs.mtime.or(Some(now)),
-                ..*attrs
-            };
-            self.create_new(path, Vec::new(), s3_user_metadata(&base, &set), "mknod")
-                .await
-        })
-        .await
+        let now = SystemTime::now();
+        let mut base = ObjectMeta::empty_file(path);
+        base.kind = EntryKind::Special(kind);
+        base.mode = Some(0o644);
+        base.mtime = Some(now);
+        base.posix.rdev = rdev;
+        let set = SetAttrs {
+            mtime: attrs.mtime.or(Some(now)),
+            ..*attrs
+        };
+        self.create_new(path, Vec::new(), s3_user_metadata(&base, &set), "mknod")
+            .await
     }
 }

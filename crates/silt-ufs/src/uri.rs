@@ -7,18 +7,19 @@ use std::sync::Arc;
 
 use silt_common::{Error, Result};
 
+use crate::fs::FsStore;
 use crate::object::{ObjectScheme, ObjectStore, ObjectUri};
-use crate::opendal_store::{OpendalStore, S3Options};
-use crate::s3_uri::{S3Flavor, S3UriOptions};
-use crate::DynStore;
+use crate::s3::{S3Flavor, S3Options, S3Store, S3UriOptions};
+use crate::{measured, DynStore};
 
 /// Schemes users may reasonably try that we know of but do not implement.
 const KNOWN_UNSUPPORTED: &[&str] = &[
-    "az", "wasb", "wasbs", "hdfs", "http", "https", "webdav", "sftp", "ftp", "hf",
+    "az", "wasb", "wasbs", "http", "https", "webdav", "sftp", "ftp", "hf",
 ];
 
 const SUPPORTED: &str = "supported: s3://bucket/prefix, gs://bucket/prefix, \
-     azblob://container/prefix, webhdfs://host:port/path, file:///absolute/dir";
+     azblob://container/prefix, hdfs://namenode:port/path, webhdfs://host:port/path, \
+     file:///absolute/dir";
 
 /// A parsed under-store URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +38,8 @@ pub enum StoreUri {
         options: S3UriOptions,
     },
     /// `gs://bucket/prefix` (alias `gcs://`), `azblob://container/prefix`,
-    /// `webhdfs://host:port/path`, with their options ([`ObjectUri`]).
+    /// `webhdfs://host:port/path`, `hdfs://namenode[:port]/path`, with their options
+    /// ([`ObjectUri`]).
     Object(ObjectUri),
 }
 
@@ -218,15 +220,31 @@ pub async fn open_store(uri: &str, s3: &S3Options) -> Result<DynStore> {
 
 /// [`open_store`], its requests timed under `mount` (the namespace path it is mounted at).
 pub async fn open_store_as(mount: &str, uri: &str, s3: &S3Options) -> Result<DynStore> {
-    let parsed = StoreUri::parse(uri)?;
-    if let StoreUri::Object(o) = &parsed {
-        let store = ObjectStore::open(o, s3)?.measured_as(mount);
-        store.verify().await?;
-        return Ok(Arc::new(store));
-    }
-    let store = OpendalStore::open(&parsed, s3)?.measured_as(mount);
-    store.verify().await?;
-    Ok(Arc::new(store))
+    let store = open_checked(&StoreUri::parse(uri)?, s3).await?;
+    Ok(Arc::new(measured(store, mount, s3.timeout)))
+}
+
+/// The store a URI names, checked to be usable: the table of stores. Adding a store is its
+/// module, its scheme in [`StoreUri::parse`] (or an [`ObjectScheme`] for one more OpenDAL
+/// service) and its line here.
+async fn open_checked(uri: &StoreUri, s3: &S3Options) -> Result<DynStore> {
+    Ok(match uri {
+        StoreUri::File { root } => {
+            let store = FsStore::new(root, s3.timeout)?;
+            store.verify().await?;
+            Arc::new(store)
+        }
+        StoreUri::S3 { .. } => {
+            let store = S3Store::open(uri, s3)?;
+            store.verify().await?;
+            Arc::new(store)
+        }
+        StoreUri::Object(o) => {
+            let store = ObjectStore::open(o, s3)?;
+            store.verify().await?;
+            Arc::new(store)
+        }
+    })
 }
 
 #[cfg(test)]

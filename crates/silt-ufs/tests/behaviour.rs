@@ -126,12 +126,28 @@ async fn azure() -> Fixture {
 /// `webhdfs://HOST:PORT/behaviour-N/data/set` on the process's MiniHdfs, each test below a
 /// directory of its own, with the same decoys as `s3()`.
 async fn webhdfs() -> Fixture {
+    hdfs_store(|hdfs, path, user| format!("webhdfs://{}{path}?user={user}", hdfs.http_addr())).await
+}
+
+/// The same through `hdfs://NAMENODE:RPC_PORT/...` (Hadoop's own form), its WebHDFS at the
+/// namenode's `http_port`.
+async fn hdfs() -> Fixture {
+    hdfs_store(|hdfs, path, user| {
+        format!(
+            "hdfs://{}{path}?http_port={}&user={user}",
+            hdfs.namenode(),
+            hdfs.http_addr().port()
+        )
+    })
+    .await
+}
+
+async fn hdfs_store(uri_of: impl Fn(&silt_testkit::MiniHdfs, &str, &str) -> String) -> Fixture {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let hdfs = silt_testkit::MiniHdfs::shared();
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let base = format!("/behaviour-{}-{n}", std::process::id());
     hdfs.mkdirs(&base);
-    let host = hdfs.webhdfs_endpoint().replace("http://", "");
     // As the cluster's own user, its superuser: only that one may change owners.
     let me = std::process::Command::new("id")
         .arg("-un")
@@ -139,7 +155,7 @@ async fn webhdfs() -> Fixture {
         .unwrap();
     let user = String::from_utf8_lossy(&me.stdout).trim().to_string();
     let opts = S3Options::default();
-    let uri = |p: &str| format!("webhdfs://{host}{base}{p}?user={user}");
+    let uri = |p: &str| uri_of(hdfs, &format!("{base}{p}"), &user);
     decoys(&open_store(&uri(""), &opts).await.unwrap()).await;
     hdfs.mkdirs(&format!("{base}/data/set"));
     let store = open_store(&uri("/data/set"), &opts).await.unwrap();
@@ -1185,7 +1201,11 @@ mod cases {
             Backend::Webhdfs => {
                 assert!(!caps.conditional_read && !caps.native_recursive_list);
                 assert!(caps.rename_dirs, "WebHDFS renames directories");
-                assert!(s.uri().starts_with("webhdfs://127.0.0.1:"), "{}", s.uri());
+                let uri = s.uri();
+                assert!(
+                    uri.starts_with("webhdfs://127.0.0.1:") || uri.starts_with("hdfs://127.0.0.1:"),
+                    "{uri}"
+                );
             }
         }
         put(&f, "m/x", &[7u8; 4096]).await;
@@ -1292,6 +1312,7 @@ suite!(s3);
 suite!(gcs);
 suite!(azure);
 suite!(webhdfs);
+suite!(hdfs);
 
 /// What keeps an S3 attribute change from undoing a write that landed between its read and
 /// its rewrite (docs/SEMANTICS.md): the server refuses a PUT whose `If-Match` names a replaced
@@ -1302,7 +1323,7 @@ async fn s3_server_refuses_stale_conditional_writes() {
     use silt_ufs::UnderStore;
     let server = S3Server::start();
     server.create_bucket("bkt");
-    let store = silt_ufs::OpendalStore::s3("bkt", "cond", &server.s3_options()).unwrap();
+    let store = silt_ufs::S3Store::new("bkt", "cond", &server.s3_options()).unwrap();
     let op = store.operator();
     op.write("f", b"version one".to_vec()).await.unwrap();
     let one = op.stat("f").await.unwrap().etag().unwrap().to_string();

@@ -1,4 +1,4 @@
-//! Opening `gs://`, `azblob://` and `webhdfs://` stores: a missing bucket, container or
+//! Opening `gs://`, `azblob://`, `webhdfs://` and `hdfs://` stores: a missing bucket, container or
 //! directory, and an endpoint nobody answers on, each fail with one line naming the store and
 //! the cause, in bounded time.
 
@@ -169,4 +169,46 @@ async fn gcs_reads_name_their_generation_and_a_412_is_a_changed_object() {
     );
     let err = store.read("f", 0..5, &meta).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ContentChanged, "{err}");
+}
+
+/// A namenode in safe mode (starting up, or put there by an operator) refuses every change:
+/// a write through the store is `Unavailable` (retryable), in one line that says so, and
+/// reads go on; once it leaves safe mode, writes land again. Its own cluster: the shared one
+/// must not stop taking writes under other tests.
+#[tokio::test]
+async fn hdfs_in_safe_mode_is_one_line_and_reads_go_on() {
+    let hdfs = silt_testkit::MiniHdfs::start();
+    hdfs.mkdirs("/safe");
+    let uri = format!(
+        "hdfs://{}/safe?http_port={}",
+        hdfs.namenode(),
+        hdfs.http_addr().port()
+    );
+    let store = open_store(&uri, &quick()).await.unwrap();
+    store
+        .write("before.txt", bytes::Bytes::from_static(b"written before"))
+        .await
+        .unwrap();
+    hdfs.set_safe_mode(true).unwrap();
+    let e = store
+        .write("during.txt", bytes::Bytes::from_static(b"refused"))
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{text}");
+    assert!(e.is_retryable(), "{text}");
+    assert!(text.to_ascii_lowercase().contains("safe mode"), "{text}");
+    assert!(text.contains(&uri[..uri.find('?').unwrap()]), "{text}");
+    assert!(
+        !text.contains('\n') && text.len() < 400,
+        "one short line: {text}"
+    );
+    let meta = store.stat("before.txt").await.unwrap();
+    let got = store.read("before.txt", 0..meta.size, &meta).await.unwrap();
+    assert_eq!(&got[..], b"written before");
+    hdfs.set_safe_mode(false).unwrap();
+    store
+        .write("after.txt", bytes::Bytes::from_static(b"landed"))
+        .await
+        .unwrap();
 }

@@ -4,12 +4,13 @@
 //! never gets an answer).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use silt_common::ErrorKind;
 use silt_testkit::{FaultAction, ProxyCounts, S3Op, S3Proxy, S3Server};
-use silt_ufs::{EntryKind, OpendalStore, S3Options, UnderStore};
+use silt_ufs::{EntryKind, Measured, S3Options, S3Store, UnderStore};
 
 /// Objects written by [`setup`] (`f0` … `f9`, below `set/`), and the listing page size.
 const OBJECTS: usize = 10;
@@ -43,10 +44,12 @@ impl Fixture {
         }
     }
 
-    /// `s3://bkt/data` through the proxy.
-    fn store(&self, retries: usize, timeout: Duration) -> OpendalStore {
-        OpendalStore::s3("bkt", "data", &self.opts(retries, timeout))
-            .unwrap_or_else(|e| panic!("opening the store: {e}"))
+    /// `s3://bkt/data` through the proxy, as `open_store` gives it: measured, a stalled
+    /// store failing fast.
+    fn store(&self, retries: usize, timeout: Duration) -> Measured {
+        let s3 = S3Store::new("bkt", "data", &self.opts(retries, timeout))
+            .unwrap_or_else(|e| panic!("opening the store: {e}"));
+        silt_ufs::measured(Arc::new(s3), "s3_faults", timeout)
     }
 }
 
@@ -56,7 +59,7 @@ fn name(i: usize) -> String {
 
 /// Writes `set/f0` … `set/f{n-1}` (`f3` is 3 MiB, the others a few bytes), then zeroes the
 /// proxy's counters.
-async fn setup(f: &Fixture, store: &OpendalStore, n: usize) {
+async fn setup(f: &Fixture, store: &dyn UnderStore, n: usize) {
     for i in 0..n {
         store
             .write(&name(i), content(i))
@@ -78,7 +81,7 @@ fn content(i: usize) -> Bytes {
     }
 }
 
-async fn list_names(store: &OpendalStore) -> silt_common::Result<Vec<String>> {
+async fn list_names(store: &dyn UnderStore) -> silt_common::Result<Vec<String>> {
     let mut names: Vec<String> = store
         .list("", true)
         .await?
@@ -242,7 +245,7 @@ async fn a_hanging_head_times_out() {
 
 /// Polls `stat` until the store answers (bounded by [`NO_HANG`]); while it is known stalled
 /// each try fails at once without a request.
-async fn until_it_answers(store: &OpendalStore) {
+async fn until_it_answers(store: &dyn UnderStore) {
     let deadline = tokio::time::Instant::now() + NO_HANG;
     loop {
         match store.stat(&name(0)).await {
@@ -326,7 +329,7 @@ async fn cold_reads_are_received_straight_and_the_rest_goes_through_the_client()
     until_it_answers(&store).await;
     assert_eq!(read(0..8, new.clone()).await.unwrap().concat(), b"replaced");
 
-    let off = OpendalStore::s3(
+    let off = S3Store::new(
         "bkt",
         "data",
         &S3Options {
@@ -396,7 +399,7 @@ async fn a_frozen_store_fails_fast_until_it_answers() {
 async fn one_hanging_request_does_not_stall_the_store() {
     let f = Fixture::start();
     let store = std::sync::Arc::new(f.store(0, Duration::from_secs(2)));
-    setup(&f, &store, 1).await;
+    setup(&f, &*store, 1).await;
     let meta = store.stat(&name(0)).await.unwrap();
     f.proxy.reset_counts();
 
@@ -435,7 +438,7 @@ async fn a_tree_listing_is_split_by_subdirectory() {
         list_page: 10,
         ..f.opts(retries, Duration::from_secs(10))
     };
-    let store = OpendalStore::s3("bkt", "tree", &opts).unwrap();
+    let store = S3Store::new("bkt", "tree", &opts).unwrap();
     let keys = [
         "r0", "r1", "a/1", "a/2", "a/3", "b/x/1", "b/x/2", "b/y", "c/z", "c/w",
     ];
@@ -514,7 +517,7 @@ async fn a_tree_listing_is_split_by_subdirectory() {
     f.proxy.clear_faults();
 
     // A first page that is full (more entries at the top than a page holds) is not split.
-    let small = OpendalStore::s3(
+    let small = S3Store::new(
         "bkt",
         "tree",
         &S3Options {

@@ -29,7 +29,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     let mode = args[2].as_str();
     let uri = silt_ufs::StoreUri::parse(&args[1])?;
-    let opened = silt_ufs::OpendalStore::open(&uri, &silt_ufs::S3Options::from_config(&cfg))?;
+    let opened = silt_ufs::S3Store::open(&uri, &silt_ufs::S3Options::from_config(&cfg))?;
     // `list` skips the opening check (a one-key listing of the prefix), so that the timed
     // listing is the first request: through a cache (the S3 gateway) it is the one that
     // loads the metadata, which the check would otherwise load before the clock starts.

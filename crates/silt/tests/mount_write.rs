@@ -2,7 +2,7 @@
 //! and renamed, directories made, removed and renamed, over a real S3 server (versitygw) and a
 //! local directory; what a read-only mount and per-prefix write rules refuse; name limits.
 //!
-//! The truth is the store itself, read with an `OpendalStore` pointed straight at the server
+//! The truth is the store itself, read with an `S3Store` (or `FsStore`) pointed straight at the server
 //! (or the local directory), never through Silt.
 
 mod common;

@@ -966,8 +966,8 @@ fn raw_object(fx: &S3Fx, key: &str) -> (Vec<u8>, impl Fn(&str) -> String) {
 }
 
 /// The fixture's store, opened behind Silt's back.
-fn raw_store(fx: &S3Fx) -> silt_ufs::OpendalStore {
-    silt_ufs::OpendalStore::open(
+fn raw_store(fx: &S3Fx) -> silt_ufs::S3Store {
+    silt_ufs::S3Store::open(
         &silt_ufs::StoreUri::parse(&fx.uri()).unwrap(),
         &fx.server.s3_options(),
     )

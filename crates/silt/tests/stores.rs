@@ -182,8 +182,13 @@ fn an_unusable_store_is_one_line_naming_the_mount_and_the_cause() {
 /// cluster) and S3 mounted side by side through one FUSE mount: each serves what its store
 /// holds, takes writes into its own store only, lists, and a rename between two of them is
 /// `EXDEV`.
+/// The README's namespace: five kinds of store side by side in one `silt up`: two S3
+/// servers that take different keys, GCS, Azure Blob, HDFS (`hdfs://`, the namenode's RPC
+/// address) and a local directory. Through the mount and the gateway of the same daemon
+/// each reads, writes, lists and renames in its own store, and a rename across mounts is
+/// `EXDEV`.
 #[test]
-fn gcs_azure_hdfs_and_s3_side_by_side_through_the_mount() {
+fn five_kinds_of_store_side_by_side_through_the_mount_and_the_gateway() {
     let gcs = silt_testkit::FakeGcs::start();
     gcs.create_bucket("gbkt");
     let azure = silt_testkit::Azurite::start();
@@ -193,6 +198,13 @@ fn gcs_azure_hdfs_and_s3_side_by_side_through_the_mount() {
     hdfs.mkdirs(&format!("{base}/ds"));
     let s3 = S3Server::start();
     s3.create_bucket("sbkt");
+    let lab = S3Server::start_with_keys("key-of-lab", "secret-of-lab-never-shown");
+    lab.create_bucket("lbkt");
+    let dir = tempfile::tempdir().unwrap();
+    let lab_secret = dir.path().join("lab.secret");
+    std::fs::write(&lab_secret, "secret-of-lab-never-shown\n").unwrap();
+    let local = dir.path().join("local");
+    std::fs::create_dir_all(local.join("ds")).unwrap();
     // The key reaches silt through the variable the URI names (inherited by the child).
     std::env::set_var("SILT_TEST_STORES_AZURE_KEY", azure.account_key());
     let me = std::process::Command::new("id")
@@ -216,8 +228,9 @@ fn gcs_azure_hdfs_and_s3_side_by_side_through_the_mount() {
         (
             "/hdfs",
             format!(
-                "webhdfs://{}{base}/ds?user={user}",
-                hdfs.webhdfs_endpoint().trim_start_matches("http://")
+                "hdfs://{}{base}/ds?http_port={}&user={user}",
+                hdfs.namenode(),
+                hdfs.http_addr().port()
             ),
         ),
         (
@@ -228,6 +241,15 @@ fn gcs_azure_hdfs_and_s3_side_by_side_through_the_mount() {
                 s3.access_key()
             ),
         ),
+        (
+            "/lab",
+            format!(
+                "s3://lbkt/ds?endpoint={}&access_key_id=key-of-lab&secret_access_key_file={}",
+                lab.endpoint(),
+                lab_secret.display()
+            ),
+        ),
+        ("/local", format!("file://{}/ds", local.display())),
     ];
     std::env::set_var("SILT_TEST_STORES_S3_SECRET", s3.secret_key());
     // Each store holds a file written behind Silt's back, through a store of its own.
@@ -244,17 +266,24 @@ fn gcs_azure_hdfs_and_s3_side_by_side_through_the_mount() {
         rt.block_on(store.write("pre.txt", body.into_bytes().into()))
             .unwrap_or_else(|e| panic!("{path}: {e}"));
     }
-    let dir = tempfile::tempdir().unwrap();
     let mounts: Vec<(&str, &str)> = uris.iter().map(|(p, u)| (*p, u.as_str())).collect();
     let keys = dir.path().join("gateway-keys");
     std::fs::write(&keys, "gwkey gwsecret rw\n").unwrap();
     std::fs::set_permissions(&keys, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let keys_arg = keys.display().to_string();
+    // Below each mount, a directory per other write type (`through` elsewhere).
+    let rules: Vec<String> = uris
+        .iter()
+        .flat_map(|(p, _)| ["back", "store-only", "cache-only"].map(|t| format!("{p}/wt-{t}={t}")))
+        .collect();
+    let rules = rules.join(",");
     let silt = Silt::up(
         &mounts,
         &[
             "--write-type",
             "through",
+            "--write-rules",
+            &rules,
             "--gateway",
             "127.0.0.1:0",
             "--gateway-keys",
@@ -322,7 +351,7 @@ from botocore.config import Config
 s3 = boto3.client("s3", endpoint_url=os.environ["GW"], region_name="us-east-1",
                   aws_access_key_id="gwkey", aws_secret_access_key="gwsecret",
                   config=Config(retries={"max_attempts": 1}))
-for b in ["gcs", "azure", "hdfs", "amz"]:
+for b in ["gcs", "azure", "hdfs", "amz", "lab", "local"]:
     body = s3.get_object(Bucket=b, Key="pre.txt")["Body"].read()
     assert body == ("before, in /" + b).encode(), (b, body)
     s3.put_object(Bucket=b, Key="via-gateway/o.bin", Body=b"through the gateway to " + b.encode())
@@ -359,10 +388,51 @@ print("ok")
         ("gcs/pre.txt", "azure/x"),
         ("azure/pre.txt", "hdfs/x"),
         ("hdfs/pre.txt", "amz/x"),
-        ("amz/pre.txt", "gcs/x"),
+        ("amz/pre.txt", "lab/x"),
+        ("lab/pre.txt", "local/x"),
+        ("local/pre.txt", "gcs/x"),
     ] {
         let err = std::fs::rename(silt.path(from), silt.path(to)).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EXDEV), "{from} -> {to}");
+    }
+    // Every write type on every store: `back` and `store-only` files land in the store (a
+    // `back` one once persisted), a `cache-only` one is read back and never reaches it.
+    for (store, (path, _)) in raw.iter().zip(&uris) {
+        let m = path.trim_start_matches('/');
+        for t in ["back", "store-only", "cache-only"] {
+            std::fs::create_dir(silt.path(&format!("{m}/wt-{t}")))
+                .unwrap_or_else(|e| panic!("mkdir {path}/wt-{t}: {e}"));
+            let body = format!("{t} into {path}");
+            std::fs::write(silt.path(&format!("{m}/wt-{t}/f.txt")), &body)
+                .unwrap_or_else(|e| panic!("{t} write in {path}: {e}"));
+            assert_eq!(
+                std::fs::read_to_string(silt.path(&format!("{m}/wt-{t}/f.txt"))).unwrap(),
+                body,
+                "{t} in {path}"
+            );
+        }
+        let o = silt.cli(&["fs", "persist", &format!("{path}/wt-back")]);
+        assert!(o.status.success(), "persist {path}: {}", stderr(&o));
+        for t in ["back", "store-only"] {
+            let key = format!("wt-{t}/f.txt");
+            let meta = rt
+                .block_on(store.stat(&key))
+                .unwrap_or_else(|e| panic!("{t} in {path}: {e}"));
+            let got = rt.block_on(store.read(&key, 0..meta.size, &meta)).unwrap();
+            assert_eq!(got, format!("{t} into {path}").as_bytes(), "{t} in {path}");
+        }
+        assert!(
+            rt.block_on(store.stat("wt-cache-only/f.txt")).is_err(),
+            "a cache-only file reached {path}"
+        );
+    }
+    // The secrets reached the stores and nothing else.
+    for secret in [
+        "secret-of-lab-never-shown",
+        s3.secret_key(),
+        azure.account_key(),
+    ] {
+        assert!(!silt.log_text().contains(secret), "a secret in the log");
     }
     silt.stop();
 }

@@ -3,7 +3,7 @@
 //! `silt fs sync` reports; that a failing store (a listing page, 503 SlowDown, a HEAD that never
 //! answers) never leaves a hole in the view; and what one bulk listing costs in requests.
 //!
-//! The out-of-band writer is an `OpendalStore` pointed straight at the S3 server (or plain file
+//! The out-of-band writer is an `S3Store` pointed straight at the S3 server (or plain file
 //! operations for a local store); faults go through `silt_testkit::S3Proxy`.
 
 mod common;

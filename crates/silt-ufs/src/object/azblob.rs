@@ -12,7 +12,42 @@ use reqsign_azure_storage::StaticCredentialProvider;
 use reqsign_core::ProvideCredentialChain;
 use silt_common::{Error, Result};
 
+use super::uri::Scheme;
 use super::{operators, root_of, ObjectUri, Pin, Service, Setup};
+
+/// `azblob://CONTAINER/PREFIX`.
+pub(crate) const SCHEME: Scheme = Scheme {
+    name: "azblob",
+    aliases: &[],
+    container_word: "container",
+    example: "azblob://my-container/prefix?account=ACCOUNT",
+    check_container: |container| {
+        let ok_chars = container
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-');
+        if (3..=63).contains(&container.len())
+            && ok_chars
+            && !container.starts_with('-')
+            && !container.contains("--")
+        {
+            Ok(())
+        } else {
+            Err("3 to 63 letters, digits and single '-'")
+        }
+    },
+    credentials_hint: "use account_key_env= or sas_token_env= in the query",
+    options: &["account", "endpoint", "account_key_env", "sas_token_env"],
+    secrets: &[
+        (
+            "account_key",
+            "account_key_env=VARIABLE (or AZURE_STORAGE_KEY)",
+        ),
+        ("key", "account_key_env=VARIABLE (or AZURE_STORAGE_KEY)"),
+        ("sas_token", "sas_token_env=VARIABLE"),
+        ("sas", "sas_token_env=VARIABLE"),
+    ],
+    setup,
+};
 use crate::S3Options;
 
 enum Secret {

@@ -9,10 +9,39 @@ use opendal::services::Gcs;
 use opendal::HttpTransporter;
 use silt_common::{Error, Result};
 
+use super::uri::Scheme;
 use super::{operators, root_of, ObjectUri, Pin, Service, Setup};
 use crate::S3Options;
 
 const DEFAULT_ENDPOINT: &str = "https://storage.googleapis.com";
+
+/// `gs://BUCKET/PREFIX`.
+pub(crate) const SCHEME: Scheme = Scheme {
+    name: "gs",
+    aliases: &["gcs"],
+    container_word: "bucket",
+    example: "gs://my-bucket/prefix",
+    check_container: |bucket| {
+        let ok_chars = bucket
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+        if (3..=222).contains(&bucket.len()) && ok_chars {
+            Ok(())
+        } else {
+            Err("3 to 222 letters, digits, '.', '-', '_'")
+        }
+    },
+    credentials_hint: "use credential_path=FILE in the query",
+    options: &["endpoint", "credential_path", "anonymous"],
+    secrets: &[
+        (
+            "credential",
+            "credential_path=/path/to/service-account.json",
+        ),
+        ("token", "credential_path=/path/to/service-account.json"),
+    ],
+    setup,
+};
 
 pub(crate) fn setup(uri: &ObjectUri, opts: &S3Options, http: &HttpTransporter) -> Result<Setup> {
     let shown = uri.without_query();

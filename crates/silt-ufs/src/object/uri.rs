@@ -1,11 +1,13 @@
-//! `gs://`, `azblob://` and `webhdfs://` URIs: the container (bucket, container or
+//! `gs://`, `azblob://`, `webhdfs://` and `hdfs://` URIs: the container (bucket, container or
 //! `HOST:PORT`), the prefix, and the options of the query string.
 
 use std::fmt;
 
 use silt_common::{Error, Result};
 
-/// The services an [`super::ObjectStore`] serves.
+/// The services an [`super::ObjectStore`] serves. What Silt knows of each is its
+/// [`Scheme`], kept in the service's own module: adding a service is that module, a variant
+/// here and its line in [`ObjectScheme::info`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ObjectScheme {
     /// Google Cloud Storage, `gs://BUCKET/PREFIX` (`gcs://` is an alias).
@@ -14,87 +16,69 @@ pub enum ObjectScheme {
     Azblob,
     /// HDFS over its REST API, `webhdfs://HOST:PORT/PATH`.
     Webhdfs,
+    /// HDFS as Hadoop names it, `hdfs://NAMENODE[:RPC_PORT]/PATH`, served over the same REST
+    /// API at the namenode's HTTP port (`http_port`, default 9870): Silt speaks no Hadoop RPC
+    /// (docs/SEMANTICS.md says why).
+    Hdfs,
 }
 
-/// Options of one scheme: the keys a query may set, and the ones that would carry a secret
-/// (refused, with where the secret goes instead).
-struct Keys {
-    allowed: &'static [&'static str],
-    secrets: &'static [(&'static str, &'static str)],
+/// One service's URI form and set-up.
+pub(crate) struct Scheme {
+    /// The canonical scheme name, and the others accepted for it.
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    /// What the URI's authority names ("bucket", "container", ...), and an example URI.
+    pub container_word: &'static str,
+    pub example: &'static str,
+    /// Checks the authority; the error says what it must be.
+    pub check_container: fn(&str) -> std::result::Result<(), &'static str>,
+    /// Where credentials go instead of the URI's `user:secret@` part.
+    pub credentials_hint: &'static str,
+    /// The options a query may set.
+    pub options: &'static [&'static str],
+    /// Options that would carry a secret (refused without their value), with where the
+    /// secret goes instead.
+    pub secrets: &'static [(&'static str, &'static str)],
+    /// Sets the store's client up.
+    pub setup: super::SetupFn,
 }
 
 impl ObjectScheme {
-    /// The canonical scheme name (`gs`, `azblob`, `webhdfs`).
-    pub fn name(self) -> &'static str {
+    const ALL: [ObjectScheme; 4] = [
+        ObjectScheme::Gcs,
+        ObjectScheme::Azblob,
+        ObjectScheme::Webhdfs,
+        ObjectScheme::Hdfs,
+    ];
+
+    /// The table of services.
+    pub(crate) fn info(self) -> &'static Scheme {
         match self {
-            ObjectScheme::Gcs => "gs",
-            ObjectScheme::Azblob => "azblob",
-            ObjectScheme::Webhdfs => "webhdfs",
+            ObjectScheme::Gcs => &super::gcs::SCHEME,
+            ObjectScheme::Azblob => &super::azblob::SCHEME,
+            ObjectScheme::Webhdfs => &super::webhdfs::WEBHDFS,
+            ObjectScheme::Hdfs => &super::webhdfs::HDFS,
         }
+    }
+
+    /// The canonical scheme name (`gs`, `azblob`, `webhdfs`, `hdfs`).
+    pub fn name(self) -> &'static str {
+        self.info().name
     }
 
     pub(crate) fn from_scheme(s: &str) -> Option<ObjectScheme> {
-        match s {
-            "gs" | "gcs" => Some(ObjectScheme::Gcs),
-            "azblob" => Some(ObjectScheme::Azblob),
-            "webhdfs" => Some(ObjectScheme::Webhdfs),
-            _ => None,
-        }
-    }
-
-    fn keys(self) -> Keys {
-        match self {
-            ObjectScheme::Gcs => Keys {
-                allowed: &["endpoint", "credential_path", "anonymous"],
-                secrets: &[
-                    (
-                        "credential",
-                        "credential_path=/path/to/service-account.json",
-                    ),
-                    ("token", "credential_path=/path/to/service-account.json"),
-                ],
-            },
-            ObjectScheme::Azblob => Keys {
-                allowed: &["account", "endpoint", "account_key_env", "sas_token_env"],
-                secrets: &[
-                    (
-                        "account_key",
-                        "account_key_env=VARIABLE (or AZURE_STORAGE_KEY)",
-                    ),
-                    ("key", "account_key_env=VARIABLE (or AZURE_STORAGE_KEY)"),
-                    ("sas_token", "sas_token_env=VARIABLE"),
-                    ("sas", "sas_token_env=VARIABLE"),
-                ],
-            },
-            ObjectScheme::Webhdfs => Keys {
-                allowed: &["user"],
-                secrets: &[("delegation", "a delegation token is not supported")],
-            },
-        }
-    }
-
-    fn container_word(self) -> &'static str {
-        match self {
-            ObjectScheme::Gcs => "bucket",
-            ObjectScheme::Azblob => "container",
-            ObjectScheme::Webhdfs => "namenode HOST:PORT",
-        }
-    }
-
-    fn example(self) -> &'static str {
-        match self {
-            ObjectScheme::Gcs => "gs://my-bucket/prefix",
-            ObjectScheme::Azblob => "azblob://my-container/prefix?account=ACCOUNT",
-            ObjectScheme::Webhdfs => "webhdfs://namenode:9870/data",
-        }
+        ObjectScheme::ALL
+            .into_iter()
+            .find(|o| o.info().name == s || o.info().aliases.contains(&s))
     }
 }
 
-/// A parsed `gs://`, `azblob://` or `webhdfs://` URI.
+/// A parsed `gs://`, `azblob://`, `webhdfs://` or `hdfs://` URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectUri {
     pub scheme: ObjectScheme,
-    /// The bucket (GCS), container (Azure) or namenode `HOST:PORT` (WebHDFS).
+    /// The bucket (GCS), container (Azure) or namenode `HOST:PORT` (WebHDFS; `HOST[:PORT]`
+    /// with its RPC port for `hdfs://`).
     pub container: String,
     /// The prefix (or HDFS path) below it, without leading or trailing `/`.
     pub prefix: String,
@@ -106,7 +90,8 @@ pub struct ObjectUri {
 impl ObjectUri {
     /// Parses what follows `scheme://` (`scheme` in lower case).
     pub(crate) fn parse(scheme: ObjectScheme, rest: &str) -> Result<ObjectUri> {
-        let name = scheme.name();
+        let info = scheme.info();
+        let name = info.name;
         let (rest, query) = match rest.split_once('?') {
             Some((r, q)) => (r, Some(q)),
             None => (rest, None),
@@ -116,11 +101,7 @@ impl ObjectUri {
         if authority.contains('@') {
             return Err(Error::invalid(format!(
                 "invalid {name} URI: credentials in the URI are not supported; {}",
-                match scheme {
-                    ObjectScheme::Gcs => "use credential_path=FILE in the query",
-                    ObjectScheme::Azblob => "use account_key_env= or sas_token_env= in the query",
-                    ObjectScheme::Webhdfs => "use user=NAME in the query",
-                }
+                info.credentials_hint
             )));
         }
         let shown = format!("{name}://{rest}");
@@ -132,8 +113,7 @@ impl ObjectUri {
         if authority.is_empty() {
             return Err(Error::invalid(format!(
                 "invalid {name} URI {shown:?}: missing {}, e.g. {}",
-                scheme.container_word(),
-                scheme.example()
+                info.container_word, info.example
             )));
         }
         check_container(scheme, authority, &shown)?;
@@ -199,49 +179,34 @@ impl fmt::Display for ObjectUri {
 }
 
 fn check_container(scheme: ObjectScheme, authority: &str, shown: &str) -> Result<()> {
-    let name = scheme.name();
-    let bad = |why: &str| {
-        Err(Error::invalid(format!(
-            "invalid {name} URI {shown:?}: {authority:?} is not a valid {}: {why}",
-            scheme.container_word()
-        )))
-    };
-    match scheme {
-        ObjectScheme::Gcs => {
-            let ok_chars = authority
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
-            if !(3..=222).contains(&authority.len()) || !ok_chars {
-                return bad("3 to 222 letters, digits, '.', '-', '_'");
-            }
-        }
-        ObjectScheme::Azblob => {
-            let ok_chars = authority
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-');
-            if !(3..=63).contains(&authority.len())
-                || !ok_chars
-                || authority.starts_with('-')
-                || authority.contains("--")
-            {
-                return bad("3 to 63 letters, digits and single '-'");
-            }
-        }
-        ObjectScheme::Webhdfs => {
-            let Some((host, port)) = authority.rsplit_once(':') else {
-                return bad("HOST:PORT, e.g. namenode:9870");
-            };
-            let host_ok = !host.is_empty()
-                && (host
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
-                    || (host.starts_with('[') && host.ends_with(']')));
-            if !host_ok || port.parse::<u16>().map_or(true, |p| p == 0) {
-                return bad("HOST:PORT, e.g. namenode:9870");
-            }
-        }
+    let info = scheme.info();
+    (info.check_container)(authority).map_err(|why| {
+        Error::invalid(format!(
+            "invalid {} URI {shown:?}: {authority:?} is not a valid {}: {why}",
+            info.name, info.container_word
+        ))
+    })
+}
+
+/// `HOST[:PORT]` as host and port (a bracketed IPv6 address keeps its colons).
+pub(crate) fn split_port(authority: &str) -> (&str, Option<&str>) {
+    match authority.rsplit_once(':') {
+        Some((h, p)) if !authority.ends_with(']') => (h, Some(p)),
+        _ => (authority, None),
     }
-    Ok(())
+}
+
+/// A host name, IPv4 address or bracketed IPv6 address.
+pub(crate) fn host_ok(host: &str) -> bool {
+    !host.is_empty()
+        && (host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
+            || (host.starts_with('[') && host.ends_with(']')))
+}
+
+pub(crate) fn port_ok(port: &str) -> bool {
+    port.parse::<u16>().is_ok_and(|p| p != 0)
 }
 
 fn parse_query(
@@ -249,8 +214,8 @@ fn parse_query(
     query: Option<&str>,
     shown: &str,
 ) -> Result<Vec<(String, String)>> {
-    let name = scheme.name();
-    let keys = scheme.keys();
+    let info = scheme.info();
+    let name = info.name;
     let mut out: Vec<(String, String)> = Vec::new();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -262,16 +227,16 @@ fn parse_query(
             })?
             .to_ascii_lowercase();
         // Never the value: it is a secret.
-        if let Some((_, instead)) = keys.secrets.iter().find(|(s, _)| *s == key) {
+        if let Some((_, instead)) = info.secrets.iter().find(|(s, _)| *s == key) {
             return Err(Error::invalid(format!(
                 "invalid {name} URI {shown:?}: option {key} would put a secret in the URI \
                  (URIs are logged and shown); use {instead}"
             )));
         }
-        if !keys.allowed.contains(&key.as_str()) {
+        if !info.options.contains(&key.as_str()) {
             return Err(Error::invalid(format!(
                 "invalid {name} URI {shown:?}: unknown option {key:?} (allowed: {})",
-                keys.allowed.join(", ")
+                info.options.join(", ")
             )));
         }
         let value = silt_common::query::percent_decode(v).ok_or_else(|| {
@@ -321,6 +286,24 @@ mod tests {
             ("127.0.0.1:9870", "data")
         );
         assert_eq!(h.to_string(), "webhdfs://127.0.0.1:9870/data?user=hdfs");
+        assert_eq!(h.webhdfs_authority().unwrap(), "127.0.0.1:9870");
+        // hdfs://: the RPC port gives way to the namenode's HTTP port.
+        let n = parse("hdfs://nn.example:8020/warehouse?user=etl").unwrap();
+        assert_eq!(n.webhdfs_authority().unwrap(), "nn.example:9870");
+        assert_eq!(n.to_string(), "hdfs://nn.example:8020/warehouse?user=etl");
+        let n = parse("hdfs://nn/w?http_port=50070").unwrap();
+        assert_eq!(n.webhdfs_authority().unwrap(), "nn:50070");
+        let n = parse("hdfs://[::1]:8020/w").unwrap();
+        assert_eq!(n.webhdfs_authority().unwrap(), "[::1]:9870");
+        let e = parse("hdfs://nn/w?http_port=0")
+            .unwrap()
+            .webhdfs_authority()
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert_eq!(
+            parse("hdfs://nn:http/w").unwrap_err().kind(),
+            ErrorKind::InvalidInput
+        );
     }
 
     #[test]

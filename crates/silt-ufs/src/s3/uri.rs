@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use silt_common::{Error, Result};
 
-use crate::opendal_store::S3Options;
+use super::S3Options;
 use silt_common::query::{percent_decode, percent_encode};
 
 /// A store that speaks S3: AWS (or any endpoint given) under `s3://`, or a cloud whose
