@@ -307,6 +307,13 @@ impl Client {
             store,
             write_type,
         } = target;
+        // A file with other names (hard links) is written to the store now under `back` too:
+        // the log would hold the new bytes under this name only, and the other names, asked of
+        // the store at every stat, would show the old ones until the upload.
+        let write_type = match write_type {
+            WriteType::Back if self.known_linked(path) => &WriteType::Through,
+            t => t,
+        };
         // An upload of an older `back` version must not start, or land, after this write.
         let _hold = match (write_type, &self.writes.back) {
             (WriteType::Through | WriteType::StoreOnly, Some(p)) => Some(p.hold(path).await),
@@ -381,6 +388,14 @@ impl Client {
             }
         }
         Ok(entry)
+    }
+
+    /// Whether `path` is known (cached, however old) as a file with other names.
+    fn known_linked(&self, path: &str) -> bool {
+        matches!(
+            self.meta.stat(path, |_, _| true, |_| false),
+            Lookup::Found(e) if e.posix.linked()
+        )
     }
 
     /// Sends a cache-only file to the workers replicating it; only a pointer stays here (the
