@@ -416,6 +416,9 @@ impl Client {
             _ => {}
         }
         let context = |e: Error| e.context(format!("rename {} to {}", a.path, b.path));
+        // Open files at either name (below them, for a directory) keep their bytes.
+        self.keep_open_bytes(&a.store, &a.rel, src.is_dir()).await;
+        self.keep_open_bytes(&b.store, &b.rel, src.is_dir()).await;
         if !src.is_dir() {
             let meta = a.store.rename(&a.rel, &b.rel).await.map_err(context)?;
             // Stamped when the rename is done, not when it began: an upload of the old name

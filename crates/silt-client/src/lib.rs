@@ -159,24 +159,41 @@ pub struct OpenFile {
     _hold: Option<VersionHold>,
 }
 
-/// Versions open for reading through this client. When one is removed or replaced, its
-/// cached pages are not dropped at once but when its last reader closes: an open file's
-/// bytes outlive its name (POSIX; temporary files, log rotation), as far as they are cached.
+/// Versions open for reading through this client. An open file's bytes outlive its name
+/// (POSIX; temporary files, log rotation): before the store loses a version that is open (a
+/// delete, a rename from or over its path), the version is read whole into the cache and
+/// kept there, pinned, and its pages are dropped when its last reader closes.
 #[derive(Default)]
 struct OpenVersions {
     open: Mutex<std::collections::HashMap<ObjectId, OpenVersion>>,
 }
 
-/// Readers open of one version, and the version to forget once none is left.
-type OpenVersion = (usize, Option<Arc<ObjectRef>>);
+/// One version open for reading.
+struct OpenVersion {
+    readers: usize,
+    obj: Arc<ObjectRef>,
+    /// Forget its pages once no reader is left (it was removed or replaced).
+    forget: bool,
+    /// Its pages pinned and admitted, once the store may lose it.
+    kept: Option<(silt_cache::PinGuard, silt_cache::PinGuard)>,
+}
 
 impl OpenVersions {
-    fn hold(self: &Arc<Self>, worker: &Arc<Worker>, id: ObjectId) -> VersionHold {
-        self.open.lock().entry(id).or_insert((0, None)).0 += 1;
+    fn hold(self: &Arc<Self>, worker: &Arc<Worker>, obj: &Arc<ObjectRef>) -> VersionHold {
+        self.open
+            .lock()
+            .entry(obj.id)
+            .or_insert_with(|| OpenVersion {
+                readers: 0,
+                obj: obj.clone(),
+                forget: false,
+                kept: None,
+            })
+            .readers += 1;
         VersionHold {
             versions: self.clone(),
             worker: worker.clone(),
-            id,
+            id: obj.id,
         }
     }
 
@@ -184,11 +201,36 @@ impl OpenVersions {
     fn defer_forget(&self, obj: &Arc<ObjectRef>) -> bool {
         match self.open.lock().get_mut(&obj.id) {
             Some(e) => {
-                e.1 = Some(obj.clone());
+                e.forget = true;
                 true
             }
             None => false,
         }
+    }
+
+    /// The open versions of `store`'s file `rel` (with `below`, also of every file under
+    /// the directory `rel`) not kept yet, now marked kept with `guards` of each.
+    fn to_keep(
+        &self,
+        store: &silt_ufs::DynStore,
+        rel: &str,
+        below: bool,
+        guards: impl Fn(ObjectId) -> (silt_cache::PinGuard, silt_cache::PinGuard),
+    ) -> Vec<Arc<ObjectRef>> {
+        let mut open = self.open.lock();
+        let mut out = Vec::new();
+        for v in open.values_mut() {
+            let p = v.obj.meta.path.as_str();
+            let at = p == rel || (below && is_at_or_under(p, rel));
+            if at
+                && v.kept.is_none()
+                && std::ptr::addr_eq(Arc::as_ptr(&v.obj.store), Arc::as_ptr(store))
+            {
+                v.kept = Some(guards(v.obj.id));
+                out.push(v.obj.clone());
+            }
+        }
+        out
     }
 }
 
@@ -203,11 +245,12 @@ impl Drop for VersionHold {
         let forget = {
             let mut open = self.versions.open.lock();
             match open.get_mut(&self.id) {
-                Some(e) if e.0 > 1 => {
-                    e.0 -= 1;
+                Some(e) if e.readers > 1 => {
+                    e.readers -= 1;
                     None
                 }
-                Some(_) => open.remove(&self.id).and_then(|e| e.1),
+                // The pins go with it.
+                Some(_) => open.remove(&self.id).filter(|e| e.forget).map(|e| e.obj),
                 None => None,
             }
         };
@@ -668,6 +711,31 @@ impl Client {
                 .checked_at(&path)
                 .map(|at| age(now, at).as_secs_f64()),
         })
+    }
+
+    /// Before the store loses `rel` (with `below`, everything under it too): each version of
+    /// it open for reading here is read whole into the cache and pinned there until its last
+    /// reader closes, so its descriptors go on reading it after the unlink or rename (POSIX),
+    /// on every store. A page that cannot be read now (the store failing) is left to a later
+    /// read, which then fails as the store does.
+    pub(crate) async fn keep_open_bytes(&self, store: &silt_ufs::DynStore, rel: &str, below: bool) {
+        let pages = self.worker.page_store().clone();
+        let kept = self
+            .open_versions
+            .to_keep(store, rel, below, |id| (pages.pin(id), pages.prefer(id)));
+        for obj in kept {
+            let count = self.worker.page_count(obj.size());
+            let step = self.worker.request_pages().max(1) * 8;
+            let mut first = 0;
+            while first < count {
+                let last = (first + step).min(count) - 1;
+                if let Err(e) = self.worker.read_pages(&obj, first..=last).await {
+                    tracing::warn!(path = %obj.meta.path, error = %e, "an open file's bytes could not all be kept before its removal");
+                    break;
+                }
+                first = last + 1;
+            }
+        }
     }
 
     /// Acts on what changed: counts it, drops the pages of replaced versions and tells the
@@ -1176,7 +1244,7 @@ impl Client {
         let hold = match resident {
             None => {
                 self.expire_cached(&entry.path, &obj);
-                Some(self.open_versions.hold(&self.worker, obj.id))
+                Some(self.open_versions.hold(&self.worker, &obj))
             }
             Some(_) => None,
         };

@@ -595,6 +595,7 @@ impl Client {
             Some(p) => Some(p.hold(&path).await),
             None => None,
         };
+        self.keep_open_bytes(&store, &rel, false).await;
         // The store may hold an older version under a resident one.
         match store.delete(&rel).await {
             Ok(()) => {}

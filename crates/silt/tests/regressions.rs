@@ -808,6 +808,91 @@ fn an_unlink_that_must_load_a_file_from_a_frozen_store_fails_and_loses_nothing()
     silt.stop();
 }
 
+/// An open file's bytes outlive its name however the name went, also for pages Silt never
+/// cached: a file renamed (through Silt) and then opened and unlinked (its pages were cached
+/// under the old name), a file written behind Silt's back and opened but never read before
+/// its unlink, a file open while it is renamed away, and one open while another file is
+/// renamed over it. Each read goes to the daemon (the kernel's pages dropped), on `file://`
+/// and S3. Before the store lost a version open here, Silt read it whole into the cache.
+#[test]
+fn an_open_file_keeps_its_bytes_after_a_rename_or_an_unlink_of_pages_never_read() {
+    let backing = tempfile::tempdir().unwrap();
+    let local = format!("file://{}", backing.path().display());
+    let fx = S3Fx::start(false);
+    // Three pages and a bit, so that reads need pages never asked for.
+    let data: Vec<u8> = (0..(3 << 20) + 4097u32).map(|i| (i % 251) as u8).collect();
+    let other = b"the file renamed over it".to_vec();
+    for on_s3 in [false, true] {
+        // Written behind Silt's back before it starts: nothing of them cached.
+        for name in ["never-read", "moving", "target"] {
+            if on_s3 {
+                fx.put(name, &data);
+            } else {
+                std::fs::write(backing.path().join(name), &data).unwrap();
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let silt = if on_s3 {
+            fx.up(&["--write-type", "through"], dir.path())
+        } else {
+            Silt::up_data(&local, Vec::new(), &["--write-type", "through"], dir.path())
+        };
+        let what = if on_s3 { "s3" } else { "file" };
+        let read_all = |f: &std::fs::File, len: usize, case: &str| -> Vec<u8> {
+            // SAFETY: advice on an open descriptor.
+            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+            let mut buf = vec![0u8; len];
+            f.read_exact_at(&mut buf, 0)
+                .unwrap_or_else(|e| panic!("{what} {case}: pread: {e}"));
+            buf
+        };
+        let p = |n: &str| silt.path(&format!("data/{n}"));
+
+        // Renamed through Silt, then opened and unlinked.
+        std::fs::write(p("g"), &data).unwrap();
+        assert_eq!(std::fs::read(p("g")).unwrap(), data);
+        std::fs::rename(p("g"), p("g2")).unwrap();
+        let f = std::fs::File::open(p("g2")).unwrap();
+        std::fs::remove_file(p("g2")).unwrap();
+        assert!(
+            read_all(&f, data.len(), "renamed, opened, unlinked") == data,
+            "{what}"
+        );
+        drop(f);
+
+        // Opened, never read, unlinked.
+        let f = std::fs::File::open(p("never-read")).unwrap();
+        std::fs::remove_file(p("never-read")).unwrap();
+        assert!(
+            read_all(&f, data.len(), "never read, unlinked") == data,
+            "{what}"
+        );
+        drop(f);
+
+        // Open while renamed away.
+        let f = std::fs::File::open(p("moving")).unwrap();
+        std::fs::rename(p("moving"), p("moved")).unwrap();
+        assert!(
+            read_all(&f, data.len(), "renamed while open") == data,
+            "{what}"
+        );
+        drop(f);
+        assert_eq!(std::fs::read(p("moved")).unwrap(), data, "{what}");
+
+        // Open while another file is renamed over it.
+        std::fs::write(p("newer"), &other).unwrap();
+        let f = std::fs::File::open(p("target")).unwrap();
+        std::fs::rename(p("newer"), p("target")).unwrap();
+        assert!(
+            read_all(&f, data.len(), "renamed over while open") == data,
+            "{what}"
+        );
+        drop(f);
+        assert_eq!(std::fs::read(p("target")).unwrap(), other, "{what}");
+        silt.stop();
+    }
+}
+
 /// A file unlinked while open keeps its bytes for the descriptors and mappings that have it
 /// (POSIX; how temporary files and log rotation work): an `O_RDONLY` descriptor read `ESTALE`
 /// once the kernel's pages were dropped (its cached pages went with the name) and `fstat`
