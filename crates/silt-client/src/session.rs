@@ -38,7 +38,7 @@ use silt_common::{Error, ErrorKind, Result};
 use silt_ufs::{DynStore, EntryKind};
 
 use crate::namespace::{parent_and_name, Resolved};
-use crate::{Client, Entry};
+use crate::{Client, Entry, OpenFile};
 
 /// How a file is opened for writing ([`Client::open_write`]).
 #[derive(Debug, Clone, Copy, Default)]
@@ -537,8 +537,15 @@ impl Client {
                 _ => break,
             }
         }
+        let loaded_locally = match &opened {
+            Ok(file) => self.load_local(file, &buf).await?,
+            Err(_) => false,
+        };
         match opened {
+            Ok(_) if loaded_locally => {}
             Ok(file) => {
+                // Whatever a local load left (the file changed under it) goes first.
+                buf.set_len(0)?;
                 let chunk = (self.worker.page_size() * 16).max(1 << 20);
                 let mut off = 0;
                 while off < file.size() {
@@ -568,6 +575,30 @@ impl Client {
         st.generation += 1;
         s.loaded.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Loads `file`'s bytes into `buf` from the store's own file where the store keeps its
+    /// files on this host (a local directory): its data only, found with `SEEK_DATA` /
+    /// `SEEK_HOLE`, so a terabyte hole costs nothing and no zeros pass through the cache. The
+    /// version is checked after the load (size and mtime, a local file's fingerprint). `false`
+    /// when there is no such file or it changed meanwhile: the caller loads through the cache.
+    async fn load_local(&self, file: &OpenFile, buf: &WriteBuffer) -> Result<bool> {
+        let obj = file.object();
+        let Some(local) = obj.store.local_file(&obj.meta.path, &obj.meta).await else {
+            return Ok(false);
+        };
+        let (buf, size, want) = (buf.clone(), obj.size(), obj.meta.clone());
+        let page = self.worker.page_size().max(1) as usize;
+        let path = file.entry.path.clone();
+        tokio::task::spawn_blocking(move || -> Result<bool> {
+            let loading = |e: std::io::Error| Error::from(e).context(format!("{path}: loading"));
+            load_data_extents(&local, &buf, size, page).map_err(loading)?;
+            buf.set_len(size)?;
+            let md = local.metadata().map_err(loading)?;
+            Ok(md.len() == size && md.modified().ok() == want.mtime)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("loading task: {e}")))?
     }
 
     /// Runs `f` on the session's buffer for a change: copied first if shared, marked dirty.
@@ -1195,4 +1226,53 @@ impl SessionTable {
         map.insert(s.path(), s.clone());
         self.count.store(map.len(), Ordering::Release);
     }
+}
+
+/// Copies the data extents of the first `size` bytes of `f` into `buf` at the same offsets,
+/// `page` bytes at a time, leaving holes (and all-zero pages) as holes.
+fn load_data_extents(
+    f: &std::fs::File,
+    buf: &WriteBuffer,
+    size: u64,
+    page: usize,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let seek = |from: u64, whence: libc::c_int| -> std::io::Result<Option<u64>> {
+        let from = libc::off_t::try_from(from).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        // SAFETY: lseek on a descriptor `f` owns for the whole call; no memory is passed.
+        let at = unsafe { libc::lseek(f.as_raw_fd(), from, whence) };
+        if at >= 0 {
+            return Ok(Some(at as u64));
+        }
+        match std::io::Error::last_os_error() {
+            // No data past `from`.
+            e if e.raw_os_error() == Some(libc::ENXIO) => Ok(None),
+            e => Err(e),
+        }
+    };
+    let mut chunk = vec![0u8; page * 16];
+    let mut off = 0;
+    while off < size {
+        let Some(data) = seek(off, libc::SEEK_DATA)?.filter(|&d| d < size) else {
+            break;
+        };
+        let end = seek(data, libc::SEEK_HOLE)?.unwrap_or(size).min(size);
+        // Whole pages, aligned to the file's: the buffer keeps pages.
+        let mut at = data - data % page as u64;
+        while at < end {
+            let n = ((end - at) as usize).min(chunk.len());
+            let got = &mut chunk[..n];
+            f.read_exact_at(got, at)?;
+            for (i, p) in got.chunks(page).enumerate() {
+                if p.iter().any(|&x| x != 0) {
+                    buf.write_at(at + (i * page) as u64, p)
+                        .map_err(|e| std::io::Error::other(e.to_string()))?;
+                }
+            }
+            at += n as u64;
+        }
+        off = end;
+    }
+    Ok(())
 }

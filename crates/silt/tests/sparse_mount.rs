@@ -80,3 +80,67 @@ fn truncate_makes_holes_and_past_the_maximum_is_efbig() {
     assert_eq!(std::fs::metadata(ld.join("huge")).unwrap().len(), 3 * GIB);
     silt.stop();
 }
+
+/// Changing an existing sparse file costs what its data costs, not its holes: a 16 GiB file
+/// with a few bytes of data, made behind Silt's back, grown to 64 GiB by `truncate`, then
+/// given one byte in the middle (`dd seek=... conv=notrunc`), reads none of its holes from
+/// the store (no store bytes read at all: the local file's data extents are loaded straight
+/// from it) and puts no page of zeros into the disk tier; the store's file stays sparse and
+/// holds exactly what was written.
+#[test]
+fn changing_an_existing_sparse_file_reads_none_of_its_holes() {
+    let local = tempfile::tempdir().unwrap();
+    let ld = local.path();
+    {
+        let f = std::fs::File::create(ld.join("sparse")).unwrap();
+        f.set_len(16 * GIB).unwrap();
+        f.write_all_at(b"head", 0).unwrap();
+        f.write_all_at(b"tail", 16 * GIB - 4).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let uri = format!("file://{}", ld.display());
+    let silt = Silt::up(&[("/data", &uri)], &["--write-type", "through"], dir.path())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let p = silt.path("data/sparse");
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 16 * GIB);
+    let read_before = silt.metric("silt_ufs_read_bytes_total");
+
+    truncate(&p, 64 * GIB).unwrap();
+    {
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.write_all_at(b"!", 32 * GIB).unwrap();
+    }
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), 64 * GIB);
+
+    let read = silt.metric("silt_ufs_read_bytes_total") - read_before;
+    assert!(
+        read < 1 << 20,
+        "{read} bytes read from the store to change a sparse file"
+    );
+    let r = silt.report();
+    let disk_used: u64 = r["tiers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tiers in {r}"))
+        .iter()
+        .filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("disk")))
+        .filter_map(|t| t["used"].as_u64())
+        .sum();
+    assert!(
+        disk_used < 16 << 20,
+        "{disk_used} bytes of pages in the disk tier"
+    );
+    let md = std::fs::metadata(ld.join("sparse")).unwrap();
+    assert_eq!(md.len(), 64 * GIB);
+    assert!(md.blocks() * 512 < 4 << 20, "{} blocks", md.blocks());
+    let f = std::fs::File::open(ld.join("sparse")).unwrap();
+    let at = |off: u64, n: usize| {
+        let mut b = vec![0u8; n];
+        f.read_exact_at(&mut b, off).unwrap();
+        b
+    };
+    assert_eq!(at(0, 4), b"head");
+    assert_eq!(at(16 * GIB - 4, 4), b"tail");
+    assert_eq!(at(32 * GIB - 1, 3), b"\0!\0");
+    assert_eq!(at(64 * GIB - 4, 4), [0u8; 4]);
+    silt.stop();
+}
