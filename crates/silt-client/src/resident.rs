@@ -23,7 +23,7 @@
 //! *pointer* per file ([`ResidentData::Remote`]), and stats, listings and reads ask the
 //! workers, so every client of the cluster sees the files any of them wrote.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -192,7 +192,8 @@ impl ResidentFile {
 pub struct Resident {
     files: RwLock<BTreeMap<String, Arc<ResidentFile>>>,
     /// Directories kept here (made under `cache-only`), by namespace path.
-    dirs: RwLock<BTreeSet<String>>,
+    /// With the time each was made (its mtime: the store never saw it).
+    dirs: RwLock<BTreeMap<String, SystemTime>>,
     clock: Clock,
     next_tag: AtomicU64,
     /// Where cache-only files go instead of this table (set once, in a cluster client).
@@ -208,7 +209,7 @@ impl Resident {
             .map_or(0, |d| d.as_nanos() as u64);
         Resident {
             files: RwLock::new(BTreeMap::new()),
-            dirs: RwLock::new(BTreeSet::new()),
+            dirs: RwLock::new(BTreeMap::new()),
             clock,
             next_tag: AtomicU64::new(start),
             remote: OnceLock::new(),
@@ -335,12 +336,22 @@ impl Resident {
 
     /// Records the directory `path` as kept here (a `mkdir` under `cache-only`).
     pub fn add_dir(&self, path: &str) {
-        self.dirs.write().insert(path.to_string());
+        self.dirs
+            .write()
+            .entry(path.to_string())
+            .or_insert_with(SystemTime::now);
     }
 
     /// Whether `path` is a directory kept here.
     pub fn has_dir(&self, path: &str) -> bool {
-        self.dirs.read().contains(path)
+        self.dirs.read().contains_key(path)
+    }
+
+    /// The directory kept here at `path` (store path `rel`), with the time it was made.
+    fn dir_meta(&self, path: &str, rel: &str) -> ObjectMeta {
+        let mut m = ObjectMeta::dir(rel);
+        m.mtime = self.dirs.read().get(path).copied();
+        m
     }
 
     /// Directories kept here strictly below `dir`.
@@ -349,6 +360,7 @@ impl Resident {
         self.dirs
             .read()
             .range(prefix.clone()..)
+            .map(|(p, _)| p)
             .take_while(|p| p.starts_with(&prefix))
             .cloned()
             .collect()
@@ -356,7 +368,7 @@ impl Resident {
 
     /// Forgets the directory `path` kept here; whether it was.
     pub fn remove_dir(&self, path: &str) -> bool {
-        self.dirs.write().remove(path)
+        self.dirs.write().remove(path).is_some()
     }
 
     /// Moves directory `from` (if kept here) and the directories kept below it to `to`.
@@ -365,15 +377,17 @@ impl Resident {
         let prefix = dir_prefix(from);
         let moving: Vec<String> = dirs
             .range(prefix.clone()..)
+            .map(|(p, _)| p)
             .take_while(|p| p.starts_with(&prefix))
             .cloned()
             .collect();
-        if dirs.remove(from) {
-            dirs.insert(to.to_string());
+        if let Some(made) = dirs.remove(from) {
+            dirs.insert(to.to_string(), made);
         }
         for d in moving {
-            dirs.remove(&d);
-            dirs.insert(format!("{to}{}", &d[from.len()..]));
+            if let Some(made) = dirs.remove(&d) {
+                dirs.insert(format!("{to}{}", &d[from.len()..]), made);
+            }
         }
     }
 
@@ -675,8 +689,8 @@ impl ResidentStore {
         let files = self.resident_files(dir).await.into_iter();
         for (path, meta) in dirs
             .map(|d| {
-                let rel = self.rel_of(&d);
-                (d, ObjectMeta::dir(&rel))
+                let meta = self.resident.dir_meta(&d, &self.rel_of(&d));
+                (d, meta)
             })
             .chain(files)
         {
@@ -749,7 +763,7 @@ impl Layer for ResidentStore {
         }
         let ns = self.ns(path);
         if self.resident.has_dir(&ns) {
-            return Ok(ObjectMeta::dir(path.trim_matches('/')));
+            return Ok(self.resident.dir_meta(&ns, path.trim_matches('/')));
         }
         // Taken first, for the reason `merge` gives.
         let below =
@@ -994,4 +1008,23 @@ pub fn read_resident(f: &ResidentFile, range: Range<u64>) -> Result<Bytes> {
     let len = usize::try_from(end - range.start)
         .map_err(|_| Error::invalid(format!("{}: read too large", f.meta.path)))?;
     f.data.read(range.start, len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory kept here (the store never saw it) shows the time it was made, not
+    /// none (which the mount showed as a constant of its own), and keeps it when moved.
+    #[test]
+    fn a_kept_directory_has_its_making_time() {
+        let r = Resident::new(Clock::default());
+        let before = SystemTime::now();
+        r.add_dir("/data/b");
+        let made = r.dir_meta("/data/b", "b").mtime.expect("a time");
+        assert!(made >= before && made <= SystemTime::now(), "{made:?}");
+        r.rename_dirs("/data/b", "/data/c");
+        assert_eq!(r.dir_meta("/data/c", "c").mtime, Some(made));
+        assert_eq!(r.dir_meta("/data/c", "c").kind, EntryKind::Dir);
+    }
 }

@@ -45,6 +45,12 @@ impl SyncPolicy {
                 "sync policy {t:?}: an interval must be longer than 0 (use `always`)"
             )));
         }
+        if d > crate::config::MAX_DURATION {
+            // `never` is the policy for "for ever"; a longer interval overflows clock arithmetic.
+            return Err(Error::invalid(format!(
+                "sync policy {t:?}: an interval is at most 366 days (use `never` for no expiry)"
+            )));
+        }
         Ok(SyncPolicy::Interval(d))
     }
 
@@ -162,6 +168,8 @@ mod tests {
     fn parses_and_prints_policies() {
         assert_eq!(SyncPolicy::parse("never").unwrap(), SyncPolicy::Never);
         assert_eq!(SyncPolicy::parse(" always ").unwrap(), SyncPolicy::Always);
+        assert!(SyncPolicy::parse("interval=10000years").is_err());
+        assert!(SyncPolicy::parse("interval=366days").is_ok());
         let p = SyncPolicy::parse("interval=90s").unwrap();
         assert_eq!(p, SyncPolicy::Interval(Duration::from_secs(90)));
         assert_eq!(p.to_string(), "interval=1m 30s");

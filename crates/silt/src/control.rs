@@ -687,7 +687,12 @@ pub fn memory(state_dir: &Path, write: Option<u64>, cache: Option<u64>) -> Resul
             };
             println!(
                 "  job {} (priority {}): {} in memory {quota}, {} spilled",
-                j["prefix"].as_str().unwrap_or("?"),
+                // The jobs without a `--write-jobs` prefix of their own share the default one.
+                match j["prefix"].as_str() {
+                    Some("") => "(default: every other path)",
+                    Some(p) => p,
+                    None => "?",
+                },
                 j["priority"].as_u64().unwrap_or(0),
                 n(&j["memory_used"]),
                 n(&j["spilled"])

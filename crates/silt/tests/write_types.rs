@@ -227,7 +227,23 @@ fn cache_only_directories_stay_until_rmdir_as_spark_uses_them() {
         let what = if on_s3 { "s3" } else { "file" };
         std::fs::create_dir_all(b.join("16")).unwrap();
         std::fs::create_dir_all(b.join("30")).unwrap();
+        // Its times are its making's, as a new directory's are (not a constant of the mount):
+        // not before a local file made just before it, to the second (the kernel stamps that
+        // one from a clock that lags, never leads; a directory's nanoseconds are Silt's
+        // listing digest, docs/SEMANTICS.md).
+        let marker = dir.path().join(format!("before-{what}"));
+        std::fs::write(&marker, b"").unwrap();
+        let secs = |p: &std::path::Path| {
+            let t = std::fs::metadata(p).unwrap().modified().unwrap();
+            t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+        };
+        let before = secs(&marker);
         std::fs::create_dir(b.join("empty")).unwrap();
+        let mtime = secs(&b.join("empty"));
+        assert!(
+            mtime >= before,
+            "{what}: a new directory's mtime {mtime} is before its making {before}"
+        );
         std::fs::write(b.join("16/t"), b"a").unwrap();
         std::fs::rename(b.join("16/t"), b.join("30/u")).unwrap();
         assert!(b.join("16").is_dir(), "{what}: emptied by a rename");
