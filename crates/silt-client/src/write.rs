@@ -328,7 +328,7 @@ impl Client {
                     .await
                     .map_err(|_| Error::internal("upload permits closed"))?;
                 store
-                    .write_from_attrs(rel, buf, len, attrs)
+                    .write_from_attrs(rel, buf, len, attrs, None)
                     .await
                     .map_err(|e| e.context(path))?
             }

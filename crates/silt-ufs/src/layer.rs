@@ -20,7 +20,9 @@ use silt_common::io::ReadAt;
 use silt_common::metrics::UfsOp;
 use silt_common::Result;
 
-use crate::{Capabilities, DynStore, FaultOp, ObjectMeta, SetAttrs, SpecialKind, UnderStore};
+use crate::{
+    Capabilities, DynStore, FaultOp, Headers, ObjectMeta, SetAttrs, SpecialKind, UnderStore,
+};
 
 /// The fault kind of a call kind: a rename is a write.
 pub fn fault_op(op: UfsOp) -> FaultOp {
@@ -129,9 +131,17 @@ pub trait Layer: Send + Sync + 'static {
         src: &dyn ReadAt,
         len: u64,
         attrs: &SetAttrs,
+        headers: Option<&Headers>,
     ) -> Result<ObjectMeta> {
-        let call = self.inner().write_from_attrs(path, src, len, attrs);
+        let call = self
+            .inner()
+            .write_from_attrs(path, src, len, attrs, headers);
         self.around(UfsOp::Write, path, call).await
+    }
+
+    async fn headers(&self, path: &str, expected: &ObjectMeta) -> Result<Headers> {
+        self.around(UfsOp::Stat, path, self.inner().headers(path, expected))
+            .await
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
@@ -261,8 +271,13 @@ impl<L: Layer> UnderStore for Layered<L> {
         src: &dyn ReadAt,
         len: u64,
         attrs: &SetAttrs,
+        headers: Option<&Headers>,
     ) -> Result<ObjectMeta> {
-        Layer::write_from_attrs(&self.0, path, src, len, attrs).await
+        Layer::write_from_attrs(&self.0, path, src, len, attrs, headers).await
+    }
+
+    async fn headers(&self, path: &str, expected: &ObjectMeta) -> Result<Headers> {
+        Layer::headers(&self.0, path, expected).await
     }
 
     async fn delete(&self, path: &str) -> Result<()> {

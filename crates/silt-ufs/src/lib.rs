@@ -24,6 +24,7 @@ use silt_common::{Error, Result};
 mod common;
 mod fault;
 mod fs;
+mod headers;
 mod layer;
 mod measure;
 mod mem;
@@ -34,6 +35,7 @@ mod user_meta;
 
 pub use fault::{Fault, FaultOp, FaultStore, Faults};
 pub use fs::FsStore;
+pub use headers::{xattrs, Headers, CHECKSUM_ALGORITHMS};
 pub use layer::{fault_op, Layer, Layered};
 pub use measure::{measured, Measure, Measured};
 pub use mem::MemStore;
@@ -472,20 +474,33 @@ pub trait UnderStore: Send + Sync + 'static {
         self.write(path, data).await
     }
     /// `write_from`, the new version carrying the attributes `attrs` (the mode, owner and
-    /// times of a created file, or those a rewrite must keep where a write replaces them).
-    /// An object store sends them with the upload; this default writes, then `set_attrs`.
+    /// times of a created file, or those a rewrite must keep where a write replaces them) and,
+    /// where given, the S3 `headers` of the object, kept where [`Headers`] says for each
+    /// store. An object store sends them with the upload; this default writes, then
+    /// `set_attrs`, and takes no headers (`Unsupported`).
     async fn write_from_attrs(
         &self,
         path: &str,
         src: &dyn ReadAt,
         len: u64,
         attrs: &SetAttrs,
+        headers: Option<&Headers>,
     ) -> Result<ObjectMeta> {
+        if headers.is_some_and(|h| !h.is_empty()) {
+            return Err(unsupported(self.uri(), "write with S3 metadata", path));
+        }
         let meta = self.write_from(path, src, len).await?;
         if attrs.is_empty() {
             return Ok(meta);
         }
         self.set_attrs(path, attrs).await
+    }
+    /// The S3 headers of the version `expected` of the file `path` (an empty [`Headers`] when
+    /// it has none, or the store keeps none: this default). `ContentChanged` if `path` holds
+    /// another version now; `NotFound` if nothing.
+    async fn headers(&self, path: &str, expected: &ObjectMeta) -> Result<Headers> {
+        let _ = (path, expected);
+        Ok(Headers::default())
     }
     /// Deletes an object; deleting a missing object is not an error.
     async fn delete(&self, path: &str) -> Result<()>;

@@ -11,8 +11,8 @@ use parking_lot::Mutex;
 use silt_common::{Error, ErrorKind, Result};
 
 use crate::{
-    normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, SetAttrs, SpecialKind,
-    UnderStore,
+    normalize_path, plan_read, Capabilities, EntryKind, Headers, ObjectMeta, Posix, SetAttrs,
+    SpecialKind, UnderStore,
 };
 
 /// An in-memory fake of an object store, keeping every [`UnderStore`] invariant.
@@ -58,6 +58,8 @@ struct Object {
     /// `File`, a `Symlink` whose target is `data` (S3: the `S_IFLNK` mode bits), or a
     /// `Special` file (no data; a device's number in `posix.rdev`).
     kind: EntryKind,
+    /// Its S3 headers (replaced by every write, kept by a copy or rename).
+    headers: Headers,
 }
 
 impl Object {
@@ -182,10 +184,17 @@ impl State {
             mode: None,
             posix: Posix::default(),
             kind: EntryKind::File,
+            headers: Headers::default(),
         };
         let meta = obj.meta(path);
         self.objects.insert(path.to_string(), obj);
         meta
+    }
+
+    fn set_headers(&mut self, path: &str, headers: Headers) {
+        if let Some(o) = self.objects.get_mut(path) {
+            o.headers = headers;
+        }
     }
 
     /// Marks the object `path` (just inserted) a link or not; its metadata.
@@ -349,6 +358,40 @@ impl UnderStore for MemStore {
         Ok(self.state.lock().insert(path, data))
     }
 
+    async fn write_from_attrs(
+        &self,
+        path: &str,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+        attrs: &SetAttrs,
+        headers: Option<&Headers>,
+    ) -> Result<ObjectMeta> {
+        let meta = self.write_from(path, src, len).await?;
+        if let Some(h) = headers {
+            self.state.lock().set_headers(&meta.path, h.clone());
+        }
+        if attrs.is_empty() {
+            return Ok(meta);
+        }
+        self.set_attrs(path, attrs).await
+    }
+
+    async fn headers(&self, path: &str, expected: &ObjectMeta) -> Result<Headers> {
+        self.count();
+        let path = normalize_path(path)?;
+        let state = self.state.lock();
+        match state.objects.get(path) {
+            Some(o) if o.meta(path).content_fingerprint() == expected.content_fingerprint() => {
+                Ok(o.headers.clone())
+            }
+            Some(_) => Err(Error::new(
+                ErrorKind::ContentChanged,
+                format!("{}: changed", self.full(path)),
+            )),
+            None => Err(Error::not_found(format!("{}: not found", self.full(path)))),
+        }
+    }
+
     async fn delete(&self, path: &str) -> Result<()> {
         self.count();
         let path = normalize_path(path)?;
@@ -397,11 +440,14 @@ impl UnderStore for MemStore {
         if from == to {
             return Ok(state.objects[from].meta(from));
         }
-        let (kind, rdev) = state
+        let (kind, rdev, headers) = state
             .objects
             .remove(from)
-            .map_or((EntryKind::File, 0), |o| (o.kind, o.posix.rdev));
+            .map_or((EntryKind::File, 0, Headers::default()), |o| {
+                (o.kind, o.posix.rdev, o.headers)
+            });
         state.insert(to, data);
+        state.set_headers(to, headers);
         Ok(state.set_kind(to, kind, rdev))
     }
 
@@ -413,11 +459,14 @@ impl UnderStore for MemStore {
         if from == to {
             return Ok(state.objects[from].meta(from));
         }
-        let (kind, rdev) = state
+        let (kind, rdev, headers) = state
             .objects
             .get(from)
-            .map_or((EntryKind::File, 0), |o| (o.kind, o.posix.rdev));
+            .map_or((EntryKind::File, 0, Headers::default()), |o| {
+                (o.kind, o.posix.rdev, o.headers.clone())
+            });
         state.insert(to, data);
+        state.set_headers(to, headers);
         Ok(state.set_kind(to, kind, rdev))
     }
 

@@ -45,12 +45,38 @@ use crate::common::{
     is_transport_error, part_size, retry_event, root_cause, take_one, FS_WRITE_TEMP,
     PROBE_ATTEMPT_CAP, RETRY_MAX_DELAY, RETRY_MIN_DELAY, S3_ATTR_REWRITE_MAX, WRITE_PART,
 };
+use crate::headers::{to_user_metadata, Native};
 use crate::user_meta::{
-    s3_apply_attrs, s3_meta, s3_user_metadata, secs, S3_CTIME, S3_MODE, S3_MTIME, S_IFLNK,
+    headers_of, s3_apply_attrs, s3_meta, s3_user_metadata, secs, S3_CTIME, S3_MODE, S3_MTIME,
+    S_IFLNK,
 };
+
+/// The Azure metadata entry that holds an object's S3 headers beyond the native four (JSON).
+const AZURE_HEADERS_KEY: &str = "silts3";
+
+/// `w` (a write or writer builder) with the four headers OpenDAL sends natively.
+macro_rules! native_headers {
+    ($w:expr, $h:expr, $n:expr) => {{
+        let mut w = $w;
+        let (h, n): (&Headers, Native) = ($h, $n);
+        if let (true, Some(v)) = (n.content_type, &h.content_type) {
+            w = w.content_type(v);
+        }
+        if let (true, Some(v)) = (n.cache_control, &h.cache_control) {
+            w = w.cache_control(v);
+        }
+        if let (true, Some(v)) = (n.content_disposition, &h.content_disposition) {
+            w = w.content_disposition(v);
+        }
+        if let (true, Some(v)) = (n.content_encoding, &h.content_encoding) {
+            w = w.content_encoding(v);
+        }
+        w
+    }};
+}
 use crate::{
-    normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, S3Options, SetAttrs,
-    SpecialKind, UnderStore,
+    normalize_path, plan_read, Capabilities, EntryKind, Headers, ObjectMeta, Posix, S3Options,
+    SetAttrs, SpecialKind, UnderStore,
 };
 use webhdfs::{hdfs_meta, Hdfs};
 
@@ -427,6 +453,44 @@ impl ObjectStore {
         meta
     }
 
+    /// The user metadata that keeps `h` beside the four headers sent natively: as on S3 (GCS),
+    /// or one JSON entry (Azure, whose metadata names must be C# identifiers).
+    fn headers_metadata(&self, h: &Headers) -> Vec<(String, String)> {
+        let native = Native::of(&self.op);
+        if self.svc.scheme != ObjectScheme::Azblob {
+            return to_user_metadata(h, native);
+        }
+        let rest = native.rest(h);
+        match serde_json::to_string(&rest) {
+            Ok(j) if !rest.is_empty() => vec![(AZURE_HEADERS_KEY.to_string(), j)],
+            _ => Vec::new(),
+        }
+    }
+
+    /// The inverse of [`ObjectStore::headers_metadata`], from a stat's answer.
+    fn headers_from(&self, m: &Metadata) -> Headers {
+        if self.svc.scheme != ObjectScheme::Azblob {
+            return headers_of(m);
+        }
+        let rest = m
+            .user_metadata()
+            .and_then(|u| {
+                u.into_iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(AZURE_HEADERS_KEY))
+                    .map(|(_, v)| v.to_string())
+            })
+            .and_then(|j| serde_json::from_str::<Headers>(&j).ok())
+            .unwrap_or_default();
+        let own = |v: Option<&str>| v.map(str::to_string);
+        Headers {
+            content_type: own(m.content_type()).or(rest.content_type.clone()),
+            cache_control: own(m.cache_control()).or(rest.cache_control.clone()),
+            content_disposition: own(m.content_disposition()).or(rest.content_disposition.clone()),
+            content_encoding: own(m.content_encoding()).or(rest.content_encoding.clone()),
+            ..rest
+        }
+    }
+
     fn entry(&self, (p, m): (String, Metadata)) -> ObjectMeta {
         if m.is_dir() {
             ObjectMeta::dir(&p)
@@ -733,6 +797,7 @@ impl ObjectStore {
         src: &dyn silt_common::io::ReadAt,
         len: u64,
         user: Option<Vec<(String, String)>>,
+        headers: Option<&Headers>,
     ) -> Result<ObjectMeta> {
         let read_part = |off: u64, n: usize| {
             src.read_at(off, n).map_err(|e| {
@@ -749,6 +814,9 @@ impl ObjectStore {
             if let Some(user) = user {
                 w = w.user_metadata(user);
             }
+            if let Some(h) = headers {
+                w = native_headers!(w, h, Native::of(&self.op));
+            }
             let written = w.await.map_err(|e| self.map_err("write", path, e))?;
             return self.written_meta(path, &written, len).await;
         }
@@ -759,6 +827,9 @@ impl ObjectStore {
             let mut w = self.op.writer_with(path).chunk(part);
             if let Some(user) = &user {
                 w = w.user_metadata(user.clone());
+            }
+            if let Some(h) = headers {
+                w = native_headers!(w, h, Native::of(&self.op));
             }
             if self.svc.pin == Pin::Generation {
                 // GCS's unconditional parts are XML multipart uploads, which emulators lack;
@@ -1032,7 +1103,7 @@ impl UnderStore for ObjectStore {
         src: &dyn silt_common::io::ReadAt,
         len: u64,
     ) -> Result<ObjectMeta> {
-        self.write_from_attrs(path, src, len, &SetAttrs::default())
+        self.write_from_attrs(path, src, len, &SetAttrs::default(), None)
             .await
     }
 
@@ -1042,24 +1113,64 @@ impl UnderStore for ObjectStore {
         src: &dyn silt_common::io::ReadAt,
         len: u64,
         attrs: &SetAttrs,
+        headers: Option<&Headers>,
     ) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
+        let headers = headers.filter(|h| !h.is_empty());
         if self.svc.hdfs.is_some() {
-            return self.hdfs_write(path, src, len, attrs).await;
+            return self.hdfs_write(path, src, len, attrs, headers).await;
         }
-        if attrs.is_empty() {
-            return self.put_object(path, src, len, None).await;
+        if attrs.is_empty() && headers.is_none() {
+            return self.put_object(path, src, len, None, None).await;
         }
-        // One upload with the attributes in its user metadata.
-        let base = ObjectMeta::empty_file(path);
-        let user = s3_user_metadata(&base, attrs);
-        let mut meta = self.put_object(path, src, len, Some(user)).await?;
+        // One upload with the headers and the attributes in its user metadata (a POSIX key
+        // the client also set is the attribute).
+        let mut user = headers
+            .map(|h| self.headers_metadata(h))
+            .unwrap_or_default();
+        if !attrs.is_empty() {
+            let posix = s3_user_metadata(&ObjectMeta::empty_file(path), attrs);
+            user.retain(|(k, _)| !posix.iter().any(|(p, _)| p.eq_ignore_ascii_case(k)));
+            user.extend(posix);
+        }
+        let mut meta = self.put_object(path, src, len, Some(user), headers).await?;
         meta.mode = attrs.mode.or(meta.mode);
         meta.posix.uid = attrs.uid.or(meta.posix.uid);
         meta.posix.gid = attrs.gid.or(meta.posix.gid);
         meta.posix.atime = attrs.atime.or(meta.posix.atime);
         meta.mtime = attrs.mtime.or(meta.mtime);
         Ok(meta)
+    }
+
+    async fn headers(&self, path: &str, expected: &ObjectMeta) -> Result<Headers> {
+        let path = normalize_path(path)?;
+        if self.svc.hdfs.is_some() {
+            return self.hdfs_headers(path, expected).await;
+        }
+        if self.unaddressable(path) {
+            return Err(Error::not_found(format!("{}: not found", self.full(path))));
+        }
+        UFS_REQUESTS.inc();
+        let m = self
+            .op
+            .stat(path)
+            .await
+            .map_err(|e| self.map_err("stat", path, e))?;
+        if m.is_dir() {
+            return Err(Error::not_found(format!("{}: not a file", self.full(path))));
+        }
+        if self.meta_of(path.to_string(), &m).content_fingerprint()
+            != expected.content_fingerprint()
+        {
+            return Err(Error::new(
+                ErrorKind::ContentChanged,
+                format!(
+                    "{}: the object changed since its metadata was read",
+                    self.full(path)
+                ),
+            ));
+        }
+        Ok(self.headers_from(&m))
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
@@ -1212,7 +1323,17 @@ impl UnderStore for ObjectStore {
                 mode: src.mode,
                 ..SetAttrs::default()
             };
-            return self.hdfs_write(to, &data, src.size, &keep).await;
+            // As an object store's copy keeps the object's metadata.
+            let headers = self.hdfs_headers(from, &src).await?;
+            return self
+                .hdfs_write(
+                    to,
+                    &data,
+                    src.size,
+                    &keep,
+                    Some(&headers).filter(|h| !h.is_empty()),
+                )
+                .await;
         }
         self.copy_file(from, to).await
     }

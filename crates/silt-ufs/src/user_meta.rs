@@ -7,7 +7,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opendal::Metadata;
 
-use crate::{EntryKind, ObjectMeta, Posix, SetAttrs, SpecialKind, S_IFMT};
+use crate::headers::from_user_metadata;
+use crate::{EntryKind, Headers, ObjectMeta, Posix, SetAttrs, SpecialKind, S_IFMT};
 
 /// S3 metadata as `stat` and `list` both report it, so their fingerprints agree: the ETag
 /// without quotes, the mtime in whole seconds (HEAD has second precision, listings more), and
@@ -147,6 +148,22 @@ pub(crate) fn s3_user_metadata(m: &ObjectMeta, set: &SetAttrs) -> Vec<(String, S
     }
     out
 }
+/// The S3 headers an object store's answer (a HEAD, a stat) carries: the four OpenDAL reads
+/// natively, the rest from the user metadata (`crate::headers`).
+pub(crate) fn headers_of(m: &Metadata) -> Headers {
+    let own = |v: Option<&str>| v.map(str::to_string);
+    let native = [
+        own(m.content_type()),
+        own(m.cache_control()),
+        own(m.content_disposition()),
+        own(m.content_encoding()),
+    ];
+    match m.user_metadata() {
+        Some(user) => from_user_metadata(native, user.into_iter()),
+        None => from_user_metadata(native, std::iter::empty()),
+    }
+}
+
 /// An ETag as Silt keeps it: without quotes or the weak marker.
 pub(crate) fn strip_etag(etag: &str) -> String {
     let e = etag.trim();

@@ -823,13 +823,101 @@ mod cases {
             ..Default::default()
         };
         let w = s
-            .write_from_attrs("at/f", &bytes::Bytes::from_static(b"new"), 3, &keep)
+            .write_from_attrs("at/f", &bytes::Bytes::from_static(b"new"), 3, &keep, None)
             .await
             .unwrap();
         assert_eq!(w.mode, Some(0o604));
         assert_eq!(s.stat("at/f").await.unwrap().mode, Some(0o604));
         let e = s.set_attrs("at/missing", &keep).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    }
+
+    /// An object's S3 headers (`Content-Type` and the like, user metadata, checksums, part
+    /// sizes) are kept with it in the store's own form: written with the object, read back
+    /// for its version, kept by a copy and a rename, replaced by a rewrite (as a PUT replaces
+    /// them); asked for a version the object no longer has, `ContentChanged`.
+    pub async fn headers(f: Fixture) {
+        let s = &f.store;
+        let h = silt_ufs::Headers {
+            content_type: Some("text/csv; charset=utf-8".into()),
+            cache_control: Some("max-age=3600".into()),
+            content_disposition: Some("attachment; filename=\"report 1.csv\"".into()),
+            content_encoding: Some("gzip".into()),
+            content_language: Some("fr-CH".into()),
+            expires: Some("Thu, 01 Dec 2044 16:00:00 GMT".into()),
+            user: [
+                ("owner".to_string(), "etl team".to_string()),
+                ("my-key".to_string(), "v=1".to_string()),
+            ]
+            .into(),
+            checksums: [(
+                "sha256".to_string(),
+                "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=".to_string(),
+            )]
+            .into(),
+            checksum_type: Some("FULL_OBJECT".into()),
+            parts: vec![5 << 20, 5 << 20, 17],
+        };
+        let data = bytes::Bytes::from_static(b"a,b\n1,2\n");
+        let w = s
+            .write_from_attrs(
+                "h/f.csv",
+                &data,
+                data.len() as u64,
+                &SetAttrs::default(),
+                Some(&h),
+            )
+            .await
+            .unwrap();
+        assert_eq!(get(&f, "h/f.csv").await, data.to_vec());
+        let m = s.stat("h/f.csv").await.unwrap();
+        assert_eq!(m.content_fingerprint(), w.content_fingerprint());
+        assert_eq!(s.headers("h/f.csv", &m).await.unwrap(), h);
+        // A copy keeps them, a rename moves them.
+        s.copy("h/f.csv", "h/copy.csv").await.unwrap();
+        let c = s.stat("h/copy.csv").await.unwrap();
+        assert_eq!(s.headers("h/copy.csv", &c).await.unwrap(), h, "copy");
+        s.rename("h/copy.csv", "h/moved.csv").await.unwrap();
+        let r = s.stat("h/moved.csv").await.unwrap();
+        assert_eq!(s.headers("h/moved.csv", &r).await.unwrap(), h, "rename");
+        // A rewrite without them has none (a PUT replaces the metadata) but the store's own
+        // default type, where it gives every object one (S3 and Azure do).
+        put(&f, "h/f.csv", b"x").await;
+        let now = s.stat("h/f.csv").await.unwrap();
+        let mut after = s.headers("h/f.csv", &now).await.unwrap();
+        let default_type = after.content_type.take();
+        assert!(
+            default_type
+                .as_deref()
+                .is_none_or(|t| t.ends_with("/octet-stream")),
+            "{default_type:?}"
+        );
+        assert_eq!(after, silt_ufs::Headers::default());
+        // Asked for the old version: it is gone.
+        let e = s.headers("h/f.csv", &m).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ContentChanged, "{e}");
+        // With POSIX attributes beside them, where the store keeps both.
+        let attrs = SetAttrs {
+            mode: Some(0o640),
+            ..Default::default()
+        };
+        let both = s
+            .write_from_attrs("h/both", &data, data.len() as u64, &attrs, Some(&h))
+            .await
+            .unwrap();
+        // The POSIX attributes are user metadata where the store keeps them there (s3fs-fuse's
+        // keys: `x-amz-meta-mode`, ...), and S3 clients see them as such.
+        let mut got = s.headers("h/both", &both).await.unwrap();
+        got.user.retain(|k, _| h.user.contains_key(k));
+        assert_eq!(got, h);
+        if f.backend != Backend::Mem {
+            assert_eq!(s.stat("h/both").await.unwrap().mode, Some(0o640));
+        }
+        let e = s.headers("h/missing", &m).await.unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ContentChanged),
+            "{e}"
+        );
     }
 
     /// `rename` moves a file (replacing one at the destination), `copy` copies it; a
@@ -1299,6 +1387,10 @@ macro_rules! suite {
                 cases::directory_attrs(super::$backend().await).await
             }
             #[tokio::test]
+            async fn headers() {
+                cases::headers(super::$backend().await).await
+            }
+            #[tokio::test]
             async fn capabilities_uri_and_metrics() {
                 cases::capabilities_uri_and_metrics(super::$backend().await).await
             }
@@ -1687,4 +1779,78 @@ async fn quick_same_size_writes_get_new_fingerprints() {
             last = m;
         }
     }
+}
+
+/// A local directory whose file system keeps no extended attributes (ramfs) keeps a file's
+/// S3 headers in a hidden file beside it (`.silt-s3.NAME`), never listed: it follows the
+/// file's rename, goes with its delete and a rewrite without headers, a copy gets its own,
+/// and a directory whose files went can be removed.
+#[tokio::test]
+async fn local_headers_without_extended_attributes_are_kept_beside_the_file() {
+    struct Ramfs(tempfile::TempDir);
+    impl Drop for Ramfs {
+        fn drop(&mut self) {
+            let c = std::ffi::CString::new(self.0.path().as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: a valid NUL-terminated path; unmounting what this test mounted.
+            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+    let dir = Ramfs(tempfile::tempdir().unwrap());
+    let target = std::ffi::CString::new(dir.0.path().as_os_str().as_encoded_bytes()).unwrap();
+    let fstype = std::ffi::CString::new("ramfs").unwrap();
+    // SAFETY: valid NUL-terminated strings; no data argument.
+    let r = unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(r, 0, "mount ramfs: {}", std::io::Error::last_os_error());
+    let root = dir.0.path();
+    let s = open_store(&format!("file://{}", root.display()), &S3Options::default())
+        .await
+        .unwrap();
+    let h = silt_ufs::Headers {
+        content_type: Some("image/png".into()),
+        user: [("camera".to_string(), "x100".to_string())].into(),
+        ..Default::default()
+    };
+    let data = Bytes::from_static(b"png bytes");
+    s.write_from_attrs("d/a.png", &data, 9, &SetAttrs::default(), Some(&h))
+        .await
+        .unwrap();
+    let m = s.stat("d/a.png").await.unwrap();
+    assert_eq!(s.headers("d/a.png", &m).await.unwrap(), h);
+    assert!(root.join("d/.silt-s3.a.png").exists(), "no sidecar");
+    let names: Vec<String> = s
+        .list("d", false)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+    assert_eq!(names, ["d/a.png"]);
+    s.copy("d/a.png", "d/b.png").await.unwrap();
+    let b = s.stat("d/b.png").await.unwrap();
+    assert_eq!(s.headers("d/b.png", &b).await.unwrap(), h, "copy");
+    s.rename("d/a.png", "d/c.png").await.unwrap();
+    assert!(!root.join("d/.silt-s3.a.png").exists());
+    let c = s.stat("d/c.png").await.unwrap();
+    assert_eq!(s.headers("d/c.png", &c).await.unwrap(), h, "rename");
+    // A rewrite without headers has none, and no sidecar.
+    s.write("d/b.png", data.clone()).await.unwrap();
+    let b = s.stat("d/b.png").await.unwrap();
+    assert!(s.headers("d/b.png", &b).await.unwrap().is_empty());
+    assert!(!root.join("d/.silt-s3.b.png").exists());
+    s.delete("d/c.png").await.unwrap();
+    s.delete("d/b.png").await.unwrap();
+    assert!(!root.join("d/.silt-s3.c.png").exists());
+    s.remove_dir("d").await.unwrap();
+    // One left behind by a crash (its file gone) does not keep a directory from going.
+    std::fs::create_dir(root.join("e")).unwrap();
+    std::fs::write(root.join("e/.silt-s3.gone"), b"{}").unwrap();
+    s.remove_dir("e").await.unwrap();
 }

@@ -326,7 +326,7 @@ fn attributes_hold_across_remount_and_restart_s3() {
     };
     let data = bytes::Bytes::from_static(b"s3fs");
     fx.rt
-        .block_on(fx.store.write_from_attrs("ext", &data, 4, &set))
+        .block_on(fx.store.write_from_attrs("ext", &data, 4, &set, None))
         .unwrap();
     let o = silt.cli(&["fs", "invalidate", "/data"]);
     assert!(o.status.success(), "{}", stderr(&o));

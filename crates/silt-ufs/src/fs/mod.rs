@@ -23,8 +23,8 @@ use silt_common::{Error, ErrorKind, Result};
 use crate::common::{check_timeout, parts, FS_WRITE_TEMP, WRITE_PART};
 use crate::uri::StoreUri;
 use crate::{
-    normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, SetAttrs, SpecialKind,
-    UnderStore,
+    normalize_path, plan_read, xattrs, Capabilities, EntryKind, Headers, ObjectMeta, Posix,
+    SetAttrs, SpecialKind, UnderStore,
 };
 
 /// A local directory as an under-store (`file:///abs/dir`).
@@ -168,9 +168,11 @@ impl FsStore {
         src: &dyn silt_common::io::ReadAt,
         len: u64,
         like: Option<&std::fs::Metadata>,
+        headers: Option<&Headers>,
     ) -> Result<ObjectMeta> {
         use std::os::unix::fs::FileExt;
         UFS_REQUESTS.inc();
+        let headers = headers.filter(|h| !h.is_empty());
         let root = &self.root;
         let shown = self.full(path);
         let what = |e: std::io::Error| Error::from(e).context(format!("write {}", self.full(path)));
@@ -207,8 +209,10 @@ impl FsStore {
                         .open(&*full)
                         .map_err(what)?;
                     fill(&file)?;
+                    let in_xattrs = replace_headers(&file, headers).map_err(what)?;
                     file.set_modified(unique_mtime()).map_err(what)?;
                     file.sync_all().map_err(what)?;
+                    keep_sidecar(&full, (!in_xattrs).then_some(headers).flatten()).map_err(what)?;
                     return file.metadata().map_err(what);
                 }
             }
@@ -224,8 +228,13 @@ impl FsStore {
                 if let Some(like) = like.or(replaced.as_ref()) {
                     keep_owner_and_mode(&file, like).map_err(what)?;
                 }
+                // On the hidden file: the name shows the bytes and their headers together.
+                let in_xattrs = replace_headers(&file, headers).map_err(what)?;
                 file.set_modified(unique_mtime()).map_err(what)?;
                 std::fs::rename(&tmp, &full).map_err(what)?;
+                // Where the file system keeps no extended attributes: the file beside it (a
+                // write without headers removes an old one).
+                keep_sidecar(&full, (!in_xattrs).then_some(headers).flatten()).map_err(what)?;
                 // Durable, under its name, when the write returns: one sync after the rename
                 // commits the file and its new name together on the journaling file systems
                 // (ext4, XFS, btrfs; the rename changed the file's inode), as the sync of a
@@ -306,7 +315,11 @@ impl FsStore {
                     Ok((file, md))
                 });
                 let (file, md) = opened.map_err(what)?;
-                self.write_file(to, &file, md.len(), Some(&md))
+                // A copy keeps the object's headers, as an object store's copy does.
+                let headers =
+                    run_blocking(|| read_headers(&file, &*beneath::parent(root, from, false)?))
+                        .map_err(what)?;
+                self.write_file(to, &file, md.len(), Some(&md), Some(&headers))
             }
             EntryKind::Special(_) => {
                 UFS_REQUESTS.inc();
@@ -389,7 +402,7 @@ impl UnderStore for FsStore {
 
     async fn write(&self, path: &str, data: Bytes) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
-        self.write_file(path, &data, data.len() as u64, None)
+        self.write_file(path, &data, data.len() as u64, None, None)
     }
 
     async fn write_from(
@@ -399,7 +412,51 @@ impl UnderStore for FsStore {
         len: u64,
     ) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
-        self.write_file(path, src, len, None)
+        self.write_file(path, src, len, None, None)
+    }
+
+    async fn write_from_attrs(
+        &self,
+        path: &str,
+        src: &dyn silt_common::io::ReadAt,
+        len: u64,
+        attrs: &SetAttrs,
+        headers: Option<&Headers>,
+    ) -> Result<ObjectMeta> {
+        let path = self.writable(path)?;
+        let meta = self.write_file(path, src, len, None, headers)?;
+        if attrs.is_empty() {
+            return Ok(meta);
+        }
+        self.set_attrs(path, attrs).await
+    }
+
+    async fn headers(&self, path: &str, expected: &ObjectMeta) -> Result<Headers> {
+        let path = normalize_path(path)?;
+        UFS_REQUESTS.inc();
+        let (root, want) = (&self.root, expected.content_fingerprint());
+        let read = || -> std::io::Result<Option<Headers>> {
+            use std::os::unix::fs::OpenOptionsExt;
+            let entry = beneath::parent(root, path, false)?;
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&*entry)?;
+            let h = read_headers(&file, &entry)?;
+            // Read from the file it opened: the version is that file's.
+            Ok(fs_is_version(path, &file.metadata()?, &want).then_some(h))
+        };
+        match run_blocking(read) {
+            Ok(Some(h)) => Ok(h),
+            Ok(None) => Err(Error::new(
+                ErrorKind::ContentChanged,
+                format!(
+                    "{}: the file changed since its metadata was read",
+                    self.full(path)
+                ),
+            )),
+            Err(e) => Err(fs_error(e, format!("headers of {}", self.full(path)))),
+        }
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
@@ -411,8 +468,11 @@ impl UnderStore for FsStore {
             )));
         }
         UFS_REQUESTS.inc();
-        run_blocking(|| fs_delete(&self.root, path))
-            .map_err(|e| Error::from(e).context(format!("delete {}", self.full(path))))
+        run_blocking(|| {
+            fs_delete(&self.root, path)?;
+            drop_sidecar(&self.root, path)
+        })
+        .map_err(|e| Error::from(e).context(format!("delete {}", self.full(path))))
     }
 
     async fn create_dir(&self, path: &str) -> Result<ObjectMeta> {
@@ -437,9 +497,11 @@ impl UnderStore for FsStore {
         if from != to {
             // One rename(2) (files, links and directories alike), parents of `to` made.
             UFS_REQUESTS.inc();
-            run_blocking(|| fs_rename(&self.root, from, to)).map_err(|e| {
-                Error::from(e).context(format!("rename {} to {to}", self.full(from)))
-            })?;
+            run_blocking(|| {
+                fs_rename(&self.root, from, to)?;
+                move_sidecar(&self.root, from, to)
+            })
+            .map_err(|e| Error::from(e).context(format!("rename {} to {to}", self.full(from))))?;
         }
         self.stat_inner(to).await
     }
@@ -581,8 +643,8 @@ fn fs_walk(root: &Path, dir: &str, recursive: bool) -> std::io::Result<Vec<Objec
                 tracing::warn!(dir = %d, "skipping a file name that is not UTF-8");
                 continue;
             };
-            if name.starts_with(FS_WRITE_TEMP) {
-                continue; // a write in progress, not an entry yet
+            if name.starts_with(FS_WRITE_TEMP) || name.starts_with(SIDECAR) {
+                continue; // a write in progress, not an entry yet; a file's headers
             }
             let rel = if d.is_empty() {
                 name
@@ -811,11 +873,18 @@ fn fs_clear_abandoned_writes(dir: &Path, shown: &str, age: Duration) -> std::io:
     };
     for entry in entries {
         let entry = entry?;
-        if !entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with(FS_WRITE_TEMP)
-        {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(of) = name.strip_prefix(SIDECAR) {
+            // The headers of a file: the directory is not empty while it is there.
+            match std::fs::symlink_metadata(dir.join(of)) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    let _ = std::fs::remove_file(entry.path());
+                    continue;
+                }
+                _ => return Ok(()),
+            }
+        }
+        if !name.starts_with(FS_WRITE_TEMP) {
             return Ok(());
         }
         let Ok(md) = entry.metadata() else {
@@ -1065,4 +1134,161 @@ fn fs_hard_link(root: &Path, from: &str, to: &str) -> std::io::Result<()> {
     })?;
     let dst = beneath::parent(root, to, false)?;
     std::fs::hard_link(&*src, &*dst)
+}
+
+/// Name prefix of the file that keeps a file's S3 headers beside it (`.silt-s3.NAME`, JSON)
+/// where the file system has no extended attributes; left out of listings.
+const SIDECAR: &str = ".silt-s3.";
+
+fn sidecar_of(p: &Path) -> Option<PathBuf> {
+    let name = p.file_name()?.to_str()?;
+    Some(p.with_file_name(format!("{SIDECAR}{name}")))
+}
+
+fn unsupported_xattrs(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTSUP | libc::ENOSYS))
+}
+
+/// Gives `file` the `user.s3.*` extended attributes of `headers` (none: it keeps none);
+/// `false` where its file system has no extended attributes (the caller keeps a sidecar).
+fn replace_headers(file: &std::fs::File, headers: Option<&Headers>) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // Those of an earlier version written in place (a hard-linked file) go first.
+    let old = match list_xattrs(fd) {
+        Ok(names) => names,
+        Err(e) if unsupported_xattrs(&e) => return Ok(headers.is_none()),
+        Err(e) => return Err(e),
+    };
+    for name in old.iter().filter(|n| n.starts_with(xattrs::PREFIX)) {
+        let c = std::ffi::CString::new(name.as_str()).map_err(std::io::Error::other)?;
+        // SAFETY: a valid NUL-terminated name, on a descriptor `file` owns.
+        if unsafe { libc::fremovexattr(fd, c.as_ptr()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    for (name, value) in headers.map(xattrs::of).unwrap_or_default() {
+        let c = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+        // SAFETY: a valid NUL-terminated name and a value slice of the given length.
+        let r = unsafe { libc::fsetxattr(fd, c.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return if unsupported_xattrs(&e) {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+    }
+    Ok(true)
+}
+
+/// Writes (or, with `None`, removes) the sidecar of the file `full`.
+fn keep_sidecar(full: &Path, headers: Option<&Headers>) -> std::io::Result<()> {
+    let Some(side) = sidecar_of(full) else {
+        return Ok(());
+    };
+    match headers {
+        None => match std::fs::remove_file(&side) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+        Some(h) => {
+            let json = serde_json::to_vec(h).map_err(std::io::Error::other)?;
+            let tmp = side.with_file_name(format!("{FS_WRITE_TEMP}{:016x}", rand::random::<u64>()));
+            std::fs::write(&tmp, json)?;
+            std::fs::rename(&tmp, &side).inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            })
+        }
+    }
+}
+
+/// The sidecar of the store path `path` goes with its file.
+fn drop_sidecar(root: &Path, path: &str) -> std::io::Result<()> {
+    match beneath::parent(root, path, false) {
+        Err(e) if fs_gone(&e) => Ok(()),
+        p => keep_sidecar(&p?, None),
+    }
+}
+
+/// The sidecar of `from` follows its rename to `to` (one at `to` is replaced or goes).
+fn move_sidecar(root: &Path, from: &str, to: &str) -> std::io::Result<()> {
+    let src = beneath::parent(root, from, false)?;
+    let dst = beneath::parent(root, to, false)?;
+    let (Some(a), Some(b)) = (sidecar_of(&src), sidecar_of(&dst)) else {
+        return Ok(());
+    };
+    match std::fs::rename(&a, &b) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => keep_sidecar(&dst, None),
+        r => r,
+    }
+}
+
+/// The names of the extended attributes of `fd`.
+fn list_xattrs(fd: std::os::fd::RawFd) -> std::io::Result<Vec<String>> {
+    let mut buf = vec![0u8; 1024];
+    loop {
+        // SAFETY: the buffer is writable for its length.
+        let n = unsafe { libc::flistxattr(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            buf.truncate(n as usize);
+            return Ok(buf
+                .split(|&b| b == 0)
+                .filter(|n| !n.is_empty())
+                .filter_map(|n| std::str::from_utf8(n).ok().map(str::to_string))
+                .collect());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ERANGE) || buf.len() >= 1 << 20 {
+            return Err(e);
+        }
+        buf.resize(buf.len() * 4, 0);
+    }
+}
+
+/// The S3 headers of the open file `file` (at `path`): its `user.s3.*` extended
+/// attributes, or its sidecar where there are none.
+fn read_headers(file: &std::fs::File, path: &Path) -> std::io::Result<Headers> {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    let names = match list_xattrs(fd) {
+        Ok(n) => n,
+        Err(e) if unsupported_xattrs(&e) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let mut attrs = Vec::new();
+    for name in names.into_iter().filter(|n| n.starts_with(xattrs::PREFIX)) {
+        let c = std::ffi::CString::new(name.as_str()).map_err(std::io::Error::other)?;
+        let mut buf = vec![0u8; 4096];
+        loop {
+            // SAFETY: a valid NUL-terminated name; the buffer is writable for its length.
+            let n = unsafe { libc::fgetxattr(fd, c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n >= 0 {
+                buf.truncate(n as usize);
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::ERANGE) if buf.len() < 1 << 20 => buf.resize(buf.len() * 4, 0),
+                // Removed meanwhile.
+                Some(libc::ENODATA) => {
+                    buf.clear();
+                    break;
+                }
+                _ => return Err(e),
+            }
+        }
+        if let Ok(v) = String::from_utf8(buf) {
+            attrs.push((name, v));
+        }
+    }
+    if !attrs.is_empty() {
+        return Ok(xattrs::to_headers(attrs));
+    }
+    match sidecar_of(path).map(std::fs::read) {
+        Some(Ok(json)) => Ok(serde_json::from_slice(&json).unwrap_or_default()),
+        Some(Err(e)) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(Headers::default()),
+    }
 }

@@ -24,7 +24,9 @@ use silt_common::{Error, ErrorKind, Result};
 use super::uri::{host_ok, port_ok, split_port, Scheme};
 use super::{operators, ObjectScheme, ObjectStore, ObjectUri, Pin, Service, Setup};
 use crate::common::{FS_WRITE_TEMP, RETRY_MAX_DELAY, RETRY_MIN_DELAY, WRITE_PART};
-use crate::{EntryKind, ObjectMeta, Posix, S3Options, SetAttrs};
+use base64::Engine;
+
+use crate::{xattrs, EntryKind, Headers, ObjectMeta, Posix, S3Options, SetAttrs};
 
 /// `webhdfs://HOST:PORT/PATH`.
 pub(crate) const WEBHDFS: Scheme = Scheme {
@@ -139,6 +141,32 @@ pub(crate) fn setup(uri: &ObjectUri, opts: &S3Options, http: &HttpTransporter) -
             }),
         },
     })
+}
+
+/// A `GETXATTRS` answer.
+#[derive(Debug, Deserialize)]
+struct XAttrs {
+    #[serde(rename = "XAttrs", default)]
+    x_attrs: Vec<XAttr>,
+}
+
+#[derive(Debug, Deserialize)]
+struct XAttr {
+    name: String,
+    value: Option<String>,
+}
+
+/// `s` for a URL's query: every byte outside the unreserved set escaped.
+fn encode_query(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// One entry of `GETFILESTATUS` / `LISTSTATUS`.
@@ -518,12 +546,68 @@ impl ObjectStore {
     /// it (created, then appended a part at a time), given `attrs`, then renamed over the
     /// path in one step. Its metadata is the hidden file's, which the rename keeps (the
     /// file id and mtime are this write's version, whatever lands there later).
+    /// The S3 headers of `path` (its `user.s3.*` extended attributes), if it is still the
+    /// version `expected`.
+    pub(super) async fn hdfs_headers(&self, path: &str, expected: &ObjectMeta) -> Result<Headers> {
+        let st = self
+            .hdfs_status(path)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("{}: not found", self.full(path))))?;
+        let changed = || {
+            Error::new(
+                ErrorKind::ContentChanged,
+                format!(
+                    "{}: the file changed since its metadata was read",
+                    self.full(path)
+                ),
+            )
+        };
+        if hdfs_meta(path, &st).content_fingerprint() != expected.content_fingerprint() {
+            return Err(changed());
+        }
+        let body = self
+            .hdfs_call(
+                http::Method::GET,
+                path,
+                "GETXATTRS",
+                "encoding=base64",
+                "stat",
+            )
+            .await?;
+        let listed: XAttrs = serde_json::from_slice(&body).map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!("{}: the namenode's GETXATTRS answer: {e}", self.full(path)),
+            )
+        })?;
+        let attrs = listed.x_attrs.into_iter().filter_map(|a| {
+            let v = a.value?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(v.strip_prefix("0s").unwrap_or(&v))
+                .ok()?;
+            Some((a.name, String::from_utf8(bytes).ok()?))
+        });
+        let h = xattrs::to_headers(attrs);
+        // Read after the status: a file replaced in between is not reported with its
+        // successor's headers.
+        match self.hdfs_status(path).await? {
+            Some(now)
+                if hdfs_meta(path, &now).content_fingerprint()
+                    == expected.content_fingerprint() =>
+            {
+                Ok(h)
+            }
+            _ => Err(changed()),
+        }
+    }
+
     pub(super) async fn hdfs_write(
         &self,
         path: &str,
         src: &dyn silt_common::io::ReadAt,
         len: u64,
         attrs: &SetAttrs,
+        headers: Option<&Headers>,
     ) -> Result<ObjectMeta> {
         let tmp = match path.rsplit_once('/') {
             Some((dir, _)) => format!("{dir}/{FS_WRITE_TEMP}{:016x}", rand::random::<u64>()),
@@ -550,6 +634,16 @@ impl ObjectStore {
             }
             if !attrs.is_empty() {
                 self.hdfs_set(&tmp, attrs, "write").await?;
+            }
+            // On the hidden file, so the name shows the bytes and their headers together.
+            for (name, value) in headers.map(xattrs::of).unwrap_or_default() {
+                let query = format!(
+                    "xattr.name={}&xattr.value=0s{}&flag=CREATE,REPLACE",
+                    encode_query(&name),
+                    encode_query(&base64::engine::general_purpose::STANDARD.encode(value))
+                );
+                self.hdfs_call(http::Method::PUT, &tmp, "SETXATTR", &query, "write")
+                    .await?;
             }
             let st = self.hdfs_status(&tmp).await?.ok_or_else(|| {
                 Error::new(

@@ -39,13 +39,15 @@ use crate::common::{
     is_transport_error, part_size, parts, retry_event, root_cause, take_one, PROBE_ATTEMPT_CAP,
     RETRY_MAX_DELAY, RETRY_MIN_DELAY, S3_ATTR_REWRITE_MAX,
 };
+use crate::headers::{to_user_metadata, Native};
 use crate::uri::StoreUri;
 use crate::user_meta::{
-    s3_apply_attrs, s3_meta, s3_user_metadata, secs, S3_CTIME, S3_MODE, S3_MTIME, S_IFLNK,
+    headers_of, s3_apply_attrs, s3_meta, s3_user_metadata, secs, S3_CTIME, S3_MODE, S3_MTIME,
+    S_IFLNK,
 };
 use crate::{
-    normalize_path, plan_read, Capabilities, EntryKind, ObjectMeta, Posix, SetAttrs, SpecialKind,
-    UnderStore,
+    normalize_path, plan_read, Capabilities, EntryKind, Headers, ObjectMeta, Posix, SetAttrs,
+    SpecialKind, UnderStore,
 };
 use receive::{Received, Receiver};
 
@@ -834,23 +836,33 @@ impl S3Store {
         src: &dyn silt_common::io::ReadAt,
         len: u64,
         user: Option<Vec<(String, String)>>,
+        headers: Option<&Headers>,
     ) -> Result<ObjectMeta> {
         let path = self.writable(path)?;
         // One PUT up to a part's size, else initiate + one request per part + complete.
         let part = part_size(len);
         let count = len.div_ceil(part as u64);
         UFS_REQUESTS.add(if count <= 1 { 1 } else { count + 2 });
-        let mut w = match user {
-            Some(user) => {
-                self.op
-                    .writer_with(path)
-                    .chunk(part)
-                    .user_metadata(user)
-                    .await
-            }
-            None => self.op.writer_with(path).chunk(part).await,
+        let mut w = self.op.writer_with(path).chunk(part);
+        if let Some(user) = user {
+            w = w.user_metadata(user);
         }
-        .map_err(|e| self.map_err("write", path, e))?;
+        if let Some(h) = headers {
+            let n = Native::of(&self.op);
+            if let (true, Some(v)) = (n.content_type, &h.content_type) {
+                w = w.content_type(v);
+            }
+            if let (true, Some(v)) = (n.cache_control, &h.cache_control) {
+                w = w.cache_control(v);
+            }
+            if let (true, Some(v)) = (n.content_disposition, &h.content_disposition) {
+                w = w.content_disposition(v);
+            }
+            if let (true, Some(v)) = (n.content_encoding, &h.content_encoding) {
+                w = w.content_encoding(v);
+            }
+        }
+        let mut w = w.await.map_err(|e| self.map_err("write", path, e))?;
         for part in parts(&self.full(path), src, len, part) {
             w.write(part?.1)
                 .await
@@ -1251,7 +1263,7 @@ impl UnderStore for S3Store {
         src: &dyn silt_common::io::ReadAt,
         len: u64,
     ) -> Result<ObjectMeta> {
-        self.write_from_meta(path, src, len, None).await
+        self.write_from_meta(path, src, len, None, None).await
     }
 
     async fn write_from_attrs(
@@ -1260,15 +1272,25 @@ impl UnderStore for S3Store {
         src: &dyn silt_common::io::ReadAt,
         len: u64,
         attrs: &SetAttrs,
+        headers: Option<&Headers>,
     ) -> Result<ObjectMeta> {
-        if attrs.is_empty() {
+        let headers = headers.filter(|h| !h.is_empty());
+        if attrs.is_empty() && headers.is_none() {
             return self.write_from(path, src, len).await;
         }
-        // One upload with the attributes in its user metadata.
-        let base = ObjectMeta::empty_file(path);
-        let user = s3_user_metadata(&base, attrs);
+        // One upload with the headers and the attributes in its user metadata (a POSIX key
+        // the client also set is the attribute).
+        let native = Native::of(&self.op);
+        let mut user = headers
+            .map(|h| to_user_metadata(h, native))
+            .unwrap_or_default();
+        if !attrs.is_empty() {
+            let posix = s3_user_metadata(&ObjectMeta::empty_file(path), attrs);
+            user.retain(|(k, _)| !posix.iter().any(|(p, _)| p.eq_ignore_ascii_case(k)));
+            user.extend(posix);
+        }
         let mut meta = self
-            .write_from_meta(path, src, len, Some(user.clone()))
+            .write_from_meta(path, src, len, Some(user.clone()), headers)
             .await?;
         // The PUT's answer repeats no user metadata and no Last-Modified: the attributes are
         // the ones sent, and a version given no mtime was made now (its x-amz-meta-ctime, to
@@ -1283,6 +1305,33 @@ impl UnderStore for S3Store {
             meta.mtime = meta.posix.ctime;
         }
         Ok(meta)
+    }
+
+    async fn headers(&self, path: &str, expected: &ObjectMeta) -> Result<Headers> {
+        let path = normalize_path(path)?;
+        if self.s3_unaddressable(path) {
+            return Err(Error::not_found(format!("{}: not found", self.full(path))));
+        }
+        UFS_REQUESTS.inc();
+        let m = self
+            .op
+            .stat(path)
+            .await
+            .map_err(|e| self.map_err("stat", path, e))?;
+        if m.is_dir() {
+            return Err(Error::not_found(format!("{}: not a file", self.full(path))));
+        }
+        let now = s3_meta(path.to_string(), &m);
+        if now.content_fingerprint() != expected.content_fingerprint() {
+            return Err(Error::new(
+                ErrorKind::ContentChanged,
+                format!(
+                    "{}: the object changed since its metadata was read",
+                    self.full(path)
+                ),
+            ));
+        }
+        Ok(headers_of(&m))
     }
 
     async fn delete(&self, path: &str) -> Result<()> {
