@@ -180,6 +180,16 @@ class SiltFileSystem(AbstractFileSystem):
     def info(self, path, **kwargs):
         return self.client.stat(self._strip_protocol(path))
 
+    def headers(self, path):
+        """What an S3 client stored with the file besides its bytes (through Silt's S3
+        gateway, or in the store): ``content_type`` and the other standard headers,
+        ``metadata`` (the user metadata), ``checksums``, ``checksum_type`` and ``parts``."""
+        return self.client.headers(self._strip_protocol(path))
+
+    def metadata(self, path, **kwargs):
+        """The file's user metadata (``x-amz-meta-*``), as s3fs's ``metadata()`` gives it."""
+        return self.headers(path)["metadata"]
+
     def ls(self, path, detail=True, **kwargs):
         path = self._strip_protocol(path)
         st = self.client.stat(path)

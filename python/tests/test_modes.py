@@ -324,3 +324,43 @@ def test_bad_input_gives_python_exceptions_with_messages(s3, workdir):
             fs.open("/data/x", "r+b")
     finally:
         fs.close()
+
+
+def test_headers_an_s3_client_stored_show_through_the_sdk(s3, workdir):
+    """What an S3 client stored with an object (Content-Type, user metadata, a checksum)
+    is what `headers()` and s3fs's `metadata()` give, read through the same client core the
+    gateway and the mount use; a file written through the SDK has none (a write replaces an
+    object's metadata, as a PUT does)."""
+    import boto3
+    from botocore.config import Config
+
+    store = boto3.client(
+        "s3",
+        endpoint_url=s3.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=s3.options()["s3_access_key_id"],
+        aws_secret_access_key=s3.options()["s3_secret_access_key"],
+        config=Config(s3={"addressing_style": "path"}),
+    )
+    store.put_object(
+        Bucket=s3.bucket,
+        Key="img/cat.png",
+        Body=b"\x89PNG...",
+        ContentType="image/png",
+        CacheControl="max-age=3600",
+        Metadata={"label": "cat", "source": "web"},
+    )
+    fs = embedded(s3, workdir)
+    try:
+        h = fs.headers("/data/img/cat.png")
+        assert h["content_type"] == "image/png", h
+        assert h["cache_control"] == "max-age=3600", h
+        assert h["metadata"] == {"label": "cat", "source": "web"}, h
+        assert fs.metadata("/data/img/cat.png") == {"label": "cat", "source": "web"}
+        fs.pipe_file("/data/img/cat.png", b"rewritten")
+        h = fs.headers("/data/img/cat.png")
+        assert h["metadata"] == {} and h["cache_control"] is None, h
+        with pytest.raises(FileNotFoundError):
+            fs.headers("/data/img/missing.png")
+    finally:
+        fs.close()

@@ -269,6 +269,31 @@ impl OpenFile {
     }
 }
 
+/// The S3 headers of object versions, by version: a version's headers never change, so an
+/// entry is never stale; it only goes when the cache is full (all at once: a HEAD of an
+/// object asked for again then asks its store once more).
+#[derive(Default)]
+struct HeadersCache {
+    by_version: Mutex<std::collections::HashMap<ObjectId, Arc<silt_ufs::Headers>>>,
+}
+
+/// Versions whose headers the cache keeps at most (~200 bytes each when small).
+const HEADERS_CACHED: usize = 65_536;
+
+impl HeadersCache {
+    fn get(&self, id: ObjectId) -> Option<Arc<silt_ufs::Headers>> {
+        self.by_version.lock().get(&id).cloned()
+    }
+
+    fn put(&self, id: ObjectId, h: Arc<silt_ufs::Headers>) {
+        let mut m = self.by_version.lock();
+        if m.len() >= HEADERS_CACHED {
+            m.clear();
+        }
+        m.insert(id, h);
+    }
+}
+
 /// Progress of a preload.
 #[derive(Debug, Clone, Default)]
 pub struct LoadProgress {
@@ -367,6 +392,8 @@ pub type ChangeListener = Arc<dyn Fn(&[Change]) + Send + Sync>;
 
 pub struct Client {
     ns: Namespace,
+    /// S3 headers of object versions seen lately (see [`Client::headers`]).
+    headers_cache: HeadersCache,
     worker: Arc<Worker>,
     meta: MetaCache,
     sync: RwLock<SyncRules>,
@@ -487,6 +514,7 @@ impl Client {
             dir_times: Default::default(),
             ttl_since: Mutex::new(Default::default()),
             open_versions: Default::default(),
+            headers_cache: HeadersCache::default(),
         }
     }
 
@@ -736,6 +764,30 @@ impl Client {
                 first = last + 1;
             }
         }
+    }
+
+    /// The S3 headers of the file version `entry` names (as a stat or an open gave it):
+    /// `Content-Type` and the other standard headers, user metadata, checksums and part sizes,
+    /// as a gateway upload stored them, or as the store has them for an object written by an
+    /// S3 client behind Silt's back. Empty for a directory, and for a file written through
+    /// the mount or the SDK (a write replaces an object's headers). `ContentChanged` if the
+    /// store holds another version now. Every front end reads them here: the gateway's
+    /// GET/HEAD, the mount's `user.s3.*` extended attributes, the SDK's `info()`.
+    pub async fn headers(&self, entry: &Entry) -> Result<Arc<silt_ufs::Headers>> {
+        let Some(obj) = &entry.object else {
+            return Ok(Arc::default());
+        };
+        if let Some(h) = self.headers_cache.get(obj.id) {
+            return Ok(h);
+        }
+        let h = Arc::new(
+            obj.store
+                .headers(&obj.meta.path, &obj.meta)
+                .await
+                .map_err(|e| e.context(&entry.path))?,
+        );
+        self.headers_cache.put(obj.id, h.clone());
+        Ok(h)
     }
 
     /// Acts on what changed: counts it, drops the pages of replaced versions and tells the

@@ -387,10 +387,25 @@ impl Client {
     }
 
     async fn upload(&self, p: &Persister, job: Job) {
-        let result = job
-            .store
-            .write_from(&job.rel, job.file.as_ref(), job.rec.len)
-            .await;
+        let result = match &job.rec.headers {
+            None => {
+                job.store
+                    .write_from(&job.rel, job.file.as_ref(), job.rec.len)
+                    .await
+            }
+            // A gateway upload's headers go with it.
+            Some(h) => {
+                job.store
+                    .write_from_attrs(
+                        &job.rel,
+                        job.file.as_ref(),
+                        job.rec.len,
+                        &silt_ufs::SetAttrs::default(),
+                        Some(h),
+                    )
+                    .await
+            }
+        };
         let seq = job.rec.seq;
         let path = job.rec.path.clone();
         match result {

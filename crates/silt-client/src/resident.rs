@@ -36,7 +36,7 @@ use parking_lot::RwLock;
 use silt_cache::WriteBuffer;
 use silt_common::io::ReadAt;
 use silt_common::{Error, ErrorKind, Result};
-use silt_ufs::{DynStore, EntryKind, Layer, ObjectMeta};
+use silt_ufs::{DynStore, EntryKind, Headers, Layer, ObjectMeta};
 
 use crate::clock::Clock;
 use crate::persist::Persister;
@@ -179,6 +179,8 @@ pub struct ResidentFile {
     pub meta: ObjectMeta,
     pub data: ResidentData,
     pub residence: Residence,
+    /// Its S3 headers (a gateway upload's), if it has any.
+    pub headers: Option<Arc<Headers>>,
 }
 
 impl ResidentFile {
@@ -249,6 +251,7 @@ impl Resident {
             residence: Residence::CacheOnly {
                 expires: rm.expires_in.map(|d| self.clock.now() + d),
             },
+            headers: None,
         })
     }
 
@@ -489,17 +492,20 @@ impl ResidentStore {
                 meta: meta.clone(),
                 data: f.data.clone(),
                 residence: Residence::CacheOnly { expires },
+                headers: f.headers.clone(),
             },
             Residence::Back { seq } => {
                 let Some(p) = self.back.clone() else {
                     return Err(Error::internal("a back file without a write-ahead log"));
                 };
                 let (data, len, path) = (f.data.clone(), f.meta.size, to_ns.clone());
+                let headers = f.headers.clone();
                 let logger = p.clone();
-                let (rec, file) =
-                    tokio::task::spawn_blocking(move || logger.wal().append(&path, &data, len))
-                        .await
-                        .map_err(|e| Error::internal(format!("write-ahead log task: {e}")))??;
+                let (rec, file) = tokio::task::spawn_blocking(move || {
+                    logger.wal().append(&path, &data, len, headers.as_deref())
+                })
+                .await
+                .map_err(|e| Error::internal(format!("write-ahead log task: {e}")))??;
                 let file = Arc::new(file);
                 p.enqueue(rec.clone(), self.base.clone(), to.to_string(), file.clone());
                 p.cancel(seq);
@@ -507,6 +513,7 @@ impl ResidentStore {
                     meta: meta.clone(),
                     data: ResidentData::Log(file),
                     residence: Residence::Back { seq: rec.seq },
+                    headers: f.headers.clone(),
                 }
             }
         };
@@ -835,6 +842,22 @@ impl Layer for ResidentStore {
         }
         let bytes = self.read(path, range, expected).await?;
         Ok(silt_ufs::pieces(std::iter::once(bytes), piece))
+    }
+
+    /// A resident version's headers are the ones it was written with.
+    async fn headers(&self, path: &str, expected: &ObjectMeta) -> Result<Headers> {
+        if !is_resident(expected) {
+            return self.base.headers(path, expected).await;
+        }
+        match self.resident.get(&self.ns(path)) {
+            Some(f) if f.meta.etag == expected.etag => {
+                Ok(f.headers.as_deref().cloned().unwrap_or_default())
+            }
+            _ => Err(Error::new(
+                ErrorKind::ContentChanged,
+                format!("{path}: the version Silt held was replaced or persisted"),
+            )),
+        }
     }
 
     /// A resident version is no file of the store's.

@@ -106,6 +106,9 @@ pub struct Session {
     /// Attributes set before the file reached the store (a new file's mode and owner, a
     /// chmod of it before its first commit): written with the next commit.
     pending: Mutex<silt_ufs::SetAttrs>,
+    /// The S3 headers its commits give the file (a gateway upload's); none: the file has none
+    /// (a write replaces an object's headers, as a PUT does).
+    headers: Mutex<Option<Arc<silt_ufs::Headers>>>,
 }
 
 impl Session {
@@ -388,6 +391,13 @@ impl Client {
         Ok(w)
     }
 
+    /// Gives the file `w` writes the S3 headers `headers` from its next commit on (an upload
+    /// through the gateway): each store keeps them in its own form (`silt_ufs::Headers`), and
+    /// every front end reads them with [`Client::headers`].
+    pub fn set_headers(&self, w: &FileWriter, headers: silt_ufs::Headers) {
+        *w.session.headers.lock() = (!headers.is_empty()).then(|| Arc::new(headers));
+    }
+
     /// Starts a **whole-object upload** of `path` (the S3 gateway's PutObject, a completed
     /// multipart upload): a session of its own, empty, that no open joins and nothing reads
     /// until its commit, which replaces the file whole. Two uploads of one path, or an
@@ -437,6 +447,7 @@ impl Client {
             } else {
                 silt_ufs::SetAttrs::default()
             }),
+            headers: Mutex::new(None),
         });
         Ok(FileWriter {
             session: s,
@@ -501,6 +512,7 @@ impl Client {
             // A new file's times are its creation's (POSIX: create sets them to now).
             modified: AtomicU64::new(if new_file { now_ns() } else { 0 }),
             pending: Mutex::new(silt_ufs::SetAttrs::default()),
+            headers: Mutex::new(None),
         });
         if new_file {
             self.dir_times.touch_parent_of(&target.path);
@@ -794,10 +806,14 @@ impl Client {
         let target = s.target.lock().clone();
         let len = buf.len();
         let pending = *s.pending.lock();
+        let headers = s.headers.lock().clone();
         // Not knowing the stored attributes fails the commit (the bytes stay dirty): writing
         // defaults would silently reset the file's mode and owner.
         let result = match self.attrs_for_write(&target, pending).await {
-            Ok(attrs) => self.commit_buffer(&target, &buf, len, &attrs).await,
+            Ok(attrs) => {
+                self.commit_buffer(&target, &buf, len, &attrs, headers.as_ref())
+                    .await
+            }
             Err(e) => Err(e),
         };
         if result.is_ok() {

@@ -37,6 +37,10 @@ pub struct LogRecord {
     /// (and where a changed byte hit this key's name, leaving the values intact).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<u32>,
+    /// The file's S3 headers (a gateway upload's), uploaded with it. Absent when it has none
+    /// (and in records of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<silt_ufs::Headers>,
 }
 
 /// The checksum a record carries of its own fields.
@@ -45,7 +49,12 @@ fn record_check(r: &LogRecord) -> u32 {
     for n in [r.len, u64::from(r.crc32c), r.created] {
         c = crc32c::crc32c_append(c, &n.to_le_bytes());
     }
-    crc32c::crc32c_append(c, r.path.as_bytes())
+    let c = crc32c::crc32c_append(c, r.path.as_bytes());
+    // Records without headers check as they did before headers were kept.
+    match r.headers.as_ref().and_then(|h| serde_json::to_vec(h).ok()) {
+        Some(h) => crc32c::crc32c_append(c, &h),
+        None => c,
+    }
 }
 
 pub struct Wal {
@@ -168,7 +177,13 @@ impl Wal {
 
     /// Makes the first `len` bytes of `src` durable as the new content of `path`; returns the
     /// record and its data file, open for reading.
-    pub fn append(&self, path: &str, src: &dyn ReadAt, len: u64) -> Result<(LogRecord, File)> {
+    pub fn append(
+        &self,
+        path: &str,
+        src: &dyn ReadAt,
+        len: u64,
+        headers: Option<&silt_ufs::Headers>,
+    ) -> Result<(LogRecord, File)> {
         let seq = self.next.fetch_add(1, Ordering::Relaxed);
         let data_path = self.data_path(seq);
         let what = |e| io_err(e, format!("{path}: writing the write-ahead log"));
@@ -194,6 +209,7 @@ impl Wal {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs()),
                 check: None,
+                headers: headers.filter(|h| !h.is_empty()).cloned(),
             };
             rec.check = Some(record_check(&rec));
             let tmp = self.dir.join(format!("{seq:020}.json.tmp"));
@@ -253,10 +269,10 @@ mod tests {
         let (wal, none) = Wal::open(dir.path()).unwrap();
         assert!(none.is_empty());
         let a = Bytes::from(vec![7u8; 3 << 20]);
-        let (ra, _) = wal.append("/d/a", &a, a.len() as u64).unwrap();
+        let (ra, _) = wal.append("/d/a", &a, a.len() as u64, None).unwrap();
         let b = Bytes::from_static(b"hello");
-        let (rb, _) = wal.append("/d/b", &b, 5).unwrap();
-        wal.append("/d/c", &b, 5).unwrap();
+        let (rb, _) = wal.append("/d/b", &b, 5, None).unwrap();
+        wal.append("/d/c", &b, 5, None).unwrap();
         wal.remove(rb.seq + 1);
         // An append cut short before its record: bytes only.
         fs::write(dir.path().join(format!("{:020}.data", 99)), b"partial").unwrap();
@@ -270,7 +286,7 @@ mod tests {
         assert_eq!(back, b"hello");
         assert!(!dir.path().join(format!("{:020}.data", 99)).exists());
         // New records never reuse a number.
-        let (rn, _) = wal.append("/d/n", &b, 5).unwrap();
+        let (rn, _) = wal.append("/d/n", &b, 5, None).unwrap();
         assert!(rn.seq > 99);
     }
 
@@ -335,7 +351,7 @@ mod tests {
         ) {
             let dir = tempfile::tempdir().unwrap();
             let (wal, _) = Wal::open(dir.path()).unwrap();
-            let (mut rec, _) = wal.append(&path, &Bytes::from(data.clone()), data.len() as u64).unwrap();
+            let (mut rec, _) = wal.append(&path, &Bytes::from(data.clone()), data.len() as u64, None).unwrap();
             drop(wal);
             if let Some(d) = len_delta {
                 rec.len = rec.len.wrapping_add_signed(d);
@@ -373,7 +389,7 @@ mod tests {
         let (wal, _) = Wal::open(dir.path()).unwrap();
         let data = Bytes::from_static(b"the bytes of the file");
         let (rec, _) = wal
-            .append("/data/out/part-0", &data, data.len() as u64)
+            .append("/data/out/part-0", &data, data.len() as u64, None)
             .unwrap();
         drop(wal);
         let json = fs::read(dir.path().join(format!("{:020}.json", rec.seq))).unwrap();
@@ -409,7 +425,9 @@ mod tests {
     fn a_record_of_an_older_version_without_its_own_check_still_recovers() {
         let dir = tempfile::tempdir().unwrap();
         let (wal, _) = Wal::open(dir.path()).unwrap();
-        let (mut r, _) = wal.append("/d/a", &Bytes::from_static(b"abc"), 3).unwrap();
+        let (mut r, _) = wal
+            .append("/d/a", &Bytes::from_static(b"abc"), 3, None)
+            .unwrap();
         r.check = None;
         fs::write(wal.json_path(r.seq), serde_json::to_vec(&r).unwrap()).unwrap();
         let (_, recs) = Wal::open(dir.path()).unwrap();
@@ -421,7 +439,9 @@ mod tests {
     fn a_record_whose_bytes_changed_is_kept_aside() {
         let dir = tempfile::tempdir().unwrap();
         let (wal, _) = Wal::open(dir.path()).unwrap();
-        let (r, _) = wal.append("/d/a", &Bytes::from_static(b"abc"), 3).unwrap();
+        let (r, _) = wal
+            .append("/d/a", &Bytes::from_static(b"abc"), 3, None)
+            .unwrap();
         fs::write(wal.data_path(r.seq), b"abd").unwrap();
         let (_, recs) = Wal::open(dir.path()).unwrap();
         assert!(recs.is_empty());

@@ -25,7 +25,7 @@ use silt_cache::{Arena, ArenaConfig, WriteBuffer};
 use silt_common::config::DiskTierSpec;
 use silt_common::write::{WriteRules, WriteType};
 use silt_common::{Error, ErrorKind, PageKey, Result};
-use silt_ufs::{DynStore, ObjectMeta};
+use silt_ufs::{DynStore, Headers, ObjectMeta};
 
 use crate::meta::Lookup;
 use crate::namespace::{parent_and_name, Resolved};
@@ -300,6 +300,7 @@ impl Client {
         buf: &WriteBuffer,
         len: u64,
         attrs: &silt_ufs::SetAttrs,
+        headers: Option<&Arc<Headers>>,
     ) -> Result<Entry> {
         let Target {
             path,
@@ -328,7 +329,7 @@ impl Client {
                     .await
                     .map_err(|_| Error::internal("upload permits closed"))?;
                 store
-                    .write_from_attrs(rel, buf, len, attrs, None)
+                    .write_from_attrs(rel, buf, len, attrs, headers.map(|h| &**h))
                     .await
                     .map_err(|e| e.context(path))?
             }
@@ -346,6 +347,7 @@ impl Client {
                     meta: meta.clone(),
                     data: ResidentData::Buffer(buf.clone()),
                     residence: Residence::CacheOnly { expires },
+                    headers: headers.cloned(),
                 };
                 self.replace_resident(path, Some(file));
                 meta
@@ -358,7 +360,7 @@ impl Client {
                 if store.capabilities().rename_dirs {
                     self.keep_missing_parents(path).await;
                 }
-                self.commit_back(path, buf, len).await?
+                self.commit_back(path, buf, len, headers).await?
             }
             WriteType::ReadOnly => {
                 return Err(Error::new(
@@ -382,6 +384,10 @@ impl Client {
         // before then may lack it, and must not win over this record.
         let at = self.opts.clock.now();
         let entry = self.record_written(path, rel, store, at, meta);
+        if let (Some(obj), Some(h)) = (&entry.object, headers) {
+            // The headers of the version just written, known without asking the store.
+            self.headers_cache.put(obj.id, h.clone());
+        }
         if *write_type == WriteType::Through && entry.size == len {
             if let Some(obj) = &entry.object {
                 self.cache_written(obj.id, buf, len);
@@ -431,7 +437,13 @@ impl Client {
     }
 
     /// Logs the file durably and makes it resident until its upload.
-    async fn commit_back(&self, path: &str, buf: &WriteBuffer, len: u64) -> Result<ObjectMeta> {
+    async fn commit_back(
+        &self,
+        path: &str,
+        buf: &WriteBuffer,
+        len: u64,
+        headers: Option<&Arc<Headers>>,
+    ) -> Result<ObjectMeta> {
         let Some(p) = self.writes.back.clone() else {
             return Err(Error::new(
                 ErrorKind::Unsupported,
@@ -440,11 +452,13 @@ impl Client {
         };
         let (buf, path) = (buf.clone(), path.to_string());
         let logger = p.clone();
+        let h = headers.cloned();
         // fsync: off the runtime's threads.
-        let (rec, file) =
-            tokio::task::spawn_blocking(move || logger.wal().append(&path, &buf, len))
-                .await
-                .map_err(|e| Error::internal(format!("write-ahead log task: {e}")))??;
+        let (rec, file) = tokio::task::spawn_blocking(move || {
+            logger.wal().append(&path, &buf, len, h.as_deref())
+        })
+        .await
+        .map_err(|e| Error::internal(format!("write-ahead log task: {e}")))??;
         Ok(self.adopt_logged(&p, rec, Arc::new(file)))
     }
 
@@ -465,6 +479,7 @@ impl Client {
             meta: meta.clone(),
             data: ResidentData::Log(file.clone()),
             residence: Residence::Back { seq: rec.seq },
+            headers: rec.headers.clone().map(Arc::new),
         };
         self.replace_resident(&rec.path, Some(file_r));
         p.enqueue(rec, store, rel, file);

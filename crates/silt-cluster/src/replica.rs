@@ -95,6 +95,8 @@ impl ResidentTable {
             residence: Residence::CacheOnly {
                 expires: m.expires_in.map(|d| self.clock.now() + d),
             },
+            // Replicas keep bytes, not S3 headers (docs/SEMANTICS.md).
+            headers: None,
         };
         self.files.insert(path, file);
     }

@@ -59,6 +59,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "fuse_threads", default: "8", help: "FUSE worker threads (1 to 1024, and fewer than the system lets a process start)." },
     OptionSpec { name: "fuse_max_read", default: "1MiB", help: "Largest FUSE read request asked of the kernel." },
     OptionSpec { name: "fuse_cold_direct_io", default: "false", help: "The first open of each file version on a mount reads without the kernel's page cache (FOPEN_DIRECT_IO): each read's bytes go from Silt straight into the reader's buffer, not into the mount's page cache and from there to the reader, and a scan read once fills no page cache. Measured on a cold read of 4 x 1 GiB (B1F, docs/benchmarks.md): 0.9-1.6 against 1.6-3.5 daemon CPU s/GB and 1.0-1.7 against 0.4-0.9 GB/s, side by side in each run. With `disk_direct_io` too, no cold byte is copied into any page cache: 0.79-0.81 daemon CPU s/GB in B1F (0.66 by hand), the cheapest cold path for a scan read once. Later opens of the same version use the page cache (or passthrough) as usual. No kernel read-ahead on that first open: each read(2) is one request to Silt, so a reader that asks a few KiB at a time is several times slower (dd bs=8k: 178 against 746 MB/s); stdio, Python and cat size their reads from st_blksize (one cache page) and are not. Needs Linux >= 6.6 (shared mmap of such a file); ignored with a warning before." },
+    OptionSpec { name: "fuse_xattrs", default: "false", help: "The mount shows each file's S3 headers (what an S3 client stored with it through the gateway or in the store: Content-Type, user metadata, checksums) as read-only extended attributes `user.s3.content-type`, `user.s3.meta.KEY`, ... (getxattr, listxattr). Off by default: once a FUSE file system answers getxattr, the kernel asks it for `security.capability` before every write (about one more round trip per write() call), and a first listxattr of a file on an object store costs a HEAD. Off, getxattr and listxattr are ENOSYS, which the kernel remembers." },
     OptionSpec { name: "fuse_source_passthrough", default: "false", help: "A read open of a file that is not whole in the local disk tier, from a store whose objects are files this host can open (file://: a local or NFS directory), hands the kernel the store's own file (FUSE passthrough) and fetches the file into the cache behind the reader, admitted as a read's pages are: the first read runs at the store's own speed with no byte through the daemon, and the next open reads the local copy. The file is checked to hold the version Silt knows at the open; unlike a read through the daemon, a file then changed in place is read as it is then (as reading the directory directly would), not refused as changed. The background fetch reads the file a second time (from the page cache where it still is) and costs its CPU after the reader is done, also when the admission policy then keeps none of it; at most fuse_threads files are fetched at once. Needs passthrough (Linux >= 6.9) and a store the kernel can stack on (not another FUSE mount); files under a writable prefix and other stores are read as without the option. Measured (docs/benchmarks.md): B1F cold, 4 readers of 1 GiB files, 7.8 GB/s (0.45 of reading the files directly) at 1.05 daemon CPU s/GB fills included; with disk_direct_io 10.0 GB/s (0.58) at 0.42 s/GB; by default 0.57 GB/s at 2.8 s/GB." },
     OptionSpec { name: "fuse_open_fill_max", default: "0", help: "A read open of a file of at most this size that is not yet whole in the local disk tier fetches it whole before the open returns, then gives the kernel that local copy (FUSE passthrough): the daemon no longer copies each byte into the mount's page cache, and the reader gets the kernel's read-ahead on a local file. The open waits for the whole file, so a reader that wants only a file's first bytes waits for all of it. At most half the FUSE threads fetch at once (other opens are served as usual). Needs passthrough (Linux >= 6.9) and a disk tier of at least twice the file's size that stays below its low watermark with the file added: a full cache opens as without the option (there a fill could fetch a file the admission policy then refuses, and its reads would fetch it again: B4 hit ratio 0.15 against 0.48). Files under a writable prefix are never fetched this way. The fetched pages are admitted as a read's would be, and a file the cache does not keep whole is read through the daemon. Measured (docs/benchmarks.md): B1F cold 4 readers 0.92 GB/s at 1.71 daemon CPU s/GB against 0.46 at 3.72 by default; B2 cold (small files) 1.68 and 1.81 against 1.30 and 1.33 of the direct reader with 8MiB (two runs); but an open that does not read fetches the file too (B3P open+fstat p50 0.93 against 0.095 ms, one GET per cold open). 0 disables it." },
     OptionSpec { name: "passthrough", default: "auto", help: "FUSE passthrough for files fully present in the local disk tier: `auto` (use when the kernel supports it), `on` (fail start-up if unsupported), `off`." },
@@ -210,6 +211,7 @@ pub struct Config {
     pub fuse_cold_direct_io: bool,
     pub fuse_open_fill_max: u64,
     pub fuse_source_passthrough: bool,
+    pub fuse_xattrs: bool,
     pub passthrough: PassthroughMode,
     pub allow_other: bool,
     pub s3_endpoint: String,
@@ -285,6 +287,7 @@ impl Default for Config {
             fuse_cold_direct_io: false,
             fuse_open_fill_max: 0,
             fuse_source_passthrough: false,
+            fuse_xattrs: false,
             passthrough: PassthroughMode::Auto,
             allow_other: false,
             s3_endpoint: String::new(),
@@ -635,6 +638,7 @@ impl Config {
             "fuse_cold_direct_io" => self.fuse_cold_direct_io = parse_bool(key, v)?,
             "fuse_open_fill_max" => self.fuse_open_fill_max = parse_size_opt(key, v)?,
             "fuse_source_passthrough" => self.fuse_source_passthrough = parse_bool(key, v)?,
+            "fuse_xattrs" => self.fuse_xattrs = parse_bool(key, v)?,
             "passthrough" => {
                 self.passthrough = match v {
                     "auto" => PassthroughMode::Auto,

@@ -322,7 +322,8 @@ define_histograms! {
         Write = "write", Flush = "flush", Fsync = "fsync", Release = "release", Create = "create",
         Unlink = "unlink", Mkdir = "mkdir", Rmdir = "rmdir", Rename = "rename", Link = "link",
         Symlink = "symlink", Readlink = "readlink", Readdir = "readdir", Readdirplus = "readdirplus",
-        Statfs = "statfs", Access = "access", Mknod = "mknod",
+        Statfs = "statfs", Access = "access", Mknod = "mknod", Getxattr = "getxattr",
+        Listxattr = "listxattr",
     }
     CLIENT_READ_SECONDS: ReadFrom = "silt_client_read_seconds", "source", "Time of one read through the client (FUSE, SDK, gateway), by where its bytes came from: all pages in memory, some on a local disk tier, some from workers (cluster clients) or from the under-store (single nodes), or a file resident only in Silt." {
         Memory = "memory", Disk = "disk", Worker = "worker", Store = "store", Resident = "resident",

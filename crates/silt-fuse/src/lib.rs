@@ -43,8 +43,8 @@ use fuser::{
     BackingId, BsdFileFlags, Config as FuseConfig, Errno, FileAttr, FileHandle, FileType,
     FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, OpenAccMode, OpenFlags,
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow,
-    WriteFlags,
+    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL,
+    TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use silt_client::{Change, ChangeKind, Client, Entry, FileWriter, OpenFile, OpenOptions};
@@ -71,6 +71,8 @@ pub struct FuseOptions {
     /// this host can open (`file://`), hands the kernel the store's own file and fills the
     /// cache behind the reader (`fuse_source_passthrough`).
     pub source_passthrough: bool,
+    /// Answer getxattr and listxattr with the files' S3 headers (`fuse_xattrs`).
+    pub xattrs: bool,
     pub passthrough: PassthroughMode,
     pub allow_other: bool,
 }
@@ -600,6 +602,18 @@ impl SiltFs {
 
     fn block<T>(&self, f: impl std::future::Future<Output = Result<T>>) -> Result<T> {
         self.client.runtime().block_on(f)
+    }
+
+    /// The `user.s3.*` attributes of the file `ino` (none for a directory).
+    fn s3_xattrs(&self, ino: INodeNo) -> std::result::Result<Vec<(String, String)>, Errno> {
+        let path = self.path_of(ino)?;
+        let h = self
+            .block(async {
+                let e = self.client.stat(&path).await?;
+                self.client.headers(&e).await
+            })
+            .map_err(|e| errno(&e))?;
+        Ok(silt_ufs::xattrs::of(&h))
     }
 
     fn path_of(&self, ino: INodeNo) -> std::result::Result<String, Errno> {
@@ -1969,6 +1983,47 @@ impl fuser::Filesystem for SiltFs {
         }
     }
 
+    /// A file's S3 headers as `user.s3.*` attributes, with `fuse_xattrs` (see its help for
+    /// why it is off by default). Any other name is answered without asking the client.
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _timer = FuseOp::Getxattr.timer();
+        if !self.opts.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
+        let Some(name) = name
+            .to_str()
+            .filter(|n| n.starts_with(silt_ufs::xattrs::PREFIX))
+        else {
+            return reply.error(Errno::ENODATA);
+        };
+        let value = match self.s3_xattrs(ino) {
+            Ok(attrs) => attrs.into_iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            Err(e) => return reply.error(e),
+        };
+        match value {
+            Some(v) => reply_xattr(reply, size, v.as_bytes()),
+            None => reply.error(Errno::ENODATA),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _timer = FuseOp::Listxattr.timer();
+        if !self.opts.xattrs {
+            return reply.error(Errno::ENOSYS);
+        }
+        match self.s3_xattrs(ino) {
+            Ok(attrs) => {
+                let mut names = Vec::new();
+                for (k, _) in attrs {
+                    names.extend_from_slice(k.as_bytes());
+                    names.push(0);
+                }
+                reply_xattr(reply, size, &names)
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _timer = FuseOp::Rmdir.timer();
         let path = match self.child_path(parent, name) {
@@ -2686,6 +2741,18 @@ pub fn mount(
         writers,
         took_over: !fresh,
     })
+}
+
+/// Answers a getxattr or listxattr: the size asked for (`size` 0), the bytes, or `ERANGE`.
+fn reply_xattr(reply: ReplyXattr, size: u32, bytes: &[u8]) {
+    let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+    if size == 0 {
+        reply.size(len)
+    } else if len <= size {
+        reply.data(bytes)
+    } else {
+        reply.error(Errno::ERANGE)
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub mod connect;
 pub mod host;
 pub mod keys;
 pub mod list;
+mod meta;
 mod multipart;
 pub mod tls;
 mod write;
@@ -78,6 +79,7 @@ const READ_OPS: &[&str] = &[
     "GetBucketLocation",
     "HeadObject",
     "GetObject",
+    "GetObjectAttributes",
     "ListObjects",
     "ListObjectsV2",
 ];
@@ -361,7 +363,17 @@ impl S3 for Gateway {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = &req.input;
-        let entry = self.object(&i.bucket, &i.key).await?;
+        // The headers are of a version: one replaced between the stat and their read is
+        // asked for again.
+        let mut tries = 0;
+        let (entry, h) = loop {
+            let entry = self.object(&i.bucket, &i.key).await?;
+            match meta::headers_of(&self.client, &entry).await? {
+                Some(h) => break (entry, h),
+                None if tries < 3 => tries += 1,
+                None => return Err(s3_error!(ServiceUnavailable, "the object kept changing")),
+            }
+        };
         let etag = etag_of(&entry);
         check_conditions(
             &entry,
@@ -371,16 +383,25 @@ impl S3 for Gateway {
             i.if_modified_since.as_ref(),
             i.if_unmodified_since.as_ref(),
         )?;
-        let (range, content_range) = resolve_range(i.range.as_ref(), entry.size)?;
-        Ok(S3Response::new(HeadObjectOutput {
+        let (range, content_range, parts_count) =
+            ranged(i.range.as_ref(), i.part_number, &h, entry.size)?;
+        let checksums =
+            wants_checksums(i.checksum_mode.as_ref(), &range, entry.size, i.part_number);
+        let out = HeadObjectOutput {
             accept_ranges: Some("bytes".into()),
             content_length: Some(len_i64(range.end - range.start)),
             content_range,
-            content_type: Some("application/octet-stream".into()),
             e_tag: Some(ETag::Strong(etag)),
             last_modified: entry.mtime.map(Timestamp::from),
+            parts_count,
             ..Default::default()
-        }))
+        };
+        let status = partial_status(i.part_number, &h);
+        let out = meta::with_headers!(out, &h, i, checksums);
+        Ok(match status {
+            Some(s) => S3Response::with_status(out, s),
+            None => S3Response::new(out),
+        })
     }
 
     async fn get_object(
@@ -388,10 +409,15 @@ impl S3 for Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let i = &req.input;
-        if i.part_number.is_some() {
-            return Err(s3_error!(NotImplemented, "partNumber is not supported"));
-        }
-        let file = self.open(&i.bucket, &i.key).await?;
+        let mut tries = 0;
+        let (file, h) = loop {
+            let file = self.open(&i.bucket, &i.key).await?;
+            match meta::headers_of(&self.client, &file.entry).await? {
+                Some(h) => break (file, h),
+                None if tries < 3 => tries += 1,
+                None => return Err(s3_error!(ServiceUnavailable, "the object kept changing")),
+            }
+        };
         let entry = &file.entry;
         let etag = etag_of(entry);
         check_conditions(
@@ -402,21 +428,120 @@ impl S3 for Gateway {
             i.if_modified_since.as_ref(),
             i.if_unmodified_since.as_ref(),
         )?;
-        let (range, content_range) = resolve_range(i.range.as_ref(), file.size())?;
+        let (range, content_range, parts_count) =
+            ranged(i.range.as_ref(), i.part_number, &h, file.size())?;
+        let checksums =
+            wants_checksums(i.checksum_mode.as_ref(), &range, file.size(), i.part_number);
         let last_modified = entry.mtime.map(Timestamp::from);
         let len = range.end - range.start;
         debug!(bucket = %i.bucket, key = %i.key, start = range.start, len, "GET");
+        let status = partial_status(i.part_number, &h);
         let body = Body::start(self.client.clone(), file, range);
-        Ok(S3Response::new(GetObjectOutput {
+        let out = GetObjectOutput {
             accept_ranges: Some("bytes".into()),
             body: Some(StreamingBlob::new(body)),
             content_length: Some(len_i64(len)),
             content_range,
-            content_type: Some("application/octet-stream".into()),
             e_tag: Some(ETag::Strong(etag)),
             last_modified,
+            parts_count,
             ..Default::default()
-        }))
+        };
+        let out = meta::with_headers!(out, &h, i, checksums);
+        Ok(match status {
+            Some(s) => S3Response::with_status(out, s),
+            None => S3Response::new(out),
+        })
+    }
+
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let i = &req.input;
+        if i.version_id.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "object versions are not supported"
+            ));
+        }
+        let mut tries = 0;
+        let (entry, h) = loop {
+            let entry = self.object(&i.bucket, &i.key).await?;
+            match meta::headers_of(&self.client, &entry).await? {
+                Some(h) => break (entry, h),
+                None if tries < 3 => tries += 1,
+                None => return Err(s3_error!(ServiceUnavailable, "the object kept changing")),
+            }
+        };
+        // One header, `x-amz-object-attributes: ETag,ObjectSize`: a list in one element.
+        let wants = |a: &str| {
+            i.object_attributes
+                .iter()
+                .flat_map(|x| x.as_str().split(','))
+                .any(|x| x.trim() == a)
+        };
+        if i.object_attributes.is_empty() {
+            return Err(s3_error!(
+                InvalidArgument,
+                "x-amz-object-attributes must name at least one attribute"
+            ));
+        }
+        let mut out = GetObjectAttributesOutput {
+            last_modified: entry.mtime.map(Timestamp::from),
+            ..Default::default()
+        };
+        if wants(ObjectAttributes::ETAG) {
+            out.e_tag = Some(ETag::Strong(etag_of(&entry)));
+        }
+        if wants(ObjectAttributes::CHECKSUM) && !h.checksums.is_empty() {
+            out.checksum = Some(meta::checksum_of(&h));
+        }
+        if wants(ObjectAttributes::STORAGE_CLASS) {
+            out.storage_class = Some(StorageClass::from_static(StorageClass::STANDARD));
+        }
+        if wants(ObjectAttributes::OBJECT_SIZE) {
+            out.object_size = Some(len_i64(entry.size));
+        }
+        // Only an object uploaded in parts has parts to tell of.
+        if wants(ObjectAttributes::OBJECT_PARTS)
+            && !h.parts.is_empty()
+            && h.parts.iter().sum::<u64>() == entry.size
+        {
+            let max = match i.max_parts {
+                None => 1000,
+                Some(n) if n < 0 => {
+                    return Err(s3_error!(InvalidArgument, "max-parts must not be negative"))
+                }
+                Some(n) => n.min(1000),
+            };
+            let after = i.part_number_marker.unwrap_or(0).max(0);
+            let parts: Vec<ObjectPart> = h
+                .parts
+                .iter()
+                .enumerate()
+                .map(|(n, size)| (i32::try_from(n + 1).unwrap_or(i32::MAX), *size))
+                .filter(|(n, _)| *n > after)
+                .take(usize::try_from(max).unwrap_or(0))
+                .map(|(n, size)| ObjectPart {
+                    part_number: Some(n),
+                    size: Some(len_i64(size)),
+                    ..Default::default()
+                })
+                .collect();
+            let total = i32::try_from(h.parts.len()).unwrap_or(i32::MAX);
+            let last = parts.last().and_then(|p| p.part_number);
+            let truncated = last.is_some_and(|l| l < total);
+            out.object_parts = Some(GetObjectAttributesParts {
+                is_truncated: Some(truncated),
+                max_parts: Some(max),
+                next_part_number_marker: if truncated { last } else { None },
+                part_number_marker: Some(after),
+                parts: Some(parts),
+                total_parts_count: Some(total),
+            });
+        }
+        Ok(S3Response::new(out))
     }
 
     async fn list_objects_v2(
@@ -531,6 +656,7 @@ impl S3 for Gateway {
             i.if_none_match.as_ref(),
         )
         .await?;
+        let headers = meta::request_headers!(i);
         let (entry, got) = write::upload(
             &self.client,
             &path,
@@ -538,6 +664,7 @@ impl S3 for Gateway {
             i.content_length,
             &expected,
             req.trailing_headers.as_ref(),
+            headers,
         )
         .await?;
         self.note_changed(&path).await;
@@ -573,7 +700,38 @@ impl S3 for Gateway {
         };
         self.may_read(req.credentials.as_ref(), &src_bucket)?;
         let dst = self.write_path(&i.bucket, &i.key).await?;
-        let file = self.open(&src_bucket, &src_key).await?;
+        let replace = match i.metadata_directive.as_ref().map(|d| d.as_str()) {
+            None | Some("COPY") => false,
+            Some("REPLACE") => true,
+            Some(_) => return Err(s3_error!(InvalidArgument, "Unknown metadata directive.")),
+        };
+        let mut tries = 0;
+        let (file, src_headers) = loop {
+            let file = self.open(&src_bucket, &src_key).await?;
+            match meta::headers_of(&self.client, &file.entry).await? {
+                Some(h) => break (file, h),
+                None if tries < 3 => tries += 1,
+                None => return Err(s3_error!(ServiceUnavailable, "the object kept changing")),
+            }
+        };
+        // The copy is one object, not the source's parts; it keeps the source's whole-object
+        // checksums (its bytes are the same), and with `REPLACE` the request's headers and
+        // metadata instead of the source's.
+        let mut headers = if replace {
+            meta::request_headers!(i)
+        } else {
+            silt_ufs::Headers {
+                parts: Vec::new(),
+                ..(*src_headers).clone()
+            }
+        };
+        if src_headers.checksum_type.as_deref() == Some(ChecksumType::FULL_OBJECT) {
+            headers.checksums = src_headers.checksums.clone();
+            headers.checksum_type = src_headers.checksum_type.clone();
+        } else {
+            headers.checksums.clear();
+            headers.checksum_type = None;
+        }
         let etag = etag_of(&file.entry);
         check_copy_conditions(&file.entry, &etag, i).map_err(|e| {
             // A copy's source conditions fail with 412 whichever header failed.
@@ -605,6 +763,7 @@ impl S3 for Gateway {
                 off += p.len() as u64;
             }
         }
+        self.client.set_headers(&w, headers);
         let entry = write::finish(&self.client, &w).await?;
         self.note_changed(&dst).await;
         Ok(S3Response::new(CopyObjectOutput {
@@ -701,8 +860,25 @@ impl S3 for Gateway {
             .open_upload(&path, Default::default())
             .await
             .map_err(write::commit_error)?;
+        let m = meta::UploadMeta::new(
+            meta::request_headers!(i),
+            i.checksum_algorithm.as_ref(),
+            i.checksum_type.as_ref(),
+        )?;
         let id = self.uploads.create(&i.bucket, &i.key).await?;
+        self.uploads.save_meta(&id, &m).await?;
         Ok(S3Response::new(CreateMultipartUploadOutput {
+            checksum_algorithm: i.checksum_algorithm.clone(),
+            checksum_type: m.algorithm.as_ref().map(|_| {
+                ChecksumType::from(
+                    if m.full_object {
+                        ChecksumType::FULL_OBJECT
+                    } else {
+                        ChecksumType::COMPOSITE
+                    }
+                    .to_string(),
+                )
+            }),
             bucket: Some(i.bucket.clone()),
             key: Some(i.key.clone()),
             upload_id: Some(id),
@@ -761,15 +937,26 @@ impl S3 for Gateway {
             };
             asked.push((n, etag.value().to_string()));
         }
+        let m = self.uploads.meta(&u).await;
         let entry = self
             .uploads
-            .complete(&self.client, &u, &path, &asked)
+            .complete(&self.client, &u, &path, &asked, &m)
             .await?;
         self.note_changed(&path).await;
+        let h = meta::headers_of(&self.client, &entry)
+            .await?
+            .unwrap_or_default();
+        let c = meta::checksum_of(&h);
         Ok(S3Response::new(CompleteMultipartUploadOutput {
             bucket: Some(i.bucket),
             key: Some(i.key),
             e_tag: Some(ETag::Strong(etag_of(&entry))),
+            checksum_crc32: c.checksum_crc32,
+            checksum_crc32c: c.checksum_crc32c,
+            checksum_sha1: c.checksum_sha1,
+            checksum_sha256: c.checksum_sha256,
+            checksum_crc64nvme: c.checksum_crc64nvme,
+            checksum_type: c.checksum_type,
             ..Default::default()
         }))
     }
@@ -1292,6 +1479,51 @@ fn resolve_range(
             Err(e)
         }
     }
+}
+
+/// The bytes a GET or HEAD asks for: a `Range`, or part `partNumber` of the object (S3 takes
+/// one or the other), with its `Content-Range` and, for a part, the object's part count.
+fn ranged(
+    range: Option<&Range>,
+    part_number: Option<i32>,
+    h: &silt_ufs::Headers,
+    size: u64,
+) -> S3Result<(std::ops::Range<u64>, Option<String>, Option<i32>)> {
+    let Some(n) = part_number else {
+        let (r, cr) = resolve_range(range, size)?;
+        return Ok((r, cr, None));
+    };
+    if range.is_some() {
+        return Err(s3_error!(
+            InvalidRequest,
+            "Cannot specify both Range header and partNumber query parameter"
+        ));
+    }
+    let (r, count) = meta::part_range(&h.parts, size, n)?;
+    // An object of one part is answered whole, without a range or a count (as S3 does).
+    if h.parts.is_empty() {
+        return Ok((r, None, None));
+    }
+    let cr = (!r.is_empty()).then(|| format!("bytes {}-{}/{size}", r.start, r.end - 1));
+    Ok((r, cr, Some(count)))
+}
+
+/// 206 for a part of an object uploaded in parts (S3 answers a part GET so).
+fn partial_status(part_number: Option<i32>, h: &silt_ufs::Headers) -> Option<hyper::StatusCode> {
+    (part_number.is_some() && !h.parts.is_empty()).then_some(hyper::StatusCode::PARTIAL_CONTENT)
+}
+
+/// Whether an answer carries the object's checksums: asked for with `ChecksumMode=ENABLED`,
+/// and for the whole object (or one of its parts, whose whole-object checksum S3 gives too:
+/// not a range).
+fn wants_checksums(
+    mode: Option<&ChecksumMode>,
+    range: &std::ops::Range<u64>,
+    size: u64,
+    part_number: Option<i32>,
+) -> bool {
+    mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED)
+        && (part_number.is_some() || (range.start == 0 && range.end == size))
 }
 
 fn len_i64(n: u64) -> i64 {

@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! <upload id>/upload          "bucket\nkey\n<initiated, unix seconds>\n"
+//! <upload id>/meta.json       the object's headers and checksum algorithm (`UploadMeta`)
 //! <upload id>/p00042.<md5>    part 42, its ETag (the MD5 of its bytes, hex) in its name
 //! <upload id>/tmp-<random>    a part being received
 //! ```
@@ -76,6 +77,25 @@ impl Uploads {
         silt_common::private::write(&dir.join("upload"), record.as_bytes())
             .map_err(|e| self.io("recording", e))?;
         Ok(id)
+    }
+
+    /// Keeps what the object of upload `id` gets besides its bytes.
+    pub async fn save_meta(&self, id: &str, m: &crate::meta::UploadMeta) -> S3Result<()> {
+        let json = serde_json::to_vec(m).map_err(|e| {
+            crate::to_s3(silt_common::Error::internal(format!(
+                "upload metadata: {e}"
+            )))
+        })?;
+        silt_common::private::write(&self.dir.join(id).join("meta.json"), &json)
+            .map_err(|e| self.io("recording", e))
+    }
+
+    /// What [`Uploads::save_meta`] kept (nothing for an upload started before it was kept).
+    pub async fn meta(&self, u: &UploadInfo) -> crate::meta::UploadMeta {
+        match tokio::fs::read(self.dir.join(&u.id).join("meta.json")).await {
+            Ok(json) => serde_json::from_slice(&json).unwrap_or_default(),
+            Err(_) => Default::default(),
+        }
     }
 
     /// The upload `id`, if it is one of `bucket`/`key` (NoSuchUpload otherwise).
@@ -232,6 +252,7 @@ impl Uploads {
         u: &UploadInfo,
         path: &str,
         asked: &[(i32, String)],
+        meta: &crate::meta::UploadMeta,
     ) -> S3Result<Entry> {
         if asked.is_empty() {
             return Err(s3_error!(
@@ -272,6 +293,7 @@ impl Uploads {
             .map_err(write::commit_error)?;
         let mut at = 0u64;
         let mut buf = vec![0u8; 1 << 20];
+        let mut sums = crate::meta::Completion::new(meta);
         for p in &chosen {
             let mut f = tokio::fs::File::open(&p.path)
                 .await
@@ -287,9 +309,12 @@ impl Uploads {
                 client
                     .write_at(&w, at, &buf[..n])
                     .map_err(write::write_error)?;
+                sums.update(&buf[..n]);
                 at += n as u64;
             }
+            sums.end_part();
         }
+        client.set_headers(&w, sums.finish(meta));
         let entry = write::finish(client, &w).await?;
         let _ = tokio::fs::remove_dir_all(self.dir.join(&u.id)).await;
         Ok(entry)

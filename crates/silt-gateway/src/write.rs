@@ -274,8 +274,9 @@ pub(crate) fn commit_error(e: silt_common::Error) -> S3Error {
     }
 }
 
-/// Uploads `body` to `path` as a whole object: received and checked, then committed (the
-/// write type's promise kept) and closed. Returns the committed entry.
+/// Uploads `body` to `path` as a whole object with the headers `headers`: received and
+/// checked, then committed (the write type's promise kept) and closed; the checksums the body
+/// was checked against are kept with it. Returns the committed entry.
 pub(crate) async fn upload(
     client: &Client,
     path: &str,
@@ -283,6 +284,7 @@ pub(crate) async fn upload(
     content_length: Option<i64>,
     expected: &Expected,
     trailers: Option<&s3s::TrailingHeaders>,
+    mut headers: silt_ufs::Headers,
 ) -> S3Result<(Entry, Received)> {
     let w = client
         .open_upload(path, Default::default())
@@ -291,6 +293,8 @@ pub(crate) async fn upload(
     // On any error below `w` is dropped unclosed: nothing is committed.
     let sink = Sink::Upload(client, &w);
     let got = receive(sink, body, content_length, expected, trailers).await?;
+    crate::meta::set_checksums(&mut headers, &got.checksums);
+    client.set_headers(&w, headers);
     let entry = finish(client, &w).await?;
     Ok((entry, got))
 }

@@ -404,6 +404,41 @@ impl PyClient {
         entry_dict(py, &e)
     }
 
+    /// The S3 headers of the file at `path` (`Client::headers`): `content_type` and the other
+    /// standard headers (None when absent), `metadata` (the user metadata), `checksums` and
+    /// `checksum_type`, `parts` (the part sizes of a multipart upload).
+    fn headers<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
+        let inner = self.get()?;
+        let h = py
+            .detach(|| {
+                inner.block_on(async {
+                    let e = inner.node.client.stat(path).await?;
+                    inner.node.client.headers(&e).await
+                })
+            })
+            .map_err(py_err)?;
+        let d = PyDict::new(py);
+        d.set_item("content_type", h.content_type.clone())?;
+        d.set_item("cache_control", h.cache_control.clone())?;
+        d.set_item("content_disposition", h.content_disposition.clone())?;
+        d.set_item("content_encoding", h.content_encoding.clone())?;
+        d.set_item("content_language", h.content_language.clone())?;
+        d.set_item("expires", h.expires.clone())?;
+        let user = PyDict::new(py);
+        for (k, v) in &h.user {
+            user.set_item(k, v)?;
+        }
+        d.set_item("metadata", user)?;
+        let sums = PyDict::new(py);
+        for (k, v) in &h.checksums {
+            sums.set_item(k, v)?;
+        }
+        d.set_item("checksums", sums)?;
+        d.set_item("checksum_type", h.checksum_type.clone())?;
+        d.set_item("parts", h.parts.clone())?;
+        Ok(d)
+    }
+
     fn ls<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyList>> {
         let inner = self.get()?;
         let list = py

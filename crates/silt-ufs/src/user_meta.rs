@@ -159,7 +159,7 @@ pub(crate) fn headers_of(m: &Metadata) -> Headers {
         own(m.content_encoding()),
     ];
     match m.user_metadata() {
-        Some(user) => from_user_metadata(native, user.into_iter()),
+        Some(user) => from_user_metadata(native, user),
         None => from_user_metadata(native, std::iter::empty()),
     }
 }

@@ -209,6 +209,7 @@ pub fn run(
             cold_direct_io: cfg.fuse_cold_direct_io,
             open_fill_max: cfg.fuse_open_fill_max,
             source_passthrough: cfg.fuse_source_passthrough,
+            xattrs: cfg.fuse_xattrs,
             passthrough: cfg.passthrough,
             allow_other: cfg.allow_other,
         },

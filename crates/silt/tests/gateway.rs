@@ -1562,3 +1562,303 @@ fn gateway_serves_200_concurrent_clients() {
         c.join().expect("a client failed");
     }
 }
+
+/// What S3 clients store with an object besides its bytes, checked against the S3 API
+/// reference: user metadata and the standard headers (PutObject, CopyObject's `COPY` and
+/// `REPLACE`, a multipart upload's initiation), checksums (a PUT's, a multipart upload's
+/// composite SHA-256 and full-object CRC32, returned only with `ChecksumMode=ENABLED`),
+/// GetObjectAttributes, and `partNumber` GETs and HEADs.
+const METADATA_CHECK: &str = r#"
+import base64, hashlib, zlib
+s3 = client(os.environ["AK"], os.environ["SK"])
+B = "data"
+b64 = lambda b: base64.b64encode(b).decode()
+when = datetime.datetime(2044, 12, 1, 16, 0, 0, tzinfo=datetime.timezone.utc)
+body = b"a,b\n1,2\n"
+r = s3.put_object(Bucket=B, Key="m/a.csv", Body=body, ContentType="text/csv",
+                  CacheControl="max-age=60", ContentDisposition='attachment; filename="a.csv"',
+                  ContentEncoding="identity", ContentLanguage="de-CH", Expires=when,
+                  Metadata={"Owner": "etl", "k-2": "v 2"}, ChecksumAlgorithm="SHA256")
+sha = b64(hashlib.sha256(body).digest())
+assert r["ChecksumSHA256"] == sha, r
+def same_headers(h, what):
+    assert h["ContentType"] == "text/csv", (what, h)
+    assert h["CacheControl"] == "max-age=60", (what, h)
+    assert h["ContentDisposition"] == 'attachment; filename="a.csv"', (what, h)
+    assert h["ContentEncoding"] == "identity", (what, h)
+    assert h["ContentLanguage"] == "de-CH", (what, h)
+    assert h["Expires"] == when, (what, h)
+    # x-amz-meta-* names come back in lower case (HTTP headers are case-insensitive).
+    assert h["Metadata"] == {"owner": "etl", "k-2": "v 2"}, (what, h)
+h = s3.head_object(Bucket=B, Key="m/a.csv", ChecksumMode="ENABLED")
+same_headers(h, "HEAD")
+assert h["ChecksumSHA256"] == sha and h.get("ChecksumType") == "FULL_OBJECT", h
+g = s3.get_object(Bucket=B, Key="m/a.csv", ChecksumMode="ENABLED")
+same_headers(g, "GET")
+assert g["Body"].read() == body and g["ChecksumSHA256"] == sha
+# Checksums only when asked for; never for a range (not the range's checksum).
+assert "ChecksumSHA256" not in s3.head_object(Bucket=B, Key="m/a.csv")
+assert "ChecksumSHA256" not in s3.get_object(Bucket=B, Key="m/a.csv", Range="bytes=0-1", ChecksumMode="ENABLED")
+# response-* parameters override what is stored.
+g = s3.get_object(Bucket=B, Key="m/a.csv", ResponseContentType="text/plain", ResponseCacheControl="no-store")
+assert g["ContentType"] == "text/plain" and g["CacheControl"] == "no-store", g
+# An object written without any: application/octet-stream (or the store's own default), nothing else.
+s3.put_object(Bucket=B, Key="m/plain", Body=b"x")
+h = s3.head_object(Bucket=B, Key="m/plain")
+assert h["ContentType"].endswith("/octet-stream") and h["Metadata"] == {} and "CacheControl" not in h, h
+
+# CopyObject: COPY (the default) keeps them, REPLACE takes the request's.
+s3.copy_object(Bucket=B, Key="m/copy.csv", CopySource={"Bucket": B, "Key": "m/a.csv"})
+h = s3.head_object(Bucket=B, Key="m/copy.csv", ChecksumMode="ENABLED")
+same_headers(h, "COPY")
+assert h["ChecksumSHA256"] == sha, h
+s3.copy_object(Bucket=B, Key="m/repl.csv", CopySource={"Bucket": B, "Key": "m/a.csv"},
+               MetadataDirective="REPLACE", ContentType="text/plain", Metadata={"x": "1"})
+h = s3.head_object(Bucket=B, Key="m/repl.csv")
+assert h["ContentType"] == "text/plain" and h["Metadata"] == {"x": "1"}, h
+assert "CacheControl" not in h and "ContentLanguage" not in h, h
+# REPLACE onto itself changes the metadata of the object (how s3fs's setxattrs works).
+s3.copy_object(Bucket=B, Key="m/repl.csv", CopySource={"Bucket": B, "Key": "m/repl.csv"},
+               MetadataDirective="REPLACE", Metadata={"x": "2"})
+assert s3.head_object(Bucket=B, Key="m/repl.csv")["Metadata"] == {"x": "2"}
+assert s3.get_object(Bucket=B, Key="m/repl.csv")["Body"].read() == body
+
+# A multipart upload: metadata given at its initiation, a composite SHA-256 of its parts.
+parts = [os.urandom(5 << 20), os.urandom(5 << 20), b"tail"]
+mp = s3.create_multipart_upload(Bucket=B, Key="m/big", ContentType="application/x-tar",
+                                Metadata={"set": "train"}, ChecksumAlgorithm="SHA256")
+done = []
+for n, p in enumerate(parts, 1):
+    u = s3.upload_part(Bucket=B, Key="m/big", UploadId=mp["UploadId"], PartNumber=n, Body=p,
+                       ChecksumAlgorithm="SHA256")
+    assert u["ChecksumSHA256"] == b64(hashlib.sha256(p).digest()), u
+    done.append({"PartNumber": n, "ETag": u["ETag"], "ChecksumSHA256": u["ChecksumSHA256"]})
+c = s3.complete_multipart_upload(Bucket=B, Key="m/big", UploadId=mp["UploadId"],
+                                 MultipartUpload={"Parts": done})
+composite = b64(hashlib.sha256(b"".join(hashlib.sha256(p).digest() for p in parts)).digest()) + "-3"
+assert c["ChecksumSHA256"] == composite, (c, composite)
+h = s3.head_object(Bucket=B, Key="m/big", ChecksumMode="ENABLED")
+assert h["ContentType"] == "application/x-tar" and h["Metadata"] == {"set": "train"}, h
+assert h["ChecksumSHA256"] == composite and h["ChecksumType"] == "COMPOSITE", h
+total = sum(len(p) for p in parts)
+assert h["ContentLength"] == total
+
+# partNumber: each part of a multipart object, with the part count (206, as S3 answers).
+r = s3.get_object(Bucket=B, Key="m/big", PartNumber=2)
+assert r["ResponseMetadata"]["HTTPStatusCode"] == 206 and r["PartsCount"] == 3, r
+assert r["ContentRange"] == "bytes %d-%d/%d" % (5 << 20, (10 << 20) - 1, total), r
+assert r["Body"].read() == parts[1]
+h = s3.head_object(Bucket=B, Key="m/big", PartNumber=3)
+assert h["ContentLength"] == 4 and h["PartsCount"] == 3, h
+err(lambda: s3.get_object(Bucket=B, Key="m/big", PartNumber=4), "InvalidPartNumber", 416)
+err(lambda: s3.get_object(Bucket=B, Key="m/big", PartNumber=1, Range="bytes=0-1"), "InvalidRequest", 400)
+# An object uploaded whole is its part 1.
+r = s3.get_object(Bucket=B, Key="m/a.csv", PartNumber=1)
+assert r["Body"].read() == body and r["ContentLength"] == len(body), r
+err(lambda: s3.get_object(Bucket=B, Key="m/a.csv", PartNumber=2), "InvalidPartNumber", 416)
+
+# A full-object CRC32 of a multipart upload: the CRC of all its bytes.
+mp = s3.create_multipart_upload(Bucket=B, Key="m/crc", ChecksumAlgorithm="CRC32", ChecksumType="FULL_OBJECT")
+done = []
+for n, p in enumerate(parts, 1):
+    u = s3.upload_part(Bucket=B, Key="m/crc", UploadId=mp["UploadId"], PartNumber=n, Body=p,
+                       ChecksumAlgorithm="CRC32")
+    done.append({"PartNumber": n, "ETag": u["ETag"], "ChecksumCRC32": u["ChecksumCRC32"]})
+c = s3.complete_multipart_upload(Bucket=B, Key="m/crc", UploadId=mp["UploadId"],
+                                 MultipartUpload={"Parts": done})
+full = b64(zlib.crc32(b"".join(parts)).to_bytes(4, "big"))
+assert c["ChecksumCRC32"] == full and c["ChecksumType"] == "FULL_OBJECT", (c, full)
+# SHA-256 checksums of a multipart upload are composite only (400, as S3 answers).
+err(lambda: s3.create_multipart_upload(Bucket=B, Key="m/bad", ChecksumAlgorithm="SHA256", ChecksumType="FULL_OBJECT"), "InvalidRequest", 400)
+
+# GetObjectAttributes.
+etag = s3.head_object(Bucket=B, Key="m/big")["ETag"].strip('"')
+a = s3.get_object_attributes(Bucket=B, Key="m/big",
+                             ObjectAttributes=["ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize"])
+assert a["ETag"].strip('"') == etag and a["ObjectSize"] == total and a["StorageClass"] == "STANDARD", a
+assert a["Checksum"]["ChecksumSHA256"] == composite, a
+op = a["ObjectParts"]
+assert op["TotalPartsCount"] == 3 and [p["Size"] for p in op["Parts"]] == [len(p) for p in parts], a
+assert [p["PartNumber"] for p in op["Parts"]] == [1, 2, 3] and not op["IsTruncated"], a
+a = s3.get_object_attributes(Bucket=B, Key="m/big", ObjectAttributes=["ObjectParts"], MaxParts=2)
+assert a["ObjectParts"]["IsTruncated"] and a["ObjectParts"]["NextPartNumberMarker"] == 2, a
+a = s3.get_object_attributes(Bucket=B, Key="m/big", ObjectAttributes=["ObjectParts"], PartNumberMarker=2)
+assert [p["PartNumber"] for p in a["ObjectParts"]["Parts"]] == [3], a
+a = s3.get_object_attributes(Bucket=B, Key="m/a.csv", ObjectAttributes=["ObjectParts", "ObjectSize", "Checksum"])
+assert "ObjectParts" not in a and a["ObjectSize"] == len(body) and a["Checksum"]["ChecksumSHA256"] == sha, a
+err(lambda: s3.get_object_attributes(Bucket=B, Key="m/none", ObjectAttributes=["ETag"]), "NoSuchKey", 404)
+"#;
+
+/// The same through the aws CLI and s3fs (fsspec's S3 filesystem).
+const METADATA_CLI_CHECK: &str = r#"
+import os, s3fs
+fs = s3fs.S3FileSystem(key=os.environ["AK"], secret=os.environ["SK"],
+                       client_kwargs={"endpoint_url": os.environ["GW"], "region_name": "us-east-1"})
+fs.pipe("data/m/s3fs.txt", b"from s3fs")
+fs.setxattr("data/m/s3fs.txt", color="blue")
+assert fs.getxattr("data/m/s3fs.txt", "color") == "blue", fs.metadata("data/m/s3fs.txt")
+assert fs.cat("data/m/s3fs.txt") == b"from s3fs"
+print("ok")
+"#;
+
+/// Runs the metadata checks against a `silt up --gateway` over `/data` = `uri`, then looks
+/// at what the mount (`user.s3.*` extended attributes) shows; `store_check` then looks at the
+/// store itself.
+fn check_metadata(up: &Silt, dir: &Path, env: &[(&str, &str)]) -> String {
+    let endpoint = endpoint_in(&up.log_text(), "silt: S3 gateway at");
+    py_env(&endpoint, dir, METADATA_CHECK, env);
+    aws(
+        &endpoint,
+        dir,
+        &[
+            "s3",
+            "cp",
+            dir.join("check.py").to_str().unwrap(),
+            "s3://data/m/cli.txt",
+            "--content-type",
+            "text/x-python",
+            "--metadata",
+            "team=ml,stage=raw",
+        ],
+    );
+    let h = aws(
+        &endpoint,
+        dir,
+        &[
+            "s3api",
+            "head-object",
+            "--bucket",
+            "data",
+            "--key",
+            "m/cli.txt",
+        ],
+    );
+    let h: serde_json::Value = serde_json::from_str(&h).unwrap();
+    assert_eq!(h["ContentType"], "text/x-python", "{h}");
+    assert_eq!(h["Metadata"]["team"], "ml", "{h}");
+    assert_eq!(h["Metadata"]["stage"], "raw", "{h}");
+    let script = dir.join("s3fs_meta.py");
+    std::fs::write(&script, METADATA_CLI_CHECK).unwrap();
+    let out = Command::new(s3venv("python"))
+        .arg(&script)
+        .env("GW", &endpoint)
+        .env("AK", ACCESS)
+        .env("SK", SECRET)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).ends_with("ok\n"),
+        "s3fs check failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The mount shows them as `user.s3.*` extended attributes (`fuse_xattrs`).
+    let file = up.path("data/m/a.csv");
+    let xattr = |name: &str| {
+        let c = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).unwrap();
+        let n = std::ffi::CString::new(name).unwrap();
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: valid NUL-terminated strings; the buffer is writable for its length.
+        let got =
+            unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        (got >= 0).then(|| {
+            buf.truncate(got as usize);
+            String::from_utf8(buf).unwrap()
+        })
+    };
+    assert_eq!(xattr("user.s3.content-type").as_deref(), Some("text/csv"));
+    assert_eq!(xattr("user.s3.meta.owner").as_deref(), Some("etl"));
+    assert_eq!(xattr("user.s3.meta.none"), None);
+    let c = std::ffi::CString::new(file.as_os_str().as_encoded_bytes()).unwrap();
+    let mut names = vec![0u8; 4096];
+    // SAFETY: a valid NUL-terminated path; the buffer is writable for its length.
+    let n = unsafe { libc::listxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    assert!(n > 0, "listxattr: {}", std::io::Error::last_os_error());
+    let names = String::from_utf8_lossy(&names[..n as usize]).into_owned();
+    assert!(
+        names.split('\0').any(|n| n == "user.s3.checksum.sha256"),
+        "{names:?}"
+    );
+    endpoint
+}
+
+#[test]
+fn gateway_keeps_metadata_checksums_and_parts_over_a_local_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, format!("{ACCESS} {SECRET} rw\n")).unwrap();
+    std::fs::set_permissions(&keys, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let keys_arg = keys.display().to_string();
+    let up = Silt::up_data(
+        &format!("file://{}", store.display()),
+        Vec::new(),
+        &[
+            "--gateway",
+            "127.0.0.1:0",
+            "--gateway-keys",
+            &keys_arg,
+            "--write-type",
+            "through",
+            "--fuse-xattrs",
+            "true",
+        ],
+        dir.path(),
+    );
+    check_metadata(&up, dir.path(), &[]);
+    // In the local directory: extended attributes of the file itself.
+    let c = std::ffi::CString::new(store.join("m/a.csv").as_os_str().as_encoded_bytes()).unwrap();
+    let n = std::ffi::CString::new("user.s3.content-type").unwrap();
+    let mut buf = vec![0u8; 256];
+    // SAFETY: valid NUL-terminated strings; the buffer is writable for its length.
+    let got = unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert_eq!(got, 8, "{}", std::io::Error::last_os_error());
+    assert_eq!(&buf[..8], b"text/csv");
+    up.stop();
+}
+
+#[test]
+fn gateway_keeps_metadata_checksums_and_parts_over_s3() {
+    let fx = S3Fx::start(false);
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, format!("{ACCESS} {SECRET} rw\n")).unwrap();
+    std::fs::set_permissions(&keys, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let keys_arg = keys.display().to_string();
+    let up = fx.up(
+        &[
+            "--gateway",
+            "127.0.0.1:0",
+            "--gateway-keys",
+            &keys_arg,
+            "--write-type",
+            "through",
+            "--fuse-xattrs",
+            "true",
+        ],
+        dir.path(),
+    );
+    let endpoint = check_metadata(&up, dir.path(), &[]);
+    // In the store: the object's own Content-Type and user metadata, as other S3 clients of
+    // the bucket see them.
+    py_env(
+        &endpoint,
+        dir.path(),
+        r#"
+store = boto3.client("s3", endpoint_url=os.environ["S3_EP"], region_name="us-east-1",
+                     aws_access_key_id=os.environ["S3_AK"], aws_secret_access_key=os.environ["S3_SK"],
+                     config=Config(s3={"addressing_style": "path"}))
+h = store.head_object(Bucket=os.environ["S3_BUCKET"], Key="ds/m/a.csv")
+assert h["ContentType"] == "text/csv" and h["CacheControl"] == "max-age=60", h
+assert h["Metadata"]["owner"] == "etl" and h["Metadata"]["k-2"] == "v 2", h
+"#,
+        &[
+            ("S3_EP", fx.server.endpoint().as_str()),
+            ("S3_AK", fx.server.access_key()),
+            ("S3_SK", fx.server.secret_key()),
+            ("S3_BUCKET", BUCKET),
+        ],
+    );
+    up.stop();
+}

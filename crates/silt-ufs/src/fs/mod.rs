@@ -317,7 +317,7 @@ impl FsStore {
                 let (file, md) = opened.map_err(what)?;
                 // A copy keeps the object's headers, as an object store's copy does.
                 let headers =
-                    run_blocking(|| read_headers(&file, &*beneath::parent(root, from, false)?))
+                    run_blocking(|| read_headers(&file, &beneath::parent(root, from, false)?))
                         .map_err(what)?;
                 self.write_file(to, &file, md.len(), Some(&md), Some(&headers))
             }
