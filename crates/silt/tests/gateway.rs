@@ -1707,6 +1707,22 @@ print("ok")
 fn check_metadata(up: &Silt, dir: &Path, env: &[(&str, &str)]) -> String {
     let endpoint = endpoint_in(&up.log_text(), "silt: S3 gateway at");
     py_env(&endpoint, dir, METADATA_CHECK, env);
+    // Under `back` (kept in the write-ahead log until uploaded) and `cache-only` (never in
+    // the store) too.
+    py_env(
+        &endpoint,
+        dir,
+        r#"
+s3 = client(os.environ["AK"], os.environ["SK"])
+for key in ["wb/x.json", "co/x.json"]:
+    s3.put_object(Bucket="data", Key=key, Body=b"{}", ContentType="application/json", Metadata={"w": key[:2]})
+    h = s3.head_object(Bucket="data", Key=key)
+    assert h["ContentType"] == "application/json" and h["Metadata"] == {"w": key[:2]}, (key, h)
+"#,
+        env,
+    );
+    let o = up.cli(&["fs", "persist", "/data/wb"]);
+    assert!(o.status.success(), "persist: {}", stderr(&o));
     aws(
         &endpoint,
         dir,
@@ -1801,12 +1817,23 @@ fn gateway_keeps_metadata_checksums_and_parts_over_a_local_directory() {
             &keys_arg,
             "--write-type",
             "through",
+            "--write-rules",
+            "/data/wb=back,/data/co=cache-only",
             "--fuse-xattrs",
             "true",
         ],
         dir.path(),
     );
     check_metadata(&up, dir.path(), &[]);
+    // The `back` file's headers came with its upload; the cache-only one never reached it.
+    assert!(!store.join("co/x.json").exists());
+    let c = std::ffi::CString::new(store.join("wb/x.json").as_os_str().as_encoded_bytes()).unwrap();
+    let n = std::ffi::CString::new("user.s3.meta.w").unwrap();
+    let mut buf = vec![0u8; 16];
+    // SAFETY: valid NUL-terminated strings; the buffer is writable for its length.
+    let got = unsafe { libc::getxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    assert_eq!(got, 2, "{}", std::io::Error::last_os_error());
+    assert_eq!(&buf[..2], b"wb");
     // In the local directory: extended attributes of the file itself.
     let c = std::ffi::CString::new(store.join("m/a.csv").as_os_str().as_encoded_bytes()).unwrap();
     let n = std::ffi::CString::new("user.s3.content-type").unwrap();
@@ -1834,6 +1861,8 @@ fn gateway_keeps_metadata_checksums_and_parts_over_s3() {
             &keys_arg,
             "--write-type",
             "through",
+            "--write-rules",
+            "/data/wb=back,/data/co=cache-only",
             "--fuse-xattrs",
             "true",
         ],
@@ -1852,6 +1881,14 @@ store = boto3.client("s3", endpoint_url=os.environ["S3_EP"], region_name="us-eas
 h = store.head_object(Bucket=os.environ["S3_BUCKET"], Key="ds/m/a.csv")
 assert h["ContentType"] == "text/csv" and h["CacheControl"] == "max-age=60", h
 assert h["Metadata"]["owner"] == "etl" and h["Metadata"]["k-2"] == "v 2", h
+# The `back` file's headers came with its upload; the cache-only one never reached it.
+h = store.head_object(Bucket=os.environ["S3_BUCKET"], Key="ds/wb/x.json")
+assert h["ContentType"] == "application/json" and h["Metadata"]["w"] == "wb", h
+try:
+    store.head_object(Bucket=os.environ["S3_BUCKET"], Key="ds/co/x.json")
+    raise AssertionError("a cache-only file reached the store")
+except ClientError:
+    pass
 "#,
         &[
             ("S3_EP", fx.server.endpoint().as_str()),
