@@ -128,7 +128,8 @@ impl Client {
         let asked = self.opts.clock.now();
         let meta = if t.write_type == WriteType::CacheOnly {
             self.writes.resident.add_dir(&t.path);
-            ObjectMeta::dir(&t.rel)
+            // With the time it was made: the store has none to give.
+            self.writes.resident.dir_meta(&t.path, &t.rel)
         } else {
             t.store
                 .create_dir(&t.rel)

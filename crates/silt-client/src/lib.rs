@@ -878,6 +878,33 @@ impl Client {
         }
     }
 
+    /// `stat`, asked of the store now whatever the cache holds, the answer recorded: for a
+    /// create that must not take for new a name the store has (written behind Silt's back
+    /// since the cached listing was made).
+    pub(crate) async fn stat_store(&self, path: &str) -> Result<Entry> {
+        let path = Self::normalize(path)?;
+        let (mount, rel) = match self.ns.resolve(&path)? {
+            Resolved::Synthetic { .. } => return Ok(Entry::synthetic_dir(path)),
+            Resolved::Store { mount, rel } => (mount, rel),
+        };
+        metrics::META_CACHE_MISSES.inc();
+        let asked = self.opts.clock.now();
+        match mount.store.stat(&rel).await {
+            Ok(meta) => {
+                let entry = Entry::from_meta(path.clone(), &mount.store, meta);
+                let changes = self.meta.put_stat(asked, entry.clone());
+                self.apply(&changes);
+                Ok(entry)
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let changes = self.meta.put_missing(asked, &path);
+                self.apply(&changes);
+                Err(not_found(&path))
+            }
+            Err(e) => Err(e.context(&path)),
+        }
+    }
+
     /// Whether `e` names a version Silt held that it holds no longer (expired, removed or
     /// uploaded elsewhere).
     fn resident_gone(&self, e: &Entry) -> bool {

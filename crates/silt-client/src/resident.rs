@@ -351,7 +351,7 @@ impl Resident {
     }
 
     /// The directory kept here at `path` (store path `rel`), with the time it was made.
-    fn dir_meta(&self, path: &str, rel: &str) -> ObjectMeta {
+    pub(crate) fn dir_meta(&self, path: &str, rel: &str) -> ObjectMeta {
         let mut m = ObjectMeta::dir(rel);
         m.mtime = self.dirs.read().get(path).copied();
         m

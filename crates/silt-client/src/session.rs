@@ -346,7 +346,23 @@ impl Client {
             // Joined under the table's lock (or started anew if it ended meanwhile).
             Some(_) => self.join_or_start(target, false)?,
             None => {
-                let stored = match self.stat(&target.path).await {
+                // A name the cache holds for missing may have been written in the store since
+                // the listing that says so: a create that keeps what is there (no truncate) or
+                // must be the only one (O_EXCL) asks the store (a `>>` or a `truncate -s`
+                // would otherwise replace a file it never saw). A cache-only file never
+                // reaches the store: its name is the cache's to give.
+                let looked = match self.stat(&target.path).await {
+                    Err(e)
+                        if e.kind() == ErrorKind::NotFound
+                            && opts.create
+                            && (opts.exclusive || !opts.truncate)
+                            && target.write_type != WriteType::CacheOnly =>
+                    {
+                        self.stat_store(&target.path).await
+                    }
+                    r => r,
+                };
+                let stored = match looked {
                     // Before the directory check: an exclusive create of any existing name,
                     // a directory's too, is EEXIST (open(2)).
                     Ok(_) if opts.exclusive && opts.create => {

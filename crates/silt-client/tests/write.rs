@@ -639,3 +639,68 @@ async fn nothing_is_created_below_a_file_of_any_write_type() {
         assert!(!c.stat_live("/d/f").await.unwrap().0.is_dir(), "{wt}");
     }
 }
+
+/// A directory made under `cache-only` (never in the store) shows the time it was made, as a
+/// new directory does; it showed none (the mount made it an older constant).
+#[tokio::test]
+async fn a_cache_only_directory_shows_the_time_it_was_made() {
+    let fx = fixture();
+    let c = client(&fx, WriteType::CacheOnly);
+    let before = std::time::SystemTime::now();
+    c.mkdir("/d/made").await.unwrap();
+    let after = std::time::SystemTime::now();
+    let made = c.stat("/d/made").await.unwrap().mtime.expect("a time");
+    assert!(made >= before && made <= after, "{made:?}");
+    // Listed with it too.
+    let listed = c.list("/d").await.unwrap();
+    let e = listed.iter().find(|e| e.path == "/d/made").unwrap();
+    assert_eq!(e.mtime, Some(made));
+}
+
+/// A create that keeps what is at the name (an append, a create without truncation) or must
+/// be the only one (`O_EXCL`) asks the store about a name the cached listing holds for
+/// missing: a file written into the store behind Silt's back since that listing is appended
+/// to, not replaced by a new file, and an exclusive create of it is `AlreadyExists`. (A
+/// `>>` through the mount replaced the store's file with only the appended bytes.)
+#[tokio::test]
+async fn a_create_never_takes_a_name_the_store_has_for_a_new_file() {
+    let fx = fixture();
+    let c = client(&fx, WriteType::Through);
+    write_file(&fx, &c, "/d/first", b"1").await;
+    // The listing is cached, and trusted for the sync interval.
+    assert_eq!(names(&c, "/d").await, ["first"]);
+    fx.store
+        .write("log", bytes::Bytes::from_static(b"old line\n"))
+        .await
+        .unwrap();
+    fx.store
+        .write("lock", bytes::Bytes::from_static(b"theirs"))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.stat("/d/log").await.unwrap_err().kind(),
+        ErrorKind::NotFound,
+        "the cached listing says missing"
+    );
+    let append = silt_client::OpenOptions {
+        create: true,
+        append: true,
+        load_now: true,
+        ..Default::default()
+    };
+    let w = c.open_write("/d/log", append).await.unwrap();
+    c.write(&w, 0, b"appended\n").await.unwrap();
+    c.commit(&w).await.unwrap();
+    c.close(&w).await.unwrap();
+    assert_eq!(&in_store(&fx, "log").await[..], b"old line\nappended\n");
+    let exclusive = silt_client::OpenOptions {
+        create: true,
+        exclusive: true,
+        ..Default::default()
+    };
+    let Err(e) = c.open_write("/d/lock", exclusive).await else {
+        panic!("an exclusive create of a name the store has succeeded");
+    };
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(&in_store(&fx, "lock").await[..], b"theirs");
+}

@@ -234,6 +234,31 @@ impl ObjectMeta {
         }
     }
 
+    /// Whether `self` and `other` (the same path asked twice) are the same version as far
+    /// as both tell: their version ids or ETags where both have one, else their size and
+    /// mtime to the second (an ETag one answer lacks, as a server may leave one empty for an
+    /// object it did not write itself, says nothing).
+    pub fn same_version(&self, other: &ObjectMeta) -> bool {
+        let given = |t: &Option<String>| t.clone().filter(|t| !t.is_empty());
+        let secs = |t: Option<SystemTime>| {
+            t.and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map(|d| d.as_secs())
+        };
+        if self.size != other.size {
+            return false;
+        }
+        if let (Some(a), Some(b)) = (given(&self.version), given(&other.version)) {
+            return a == b;
+        }
+        if let (Some(a), Some(b)) = (given(&self.etag), given(&other.etag)) {
+            return a == b;
+        }
+        match (secs(self.mtime), secs(other.mtime)) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        }
+    }
+
     /// The name: the last path component (`""` for the root).
     pub fn name(&self) -> &str {
         self.path.rsplit('/').next().unwrap_or("")

@@ -964,10 +964,16 @@ impl ObjectStore {
         }
         let mut data_of = cur.clone();
         data_of.kind = EntryKind::File; // the bytes of a link or node are read all the same
+                                        // The new version keeps the object's S3 headers and user metadata (see S3Store's).
+        let headers = self.headers(path, &cur).await?;
         let data = self.read_buffer(path, 0..cur.size, &data_of).await?;
-        let meta = s3_user_metadata(&cur, attrs);
+        let posix = s3_user_metadata(&cur, attrs);
+        let mut meta = self.headers_metadata(&headers);
+        meta.retain(|(k, _)| !posix.iter().any(|(p, _)| p.eq_ignore_ascii_case(k)));
+        meta.extend(posix);
         UFS_REQUESTS.inc();
         let mut w = self.op.write_with(path, data).user_metadata(meta);
+        w = native_headers!(w, &headers, Native::of(&self.op));
         match (self.svc.pin, &cur.etag, &cur.version) {
             (Pin::Etag, Some(etag), _) => w = w.if_match(&format!("\"{etag}\"")),
             (Pin::Generation, _, Some(g)) => w = w.if_version_match(g),
@@ -1159,9 +1165,7 @@ impl UnderStore for ObjectStore {
         if m.is_dir() {
             return Err(Error::not_found(format!("{}: not a file", self.full(path))));
         }
-        if self.meta_of(path.to_string(), &m).content_fingerprint()
-            != expected.content_fingerprint()
-        {
+        if !self.meta_of(path.to_string(), &m).same_version(expected) {
             return Err(Error::new(
                 ErrorKind::ContentChanged,
                 format!(

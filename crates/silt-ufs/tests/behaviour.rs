@@ -913,6 +913,16 @@ mod cases {
         if f.backend != Backend::Mem {
             assert_eq!(s.stat("h/both").await.unwrap().mode, Some(0o640));
         }
+        // A change of attributes (a chmod through the mount) keeps them: on an object store it
+        // rewrites the object, which must not strip what an S3 client stored with it.
+        let chmod = SetAttrs {
+            mode: Some(0o600),
+            ..Default::default()
+        };
+        let after = s.set_attrs("h/both", &chmod).await.unwrap();
+        let mut got = s.headers("h/both", &after).await.unwrap();
+        got.user.retain(|k, _| h.user.contains_key(k));
+        assert_eq!(got, h, "after a chmod");
         let e = s.headers("h/missing", &m).await.unwrap_err();
         assert!(
             matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ContentChanged),

@@ -773,10 +773,29 @@ impl S3Store {
             ));
         }
         let etag = cur.etag.clone().unwrap_or_default();
+        // The new version keeps the object's S3 headers and user metadata: a chmod through the
+        // mount must not strip what an S3 client stored with the object.
+        let headers = self.headers(path, &cur).await?;
         let data = self.s3_read(path, 0..cur.size, &etag).await?;
-        let meta = s3_user_metadata(&cur, attrs);
+        let native = Native::of(&self.op);
+        let posix = s3_user_metadata(&cur, attrs);
+        let mut meta = to_user_metadata(&headers, native);
+        meta.retain(|(k, _)| !posix.iter().any(|(p, _)| p.eq_ignore_ascii_case(k)));
+        meta.extend(posix);
         UFS_REQUESTS.inc();
         let mut w = self.op.write_with(path, data).user_metadata(meta);
+        if let (true, Some(v)) = (native.content_type, &headers.content_type) {
+            w = w.content_type(v);
+        }
+        if let (true, Some(v)) = (native.cache_control, &headers.cache_control) {
+            w = w.cache_control(v);
+        }
+        if let (true, Some(v)) = (native.content_disposition, &headers.content_disposition) {
+            w = w.content_disposition(v);
+        }
+        if let (true, Some(v)) = (native.content_encoding, &headers.content_encoding) {
+            w = w.content_encoding(v);
+        }
         if !etag.is_empty() {
             w = w.if_match(&format!("\"{etag}\""));
         }
@@ -1322,7 +1341,7 @@ impl UnderStore for S3Store {
             return Err(Error::not_found(format!("{}: not a file", self.full(path))));
         }
         let now = s3_meta(path.to_string(), &m);
-        if now.content_fingerprint() != expected.content_fingerprint() {
+        if !now.same_version(expected) {
             return Err(Error::new(
                 ErrorKind::ContentChanged,
                 format!(
