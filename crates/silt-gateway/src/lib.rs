@@ -11,6 +11,7 @@
 //!
 //! Supported operations and every deviation from S3: `docs/gateway.md`.
 
+mod bucket;
 pub mod connect;
 pub mod host;
 pub mod keys;
@@ -135,6 +136,8 @@ pub struct Gateway {
     uploads: Arc<multipart::Uploads>,
     changed: Option<ChangeHook>,
     domain: Option<String>,
+    /// When the namespace was opened: the CreationDate of a bucket whose store keeps no time.
+    opened: SystemTime,
 }
 
 impl Gateway {
@@ -147,6 +150,7 @@ impl Gateway {
             uploads: Arc::new(multipart::Uploads::new(uploads_dir)),
             changed: None,
             domain: None,
+            opened: SystemTime::now(),
         }
     }
 
@@ -319,25 +323,21 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        let rights = req
-            .credentials
-            .as_ref()
-            .and_then(|c| self.keys.get(&c.access_key));
-        let top = self.client.list("/").await.map_err(to_s3)?;
-        let buckets: Vec<Bucket> = top
-            .iter()
-            .filter(|e| e.is_dir())
-            .filter(|e| rights.is_none_or(|r| r.allows_bucket(e.name())))
-            .map(|e| Bucket {
-                name: Some(e.name().to_string()),
-                creation_date: Some(Timestamp::from(e.mtime.unwrap_or(SystemTime::UNIX_EPOCH))),
-                bucket_region: None,
-            })
-            .collect();
-        Ok(S3Response::new(ListBucketsOutput {
-            buckets: Some(buckets),
-            ..Default::default()
-        }))
+        self.list_buckets_impl(req).await
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        self.create_bucket_impl(req).await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        self.delete_bucket_impl(req).await
     }
 
     async fn head_bucket(
