@@ -13,6 +13,7 @@
 
 mod bucket;
 pub mod connect;
+mod copy;
 pub mod host;
 pub mod keys;
 pub mod list;
@@ -242,7 +243,9 @@ impl Gateway {
 
     /// The file `key` names in `bucket`.
     async fn object(&self, bucket: &str, key: &str) -> S3Result<Entry> {
-        match self.client.stat(&self.key_path(bucket, key).await?).await {
+        let path = self.key_path(bucket, key).await?;
+        self.learn_mtime(&path).await;
+        match self.client.stat(&path).await {
             Ok(e) if e.kind == EntryKind::File => Ok(e),
             Ok(_) => Err(no_such_key(key)),
             Err(e) if is_missing(e.kind()) => Err(no_such_key(key)),
@@ -252,10 +255,25 @@ impl Gateway {
 
     /// The file `key` names, opened (pinned to the version it has now).
     async fn open(&self, bucket: &str, key: &str) -> S3Result<OpenFile> {
-        match self.client.open(&self.key_path(bucket, key).await?).await {
+        let path = self.key_path(bucket, key).await?;
+        self.learn_mtime(&path).await;
+        match self.client.open(&path).await {
             Ok(f) => Ok(f),
             Err(e) if is_missing(e.kind()) => Err(no_such_key(key)),
             Err(e) => Err(to_s3(e)),
+        }
+    }
+
+    /// An S3 store's answer to a PUT names no Last-Modified, so a file just written through
+    /// Silt has no time until it is revalidated; S3 always answers one (the aws CLI's
+    /// bucket-to-bucket `cp` needs it): such a file is asked about once (one HEAD).
+    async fn learn_mtime(&self, path: &str) {
+        if let Ok(e) = self.client.stat(path).await {
+            if e.kind == EntryKind::File && e.mtime.is_none() && e.object.is_some() {
+                if let Err(err) = self.client.sync(path, false).await {
+                    debug!(%path, error = %err, "gateway: no modification time learned");
+                }
+            }
         }
     }
 
@@ -737,6 +755,13 @@ impl S3 for Gateway {
         )))
     }
 
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        self.upload_part_copy_impl(req).await
+    }
+
     async fn complete_multipart_upload(
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
@@ -1054,10 +1079,16 @@ pub async fn bind(addr: &str) -> Result<TcpListener, GatewayError> {
 struct Body {
     rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
     remaining: u64,
+    /// Counted as bytes sent (a GET's body; a server-side copy's is not).
+    sent: bool,
 }
 
 impl Body {
     fn start(client: Arc<Client>, file: OpenFile, range: std::ops::Range<u64>) -> Body {
+        Body::read(client, file, range, true)
+    }
+
+    fn read(client: Arc<Client>, file: OpenFile, range: std::ops::Range<u64>, sent: bool) -> Body {
         let (tx, rx) = tokio::sync::mpsc::channel(BODY_PIECES);
         let remaining = range.end - range.start;
         tokio::spawn(async move {
@@ -1092,7 +1123,11 @@ impl Body {
                 }
             }
         });
-        Body { rx, remaining }
+        Body {
+            rx,
+            remaining,
+            sent,
+        }
     }
 }
 
@@ -1103,7 +1138,9 @@ impl futures::Stream for Body {
         match self.rx.poll_recv(cx) {
             Poll::Ready(Some(Ok(b))) => {
                 self.remaining = self.remaining.saturating_sub(b.len() as u64);
-                metrics::GATEWAY_READ_BYTES.add(b.len() as u64);
+                if self.sent {
+                    metrics::GATEWAY_READ_BYTES.add(b.len() as u64);
+                }
                 Poll::Ready(Some(Ok(b)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
