@@ -1,4 +1,5 @@
-//! Server-side copies into multipart uploads (UploadPartCopy).
+//! Server-side copies into multipart uploads (UploadPartCopy), and what S3 refuses of a
+//! CopyObject onto itself.
 //!
 //! UploadPartCopy reads the source (a whole object or `x-amz-copy-source-range: bytes=a-b`)
 //! through the client's cache, like CopyObject, and stores it as a part exactly as
@@ -60,6 +61,34 @@ pub(crate) fn copy_source(src: &CopySource) -> S3Result<(String, String)> {
         )),
         _ => Err(s3_error!(NotImplemented, "access points are not supported")),
     }
+}
+
+/// S3 refuses a CopyObject of an object onto itself that changes nothing of it (its
+/// metadata, storage class, website redirect, encryption or checksum).
+pub(crate) fn check_not_copy_to_itself(
+    src_bucket: &str,
+    src_key: &str,
+    i: &CopyObjectInput,
+) -> S3Result<()> {
+    let same = src_bucket == i.bucket && src_key == i.key;
+    let replaces = i
+        .metadata_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    let changes = replaces
+        || i.storage_class.is_some()
+        || i.website_redirect_location.is_some()
+        || i.server_side_encryption.is_some()
+        || i.ssekms_key_id.is_some()
+        || i.sse_customer_algorithm.is_some()
+        || i.checksum_algorithm.is_some();
+    if same && !changes {
+        return Err(s3_error!(
+            InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes."
+        ));
+    }
+    Ok(())
 }
 
 impl Gateway {

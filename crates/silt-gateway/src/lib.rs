@@ -14,10 +14,12 @@
 mod bucket;
 pub mod connect;
 mod copy;
+mod edge;
 pub mod host;
 pub mod keys;
 pub mod list;
 mod multipart;
+mod post;
 pub mod tls;
 mod write;
 
@@ -460,7 +462,7 @@ impl S3 for Gateway {
             .then(|| items.last().map(|it| encode_token(it.marker())))
             .flatten();
         let key_count = items.len() as i32;
-        let (contents, common_prefixes) = split(items, url);
+        let (contents, common_prefixes) = split(items, url, i.fetch_owner == Some(true));
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(i.bucket),
             prefix: Some(enc(&prefix, url)),
@@ -471,7 +473,8 @@ impl S3 for Gateway {
             next_continuation_token: next,
             contents: Some(contents),
             common_prefixes: Some(common_prefixes),
-            delimiter: i.delimiter.map(|d| enc(&d, url)),
+            // An empty delimiter is no delimiter: S3 does not echo it.
+            delimiter: i.delimiter.filter(|d| !d.is_empty()).map(|d| enc(&d, url)),
             encoding_type: i.encoding_type,
             start_after: i.start_after.map(|s| enc(&s, url)),
             ..Default::default()
@@ -500,16 +503,19 @@ impl S3 for Gateway {
         let next_marker = (truncated && i.delimiter.as_deref().is_some_and(|d| !d.is_empty()))
             .then(|| items.last().map(|it| enc(it.marker(), url)))
             .flatten();
-        let (contents, common_prefixes) = split(items, url);
+        // V1 names every object's owner (V2 only when asked, FetchOwner).
+        let (contents, common_prefixes) = split(items, url, true);
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(i.bucket),
-            prefix: Some(enc(&prefix, url)),
+            // V1 encodes the keys, markers and delimiter but echoes the prefix as given (S3
+            // does; botocore decodes every V1 field but this one).
+            prefix: Some(prefix),
             marker: Some(i.marker.map(|m| enc(&m, url)).unwrap_or_default()),
             max_keys: Some(max as i32),
             is_truncated: Some(truncated),
             contents: Some(contents),
             common_prefixes: Some(common_prefixes),
-            delimiter: i.delimiter.map(|d| enc(&d, url)),
+            delimiter: i.delimiter.filter(|d| !d.is_empty()).map(|d| enc(&d, url)),
             next_marker,
             encoding_type: i.encoding_type,
             ..Default::default()
@@ -589,6 +595,7 @@ impl S3 for Gateway {
             }
             _ => return Err(s3_error!(NotImplemented, "access points are not supported")),
         };
+        copy::check_not_copy_to_itself(&src_bucket, &src_key, i)?;
         self.may_read(req.credentials.as_ref(), &src_bucket)?;
         let dst = self.write_path(&i.bucket, &i.key).await?;
         let file = self.open(&src_bucket, &src_key).await?;
@@ -767,7 +774,25 @@ impl S3 for Gateway {
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let i = req.input;
-        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
+        let u = match self.uploads.get(&i.upload_id, &i.bucket, &i.key).await {
+            Ok(u) => u,
+            // Completed already: S3 answers with the result again.
+            Err(e) => match self
+                .uploads
+                .completed(&i.upload_id, &i.bucket, &i.key)
+                .await
+            {
+                Some(etag) => {
+                    return Ok(S3Response::new(CompleteMultipartUploadOutput {
+                        bucket: Some(i.bucket),
+                        key: Some(i.key),
+                        e_tag: Some(ETag::Strong(etag)),
+                        ..Default::default()
+                    }))
+                }
+                None => return Err(e),
+            },
+        };
         let path = self.write_path(&i.bucket, &i.key).await?;
         self.check_write_conditions(
             &i.bucket,
@@ -975,9 +1000,29 @@ where
         let svc = service.clone();
         async move {
             let head = req.method() == hyper::Method::HEAD;
-            let (parts, body) = req.into_parts();
-            let (body, end_read) = WatchedBody::wrap(body);
-            let mut resp = svc.call(hyper::Request::from_parts(parts, body)).await?;
+            let ids = edge::Ids::new();
+            let (parts, mut body) = req.into_parts();
+            let mut refused = edge::check_presigned(parts.uri.query()).err();
+            // A POST form: its policy's date checked before s3s reads the form.
+            let mut start = None;
+            if refused.is_none() && parts.method == hyper::Method::POST {
+                if let Some(b) = post::form_boundary(parts.headers.get(hyper::header::CONTENT_TYPE))
+                {
+                    let head = post::peek(&mut body, &b)
+                        .await
+                        .map_err(|e| s3s::HttpError::new(Box::new(e)))?;
+                    refused = post::check_policy_date(&head, &b).err();
+                    start = Some(head);
+                }
+            }
+            let (body, end_read) = WatchedBody::wrap(body, start);
+            let mut resp = match refused {
+                None => svc.call(hyper::Request::from_parts(parts, body)).await?,
+                Some(e) => e
+                    .to_http_response()
+                    .map_err(|e| s3s::HttpError::new(Box::new(e)))?,
+            };
+            ids.apply(&mut resp);
             if end_read.is_some_and(|end| !end.load(Ordering::Acquire)) {
                 // Answered before the request's body was read to its end (refused, or failed
                 // part-way): the client may still send the rest, or (told nothing after an
@@ -1018,21 +1063,28 @@ where
     }
 }
 
-/// A request body that records when its end has been read.
+/// A request body that records when its end has been read; `start`: what was read of it
+/// already (the fields of a POST form), sent first.
 struct WatchedBody {
+    start: Option<Bytes>,
     inner: hyper::body::Incoming,
     end_read: Arc<AtomicBool>,
 }
 
 impl WatchedBody {
     /// The body for s3s, and (when there is a body at all) the flag its end sets.
-    fn wrap(inner: hyper::body::Incoming) -> (s3s::Body, Option<Arc<AtomicBool>>) {
+    fn wrap(
+        inner: hyper::body::Incoming,
+        start: Option<Bytes>,
+    ) -> (s3s::Body, Option<Arc<AtomicBool>>) {
         use hyper::body::Body as _;
-        if inner.is_end_stream() {
+        let start = start.filter(|b| !b.is_empty());
+        if inner.is_end_stream() && start.is_none() {
             return (s3s::Body::from(inner), None);
         }
         let end_read = Arc::new(AtomicBool::new(false));
         let body = WatchedBody {
+            start,
             inner,
             end_read: end_read.clone(),
         };
@@ -1048,6 +1100,12 @@ impl hyper::body::Body for WatchedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        if let Some(start) = self.start.take() {
+            if self.inner.is_end_stream() {
+                self.end_read.store(true, Ordering::Release);
+            }
+            return Poll::Ready(Some(Ok(hyper::body::Frame::data(start))));
+        }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
             self.end_read.store(true, Ordering::Release);
@@ -1056,11 +1114,18 @@ impl hyper::body::Body for WatchedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.start.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
+        let inner = self.inner.size_hint();
+        let n = self.start.as_ref().map_or(0, |b| b.len() as u64);
+        let mut h = hyper::body::SizeHint::new();
+        h.set_lower(inner.lower() + n);
+        if let Some(u) = inner.upper() {
+            h.set_upper(u + n);
+        }
+        h
     }
 }
 
@@ -1383,7 +1448,8 @@ fn enc(s: &str, url: bool) -> String {
     out
 }
 
-fn split(items: Vec<list::Item>, url: bool) -> (Vec<Object>, Vec<CommonPrefix>) {
+/// A page's items as S3 answers them; `owner`: each object names its owner.
+fn split(items: Vec<list::Item>, url: bool, owner: bool) -> (Vec<Object>, Vec<CommonPrefix>) {
     let mut contents = Vec::new();
     let mut prefixes = Vec::new();
     for it in items {
@@ -1392,6 +1458,7 @@ fn split(items: Vec<list::Item>, url: bool) -> (Vec<Object>, Vec<CommonPrefix>) 
                 e_tag: Some(ETag::Strong(etag_of(&e))),
                 key: Some(enc(&k, url)),
                 last_modified: e.mtime.map(Timestamp::from),
+                owner: owner.then(bucket::owner),
                 size: Some(len_i64(e.size)),
                 storage_class: Some(ObjectStorageClass::from_static(
                     ObjectStorageClass::STANDARD,

@@ -509,3 +509,139 @@ fn gateway_copies_parts_over_s3() {
     part_copies(&gw);
     gw.up.stop();
 }
+
+/// The smaller points of issue 43, each as the S3 API reference has it.
+const DEVIATIONS: &str = r#"
+s3.put_object(Bucket="data", Key="a b/c+d.txt", Body=b"1")
+s3.put_object(Bucket="data", Key="a b/e", Body=b"2")
+
+# ListObjects V1 with encoding-type=url encodes keys, markers and the delimiter, not the
+# prefix. botocore asks for url encoding and decodes every V1 field but Prefix.
+r = s3.list_objects(Bucket="data", Prefix="a b/", Delimiter="/")
+assert r["Prefix"] == "a b/", r["Prefix"]
+assert [o["Key"] for o in r["Contents"]] == ["a b/c+d.txt", "a b/e"], r["Contents"]
+# Asked by the caller, nothing is decoded: the raw answer.
+r = s3.list_objects(Bucket="data", Prefix="a b/", EncodingType="url")
+assert r["Prefix"] == "a b/", r["Prefix"]
+assert [o["Key"] for o in r["Contents"]] == ["a%20b/c%2Bd.txt", "a%20b/e"], r["Contents"]
+# V2 encodes the prefix too (botocore decodes it back).
+r = s3.list_objects_v2(Bucket="data", Prefix="a b/")
+assert r["Prefix"] == "a b/", r["Prefix"]
+r = s3.list_objects_v2(Bucket="data", Prefix="a b/", EncodingType="url")
+assert r["Prefix"] == "a%20b/", r["Prefix"]
+
+# An empty delimiter is no delimiter, and is not echoed.
+for fn in (s3.list_objects, s3.list_objects_v2):
+    r = fn(Bucket="data", Delimiter="")
+    assert "Delimiter" not in r, r
+    assert [o["Key"] for o in r["Contents"]] == ["a b/c+d.txt", "a b/e"], r
+
+# Owners: V2 with FetchOwner, V1 always.
+r = s3.list_objects_v2(Bucket="data", FetchOwner=True)
+assert all(o["Owner"]["ID"] for o in r["Contents"]), r["Contents"]
+r = s3.list_objects_v2(Bucket="data")
+assert all("Owner" not in o for o in r["Contents"]), r["Contents"]
+r = s3.list_objects(Bucket="data")
+assert all(o["Owner"]["ID"] for o in r["Contents"]), r["Contents"]
+
+# A second CompleteMultipartUpload of a completed upload answers the same.
+u = s3.create_multipart_upload(Bucket="data", Key="mp")["UploadId"]
+p = s3.upload_part(Bucket="data", Key="mp", UploadId=u, PartNumber=1, Body=b"parts")
+parts = {"Parts": [{"PartNumber": 1, "ETag": p["ETag"]}]}
+c1 = s3.complete_multipart_upload(Bucket="data", Key="mp", UploadId=u, MultipartUpload=parts)
+c2 = s3.complete_multipart_upload(Bucket="data", Key="mp", UploadId=u, MultipartUpload=parts)
+assert (c2["Bucket"], c2["Key"], c2["ETag"]) == ("data", "mp", c1["ETag"]), (c1, c2)
+# Completed, the upload takes no parts and cannot be aborted; another key's id is no upload.
+err(lambda: s3.upload_part(Bucket="data", Key="mp", UploadId=u, PartNumber=2, Body=b"x"), "NoSuchUpload", 404)
+err(lambda: s3.abort_multipart_upload(Bucket="data", Key="mp", UploadId=u), "NoSuchUpload", 404)
+err(lambda: s3.complete_multipart_upload(Bucket="data", Key="other", UploadId=u, MultipartUpload=parts),
+    "NoSuchUpload", 404)
+assert s3.get_object(Bucket="data", Key="mp")["Body"].read() == b"parts"
+
+# CopyObject onto itself changing nothing: 400 InvalidRequest; with REPLACE it is a copy.
+e = err(lambda: s3.copy_object(Bucket="data", Key="a b/e", CopySource="data/a b/e"), "InvalidRequest", 400)
+assert "copy an object to itself" in e["Error"]["Message"], e
+err(lambda: s3.copy_object(Bucket="data", Key="a b/e", CopySource="data/a b/e", MetadataDirective="COPY"),
+    "InvalidRequest", 400)
+s3.copy_object(Bucket="data", Key="a b/e", CopySource="data/a b/e", MetadataDirective="REPLACE")
+assert s3.get_object(Bucket="data", Key="a b/e")["Body"].read() == b"2"
+
+# Presigned URLs valid for more than 7 days: 400 AuthorizationQueryParametersError.
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url) as r:
+            return r.status, r.read(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), dict(e.headers)
+week = s3.generate_presigned_url("get_object", Params={"Bucket": "data", "Key": "a b/e"}, ExpiresIn=604800)
+assert fetch(week)[:2] == (200, b"2"), fetch(week)
+more = s3.generate_presigned_url("get_object", Params={"Bucket": "data", "Key": "a b/e"}, ExpiresIn=604801)
+status, body, _ = fetch(more)
+assert status == 400 and b"<Code>AuthorizationQueryParametersError</Code>" in body, (status, body)
+
+# Error bodies carry a RequestId and a HostId, the same as the headers.
+import re
+status, body, headers = fetch(EP + "/data/a%20b/e")
+assert status == 403, (status, body)
+rid = re.search(rb"<RequestId>([^<]+)</RequestId>", body)
+hid = re.search(rb"<HostId>([^<]+)</HostId>", body)
+assert rid and hid, body
+assert rid.group(1).decode() == headers["x-amz-request-id"], (body, headers)
+assert hid.group(1).decode() == headers["x-amz-id-2"], (body, headers)
+e = err(lambda: s3.get_object(Bucket="data", Key="none"), "NoSuchKey", 404)
+assert e["ResponseMetadata"]["RequestId"] and e["ResponseMetadata"]["HostId"], e
+assert s3.head_bucket(Bucket="data")["ResponseMetadata"]["RequestId"]
+
+# A browser form upload (POST Object, SigV4): its policy's expiration must be ISO 8601.
+import base64, hmac
+def hsign(key, msg):
+    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
+def post_form(key, expiration):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    day, amz = now.strftime("%Y%m%d"), now.strftime("%Y%m%dT%H%M%SZ")
+    cred = "%s/%s/us-east-1/s3/aws4_request" % (os.environ["AK"], day)
+    policy = {"expiration": expiration, "conditions": [
+        {"bucket": "data"}, ["starts-with", "$key", "post/"], {"x-amz-algorithm": "AWS4-HMAC-SHA256"},
+        {"x-amz-credential": cred}, {"x-amz-date": amz}]}
+    p64 = base64.b64encode(json.dumps(policy).encode()).decode()
+    k = hsign(("AWS4" + os.environ["SK"]).encode(), day)
+    for part in ["us-east-1", "s3", "aws4_request"]:
+        k = hsign(k, part)
+    fields = [("key", key), ("x-amz-algorithm", "AWS4-HMAC-SHA256"), ("x-amz-credential", cred),
+              ("x-amz-date", amz), ("policy", p64),
+              ("x-amz-signature", hmac.new(k, p64.encode(), hashlib.sha256).hexdigest())]
+    b = "----silt-form-boundary"
+    body = b"".join(b'--%s\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n'
+                    % (b.encode(), n.encode(), v.encode()) for n, v in fields)
+    body += b'--%s\r\nContent-Disposition: form-data; name="file"; filename="f.txt"\r\n' \
+            b'Content-Type: text/plain\r\n\r\nposted bytes\r\n--%s--\r\n' % (b.encode(), b.encode())
+    req = urllib.request.Request(EP + "/data", data=body, method="POST",
+                                 headers={"Content-Type": "multipart/form-data; boundary=" + b})
+    try:
+        with urllib.request.urlopen(req) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+status, body = post_form("post/good.txt", later.strftime("%Y-%m-%dT%H:%M:%S.000Z"))
+assert status == 204, (status, body)
+assert s3.get_object(Bucket="data", Key="post/good.txt")["Body"].read() == b"posted bytes"
+for bad in [str(later), later.strftime("%Y-%m-%d %H:%M:%SZ")]:
+    status, body = post_form("post/bad.txt", bad)
+    assert status == 400 and b"<Code>InvalidPolicyDocument</Code>" in body, (bad, status, body)
+err(lambda: s3.head_object(Bucket="data", Key="post/bad.txt"), "404", 404)
+"#;
+
+#[test]
+fn gateway_answers_the_small_points_as_s3_does() {
+    let gw = Gw::file();
+    gw.py(DEVIATIONS);
+    gw.up.stop();
+}
+
+#[test]
+fn gateway_answers_the_small_points_as_s3_does_over_s3() {
+    let gw = Gw::s3();
+    gw.py(DEVIATIONS);
+    gw.up.stop();
+}
