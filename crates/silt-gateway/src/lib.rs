@@ -11,12 +11,16 @@
 //!
 //! Supported operations and every deviation from S3: `docs/gateway.md`.
 
+mod bucket;
 pub mod connect;
+mod copy;
+mod edge;
 pub mod host;
 pub mod keys;
 pub mod list;
 mod meta;
 mod multipart;
+mod post;
 pub mod tls;
 mod write;
 
@@ -137,6 +141,8 @@ pub struct Gateway {
     uploads: Arc<multipart::Uploads>,
     changed: Option<ChangeHook>,
     domain: Option<String>,
+    /// When the namespace was opened: the CreationDate of a bucket whose store keeps no time.
+    opened: SystemTime,
 }
 
 impl Gateway {
@@ -149,6 +155,7 @@ impl Gateway {
             uploads: Arc::new(multipart::Uploads::new(uploads_dir)),
             changed: None,
             domain: None,
+            opened: SystemTime::now(),
         }
     }
 
@@ -240,7 +247,9 @@ impl Gateway {
 
     /// The file `key` names in `bucket`.
     async fn object(&self, bucket: &str, key: &str) -> S3Result<Entry> {
-        match self.client.stat(&self.key_path(bucket, key).await?).await {
+        let path = self.key_path(bucket, key).await?;
+        self.learn_mtime(&path).await;
+        match self.client.stat(&path).await {
             Ok(e) if e.kind == EntryKind::File => Ok(e),
             Ok(_) => Err(no_such_key(key)),
             Err(e) if is_missing(e.kind()) => Err(no_such_key(key)),
@@ -250,10 +259,25 @@ impl Gateway {
 
     /// The file `key` names, opened (pinned to the version it has now).
     async fn open(&self, bucket: &str, key: &str) -> S3Result<OpenFile> {
-        match self.client.open(&self.key_path(bucket, key).await?).await {
+        let path = self.key_path(bucket, key).await?;
+        self.learn_mtime(&path).await;
+        match self.client.open(&path).await {
             Ok(f) => Ok(f),
             Err(e) if is_missing(e.kind()) => Err(no_such_key(key)),
             Err(e) => Err(to_s3(e)),
+        }
+    }
+
+    /// An S3 store's answer to a PUT names no Last-Modified, so a file just written through
+    /// Silt has no time until it is revalidated; S3 always answers one (the aws CLI's
+    /// bucket-to-bucket `cp` needs it): such a file is asked about once (one HEAD).
+    async fn learn_mtime(&self, path: &str) {
+        if let Ok(e) = self.client.stat(path).await {
+            if e.kind == EntryKind::File && e.mtime.is_none() && e.object.is_some() {
+                if let Err(err) = self.client.sync(path, false).await {
+                    debug!(%path, error = %err, "gateway: no modification time learned");
+                }
+            }
         }
     }
 
@@ -321,25 +345,21 @@ impl S3 for Gateway {
         &self,
         req: S3Request<ListBucketsInput>,
     ) -> S3Result<S3Response<ListBucketsOutput>> {
-        let rights = req
-            .credentials
-            .as_ref()
-            .and_then(|c| self.keys.get(&c.access_key));
-        let top = self.client.list("/").await.map_err(to_s3)?;
-        let buckets: Vec<Bucket> = top
-            .iter()
-            .filter(|e| e.is_dir())
-            .filter(|e| rights.is_none_or(|r| r.allows_bucket(e.name())))
-            .map(|e| Bucket {
-                name: Some(e.name().to_string()),
-                creation_date: Some(Timestamp::from(e.mtime.unwrap_or(SystemTime::UNIX_EPOCH))),
-                bucket_region: None,
-            })
-            .collect();
-        Ok(S3Response::new(ListBucketsOutput {
-            buckets: Some(buckets),
-            ..Default::default()
-        }))
+        self.list_buckets_impl(req).await
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        self.create_bucket_impl(req).await
+    }
+
+    async fn delete_bucket(
+        &self,
+        req: S3Request<DeleteBucketInput>,
+    ) -> S3Result<S3Response<DeleteBucketOutput>> {
+        self.delete_bucket_impl(req).await
     }
 
     async fn head_bucket(
@@ -567,7 +587,7 @@ impl S3 for Gateway {
             .then(|| items.last().map(|it| encode_token(it.marker())))
             .flatten();
         let key_count = items.len() as i32;
-        let (contents, common_prefixes) = split(items, url);
+        let (contents, common_prefixes) = split(items, url, i.fetch_owner == Some(true));
         Ok(S3Response::new(ListObjectsV2Output {
             name: Some(i.bucket),
             prefix: Some(enc(&prefix, url)),
@@ -578,7 +598,8 @@ impl S3 for Gateway {
             next_continuation_token: next,
             contents: Some(contents),
             common_prefixes: Some(common_prefixes),
-            delimiter: i.delimiter.map(|d| enc(&d, url)),
+            // An empty delimiter is no delimiter: S3 does not echo it.
+            delimiter: i.delimiter.filter(|d| !d.is_empty()).map(|d| enc(&d, url)),
             encoding_type: i.encoding_type,
             start_after: i.start_after.map(|s| enc(&s, url)),
             ..Default::default()
@@ -607,16 +628,19 @@ impl S3 for Gateway {
         let next_marker = (truncated && i.delimiter.as_deref().is_some_and(|d| !d.is_empty()))
             .then(|| items.last().map(|it| enc(it.marker(), url)))
             .flatten();
-        let (contents, common_prefixes) = split(items, url);
+        // V1 names every object's owner (V2 only when asked, FetchOwner).
+        let (contents, common_prefixes) = split(items, url, true);
         Ok(S3Response::new(ListObjectsOutput {
             name: Some(i.bucket),
-            prefix: Some(enc(&prefix, url)),
+            // V1 encodes the keys, markers and delimiter but echoes the prefix as given (S3
+            // does; botocore decodes every V1 field but this one).
+            prefix: Some(prefix),
             marker: Some(i.marker.map(|m| enc(&m, url)).unwrap_or_default()),
             max_keys: Some(max as i32),
             is_truncated: Some(truncated),
             contents: Some(contents),
             common_prefixes: Some(common_prefixes),
-            delimiter: i.delimiter.map(|d| enc(&d, url)),
+            delimiter: i.delimiter.filter(|d| !d.is_empty()).map(|d| enc(&d, url)),
             next_marker,
             encoding_type: i.encoding_type,
             ..Default::default()
@@ -698,6 +722,7 @@ impl S3 for Gateway {
             }
             _ => return Err(s3_error!(NotImplemented, "access points are not supported")),
         };
+        copy::check_not_copy_to_itself(&src_bucket, &src_key, i)?;
         self.may_read(req.credentials.as_ref(), &src_bucket)?;
         let dst = self.write_path(&i.bucket, &i.key).await?;
         let replace = match i.metadata_directive.as_ref().map(|d| d.as_str()) {
@@ -913,12 +938,37 @@ impl S3 for Gateway {
         )))
     }
 
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        self.upload_part_copy_impl(req).await
+    }
+
     async fn complete_multipart_upload(
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let i = req.input;
-        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
+        let u = match self.uploads.get(&i.upload_id, &i.bucket, &i.key).await {
+            Ok(u) => u,
+            // Completed already: S3 answers with the result again.
+            Err(e) => match self
+                .uploads
+                .completed(&i.upload_id, &i.bucket, &i.key)
+                .await
+            {
+                Some(etag) => {
+                    return Ok(S3Response::new(CompleteMultipartUploadOutput {
+                        bucket: Some(i.bucket),
+                        key: Some(i.key),
+                        e_tag: Some(ETag::Strong(etag)),
+                        ..Default::default()
+                    }))
+                }
+                None => return Err(e),
+            },
+        };
         let path = self.write_path(&i.bucket, &i.key).await?;
         self.check_write_conditions(
             &i.bucket,
@@ -1137,9 +1187,29 @@ where
         let svc = service.clone();
         async move {
             let head = req.method() == hyper::Method::HEAD;
-            let (parts, body) = req.into_parts();
-            let (body, end_read) = WatchedBody::wrap(body);
-            let mut resp = svc.call(hyper::Request::from_parts(parts, body)).await?;
+            let ids = edge::Ids::new();
+            let (parts, mut body) = req.into_parts();
+            let mut refused = edge::check_presigned(parts.uri.query()).err();
+            // A POST form: its policy's date checked before s3s reads the form.
+            let mut start = None;
+            if refused.is_none() && parts.method == hyper::Method::POST {
+                if let Some(b) = post::form_boundary(parts.headers.get(hyper::header::CONTENT_TYPE))
+                {
+                    let head = post::peek(&mut body, &b)
+                        .await
+                        .map_err(|e| s3s::HttpError::new(Box::new(e)))?;
+                    refused = post::check_policy_date(&head, &b).err();
+                    start = Some(head);
+                }
+            }
+            let (body, end_read) = WatchedBody::wrap(body, start);
+            let mut resp = match refused {
+                None => svc.call(hyper::Request::from_parts(parts, body)).await?,
+                Some(e) => e
+                    .to_http_response()
+                    .map_err(|e| s3s::HttpError::new(Box::new(e)))?,
+            };
+            ids.apply(&mut resp);
             if end_read.is_some_and(|end| !end.load(Ordering::Acquire)) {
                 // Answered before the request's body was read to its end (refused, or failed
                 // part-way): the client may still send the rest, or (told nothing after an
@@ -1180,21 +1250,28 @@ where
     }
 }
 
-/// A request body that records when its end has been read.
+/// A request body that records when its end has been read; `start`: what was read of it
+/// already (the fields of a POST form), sent first.
 struct WatchedBody {
+    start: Option<Bytes>,
     inner: hyper::body::Incoming,
     end_read: Arc<AtomicBool>,
 }
 
 impl WatchedBody {
     /// The body for s3s, and (when there is a body at all) the flag its end sets.
-    fn wrap(inner: hyper::body::Incoming) -> (s3s::Body, Option<Arc<AtomicBool>>) {
+    fn wrap(
+        inner: hyper::body::Incoming,
+        start: Option<Bytes>,
+    ) -> (s3s::Body, Option<Arc<AtomicBool>>) {
         use hyper::body::Body as _;
-        if inner.is_end_stream() {
+        let start = start.filter(|b| !b.is_empty());
+        if inner.is_end_stream() && start.is_none() {
             return (s3s::Body::from(inner), None);
         }
         let end_read = Arc::new(AtomicBool::new(false));
         let body = WatchedBody {
+            start,
             inner,
             end_read: end_read.clone(),
         };
@@ -1210,6 +1287,12 @@ impl hyper::body::Body for WatchedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        if let Some(start) = self.start.take() {
+            if self.inner.is_end_stream() {
+                self.end_read.store(true, Ordering::Release);
+            }
+            return Poll::Ready(Some(Ok(hyper::body::Frame::data(start))));
+        }
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
             self.end_read.store(true, Ordering::Release);
@@ -1218,11 +1301,18 @@ impl hyper::body::Body for WatchedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.start.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
+        let inner = self.inner.size_hint();
+        let n = self.start.as_ref().map_or(0, |b| b.len() as u64);
+        let mut h = hyper::body::SizeHint::new();
+        h.set_lower(inner.lower() + n);
+        if let Some(u) = inner.upper() {
+            h.set_upper(u + n);
+        }
+        h
     }
 }
 
@@ -1241,10 +1331,16 @@ pub async fn bind(addr: &str) -> Result<TcpListener, GatewayError> {
 struct Body {
     rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
     remaining: u64,
+    /// Counted as bytes sent (a GET's body; a server-side copy's is not).
+    sent: bool,
 }
 
 impl Body {
     fn start(client: Arc<Client>, file: OpenFile, range: std::ops::Range<u64>) -> Body {
+        Body::read(client, file, range, true)
+    }
+
+    fn read(client: Arc<Client>, file: OpenFile, range: std::ops::Range<u64>, sent: bool) -> Body {
         let (tx, rx) = tokio::sync::mpsc::channel(BODY_PIECES);
         let remaining = range.end - range.start;
         tokio::spawn(async move {
@@ -1279,7 +1375,11 @@ impl Body {
                 }
             }
         });
-        Body { rx, remaining }
+        Body {
+            rx,
+            remaining,
+            sent,
+        }
     }
 }
 
@@ -1290,7 +1390,9 @@ impl futures::Stream for Body {
         match self.rx.poll_recv(cx) {
             Poll::Ready(Some(Ok(b))) => {
                 self.remaining = self.remaining.saturating_sub(b.len() as u64);
-                metrics::GATEWAY_READ_BYTES.add(b.len() as u64);
+                if self.sent {
+                    metrics::GATEWAY_READ_BYTES.add(b.len() as u64);
+                }
                 Poll::Ready(Some(Ok(b)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
@@ -1578,7 +1680,8 @@ fn enc(s: &str, url: bool) -> String {
     out
 }
 
-fn split(items: Vec<list::Item>, url: bool) -> (Vec<Object>, Vec<CommonPrefix>) {
+/// A page's items as S3 answers them; `owner`: each object names its owner.
+fn split(items: Vec<list::Item>, url: bool, owner: bool) -> (Vec<Object>, Vec<CommonPrefix>) {
     let mut contents = Vec::new();
     let mut prefixes = Vec::new();
     for it in items {
@@ -1587,6 +1690,7 @@ fn split(items: Vec<list::Item>, url: bool) -> (Vec<Object>, Vec<CommonPrefix>) 
                 e_tag: Some(ETag::Strong(etag_of(&e))),
                 key: Some(enc(&k, url)),
                 last_modified: e.mtime.map(Timestamp::from),
+                owner: owner.then(bucket::owner),
                 size: Some(len_i64(e.size)),
                 storage_class: Some(ObjectStorageClass::from_static(
                     ObjectStorageClass::STANDARD,

@@ -9,7 +9,12 @@
 //! <upload id>/meta.json       the object's headers and checksum algorithm (`UploadMeta`)
 //! <upload id>/p00042.<md5>    part 42, its ETag (the MD5 of its bytes, hex) in its name
 //! <upload id>/tmp-<random>    a part being received
+//! done-<upload id>            a completed upload: "bucket\nkey\n<ETag>\n", kept DONE_KEEP
 //! ```
+//!
+//! A completed upload's answer is kept a while (S3 answers a second CompleteMultipartUpload
+//! of a completed upload with its result again, so a client that retries one whose answer
+//! it lost gets it); records older than [`DONE_KEEP`] are removed as uploads start.
 //!
 //! A part is renamed into place only once its body was received whole and matched its
 //! digests, so a part that is there is complete; uploading a part number again replaces it.
@@ -30,6 +35,9 @@ use crate::write::{self, Expected, Received, Sink};
 /// S3's limits: part numbers 1..=10000, every part but the last at least 5 MiB.
 pub(crate) const MAX_PART_NUMBER: i32 = 10_000;
 pub(crate) const MIN_PART_SIZE: u64 = 5 << 20;
+
+/// How long a completed upload's answer is kept for a repeated CompleteMultipartUpload.
+const DONE_KEEP: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// One part on disk.
 #[derive(Debug, Clone)]
@@ -65,6 +73,7 @@ impl Uploads {
 
     /// Starts an upload of `bucket`/`key`; returns its id.
     pub async fn create(&self, bucket: &str, key: &str) -> S3Result<String> {
+        self.sweep_done().await;
         let mut raw = [0u8; 16];
         rand::thread_rng().fill_bytes(&mut raw);
         let id: String = raw.iter().map(|b| format!("{b:02x}")).collect();
@@ -316,8 +325,56 @@ impl Uploads {
         }
         client.set_headers(&w, sums.finish(meta));
         let entry = write::finish(client, &w).await?;
+        // Recorded before the parts go: a failure leaves a repeated Complete NoSuchUpload,
+        // as before, and the object is written either way.
+        let record = format!("{}\n{}\n{}\n", u.bucket, u.key, crate::etag_of(&entry));
+        if let Err(e) = silt_common::private::write(&self.done_path(&u.id), record.as_bytes()) {
+            tracing::debug!(id = %u.id, error = %e, "multipart: completion not recorded");
+        }
         let _ = tokio::fs::remove_dir_all(self.dir.join(&u.id)).await;
         Ok(entry)
+    }
+
+    fn done_path(&self, id: &str) -> PathBuf {
+        self.dir.join(format!("done-{id}"))
+    }
+
+    /// The ETag upload `id` of `bucket`/`key` was completed with, while its record is kept.
+    pub async fn completed(&self, id: &str, bucket: &str, key: &str) -> Option<String> {
+        if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let text = tokio::fs::read_to_string(self.done_path(id)).await.ok()?;
+        let mut lines = text.split('\n');
+        let (b, k, etag) = (lines.next()?, lines.next()?, lines.next()?);
+        (b == bucket && k == key && !etag.is_empty()).then(|| etag.to_string())
+    }
+
+    /// Removes the completion records older than [`DONE_KEEP`].
+    async fn sweep_done(&self) {
+        let Ok(mut rd) = tokio::fs::read_dir(&self.dir).await else {
+            return;
+        };
+        let now = SystemTime::now();
+        while let Ok(Some(ent)) = rd.next_entry().await {
+            if !ent
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("done-"))
+            {
+                continue;
+            }
+            let old = ent
+                .metadata()
+                .await
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age > DONE_KEEP);
+            if old {
+                let _ = tokio::fs::remove_file(ent.path()).await;
+            }
+        }
     }
 
     /// Removes upload `u` and its parts.
