@@ -859,22 +859,9 @@ impl Client {
                 return found;
             }
         }
-        metrics::META_CACHE_MISSES.inc();
-        // Records carry the instant the store was asked: an answer is never newer than that.
-        let asked = self.opts.clock.now();
-        match mount.store.stat(&rel).await {
-            Ok(meta) => {
-                let entry = Entry::from_meta(path.clone(), &mount.store, meta);
-                let changes = self.meta.put_stat(asked, entry.clone());
-                self.apply(&changes);
-                Ok(entry)
-            }
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                let changes = self.meta.put_missing(asked, &path);
-                self.apply(&changes);
-                Err(not_found(&path))
-            }
-            Err(e) => self.stale_or(policy, stale, e.context(&path)),
+        match self.ask_store(path, mount, &rel).await {
+            Err(e) if e.kind() != ErrorKind::NotFound => self.stale_or(policy, stale, e),
+            answer => answer,
         }
     }
 
@@ -887,11 +874,18 @@ impl Client {
             Resolved::Synthetic { .. } => return Ok(Entry::synthetic_dir(path)),
             Resolved::Store { mount, rel } => (mount, rel),
         };
+        self.ask_store(path, mount, &rel).await
+    }
+
+    /// The store's answer about `path` (`rel` in `mount`), recorded: the entry, or its
+    /// absence. Other errors are not recorded.
+    async fn ask_store(&self, path: String, mount: &MountPoint, rel: &str) -> Result<Entry> {
         metrics::META_CACHE_MISSES.inc();
+        // Records carry the instant the store was asked: an answer is never newer than that.
         let asked = self.opts.clock.now();
-        match mount.store.stat(&rel).await {
+        match mount.store.stat(rel).await {
             Ok(meta) => {
-                let entry = Entry::from_meta(path.clone(), &mount.store, meta);
+                let entry = Entry::from_meta(path, &mount.store, meta);
                 let changes = self.meta.put_stat(asked, entry.clone());
                 self.apply(&changes);
                 Ok(entry)

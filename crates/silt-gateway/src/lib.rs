@@ -268,6 +268,37 @@ impl Gateway {
         }
     }
 
+    /// The file `key` names with its headers. The headers are of a version: one replaced
+    /// between the stat and their read is asked for again.
+    async fn object_and_headers(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> S3Result<(Entry, Arc<silt_ufs::Headers>)> {
+        for _ in 0..4 {
+            let entry = self.object(bucket, key).await?;
+            if let Some(h) = meta::headers_of(&self.client, &entry).await? {
+                return Ok((entry, h));
+            }
+        }
+        Err(s3_error!(ServiceUnavailable, "the object kept changing"))
+    }
+
+    /// The file `key` names, opened, with the headers of the version it is pinned to.
+    async fn open_and_headers(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> S3Result<(OpenFile, Arc<silt_ufs::Headers>)> {
+        for _ in 0..4 {
+            let file = self.open(bucket, key).await?;
+            if let Some(h) = meta::headers_of(&self.client, &file.entry).await? {
+                return Ok((file, h));
+            }
+        }
+        Err(s3_error!(ServiceUnavailable, "the object kept changing"))
+    }
+
     /// An S3 store's answer to a PUT names no Last-Modified, so a file just written through
     /// Silt has no time until it is revalidated; S3 always answers one (the aws CLI's
     /// bucket-to-bucket `cp` needs it): such a file is asked about once (one HEAD).
@@ -383,17 +414,7 @@ impl S3 for Gateway {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = &req.input;
-        // The headers are of a version: one replaced between the stat and their read is
-        // asked for again.
-        let mut tries = 0;
-        let (entry, h) = loop {
-            let entry = self.object(&i.bucket, &i.key).await?;
-            match meta::headers_of(&self.client, &entry).await? {
-                Some(h) => break (entry, h),
-                None if tries < 3 => tries += 1,
-                None => return Err(s3_error!(ServiceUnavailable, "the object kept changing")),
-            }
-        };
+        let (entry, h) = self.object_and_headers(&i.bucket, &i.key).await?;
         let etag = etag_of(&entry);
         check_conditions(
             &entry,
@@ -429,15 +450,7 @@ impl S3 for Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let i = &req.input;
-        let mut tries = 0;
-        let (file, h) = loop {
-            let file = self.open(&i.bucket, &i.key).await?;
-            match meta::headers_of(&self.client, &file.entry).await? {
-                Some(h) => break (file, h),
-                None if tries < 3 => tries += 1,
-                None => return Err(s3_error!(ServiceUnavailable, "the object kept changing")),
-            }
-        };
+        let (file, h) = self.open_and_headers(&i.bucket, &i.key).await?;
         let entry = &file.entry;
         let etag = etag_of(entry);
         check_conditions(
@@ -485,15 +498,7 @@ impl S3 for Gateway {
                 "object versions are not supported"
             ));
         }
-        let mut tries = 0;
-        let (entry, h) = loop {
-            let entry = self.object(&i.bucket, &i.key).await?;
-            match meta::headers_of(&self.client, &entry).await? {
-                Some(h) => break (entry, h),
-                None if tries < 3 => tries += 1,
-                None => return Err(s3_error!(ServiceUnavailable, "the object kept changing")),
-            }
-        };
+        let (entry, h) = self.object_and_headers(&i.bucket, &i.key).await?;
         // One header, `x-amz-object-attributes: ETag,ObjectSize`: a list in one element.
         let wants = |a: &str| {
             i.object_attributes
@@ -730,15 +735,7 @@ impl S3 for Gateway {
             Some("REPLACE") => true,
             Some(_) => return Err(s3_error!(InvalidArgument, "Unknown metadata directive.")),
         };
-        let mut tries = 0;
-        let (file, src_headers) = loop {
-            let file = self.open(&src_bucket, &src_key).await?;
-            match meta::headers_of(&self.client, &file.entry).await? {
-                Some(h) => break (file, h),
-                None if tries < 3 => tries += 1,
-                None => return Err(s3_error!(ServiceUnavailable, "the object kept changing")),
-            }
-        };
+        let (file, src_headers) = self.open_and_headers(&src_bucket, &src_key).await?;
         // The copy is one object, not the source's parts; it keeps the source's whole-object
         // checksums (its bytes are the same), and with `REPLACE` the request's headers and
         // metadata instead of the source's.
