@@ -47,8 +47,8 @@ use crate::common::{
 };
 use crate::headers::{to_user_metadata, Native};
 use crate::user_meta::{
-    headers_of, s3_apply_attrs, s3_meta, s3_user_metadata, secs, S3_CTIME, S3_MODE, S3_MTIME,
-    S_IFLNK,
+    headers_of, s3_apply_attrs, s3_meta, s3_user_metadata, secs, with_posix_metadata, S3_CTIME,
+    S3_MODE, S3_MTIME, S_IFLNK,
 };
 
 /// The Azure metadata entry that holds an object's S3 headers beyond the native four (JSON).
@@ -963,14 +963,12 @@ impl ObjectStore {
             ));
         }
         let mut data_of = cur.clone();
-        data_of.kind = EntryKind::File; // the bytes of a link or node are read all the same
-                                        // The new version keeps the object's S3 headers and user metadata (see S3Store's).
+        // The bytes of a link or node are read all the same.
+        data_of.kind = EntryKind::File;
+        // The new version keeps the object's S3 headers and user metadata (see S3Store's).
         let headers = self.headers(path, &cur).await?;
         let data = self.read_buffer(path, 0..cur.size, &data_of).await?;
-        let posix = s3_user_metadata(&cur, attrs);
-        let mut meta = self.headers_metadata(&headers);
-        meta.retain(|(k, _)| !posix.iter().any(|(p, _)| p.eq_ignore_ascii_case(k)));
-        meta.extend(posix);
+        let meta = with_posix_metadata(self.headers_metadata(&headers), &cur, attrs);
         UFS_REQUESTS.inc();
         let mut w = self.op.write_with(path, data).user_metadata(meta);
         w = native_headers!(w, &headers, Native::of(&self.op));
@@ -1135,9 +1133,7 @@ impl UnderStore for ObjectStore {
             .map(|h| self.headers_metadata(h))
             .unwrap_or_default();
         if !attrs.is_empty() {
-            let posix = s3_user_metadata(&ObjectMeta::empty_file(path), attrs);
-            user.retain(|(k, _)| !posix.iter().any(|(p, _)| p.eq_ignore_ascii_case(k)));
-            user.extend(posix);
+            user = with_posix_metadata(user, &ObjectMeta::empty_file(path), attrs);
         }
         let mut meta = self.put_object(path, src, len, Some(user), headers).await?;
         meta.mode = attrs.mode.or(meta.mode);

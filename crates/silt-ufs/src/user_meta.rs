@@ -114,6 +114,19 @@ pub(crate) fn secs(t: SystemTime) -> String {
         .to_string()
 }
 
+/// `user` (an object's headers as user metadata) with the attributes of `m` changed by `set`
+/// added; a POSIX key the S3 client also set is the attribute.
+pub(crate) fn with_posix_metadata(
+    mut user: Vec<(String, String)>,
+    m: &ObjectMeta,
+    set: &SetAttrs,
+) -> Vec<(String, String)> {
+    let posix = s3_user_metadata(m, set);
+    user.retain(|(k, _)| !posix.iter().any(|(p, _)| p.eq_ignore_ascii_case(k)));
+    user.extend(posix);
+    user
+}
+
 /// The user metadata of an object with the attributes of `m` changed by `set`, keys without
 /// the `x-amz-meta-` prefix (OpenDAL adds it).
 pub(crate) fn s3_user_metadata(m: &ObjectMeta, set: &SetAttrs) -> Vec<(String, String)> {

@@ -42,8 +42,8 @@ use crate::common::{
 use crate::headers::{to_user_metadata, Native};
 use crate::uri::StoreUri;
 use crate::user_meta::{
-    headers_of, s3_apply_attrs, s3_meta, s3_user_metadata, secs, S3_CTIME, S3_MODE, S3_MTIME,
-    S_IFLNK,
+    headers_of, s3_apply_attrs, s3_meta, s3_user_metadata, secs, with_posix_metadata, S3_CTIME,
+    S3_MODE, S3_MTIME, S_IFLNK,
 };
 use crate::{
     normalize_path, plan_read, Capabilities, EntryKind, Headers, ObjectMeta, Posix, SetAttrs,
@@ -778,10 +778,7 @@ impl S3Store {
         let headers = self.headers(path, &cur).await?;
         let data = self.s3_read(path, 0..cur.size, &etag).await?;
         let native = Native::of(&self.op);
-        let posix = s3_user_metadata(&cur, attrs);
-        let mut meta = to_user_metadata(&headers, native);
-        meta.retain(|(k, _)| !posix.iter().any(|(p, _)| p.eq_ignore_ascii_case(k)));
-        meta.extend(posix);
+        let meta = with_posix_metadata(to_user_metadata(&headers, native), &cur, attrs);
         UFS_REQUESTS.inc();
         let mut w = self.op.write_with(path, data).user_metadata(meta);
         if let (true, Some(v)) = (native.content_type, &headers.content_type) {
@@ -1304,9 +1301,7 @@ impl UnderStore for S3Store {
             .map(|h| to_user_metadata(h, native))
             .unwrap_or_default();
         if !attrs.is_empty() {
-            let posix = s3_user_metadata(&ObjectMeta::empty_file(path), attrs);
-            user.retain(|(k, _)| !posix.iter().any(|(p, _)| p.eq_ignore_ascii_case(k)));
-            user.extend(posix);
+            user = with_posix_metadata(user, &ObjectMeta::empty_file(path), attrs);
         }
         let mut meta = self
             .write_from_meta(path, src, len, Some(user.clone()), headers)
