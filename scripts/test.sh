@@ -11,6 +11,8 @@ export SILT_VERSITYGW="$root/.deps/bin/versitygw"
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # The Helm chart, offline: lint, template over deploy/helm/silt/ci/*.yaml, schema validation.
 "$root/deploy/helm/check.sh"
+# The crate graph points one way and no crate declares a dependency it does not use.
+python3 "$root/scripts/check-crates.py"
 # Two cores: parallel test binaries would fight over them; tests inside a binary still run
 # in parallel.
 cargo test --workspace --locked -- --test-threads=4

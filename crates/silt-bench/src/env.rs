@@ -1,8 +1,8 @@
 //! Set-up and tear-down of one benchmark environment (see the crate docs).
 
 use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -313,7 +313,7 @@ impl Env {
                     );
                 }
             }
-            if versitygw_answers(addr) {
+            if silt_testkit::versitygw_answers(addr) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
@@ -648,25 +648,6 @@ fn tbf_args(dev: &str, rate: u64) -> Vec<String> {
     ]
 }
 
-/// Whether versitygw answers an HTTP request at `addr` (any status: unsigned requests are
-/// refused, which is fine; the `Server` header tells it is versitygw and not a port thief).
-/// Shared with `silt-testkit`.
-pub fn versitygw_answers(addr: SocketAddr) -> bool {
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut response = Vec::new();
-    let _ = stream.take(64 * 1024).read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response).to_ascii_lowercase();
-    text.starts_with("http/1.") && text.contains("server: versitygw")
-}
-
 fn read_log(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let start = text.len().saturating_sub(4000);
@@ -685,36 +666,9 @@ pub fn which(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The versitygw binary: `$SILT_VERSITYGW`, `<workspace>/.deps/bin/versitygw`, then `PATH`.
+/// The versitygw binary (`silt_testkit::versitygw_path`, which the tests use too).
 pub fn versitygw_path() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("SILT_VERSITYGW").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        bail!("SILT_VERSITYGW={} does not exist", p.display());
-    }
-    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/bin/versitygw");
-    if local.is_file() {
-        return Ok(local);
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("versitygw"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            anyhow!(
-                "versitygw not found: not in $SILT_VERSITYGW, {}, nor on PATH \
-                 (scripts/install-deps.sh builds it)",
-                local.display()
-            )
-        })
-}
-
-/// Whether this process is root (namespaces and qdiscs need it).
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    silt_testkit::versitygw_path().map_err(|e| anyhow!(e))
 }
 
 /// The external programs an environment needs, checked before anything is created.
@@ -726,7 +680,7 @@ struct Tools {
 
 impl Tools {
     fn find(opts: &UpOptions) -> Result<Tools> {
-        if !is_root() {
+        if !silt_testkit::is_root() {
             bail!("silt-bench environments need root (network namespaces, veth, tc)");
         }
         which("ip").ok_or_else(|| anyhow!("`ip` (iproute2) not found on PATH"))?;

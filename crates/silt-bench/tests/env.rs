@@ -18,7 +18,7 @@ use silt_ufs::S3Options;
 const EXE: &str = env!("CARGO_BIN_EXE_silt-bench");
 
 fn enabled() -> bool {
-    let missing = if !env::is_root() {
+    let missing = if !silt_testkit::is_root() {
         Some("not root".to_string())
     } else if env::which("ip").is_none() || env::which("tc").is_none() {
         Some("`ip`/`tc` not found".to_string())

@@ -10,7 +10,6 @@
 //! versions are dropped.
 
 pub mod attrs;
-mod clock;
 mod dirs;
 mod meta;
 pub mod namespace;
@@ -45,7 +44,6 @@ pub struct LocalFile {
 }
 use tokio::runtime::Handle;
 
-pub use clock::Clock;
 use meta::{age, build_tree, Lookup, MetaCache};
 pub use meta::{Change, ChangeKind};
 use namespace::{join, parent_and_name, Resolved};
@@ -53,6 +51,7 @@ pub use namespace::{MountPoint, Namespace};
 pub use persist::FileState;
 use prefetch::SeqState;
 pub use session::{FileWriter, OpenOptions, Session};
+pub use silt_common::clock::Clock;
 use silt_common::config::is_at_or_under;
 pub use write::{WriteSetup, WriteStats};
 
@@ -356,7 +355,7 @@ impl SyncReport {
                 ChangeKind::Content => self.content_changed += 1,
                 ChangeKind::Metadata => self.metadata_changed += 1,
                 ChangeKind::Invalidated => self.invalidated += 1,
-                ChangeKind::Policy => {}
+                ChangeKind::Policy | ChangeKind::Freed => {}
             }
             self.objects_dropped += c.old_object.is_some() as u64;
             if self.changes.len() < REPORT_PATHS {
@@ -800,7 +799,10 @@ impl Client {
             match c.kind {
                 ChangeKind::Content | ChangeKind::Removed => metrics::META_CONTENT_CHANGES.inc(),
                 ChangeKind::Metadata => metrics::META_METADATA_CHANGES.inc(),
-                ChangeKind::Added | ChangeKind::Invalidated | ChangeKind::Policy => {}
+                ChangeKind::Added
+                | ChangeKind::Invalidated
+                | ChangeKind::Policy
+                | ChangeKind::Freed => {}
             }
             if let Some(obj) = &c.old_object {
                 if !self.open_versions.defer_forget(obj) {
@@ -1574,7 +1576,22 @@ impl Client {
         for obj in files.iter().filter_map(|f| f.object.as_ref()) {
             self.worker.forget_object(obj);
         }
+        self.freed(&files);
         Ok(before)
+    }
+
+    /// Tells the listeners that the cached bytes of `files` are gone (`free`), so a mount
+    /// drops its kernel's copy too: a read after `silt fs free` is a cold one everywhere.
+    pub fn freed(&self, files: &[Entry]) {
+        let changes: Vec<Change> = files
+            .iter()
+            .map(|f| Change {
+                path: f.path.clone(),
+                kind: ChangeKind::Freed,
+                old_object: None,
+            })
+            .collect();
+        self.apply(&changes);
     }
 
     /// Preloads every file below `path` into the cache, pages from many files in flight at

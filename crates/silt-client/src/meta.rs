@@ -39,6 +39,10 @@ pub enum ChangeKind {
     /// The sync policy of this prefix changed: caches holding answers under it (the kernel's)
     /// must forget them so the new policy applies at once.
     Policy,
+    /// The cached bytes were dropped on request (`silt fs free`); the store and the metadata
+    /// are unchanged, so caches of the bytes (the kernel's page cache) must drop them too, and
+    /// the next read is a cold one.
+    Freed,
 }
 
 #[derive(Debug, Clone)]

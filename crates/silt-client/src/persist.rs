@@ -19,10 +19,10 @@ use silt_common::{metrics, Error, Result};
 use silt_ufs::{DynStore, ObjectMeta};
 use tokio::sync::{watch, Notify};
 
-use crate::clock::Clock;
 use crate::resident::Residence;
 use crate::wal::{LogRecord, Wal};
 use crate::Client;
+use crate::Clock;
 
 /// Uploads in flight at once.
 const UPLOADS: usize = 8;

@@ -3,8 +3,8 @@
 //! A cluster client's cache-only file is kept by N workers instead of the writing process:
 //! the ones ranked first for the file's namespace path by rendezvous hashing over the live
 //! members ([`path_key`], the placement code of page groups). [`Replicas`] is the client
-//! side (`silt_client::resident::ResidentRemote`), [`ResidentTable`] the worker side: the
-//! files in a `silt_client::resident::Resident` table, their bytes in a memory-first
+//! side (`silt_resident::ResidentRemote`), [`ResidentTable`] the worker side: the
+//! files in a `silt_resident::Resident` table, their bytes in a memory-first
 //! `silt_cache::Arena` that spills to disk (never evicted, like the writing client's).
 //!
 //! - **put**: sent to the first N workers in parallel; a worker that fails on the link is
@@ -28,12 +28,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use silt_cache::{Arena, WriteBuffer};
-use silt_client::resident::{
-    RemoteMeta, Residence, Resident, ResidentData, ResidentFile, ResidentRemote,
-};
-use silt_client::Clock;
+use silt_common::clock::Clock;
 use silt_common::io::ReadAt;
 use silt_common::{Error, ErrorKind, Result};
+use silt_resident::{RemoteMeta, Residence, Resident, ResidentData, ResidentFile, ResidentRemote};
 use silt_ufs::{EntryKind, ObjectMeta};
 
 use crate::membership::Member;

@@ -23,7 +23,7 @@
 //! one version, by path and tag), `rstat`, `rlist` (every file below a directory) and `rdel`.
 //! They name files by namespace path; a worker keeps them in its own resident table.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,13 +34,13 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use silt_client::resident::RemoteMeta;
 use silt_common::io::ReadAt;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, PageKey, Result};
 use silt_proto::{
     decode_json, decode_request, read_frame, write_error, write_frame, write_json, ErrorBody,
     FrameKind, PROTOCOL_VERSION,
 };
+use silt_resident::RemoteMeta;
 use silt_ufs::{DynStore, EntryKind, ObjectMeta};
 use silt_worker::{ObjectRef, Worker};
 
@@ -931,97 +931,24 @@ async fn socket_io<T>(
     }
 }
 
-/// Space for one `cmsghdr` carrying one fd, aligned for `cmsghdr`.
-#[repr(C)]
-union CmsgBuf {
-    _align: libc::cmsghdr,
-    buf: [u8; 64],
-}
-
-/// Calls `call` with a message header for one byte and a zeroed control buffer of
-/// `control_len` bytes (at most `size_of::<CmsgBuf>()`). The header points into locals of this
-/// function, valid while `call` runs.
-fn with_one_byte_msg<T>(
-    control_len: usize,
-    call: impl FnOnce(&mut libc::msghdr) -> std::io::Result<T>,
-) -> std::io::Result<T> {
-    assert!(control_len <= std::mem::size_of::<CmsgBuf>());
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // SAFETY: CmsgBuf and msghdr are plain C data; all-zero is a valid empty value of each.
-    let (mut cbuf, mut msg): (CmsgBuf, libc::msghdr) =
-        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    // SAFETY: taking a pointer to a union field of plain bytes.
-    msg.msg_control = unsafe { cbuf.buf.as_mut_ptr().cast() };
-    msg.msg_controllen = control_len as _;
-    call(&mut msg)
-}
-
-/// Checks what `sendmsg`/`recvmsg` returned (`n`, right after the call, so `errno` is still
-/// its): an error, or `eof_kind` (`what`) when no byte went through.
-fn transferred(n: isize, eof_kind: std::io::ErrorKind, what: &str) -> std::io::Result<()> {
-    match n {
-        n if n < 0 => Err(std::io::Error::last_os_error()),
-        0 => Err(std::io::Error::new(eof_kind, what)),
-        _ => Ok(()),
-    }
-}
-
 /// Sends one byte with `fd` attached (SCM_RIGHTS).
 fn sendmsg_fd(sock: RawFd, fd: RawFd) -> std::io::Result<()> {
-    // SAFETY: CMSG_SPACE is arithmetic.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    with_one_byte_msg(space, |msg| {
-        // SAFETY: the header is filled as cmsg(3) describes, within the `space` bytes of its
-        // control buffer; every pointer in it is valid during the call.
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(msg);
-            if cmsg.is_null() {
-                return Err(std::io::Error::other("no room for the control message"));
-            }
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
-            let n = libc::sendmsg(sock, msg, libc::MSG_NOSIGNAL);
-            transferred(n, std::io::ErrorKind::WriteZero, "socket closed")
-        }
-    })
+    silt_common::sys::send_with_fd(sock, &[0], fd)
 }
 
 /// Receives the byte `sendmsg_fd` sent and the fd attached to it.
 fn recvmsg_fd(sock: RawFd) -> std::io::Result<OwnedFd> {
-    with_one_byte_msg(std::mem::size_of::<CmsgBuf>(), |msg| {
-        // SAFETY: the kernel writes at most `msg_controllen` bytes into the control buffer,
-        // and we read the fd only from a SCM_RIGHTS message of the right length.
-        unsafe {
-            let n = libc::recvmsg(sock, msg, libc::MSG_CMSG_CLOEXEC);
-            transferred(
-                n,
-                std::io::ErrorKind::UnexpectedEof,
-                "socket closed before the file descriptor arrived",
-            )?;
-            let cmsg = libc::CMSG_FIRSTHDR(msg);
-            if cmsg.is_null()
-                || (*cmsg).cmsg_level != libc::SOL_SOCKET
-                || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-                || (*cmsg).cmsg_len as usize
-                    != libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize
-            {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "expected one file descriptor (SCM_RIGHTS)",
-                ));
-            }
-            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-            Ok(OwnedFd::from_raw_fd(fd))
-        }
-    })
+    match silt_common::sys::recv_with_fd(sock, 1)? {
+        (_, Some(fd)) => Ok(fd),
+        (b, None) if b.is_empty() => Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "socket closed before the file descriptor arrived",
+        )),
+        (_, None) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "expected one file descriptor (SCM_RIGHTS)",
+        )),
+    }
 }
 
 // ---- connections ------------------------------------------------------------------------

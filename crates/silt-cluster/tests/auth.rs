@@ -9,13 +9,13 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 use silt_cache::{Arena, ArenaConfig, PageStore, PageStoreConfig};
-use silt_client::resident::RemoteMeta;
 use silt_cluster::rpc::{self, CallError, Endpoint, FixedStores, Service, WorkerClient};
 use silt_cluster::{ClusterKey, ResidentTable};
 use silt_common::config::DiskTierSpec;
 use silt_common::secret::Secret;
 use silt_common::ErrorKind;
 use silt_proto::{read_frame, write_frame, write_json, FrameKind};
+use silt_resident::RemoteMeta;
 use silt_ufs::{DynStore, MemStore};
 use silt_worker::{ObjectRef, Worker, WorkerOptions};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use silt_cache::{Arena, ArenaConfig, PageStore, PageStoreConfig};
-use silt_client::resident::{RemoteMeta, ResidentRemote};
 use silt_cluster::rpc::{self, CallError, Endpoint, FixedStores, Service, WorkerClient};
 use silt_cluster::{Member, Replicas, ResidentTable, Router, RouterOptions, StaticMembership};
 use silt_common::config::DiskTierSpec;
 use silt_common::ErrorKind;
+use silt_resident::{RemoteMeta, ResidentRemote};
 use silt_ufs::MemStore;
 use silt_worker::{Worker, WorkerOptions};
 

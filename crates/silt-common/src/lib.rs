@@ -3,6 +3,7 @@
 //! of repeated warnings (`log`).
 
 pub mod bufpool;
+pub mod clock;
 pub mod config;
 pub mod error;
 pub mod id;
@@ -14,6 +15,7 @@ pub mod query;
 pub mod secret;
 pub mod size;
 pub mod sync;
+pub mod sys;
 pub mod write;
 
 pub use error::{Error, ErrorKind, Result};

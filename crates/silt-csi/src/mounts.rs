@@ -20,7 +20,9 @@ fn mount_lines() -> Vec<String> {
 
 /// The mount point field (5) of a mountinfo line, unescaped.
 fn target_of(line: &str) -> Option<String> {
-    line.split(' ').nth(4).map(silt_fuse::unescape_mountinfo)
+    line.split(' ')
+        .nth(4)
+        .map(silt_common::sys::unescape_mountinfo)
 }
 
 /// How many mounts sit on `path` (stacked mounts count one each).
@@ -37,7 +39,7 @@ pub fn is_silt_mount(path: &Path) -> bool {
     let target = path.to_string_lossy();
     mount_lines()
         .iter()
-        .any(|l| silt_fuse::is_silt_mount_of(l, &target))
+        .any(|l| silt_common::sys::is_silt_mount_of(l, &target))
 }
 
 /// Bind-mounts `source` on `target`, read-only if asked (a bind mount takes the read-only

@@ -125,7 +125,7 @@ impl NodeService {
             metrics::CSI_STAGED.inc();
             metrics::CSI_PUBLISHED.add(published);
             let pidfd = (pid > 0 && self.is_mount_process(pid, &id))
-                .then(|| silt_fuse::takeover::open_pidfd(pid).ok())
+                .then(|| silt_common::sys::open_pidfd(pid).ok())
                 .flatten();
             let me = self.clone();
             tokio::spawn(async move { me.watch(id, pid, pidfd).await });
@@ -188,7 +188,7 @@ impl NodeService {
         let pid = child.id() as i32;
         // Not waited for here: the watcher reaps it (pidfd, then waitpid).
         drop(child);
-        let fd = silt_fuse::takeover::open_pidfd(pid)?;
+        let fd = silt_common::sys::open_pidfd(pid)?;
         Ok((pid, fd))
     }
 
@@ -311,7 +311,7 @@ impl NodeService {
                 return;
             }
             let holder_was_alive =
-                silt_fuse::takeover::holder_alive(&self.volume_dir(&volume_id).join(MOUNT_STATE));
+                silt_common::sys::holder_alive(&self.volume_dir(&volume_id).join(MOUNT_STATE));
             match self.spawn_mount(staged) {
                 Ok((p, fd)) => {
                     metrics::CSI_MOUNT_RESTARTS.inc();
@@ -422,7 +422,7 @@ impl NodeService {
         if pid > 0 && self.is_mount_process(pid, &staged.volume_id) {
             kill(pid, libc::SIGTERM);
             let gone = tokio::task::spawn_blocking(move || {
-                silt_fuse::takeover::wait_for_exit(pid, STOP_TIMEOUT).unwrap_or(false)
+                silt_common::sys::wait_for_exit(pid, STOP_TIMEOUT).unwrap_or(false)
             })
             .await
             .unwrap_or(false);
@@ -435,7 +435,7 @@ impl NodeService {
         if let Err(e) = mounts::unmount(&staged.staging) {
             warn!(staging = %staged.staging.display(), error = %e, "could not unmount the staging path");
         }
-        silt_fuse::takeover::release_holder(&dir.join(MOUNT_STATE));
+        silt_common::sys::release_holder(&dir.join(MOUNT_STATE));
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             if e.kind() != io::ErrorKind::NotFound {
                 warn!(dir = %dir.display(), error = %e, "could not remove the volume's state");

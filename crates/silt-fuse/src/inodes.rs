@@ -144,6 +144,10 @@ impl Reader<'_> {
 struct Node {
     path: String,
     lookups: u64,
+    /// Opened for writing through this mount since it started (not logged: a daemon taking
+    /// over starts with none). Under a writable prefix such a file is read through the
+    /// daemon, so the next writer need not wait for passthrough readers (see `SiltFs::open`).
+    written: bool,
 }
 
 pub const ROOT: u64 = 1;
@@ -167,6 +171,7 @@ impl Inodes {
             Node {
                 path: "/".into(),
                 lookups: 1,
+                written: false,
             },
         );
         t.by_path.insert("/".into(), ROOT);
@@ -182,6 +187,18 @@ impl Inodes {
     pub fn attached_path(&self, ino: u64) -> Option<String> {
         let node = self.by_ino.get(&ino)?;
         (self.by_path.get(&node.path) == Some(&ino)).then(|| node.path.clone())
+    }
+
+    /// Records that `ino` was opened for writing through this mount.
+    pub fn mark_written(&mut self, ino: u64) {
+        if let Some(n) = self.by_ino.get_mut(&ino) {
+            n.written = true;
+        }
+    }
+
+    /// Whether `ino` was opened for writing through this mount since it started.
+    pub fn was_written(&self, ino: u64) -> bool {
+        self.by_ino.get(&ino).is_some_and(|n| n.written)
     }
 
     /// The inode of `path`, if the kernel may know it.
@@ -209,6 +226,7 @@ impl Inodes {
             Node {
                 path: path.to_string(),
                 lookups: 0,
+                written: false,
             },
         );
         self.by_path.insert(path.to_string(), ino);
@@ -316,6 +334,7 @@ impl Inodes {
                             Node {
                                 path: p,
                                 lookups: PINNED,
+                                written: false,
                             },
                         );
                         t.next = t.next.max(ino + 1);

@@ -50,6 +50,7 @@ use parking_lot::Mutex;
 use silt_client::{Change, ChangeKind, Client, Entry, FileWriter, OpenFile, OpenOptions};
 use silt_common::config::PassthroughMode;
 use silt_common::metrics::FuseOp;
+use silt_common::sys::{is_silt_mount_of, unescape_mountinfo};
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
 use silt_ufs::{EntryKind, SpecialKind};
 
@@ -815,6 +816,9 @@ impl SiltFs {
     /// Opens `path` (inode `ino`) for writing through the client and registers the handle
     /// (an open through the daemon as far as the kernel's io modes go).
     fn open_writer(&self, req: &Request, ino: u64, path: &str, opts: OpenOptions) -> Result<u64> {
+        // Also when refused below: the next readers go through the daemon, so a writer
+        // trying again finds no passthrough reader.
+        self.inodes.lock().mark_written(ino);
         if !self.open_cached_waiting(ino) {
             // Open in passthrough: the kernel would refuse a daemon open with EIO.
             return Err(Error::new(
@@ -965,11 +969,25 @@ impl SiltFs {
         }
     }
 
-    fn truncate(&self, path: &str, fh: Option<FileHandle>, size: u64) -> Result<()> {
-        match fh.and_then(|fh| self.write_handle(fh.0)) {
-            Some(h) => self.block(self.client.truncate(&h.writer, size)),
-            None => self.block(self.client.truncate_path(path, size)),
+    fn truncate(&self, ino: u64, path: &str, fh: Option<FileHandle>, size: u64) -> Result<()> {
+        if let Some(h) = fh.and_then(|fh| self.write_handle(fh.0)) {
+            return self.block(self.client.truncate(&h.writer, size));
         }
+        if !self.client.write_type_of(path).writable() {
+            return self.block(self.client.truncate_path(path, size));
+        }
+        // A reader in passthrough reads the cached copy, which a truncate would not cut: as
+        // an open for writing, it waits for such readers (and keeps new ones out meanwhile).
+        self.inodes.lock().mark_written(ino);
+        if !self.open_cached_waiting(ino) {
+            return Err(Error::new(
+                ErrorKind::Busy,
+                format!("{path}: open for reading in passthrough mode"),
+            ));
+        }
+        let r = self.block(self.client.truncate_path(path, size));
+        self.release_cached(ino);
+        r
     }
 
     /// The listing readdir serves from `offset`: a pass through a directory starts at offset 0
@@ -1024,10 +1042,13 @@ impl SiltFs {
                 "kernel does not support passthrough"
             });
         }
-        if self.client.write_type_of(&file.entry.path).writable() {
+        if self.client.write_type_of(&file.entry.path).writable()
+            && self.inodes.lock().was_written(ino)
+        {
             // The kernel refuses a daemon open of an inode with a passthrough backing, so a
-            // reader in passthrough would make every open for writing of the file fail.
-            return Err("writable prefix: read through the daemon");
+            // writer must wait for every passthrough reader to close (`open_writer`): a file
+            // written here (a checkpoint) is likely written again, a dataset file is not.
+            return Err("written through this mount: read through the daemon");
         }
         let obj = file.object();
         let silt_client::LocalFile {
@@ -1449,7 +1470,7 @@ impl fuser::Filesystem for SiltFs {
             Err(e) => return reply.error(e),
         };
         if let Some(size) = size {
-            if let Err(e) = self.truncate(&path, fh, size) {
+            if let Err(e) = self.truncate(ino.0, &path, fh, size) {
                 return reply.error(errno(&e));
             }
         }
@@ -2371,7 +2392,11 @@ fn invalidate_path(
         let offset = if kind == ChangeKind::Metadata { -1 } else { 0 };
         let _ = notifier.inval_inode(INodeNo(ino), offset, 0);
     }
-    if kind != ChangeKind::Metadata && kind != ChangeKind::Content {
+    // The names stay for changes of a file's attributes or bytes (and bytes freed).
+    if !matches!(
+        kind,
+        ChangeKind::Metadata | ChangeKind::Content | ChangeKind::Freed
+    ) {
         if let (Some(parent), Some((_, name))) = (parent, parent_and_name) {
             let _ = notifier.inval_entry(INodeNo(parent), OsStr::new(name));
             parents.insert(parent);
@@ -2465,43 +2490,6 @@ fn remove_dead_silt_mount(mountpoint: &Path) -> bool {
         tracing::warn!(mountpoint = %target, "removed the dead mount of an earlier silt process");
     }
     rc == 0
-}
-
-/// Whether a `/proc/self/mountinfo` line is a silt FUSE mount at `target`: mounted by silt
-/// itself it reads `... - fuse.silt silt ...`; mounted by `fuser` (earlier versions) the
-/// subtype is dropped and it reads `... - fuse silt ...` (type `fuse`, source `silt`).
-pub fn is_silt_mount_of(line: &str, target: &str) -> bool {
-    let Some((head, tail)) = line.split_once(" - ") else {
-        return false;
-    };
-    // Field 5 is the mount point; after the separator come type and source.
-    if head.split(' ').nth(4).map(unescape_mountinfo).as_deref() != Some(target) {
-        return false;
-    }
-    let mut t = tail.split(' ');
-    matches!(
-        (t.next(), t.next()),
-        (Some("fuse.silt"), _) | (Some("fuse"), Some("silt"))
-    )
-}
-
-/// A mountinfo field with its octal escapes (`\040` for a space) undone.
-pub fn unescape_mountinfo(s: &str) -> String {
-    let mut out = String::new();
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(v as char);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i] as char);
-        i += 1;
-    }
-    out
 }
 
 /// How a mount starts and where it keeps what a takeover needs.
@@ -2758,22 +2746,6 @@ fn reply_xattr(reply: ReplyXattr, size: u32, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn silt_mounts_are_recognised_in_mountinfo() {
-        // As this kernel writes them for a fuser mount and for silt's own mount(2).
-        let fuser = "612 29 0:70 / /tmp/t\\040x/mnt rw,nosuid,nodev,noatime shared:327 - fuse silt rw,user_id=0,group_id=0,default_permissions,allow_other";
-        let own =
-            "612 29 0:70 / /tmp/m rw,nosuid,nodev,noatime - fuse.silt silt rw,user_id=0,group_id=0";
-        assert!(is_silt_mount_of(fuser, "/tmp/t x/mnt"));
-        assert!(is_silt_mount_of(own, "/tmp/m"));
-        assert!(!is_silt_mount_of(own, "/tmp/m/x"));
-        let other = "612 29 0:70 / /tmp/m rw - fuse sshfs rw,user_id=0";
-        assert!(!is_silt_mount_of(other, "/tmp/m"));
-        let other = "612 29 0:70 / /tmp/m rw - fuse.sshfs silt rw";
-        assert!(!is_silt_mount_of(other, "/tmp/m"));
-        assert!(!is_silt_mount_of("garbage", "/tmp/m"));
-    }
 
     /// `fuse_source_passthrough`'s promise: each version is filled once at a time, at most
     /// `fuse_threads` at once; a slot frees when its fill ends.

@@ -22,22 +22,17 @@ use std::path::Path;
 
 use silt_common::{Error, ErrorKind, Result};
 
-/// The holder's socket in the state dir.
-pub const HOLDER_SOCKET: &str = "fuse-holder.sock";
-/// The holder's pid, while it runs.
-pub const HOLDER_PID: &str = "fuse-holder.pid";
+pub use silt_common::sys::{
+    holder_alive, holder_pid, open_pidfd, release_holder, HOLDER_PID, HOLDER_SOCKET,
+};
+use silt_common::sys::{
+    send_with_fd, HOLDER_GET as CMD_GET, HOLDER_IO_TIMEOUT as IO_TIMEOUT, HOLDER_QUIT as CMD_QUIT,
+};
 /// The kernel's INIT request of the mount, kept for the daemons that take it over.
 const INIT_FILE: &str = "fuse-init";
 
 /// `fuse_out_header` notification code of `FUSE_NOTIFY_RESEND` (include/uapi/linux/fuse.h).
 const FUSE_NOTIFY_RESEND: i32 = 7;
-/// Holder commands.
-const CMD_GET: u8 = b'G';
-const CMD_QUIT: u8 = b'Q';
-
-/// Longest a holder conversation may stall (it is a few bytes both ways).
-const IO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// A read of `/dev/fuse` must offer room for the largest request (fuser's buffer size).
 const DEV_READ_BUF: usize = 16 * 1024 * 1024 + 4096;
 
@@ -222,11 +217,6 @@ pub struct Held {
     pub generation: u64,
 }
 
-/// Whether a holder answers on the state dir's socket (without taking anything from it).
-pub fn holder_alive(state_dir: &Path) -> bool {
-    UnixStream::connect(state_dir.join(HOLDER_SOCKET)).is_ok()
-}
-
 /// Takes the device from the holder of `state_dir`, if one answers; checks that it holds
 /// `mountpoint`.
 pub fn take_from_holder(state_dir: &Path, mountpoint: &Path) -> Result<Option<Held>> {
@@ -261,42 +251,6 @@ pub fn take_from_holder(state_dir: &Path, mountpoint: &Path) -> Result<Option<He
         ));
     }
     Ok(Some(Held { dev, generation }))
-}
-
-/// Tells the holder to let go (a clean unmount): its descriptor closes, so the connection
-/// ends with the last one.
-pub fn release_holder(state_dir: &Path) {
-    let pid: Option<libc::pid_t> = std::fs::read_to_string(state_dir.join(HOLDER_PID))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .filter(|p| *p > 1);
-    if let Ok(mut s) = UnixStream::connect(state_dir.join(HOLDER_SOCKET)) {
-        let _ = s.set_read_timeout(Some(IO_TIMEOUT));
-        let _ = s.write_all(&[CMD_QUIT]);
-        // Wait for its answer (the socket closing), so it is gone when this returns.
-        let mut b = [0u8; 1];
-        let _ = s.read(&mut b);
-        // The holder this process spawned is its child: reaped here, or it stays listed
-        // (a zombie) after a clean exit where nothing reaps orphans.
-        if let Some(pid) = pid {
-            reap_child(pid);
-        }
-    }
-}
-
-/// Waits (at most `IO_TIMEOUT`) for child `pid` to exit and reaps it; at once if it is not a
-/// child of this process.
-fn reap_child(pid: libc::pid_t) {
-    let deadline = std::time::Instant::now() + IO_TIMEOUT;
-    loop {
-        let mut status = 0;
-        // SAFETY: waitpid on one pid with a local status word.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r != 0 || std::time::Instant::now() >= deadline {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
 }
 
 /// Spawns `exe fuse-holder --state-dir DIR --mountpoint MP` with `dev` as its fd 3, in its own
@@ -448,119 +402,14 @@ pub fn run_holder(state_dir: &Path, mountpoint: &Path) -> Result<()> {
     }
 }
 
-/// Sends `payload` with `fd` attached (SCM_RIGHTS).
-fn send_with_fd(sock: RawFd, payload: &[u8], fd: RawFd) -> std::io::Result<()> {
-    let mut cbuf = [0u64; 8];
-    // SAFETY: the message header points at locals that outlive the call; the control
-    // message is built as cmsg(3) describes, within `cbuf`.
-    unsafe {
-        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
-        let mut iov = libc::iovec {
-            iov_base: payload.as_ptr() as *mut _,
-            iov_len: payload.len(),
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() {
-            return Err(std::io::Error::other("no room for the control message"));
-        }
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
-        if libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// Receives what `send_with_fd` sent.
+/// Receives what the holder sent with `send_with_fd`.
 fn recv_with_fd(sock: RawFd) -> Result<(Vec<u8>, Option<OwnedFd>)> {
-    let mut buf = vec![0u8; 8192];
-    let mut cbuf = [0u64; 8];
-    // SAFETY: as in `send_with_fd`; the fd is read only from a SCM_RIGHTS message of the
-    // right length.
-    unsafe {
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
-        if n < 0 {
-            return Err(os_err("receiving from the FUSE holder"));
-        }
-        buf.truncate(n as usize);
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        let fd = if !cmsg.is_null()
-            && (*cmsg).cmsg_level == libc::SOL_SOCKET
-            && (*cmsg).cmsg_type == libc::SCM_RIGHTS
-            && (*cmsg).cmsg_len as usize
-                == libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize
-        {
-            Some(OwnedFd::from_raw_fd(std::ptr::read_unaligned(
-                libc::CMSG_DATA(cmsg).cast::<RawFd>(),
-            )))
-        } else {
-            None
-        };
-        Ok((buf, fd))
-    }
-}
-
-/// A pidfd of process `pid` (`pidfd_open(2)`): it polls readable once the process has
-/// exited, whoever its parent is. `ESRCH`: no such process (gone already).
-pub fn open_pidfd(pid: i32) -> std::io::Result<OwnedFd> {
-    // SAFETY: pidfd_open has no memory arguments.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    silt_common::sys::recv_with_fd(sock, 8192)
+        .map_err(|e| Error::from(e).context("receiving from the FUSE holder"))
 }
 
 /// Waits up to `timeout` for process `pid` to exit (pidfd); `false` if it is still running.
 pub fn wait_for_exit(pid: i32, timeout: std::time::Duration) -> Result<bool> {
-    let fd = match open_pidfd(pid) {
-        Ok(fd) => fd,
-        // ESRCH: already gone.
-        Err(e) => return Ok(e.raw_os_error() == Some(libc::ESRCH)),
-    };
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        // SAFETY: polling one valid fd.
-        let n = unsafe { libc::poll(&mut p, 1, left.as_millis().min(i32::MAX as u128) as i32) };
-        if n > 0 {
-            return Ok(true);
-        }
-        if n == 0 {
-            return Ok(false);
-        }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return Err(os_err("waiting for the old daemon"));
-        }
-    }
-}
-
-/// The state dir's files of a takeover, for `silt up` to find.
-pub fn holder_pid(state_dir: &Path) -> Option<i32> {
-    std::fs::read_to_string(state_dir.join(HOLDER_PID))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
+    silt_common::sys::wait_for_exit(pid, timeout)
+        .map_err(|e| Error::from(e).context("waiting for the old daemon"))
 }

@@ -423,6 +423,7 @@ impl Node {
             router.forget(obj)
         });
         futures::future::join_all(asks).await;
+        self.client.freed(&files);
         Ok(before)
     }
 

@@ -19,7 +19,8 @@ pub use hdfs::MiniHdfs;
 pub use s3proxy::{FaultAction, ProxyCounts, S3Op, S3Proxy};
 
 use std::fs::File;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -287,13 +288,58 @@ pub(crate) fn free_port(ip: Ipv4Addr) -> Result<u16, String> {
 
 /// Whether versitygw answers on the port.
 fn probe(ip: Ipv4Addr, port: u16) -> bool {
-    silt_bench::env::versitygw_answers(SocketAddr::from((ip, port)))
+    versitygw_answers(SocketAddr::from((ip, port)))
 }
 
-/// The versitygw binary: `$SILT_VERSITYGW`, then `<workspace>/.deps/bin/versitygw`, then
-/// `versitygw` on PATH (the lookup lives in `silt-bench`, which starts it too).
+/// Whether versitygw answers an HTTP request at `addr` (any status: unsigned requests are
+/// refused, which is fine; the `Server` header tells it is versitygw and not a port thief).
+/// Shared with `silt-bench`, which starts versitygw for the benchmarks too.
+pub fn versitygw_answers(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = Vec::new();
+    let _ = stream.take(64 * 1024).read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).to_ascii_lowercase();
+    text.starts_with("http/1.") && text.contains("server: versitygw")
+}
+
+/// The versitygw binary: `$SILT_VERSITYGW`, `<workspace>/.deps/bin/versitygw`, then `PATH`.
 pub fn versitygw_path() -> Result<PathBuf, String> {
-    silt_bench::env::versitygw_path().map_err(|e| e.to_string())
+    if let Some(p) = std::env::var_os("SILT_VERSITYGW").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        return Err(format!("SILT_VERSITYGW={} does not exist", p.display()));
+    }
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/bin/versitygw");
+    if local.is_file() {
+        return Ok(local);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("versitygw"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "versitygw not found: not in $SILT_VERSITYGW, {}, nor on PATH \
+                 (scripts/install-deps.sh builds it)",
+                local.display()
+            )
+        })
+}
+
+/// Whether this process is root (namespaces and qdiscs need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
 }
 
 #[cfg(test)]

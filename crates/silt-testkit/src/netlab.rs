@@ -46,7 +46,7 @@ fn ip(args: &[&str]) -> Result<(), String> {
 impl NetLab {
     /// Whether this process may build labs (root, `ip` present).
     pub fn available() -> bool {
-        silt_bench::env::is_root() && Command::new("ip").arg("-V").output().is_ok()
+        crate::is_root() && Command::new("ip").arg("-V").output().is_ok()
     }
 
     /// A bridge and `hosts` namespaces attached to it.

@@ -134,10 +134,11 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
             Ok(n) => write_json(&mut s, &json!({"unpinned": n})).await,
             Err(e) => return write_error(&mut s, &e).await,
         },
-        "free" => match d.node().free(&req.path).await {
-            Ok(u) => write_json(&mut s, &json!(u)).await,
-            Err(e) => return write_error(&mut s, &e).await,
-        },
+        "free" => {
+            // Answered once the kernel dropped its pages too: the next read is a cold one.
+            let r = d.node().free(&req.path).await;
+            return answer_after_kernel(&mut s, d, r).await;
+        }
         "invalidate" => {
             let r = d.client.invalidate(&req.path).await;
             return answer_after_kernel(&mut s, d, r).await;

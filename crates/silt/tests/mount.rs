@@ -915,6 +915,152 @@ fn changed_object_seen_after_ttl_never_mixed_s3() {
     change_behind_back(Backend::s3());
 }
 
+/// Under a writable prefix (`--write-type through` for the whole mount), a file never opened
+/// for writing here is still read in passthrough; an open for writing or a truncate of it
+/// while such a reader is open waits for the reader, then fails with EBUSY (the kernel would
+/// refuse the daemon open), and succeeds once the reader closed; from then on the file is
+/// read through the daemon, so a writer no longer meets passthrough readers.
+#[test]
+fn a_writable_mount_reads_in_passthrough_until_a_file_is_written_here() {
+    let backend = Backend::local();
+    let (data, ckpt) = (bytes(41, (2 << 20) + 3), bytes(42, (1 << 20) + 9));
+    backend.put("ds.bin", &data);
+    backend.put("ckpt.bin", &ckpt);
+    let dir = tempfile::tempdir().unwrap();
+    let silt = up(&backend, &["--write-type", "through"], dir.path());
+    let o = silt.cli(&["load", "/data"]);
+    assert!(o.status.success(), "load failed: {}", stderr(&o));
+    let enabled = silt.report()["passthrough"]["enabled"] == true;
+    let last_open = |name: &str| opens_of(&silt, name).pop().unwrap();
+    let ds = silt.path("data/ds.bin");
+
+    let reader = File::open(&ds).unwrap();
+    let mut got = Vec::new();
+    (&reader).read_to_end(&mut got).unwrap();
+    assert!(got == data, "the dataset file read other bytes");
+    if !enabled {
+        // Without kernel support every open is the daemon's: nothing below can differ.
+        assert_eq!(last_open("ds.bin").0, "daemon");
+        silt.stop();
+        return;
+    }
+    assert_eq!(
+        last_open("ds.bin"),
+        (
+            "passthrough".to_string(),
+            "whole file in local disk tier".to_string()
+        ),
+        "a file never written here was not passed through under a writable prefix"
+    );
+    let busy = std::fs::OpenOptions::new().write(true).open(&ds);
+    assert_eq!(
+        busy.map(|_| ()).map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EBUSY)),
+        "an open for writing met a passthrough reader"
+    );
+    drop(reader);
+    let new = bytes(43, 5000);
+    std::fs::write(&ds, &new).unwrap();
+    let reader = File::open(&ds).unwrap();
+    let mut got = Vec::new();
+    (&reader).read_to_end(&mut got).unwrap();
+    assert!(got == new, "the rewritten file read other bytes");
+    assert_eq!(last_open("ds.bin").0, "daemon", "a file written here");
+    // A daemon reader does not stand in a writer's way.
+    std::fs::write(&ds, &data).unwrap();
+    drop(reader);
+    assert!(std::fs::read(&ds).unwrap() == data);
+
+    // truncate(2) by path waits for passthrough readers as an open for writing does.
+    let ck = silt.path("data/ckpt.bin");
+    let reader = File::open(&ck).unwrap();
+    assert_eq!(last_open("ckpt.bin").0, "passthrough");
+    // truncate(2), not truncate(1): that one opens the file for writing, then ftruncates.
+    let truncate = |len: i64| {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(ck.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid C string.
+        if unsafe { libc::truncate(c.as_ptr(), len) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error().raw_os_error())
+        }
+    };
+    assert_eq!(
+        truncate(100),
+        Err(Some(libc::EBUSY)),
+        "a truncate met a passthrough reader"
+    );
+    let mut got = Vec::new();
+    (&reader).read_to_end(&mut got).unwrap();
+    assert!(got == ckpt, "the passthrough reader read other bytes");
+    drop(reader);
+    truncate(100).unwrap();
+    assert!(std::fs::read(&ck).unwrap() == ckpt[..100]);
+    let Backend::Local(store) = &backend else {
+        unreachable!()
+    };
+    assert!(std::fs::read(store.path().join("ckpt.bin")).unwrap() == ckpt[..100]);
+    silt.stop();
+}
+
+/// `silt fs free` drops the kernel's pages of the mount too: a read after it is a cold one
+/// (the store is read again), not one the page cache answers at warm speed.
+#[test]
+fn free_drops_the_kernels_pages_too() {
+    let backend = Backend::local();
+    let (f, g) = (bytes(44, (3 << 20) + 5), bytes(45, (1 << 20) + 7));
+    backend.put("d/f.bin", &f);
+    backend.put("d/g.bin", &g);
+    let dir = tempfile::tempdir().unwrap();
+    // Without passthrough, so the mount's own page cache holds what was read.
+    let silt = up(&backend, &["--passthrough", "off"], dir.path());
+    let open_read = |name: &str, want: &[u8]| {
+        let h = File::open(silt.path(&format!("data/d/{name}"))).unwrap();
+        let mut got = Vec::new();
+        (&h).read_to_end(&mut got).unwrap();
+        assert!(got == want, "{name} read other bytes");
+        h
+    };
+    let (hf, hg) = (open_read("f.bin", &f), open_read("g.bin", &g));
+    assert!(
+        resident_pages(&hf, f.len()) > 0,
+        "nothing in the page cache"
+    );
+    assert!(
+        resident_pages(&hg, g.len()) > 0,
+        "nothing in the page cache"
+    );
+    let o = silt.cli(&["fs", "free", "/data/d/f.bin"]);
+    assert!(o.status.success(), "free: {}", stderr(&o));
+    assert_eq!(
+        resident_pages(&hf, f.len()),
+        0,
+        "free left the kernel's pages"
+    );
+    assert!(
+        resident_pages(&hg, g.len()) > 0,
+        "free of another file dropped these"
+    );
+    let fetched = silt.metric("silt_ufs_read_bytes_total");
+    drop(open_read("f.bin", &f));
+    assert!(
+        silt.metric("silt_ufs_read_bytes_total") >= fetched + f.len() as u64,
+        "the read after free was not a cold one"
+    );
+    // A directory: every file below it.
+    let o = silt.cli(&["fs", "free", "/data/d"]);
+    assert!(o.status.success(), "free: {}", stderr(&o));
+    assert_eq!(resident_pages(&hf, f.len()), 0);
+    assert_eq!(
+        resident_pages(&hg, g.len()),
+        0,
+        "free of the directory left pages"
+    );
+    drop((hf, hg));
+    silt.stop();
+}
+
 #[test]
 fn worker_restart_keeps_disk_tier_warm_and_passthrough() {
     let backend = Backend::s3();
