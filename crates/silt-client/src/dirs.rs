@@ -208,6 +208,7 @@ impl Client {
         self.note_parents(&t.path, &t.rel, &t.store, asked, &mut changes);
         self.apply(&changes);
         self.dir_times.touch_parent_of(&t.path);
+        self.tell_changed(&t.path).await;
         Ok(entry)
     }
 
@@ -293,6 +294,7 @@ impl Client {
         self.note_parents(&t.path, &t.rel, &t.store, asked, &mut changes);
         self.apply(&changes);
         self.dir_times.touch_parent_of(&t.path);
+        self.tell_changed(&t.path).await;
         Ok(entry)
     }
 

@@ -389,6 +389,20 @@ struct Fetched {
 /// Told about every change Silt learns of (the FUSE layer invalidates kernel caches).
 pub type ChangeListener = Arc<dyn Fn(&[Change]) + Send + Sync>;
 
+/// Who hears of the changes a client makes in the stores. An SDK client or gateway attached to
+/// a `silt up` has one (`silt-node` sets it): the owner revalidates the directory before the
+/// call that changed it returns, so the owner's mount (its kernel's caches too) shows the
+/// change at once. Other clients have none: their peers revalidate by their sync policy
+/// (docs/SEMANTICS.md). Front ends never call it: every change made through the client
+/// (a commit that wrote, unlink, mkdir, rmdir, rename, attributes, links, special files)
+/// tells it, whichever front end asked.
+#[async_trait::async_trait]
+pub trait ChangeSink: Send + Sync {
+    /// Something in directory `dir` changed through this client; returns once the sink
+    /// revalidated it (or gave up: a sink's failure is not the change's).
+    async fn changed_within(&self, dir: &str);
+}
+
 pub struct Client {
     ns: Namespace,
     /// S3 headers of object versions seen lately (see [`Client::headers`]).
@@ -404,6 +418,8 @@ pub struct Client {
     /// Directories whose tree had more than `bulk_list_max` entries: listed one at a time.
     too_big: Mutex<HashSet<String>>,
     listeners: Mutex<Vec<ChangeListener>>,
+    /// Who hears of the changes this client makes (`set_change_sink`).
+    change_sink: std::sync::OnceLock<Arc<dyn ChangeSink>>,
     opts: ClientOptions,
     rt: Handle,
     /// Same-host workers that can lend their cache files (cluster clients).
@@ -504,6 +520,7 @@ impl Client {
             sweeps: Mutex::new(Default::default()),
             too_big: Mutex::new(HashSet::new()),
             listeners: Mutex::new(Vec::new()),
+            change_sink: std::sync::OnceLock::new(),
             worker,
             opts,
             rt,
@@ -588,6 +605,28 @@ impl Client {
     pub fn with_backing_source(mut self, source: Arc<dyn BackingSource>) -> Self {
         self.backing = Some(source);
         self
+    }
+
+    /// Makes `sink` hear of every change this client makes in the stores, once the change
+    /// succeeded and before the call that made it returns (see [`ChangeSink`]). Set once;
+    /// a second sink is ignored.
+    pub fn set_change_sink(&self, sink: Arc<dyn ChangeSink>) {
+        let _ = self.change_sink.set(sink);
+    }
+
+    /// Tells the change sink, if any, that `path` changed: its directory is revalidated.
+    pub(crate) async fn tell_changed(&self, path: &str) {
+        if let Some(sink) = self.change_sink.get() {
+            let dir = parent_and_name(path).map_or("/", |(d, _)| d);
+            sink.changed_within(dir).await;
+        }
+    }
+
+    /// Tells the change sink, if any, that what lies in directory `dir` changed.
+    pub(crate) async fn tell_changed_within(&self, dir: &str) {
+        if let Some(sink) = self.change_sink.get() {
+            sink.changed_within(dir).await;
+        }
     }
 
     /// Calls `listener` with every batch of changes Silt learns of.

@@ -779,7 +779,12 @@ impl Client {
     /// returns its entry. If that fails nothing changed and the bytes stay dirty (a later
     /// commit tries again). A detached (unlinked) file is not committed.
     pub async fn commit(&self, w: &FileWriter) -> Result<Entry> {
-        self.commit_session(&w.session).await
+        let before = self.commit_count();
+        let e = self.commit_session(&w.session).await?;
+        if self.commit_count() != before {
+            self.tell_changed(&e.path).await;
+        }
+        Ok(e)
     }
 
     pub(crate) async fn commit_session(&self, s: &Arc<Session>) -> Result<Entry> {
@@ -954,6 +959,8 @@ impl Client {
         let entry = Entry::from_meta(path.clone(), &mount.store, meta);
         let changes = self.meta.put_stat(asked, entry);
         self.apply(&changes);
+        drop(_order);
+        self.tell_changed(&path).await;
         self.stat_live(&path).await.map(|(e, _)| e)
     }
 
@@ -969,8 +976,13 @@ impl Client {
         if s.writers.load(Ordering::Acquire) > 0 {
             return Ok(());
         }
+        let before = self.commit_count();
         let r = self.commit_ordered(&s).await.map(drop);
         self.writes.sessions.remove_idle(&s);
+        drop(_order);
+        if r.is_ok() && self.commit_count() != before && !s.is_detached() {
+            self.tell_changed(&s.path()).await;
+        }
         r
     }
 
@@ -1057,6 +1069,7 @@ impl Client {
         let r = self.remove_file_inner(&path).await;
         if r.is_ok() {
             self.dir_times.touch_parent_of(&path);
+            self.tell_changed(&path).await;
         }
         r
     }
@@ -1095,6 +1108,7 @@ impl Client {
         }
         let e = self.mkdir_stored(&p).await?;
         self.dir_times.touch_parent_of(&p);
+        self.tell_changed(&p).await;
         Ok(e)
     }
 
@@ -1114,6 +1128,7 @@ impl Client {
                 let entry = Entry::from_meta(e.path.clone(), &mount.store, meta);
                 let changes = self.meta.put_stat(asked, entry.clone());
                 self.apply(&changes);
+                self.tell_changed(&entry.path).await;
                 Ok(entry)
             }
             Err(err) => {
@@ -1148,6 +1163,7 @@ impl Client {
         // A directory made later at this path is another one: none of this one's times.
         self.dir_times.forget_under(&p);
         self.dir_times.touch_parent_of(&p);
+        self.tell_changed(&p).await;
         Ok(())
     }
 
@@ -1212,6 +1228,11 @@ impl Client {
             table.reinsert(s);
         }
         drop(guards);
+        // What the SDK's rename told the owner: both directories, and what lies in `to` (a
+        // directory may have replaced an empty one the owner had listed).
+        self.tell_changed(&from).await;
+        self.tell_changed(&to).await;
+        self.tell_changed_within(&to).await;
         Ok(entry)
     }
 }

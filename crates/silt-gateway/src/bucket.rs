@@ -107,7 +107,6 @@ impl Gateway {
             }
             Err(e) => return Err(to_s3(e)),
         }
-        self.note_changed(&path).await;
         Ok(S3Response::new(CreateBucketOutput {
             location: Some(path),
         }))
@@ -146,7 +145,6 @@ impl Gateway {
             return Err(bucket_not_empty());
         }
         self.remove_empty_tree(&root).await?;
-        self.note_changed(&root).await;
         Ok(S3Response::with_status(
             DeleteBucketOutput::default(),
             hyper::StatusCode::NO_CONTENT,

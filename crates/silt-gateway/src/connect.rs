@@ -4,7 +4,8 @@
 //! - a **cluster client** when the configuration names a cluster (`--etcd`, `--workers`);
 //! - **attached** to the Silt that owns the state directory on this host (`silt up`): a
 //!   client of that one worker over its Unix socket, sharing its cache, so the gateway and the
-//!   mount read the same pages; what it writes it tells that Silt (`Node::changed`);
+//!   mount read the same pages; what it changes its client tells that Silt
+//!   (`silt_client::ChangeSink`, set by `Node::attach`);
 //! - its **own single node** over the mounts given, when nothing serves the state directory
 //!   (it then holds the directory's lock, like `silt up`).
 //!

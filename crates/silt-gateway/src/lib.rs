@@ -129,17 +129,12 @@ macro_rules! with_checksums {
     }};
 }
 
-/// Told the namespace path of every file the gateway wrote or deleted (an attached client
-/// tells the Silt it is attached to: `silt_node::Node::changed`).
-pub type ChangeHook = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
-
 /// The gateway's S3 implementation over one client.
 #[derive(Clone)]
 pub struct Gateway {
     client: Arc<Client>,
     keys: Arc<Keys>,
     uploads: Arc<multipart::Uploads>,
-    changed: Option<ChangeHook>,
     domain: Option<String>,
     /// When the namespace was opened: the CreationDate of a bucket whose store keeps no time.
     opened: SystemTime,
@@ -153,28 +148,15 @@ impl Gateway {
             client,
             keys: Arc::new(keys),
             uploads: Arc::new(multipart::Uploads::new(uploads_dir)),
-            changed: None,
             domain: None,
             opened: SystemTime::now(),
         }
-    }
-
-    /// Calls `hook` after every write or delete.
-    pub fn with_change_hook(mut self, hook: ChangeHook) -> Gateway {
-        self.changed = Some(hook);
-        self
     }
 
     /// Virtual-host-style addressing under `domain` (`BUCKET.domain`), beside path style.
     pub fn with_domain(mut self, domain: Option<String>) -> Gateway {
         self.domain = domain;
         self
-    }
-
-    async fn note_changed(&self, path: &str) {
-        if let Some(h) = &self.changed {
-            h(path.to_string()).await;
-        }
     }
 
     /// Whether the request's key may read `bucket` (a copy's source).
@@ -669,7 +651,6 @@ impl S3 for Gateway {
             let root = self.bucket_root(&i.bucket).await?;
             let path = format!("{root}/{dir}");
             write::make_dirs(&self.client, &root, &path).await?;
-            self.note_changed(&path).await;
             return Ok(S3Response::new(PutObjectOutput {
                 // The MD5 of no bytes, as S3 answers for an empty object.
                 e_tag: Some(ETag::Strong("d41d8cd98f00b204e9800998ecf8427e".into())),
@@ -696,7 +677,6 @@ impl S3 for Gateway {
             headers,
         )
         .await?;
-        self.note_changed(&path).await;
         debug!(bucket = %i.bucket, key = %i.key, len = got.len, "PUT");
         Ok(S3Response::new(with_checksums!(
             PutObjectOutput {
@@ -787,7 +767,6 @@ impl S3 for Gateway {
         }
         self.client.set_headers(&w, headers);
         let entry = write::finish(&self.client, &w).await?;
-        self.note_changed(&dst).await;
         Ok(S3Response::new(CopyObjectOutput {
             copy_object_result: Some(CopyObjectResult {
                 e_tag: Some(ETag::Strong(etag_of(&entry))),
@@ -810,9 +789,7 @@ impl S3 for Gateway {
             ));
         }
         let root = self.bucket_root(&i.bucket).await?;
-        if let Some(path) = write::delete_key(&self.client, &root, &i.key).await? {
-            self.note_changed(&path).await;
-        }
+        write::delete_key(&self.client, &root, &i.key).await?;
         Ok(S3Response::with_status(
             DeleteObjectOutput::default(),
             hyper::StatusCode::NO_CONTENT,
@@ -842,10 +819,7 @@ impl S3 for Gateway {
                 ))
             } else {
                 match write::delete_key(&self.client, &root, &o.key).await {
-                    Ok(Some(path)) => {
-                        self.note_changed(&path).await;
-                        Ok(())
-                    }
+                    Ok(Some(_)) => Ok(()),
                     Ok(None) => Ok(()),
                     Err(e) => Err(e),
                 }
@@ -989,7 +963,6 @@ impl S3 for Gateway {
             .uploads
             .complete(&self.client, &u, &path, &asked, &m)
             .await?;
-        self.note_changed(&path).await;
         let h = meta::headers_of(&self.client, &entry)
             .await?
             .unwrap_or_default();

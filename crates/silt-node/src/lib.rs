@@ -36,6 +36,17 @@ const METADATA_SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
 /// `Node::role` of a client attached to a same-host single node.
 pub const ATTACHED: &str = "attached client";
 
+/// The owner an attached client tells of its changes (`Client::set_change_sink`): it
+/// revalidates the directory before the call returns, so its mount lists the change at once.
+struct OwnerSink(Arc<Router>);
+
+#[async_trait::async_trait]
+impl silt_client::ChangeSink for OwnerSink {
+    async fn changed_within(&self, dir: &str) {
+        self.0.notify_changed(dir).await;
+    }
+}
+
 /// A client ready to serve, and what it belongs to.
 #[derive(Clone)]
 pub struct Node {
@@ -120,23 +131,12 @@ impl Node {
         opts.host_id = local_host_id();
         let mut node = Self::cluster_client(cfg, rt, m, &mounts, opts)?;
         node.role = ATTACHED;
-        Ok(Some(node))
-    }
-
-    /// After this client changed `path` in the store: an attached client tells the owner,
-    /// which revalidates the directory holding it before this returns, so the owner (and its
-    /// mount) lists the change at once. Nothing for other roles (their peers revalidate by
-    /// their sync policy, docs/SEMANTICS.md).
-    pub async fn changed(&self, path: &str) {
-        self.changed_within(&parent_dir(path)).await;
-    }
-
-    /// [`changed`](Self::changed) for what `path` itself holds: a rename's target, a directory
-    /// that may have replaced an (empty) one whose listing the owner had cached.
-    pub async fn changed_within(&self, path: &str) {
-        if let (ATTACHED, Some(router)) = (self.role, &self.cluster) {
-            router.notify_changed(path).await;
+        // Every change this client makes is told to the owner, whichever front end made it.
+        if let Some(router) = &node.cluster {
+            node.client
+                .set_change_sink(Arc::new(OwnerSink(router.clone())));
         }
+        Ok(Some(node))
     }
 
     fn cluster_client(
@@ -491,14 +491,6 @@ impl Node {
             })
             .map_err(|e| Error::from(e).context("starting the metadata snapshot thread"))?;
         Ok(())
-    }
-}
-
-/// The directory holding namespace path `path` (`/` for a top-level entry).
-fn parent_dir(path: &str) -> String {
-    match path.rfind('/') {
-        Some(0) | None => "/".to_string(),
-        Some(i) => path[..i].to_string(),
     }
 }
 

@@ -89,22 +89,6 @@ impl Inner {
     fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.rt().block_on(f)
     }
-
-    /// `op`, a change of `path` (and `also`) in the store; once it succeeded, the node a
-    /// client is attached to is told (`Node::changed`).
-    async fn mutate<T>(
-        &self,
-        path: &str,
-        also: Option<&str>,
-        op: impl std::future::Future<Output = Result<T>>,
-    ) -> Result<T> {
-        let r = op.await?;
-        self.node.changed(path).await;
-        if let Some(p) = also {
-            self.node.changed(p).await;
-        }
-        Ok(r)
-    }
 }
 
 impl Drop for Inner {
@@ -580,9 +564,7 @@ impl PyClient {
                     .await?;
                 let wrote = c.write(&w, 0, data).await;
                 let closed = c.close(&w).await;
-                wrote.and(closed)?;
-                inner.node.changed(path).await;
-                Ok(())
+                wrote.and(closed)
             })
         })
         .map_err(py_err)
@@ -590,35 +572,28 @@ impl PyClient {
 
     fn mkdir(&self, py: Python<'_>, path: &str) -> PyResult<()> {
         let inner = self.get()?;
-        py.detach(|| inner.block_on(inner.mutate(path, None, inner.node.client.mkdir(path))))
+        py.detach(|| inner.block_on(inner.node.client.mkdir(path)))
             .map(drop)
             .map_err(py_err)
     }
 
     fn rmdir(&self, py: Python<'_>, path: &str) -> PyResult<()> {
         let inner = self.get()?;
-        py.detach(|| inner.block_on(inner.mutate(path, None, inner.node.client.rmdir(path))))
+        py.detach(|| inner.block_on(inner.node.client.rmdir(path)))
             .map_err(py_err)
     }
 
     fn rm_file(&self, py: Python<'_>, path: &str) -> PyResult<()> {
         let inner = self.get()?;
-        py.detach(|| inner.block_on(inner.mutate(path, None, inner.node.client.remove_file(path))))
+        py.detach(|| inner.block_on(inner.node.client.remove_file(path)))
             .map_err(py_err)
     }
 
     fn rename(&self, py: Python<'_>, from: &str, to: &str) -> PyResult<()> {
         let inner = self.get()?;
-        py.detach(|| {
-            inner.block_on(async {
-                inner
-                    .mutate(from, Some(to), inner.node.client.rename(from, to))
-                    .await?;
-                inner.node.changed_within(to).await;
-                Ok(())
-            })
-        })
-        .map_err(py_err)
+        py.detach(|| inner.block_on(inner.node.client.rename(from, to)))
+            .map(drop)
+            .map_err(py_err)
     }
 
     /// Forgets the cached metadata and pages at or below `path`.
@@ -871,8 +846,7 @@ impl Writer {
     /// `through`), keeping the file open.
     fn commit(&self, py: Python<'_>) -> PyResult<()> {
         let inner = &self.inner;
-        let path = self.w.path();
-        py.detach(|| inner.block_on(inner.mutate(&path, None, inner.node.client.commit(&self.w))))
+        py.detach(|| inner.block_on(inner.node.client.commit(&self.w)))
             .map(drop)
             .map_err(py_err)
     }
@@ -883,8 +857,7 @@ impl Writer {
             return Ok(());
         }
         let inner = &self.inner;
-        let path = self.w.path();
-        py.detach(|| inner.block_on(inner.mutate(&path, None, inner.node.client.close(&self.w))))
+        py.detach(|| inner.block_on(inner.node.client.close(&self.w)))
             .map_err(py_err)
     }
 }

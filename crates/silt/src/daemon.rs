@@ -192,7 +192,6 @@ pub fn run(
             settings,
             &addr,
             cfg.state_dir.join(silt_gateway::connect::UPLOADS_DIR),
-            None,
             &rt,
         )?),
         None => None,

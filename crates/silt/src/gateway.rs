@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Arg, ArgAction, ArgMatches};
 use silt_client::Client;
 use silt_common::config::Config;
-use silt_gateway::{ChangeHook, Gateway, Keys};
+use silt_gateway::{Gateway, Keys};
 use tracing::info;
 
 /// Environment variables of one access key (read-write, every bucket), beside `--keys`.
@@ -96,24 +96,20 @@ pub fn keys(m: &ArgMatches, prefix: &str) -> Result<Keys> {
 }
 
 /// Starts a gateway over `client` on `rt`, serving until the runtime stops; multipart parts
-/// wait in `uploads_dir`, and `hook` hears of every change. Binds before it returns, so a
+/// wait in `uploads_dir`. Binds before it returns, so a
 /// bad address fails the start. Returns the address and its scheme.
 pub fn start(
     client: Arc<Client>,
     settings: Settings,
     listen: &str,
     uploads_dir: PathBuf,
-    hook: Option<ChangeHook>,
     rt: &tokio::runtime::Runtime,
 ) -> Result<String> {
     let n = settings.keys.len();
     let anonymous = settings.keys.anonymous;
     let listener = rt.block_on(silt_gateway::bind(listen))?;
     let addr = listener.local_addr().context("gateway address")?;
-    let mut gw = Gateway::new(client, settings.keys, uploads_dir).with_domain(settings.domain);
-    if let Some(h) = hook {
-        gw = gw.with_change_hook(h);
-    }
+    let gw = Gateway::new(client, settings.keys, uploads_dir).with_domain(settings.domain);
     let scheme = if settings.tls.is_some() {
         "https"
     } else {
@@ -140,17 +136,11 @@ pub fn run(cfg: Config, m: &ArgMatches) -> Result<ExitCode> {
     let rt = crate::daemon::runtime()?;
     let connected = silt_gateway::connect::connect(&cfg, &rt)?;
     let client = connected.node.client.clone();
-    let node = connected.node.clone();
-    let hook: ChangeHook = Arc::new(move |path: String| {
-        let node = node.clone();
-        Box::pin(async move { node.changed(&path).await })
-    });
     let url = start(
         client.clone(),
         settings,
         &listen,
         connected.uploads_dir.clone(),
-        Some(hook),
         &rt,
     )?;
     let ops = silt_ops::Ops::new(connected.node.clone(), "gateway");
