@@ -19,7 +19,7 @@ def module_fs(s3_server, tmp_path_factory):
         skip_instance_cache=True,
         **s3_server.options(),
     )
-    assert fs.client.mode == "embedded"
+    assert fs.client.mode == "single"
     yield fs
     fs.close()
 

@@ -1,4 +1,4 @@
-"""The three ways to connect (embedded, attached, cluster) against a real S3 server and real
+"""The three ways to connect (single, attached, cluster) against a real S3 server and real
 `silt` processes, a worker killed during reads, and clear errors for bad input."""
 
 import hashlib
@@ -37,11 +37,21 @@ def embedded(s3, workdir, **kw):
     )
 
 
+def test_the_earlier_mode_word_embedded_is_the_single_role(s3, workdir):
+    fill(s3)
+    fs = embedded(s3, workdir, mode="embedded")
+    try:
+        assert fs.client.mode == "single"
+        check_all(fs)
+    finally:
+        fs.close()
+
+
 def test_embedded_reads_writes_and_lists(s3, workdir):
     fill(s3)
     fs = embedded(s3, workdir)
     try:
-        assert fs.client.mode == "embedded"
+        assert fs.client.mode == "single"
         check_all(fs)
         assert sorted(fs.ls("/data/train", detail=False)) == sorted(f"/data/{r}" for r in DATA)
         big = DATA["train/023.bin"]
@@ -305,8 +315,10 @@ def test_bad_input_gives_python_exceptions_with_messages(s3, workdir):
         silt.SiltFileSystem(cache_dir=os.path.join(workdir, "empty"), skip_instance_cache=True)
     with pytest.raises(ConnectionError, match="no Silt serves"):
         silt.SiltFileSystem(cache_dir=os.path.join(workdir, "empty"), mode="attach", skip_instance_cache=True)
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(ValueError, match="expected auto, single, attached or cluster"):
         silt.SiltFileSystem(cache_dir=workdir, mode="sideways", skip_instance_cache=True)
+    with pytest.raises(ConnectionError, match="no Silt serves"):
+        silt.SiltFileSystem(cache_dir=os.path.join(workdir, "empty"), mode="attached", skip_instance_cache=True)
     # Wrong credentials: the store refuses, and the message says which mount.
     opts = dict(s3.options(), s3_secret_access_key="wrong")
     with pytest.raises(OSError, match="/data"):

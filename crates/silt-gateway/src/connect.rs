@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 use silt_common::config::Config;
 use silt_node::local::{lock_state_dir, StateLock};
-use silt_node::Node;
+use silt_node::{Node, Role};
 
 use crate::GatewayError;
 
@@ -32,8 +32,8 @@ pub const UPLOADS_DIR: &str = "gateway-uploads";
 /// A client for the gateway, and what must live as long as it.
 pub struct Connected {
     pub node: Node,
-    /// `attached`, `cluster` or `single node`.
-    pub mode: &'static str,
+    /// How its client reaches its cache.
+    pub role: Role,
     /// Where the gateway keeps multipart uploads.
     pub uploads_dir: PathBuf,
     _lock: Option<StateLock>,
@@ -51,29 +51,23 @@ pub fn connect(cfg: &Config, rt: &tokio::runtime::Runtime) -> Result<Connected, 
         own.state_dir = dir;
         Ok(lock)
     };
-    let connected = |node, mode, dir: &PathBuf, lock| Connected {
+    let connected = |node: Node, dir: &PathBuf, lock| Connected {
+        role: node.role,
         node,
-        mode,
         uploads_dir: dir.join(UPLOADS_DIR),
         _lock: Some(lock),
     };
     let mut own = cfg.clone();
     if own.is_cluster() {
-        // The secret the cluster's members hold, from the state dir if not given.
-        if own.cluster_secret.is_empty() {
-            let file = owner_dir.join(silt_cluster::auth::SECRET_FILE);
-            if let Ok((s, _)) = silt_common::secret::read_secret_file(&file) {
-                own.cluster_secret = s;
-            }
-        }
+        let mut own = silt_node::with_state_dir_secret(own, &owner_dir);
         let lock = own_state(&mut own)?;
         let node = Node::build(&own, rt)?;
-        return Ok(connected(node, "cluster", &own.state_dir, lock));
+        return Ok(connected(node, &own.state_dir, lock));
     }
     if silt_node::local::AttachInfo::read(&owner_dir)?.is_some() {
         let lock = own_state(&mut own)?;
         if let Some(node) = Node::attach(&own, &owner_dir, rt)? {
-            return Ok(connected(node, "attached", &own.state_dir, lock));
+            return Ok(connected(node, &own.state_dir, lock));
         }
     }
     if own.mounts.is_empty() {
@@ -84,5 +78,5 @@ pub fn connect(cfg: &Config, rt: &tokio::runtime::Runtime) -> Result<Connected, 
     }
     let lock = lock_state_dir(&owner_dir)?;
     let node = Node::build(&own, rt)?;
-    Ok(connected(node, "single node", &owner_dir, lock))
+    Ok(connected(node, &owner_dir, lock))
 }

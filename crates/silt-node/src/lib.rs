@@ -33,8 +33,70 @@ pub const METADATA_SNAPSHOT: &str = "metadata-snapshot";
 /// crash restart.
 const METADATA_SNAPSHOT_EVERY: Duration = Duration::from_secs(5);
 
-/// `Node::role` of a client attached to a same-host single node.
-pub const ATTACHED: &str = "attached client";
+/// How a process's client reaches its cache, chosen once when it connects (`Node::build`,
+/// `Node::attach`) and used by every front end: the daemon, the Python SDK, the gateway and
+/// the CSI plugin's controller. Its words ([`Role::word`]) are the one vocabulary of flags,
+/// reports, logs and Python's `mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// This process owns the cache: page store with disk tiers, fetching from the stores
+    /// (`silt up`, `silt mount URI`, a gateway or Python client that owns its state directory).
+    Single,
+    /// A client of the single node that owns the state directory on this host, over its Unix
+    /// socket: it shares that cache and tells the owner of every change it makes.
+    Attached,
+    /// A client of a cluster's workers (etcd or a static list), with a memory-only near cache.
+    Cluster,
+}
+
+impl Role {
+    /// `single`, `attached` or `cluster`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Role::Single => "single",
+            Role::Attached => "attached",
+            Role::Cluster => "cluster",
+        }
+    }
+
+    /// The role in words for people: `single node`, `attached client`, `cluster client`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Role::Single => "single node",
+            Role::Attached => "attached client",
+            Role::Cluster => "cluster client",
+        }
+    }
+
+    /// A role from its word; the SDK's earlier words (`embedded`, `attach`) too.
+    pub fn parse(word: &str) -> Option<Role> {
+        match word {
+            "single" | "embedded" => Some(Role::Single),
+            "attached" | "attach" => Some(Role::Attached),
+            "cluster" => Some(Role::Cluster),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// `cfg` for a client of a cluster whose secret it was not given: the one in `owner_dir`
+/// (a member's state directory holds it), if that directory holds one. The gateway and the
+/// SDK connect this way.
+pub fn with_state_dir_secret(mut cfg: Config, owner_dir: &Path) -> Config {
+    if cfg.cluster_secret.is_empty() {
+        let file = owner_dir.join(silt_cluster::auth::SECRET_FILE);
+        if let Ok((s, _)) = silt_common::secret::read_secret_file(&file) {
+            cfg.cluster_secret = s;
+        }
+    }
+    cfg
+}
 
 /// The owner an attached client tells of its changes (`Client::set_change_sink`): it
 /// revalidates the directory before the call returns, so its mount lists the change at once.
@@ -53,8 +115,8 @@ pub struct Node {
     pub client: Arc<Client>,
     /// The cluster this process belongs to (reads, preloads and reports go through it).
     pub cluster: Option<Arc<Router>>,
-    /// `single node`, `cluster client` or `attached client`.
-    pub role: &'static str,
+    /// How it reaches its cache.
+    pub role: Role,
 }
 
 impl Node {
@@ -86,7 +148,7 @@ impl Node {
             page_store(cfg, true)?,
             fetcher,
             None,
-            "single node",
+            Role::Single,
         )
     }
 
@@ -130,7 +192,7 @@ impl Node {
         opts.unix_socket = true;
         opts.host_id = local_host_id();
         let mut node = Self::cluster_client(cfg, rt, m, &mounts, opts)?;
-        node.role = ATTACHED;
+        node.role = Role::Attached;
         // Every change this client makes is told to the owner, whichever front end made it.
         if let Some(router) = &node.cluster {
             node.client
@@ -151,7 +213,7 @@ impl Node {
         // The near cache is memory only: the workers' disk tiers hold the data.
         let fetcher: Arc<dyn Fetcher> = router.clone();
         let pages = page_store(cfg, false)?;
-        Self::finish(cfg, rt, ns, pages, fetcher, Some(router), "cluster client")
+        Self::finish(cfg, rt, ns, pages, fetcher, Some(router), Role::Cluster)
     }
 
     fn finish(
@@ -161,7 +223,7 @@ impl Node {
         pages: Arc<PageStore>,
         fetcher: Arc<dyn Fetcher>,
         cluster: Option<Arc<Router>>,
-        role: &'static str,
+        role: Role,
     ) -> Result<Node> {
         let reclaim_pages = Arc::downgrade(&pages);
         let worker = Arc::new(Worker::with_fetcher(

@@ -27,7 +27,7 @@ use silt_common::config::Config;
 use silt_common::write::WriteType;
 use silt_common::{Error, ErrorKind};
 use silt_node::local::{lock_state_dir, LocalService, StateLock};
-use silt_node::Node;
+use silt_node::{Node, Role};
 use silt_ufs::EntryKind;
 
 type Result<T> = std::result::Result<T, Error>;
@@ -70,7 +70,6 @@ const CLIENT_DIR: &str = "client_dir";
 
 struct Inner {
     node: Node,
-    mode: &'static str,
     owner_dir: PathBuf,
     /// Serving the owned state directory (embedded).
     local: Option<LocalService>,
@@ -96,7 +95,7 @@ impl Drop for Inner {
         // Stop serving first (attached processes fail over to reading the store), then save
         // what the next embedded start can reuse, then stop the runtime.
         self.local.take();
-        if self.mode == "embedded" {
+        if self.node.role == Role::Single {
             let snapshot = self.owner_dir.join(silt_node::METADATA_SNAPSHOT);
             if let Err(e) = self.node.client.save_metadata(&snapshot) {
                 tracing::warn!(error = %e, "could not save the metadata cache");
@@ -171,19 +170,22 @@ fn client_dir(
 }
 
 fn connect(options: HashMap<String, String>, mode: &str) -> Result<Inner> {
-    if !matches!(mode, "auto" | "embedded" | "attach" | "cluster") {
-        return Err(Error::invalid(format!(
-            "mode {mode:?}: expected auto, embedded, attach or cluster"
-        )));
-    }
+    // `None`: auto, the first that applies.
+    let want = match mode {
+        "auto" => None,
+        m => Some(Role::parse(m).ok_or_else(|| {
+            Error::invalid(format!(
+                "mode {mode:?}: expected auto, single, attached or cluster"
+            ))
+        })?),
+    };
     let cfg = config(&options)?;
     silt_node::init_logging(&cfg, "python", "SILT_LOG", "warn");
     let owner_dir = cfg.state_dir.clone();
     let rt = runtime()?;
     let mut own = cfg.clone();
-    let inner = |node, mode, local, lock, client_dir, rt| Inner {
+    let inner = |node, local, lock, client_dir, rt| Inner {
         node,
-        mode,
         owner_dir: owner_dir.clone(),
         local,
         lock,
@@ -192,23 +194,17 @@ fn connect(options: HashMap<String, String>, mode: &str) -> Result<Inner> {
     };
 
     if cfg.is_cluster() {
-        if !matches!(mode, "auto" | "cluster") {
+        if want.is_some_and(|r| r != Role::Cluster) {
             return Err(Error::invalid(format!(
                 "mode {mode:?} with etcd or workers given: those name a cluster (mode cluster)"
             )));
         }
-        // The secret the cluster's members hold, from the state dir if not given.
-        if own.cluster_secret.is_empty() {
-            let file = owner_dir.join(silt_cluster::auth::SECRET_FILE);
-            if let Ok((s, _)) = silt_common::secret::read_secret_file(&file) {
-                own.cluster_secret = s;
-            }
-        }
+        let mut own = silt_node::with_state_dir_secret(own, &owner_dir);
         let tmp = client_dir(&mut own, &options)?;
         let node = Node::build(&own, &rt)?;
-        return Ok(inner(node, "cluster", None, None, tmp, rt));
+        return Ok(inner(node, None, None, tmp, rt));
     }
-    if mode == "cluster" {
+    if want == Some(Role::Cluster) {
         return Err(Error::invalid(
             "mode cluster needs etcd=\"http://HOST:2379\" or workers=\"ID=HOST:PORT,...\"",
         ));
@@ -223,12 +219,12 @@ fn connect(options: HashMap<String, String>, mode: &str) -> Result<Inner> {
         let tmp = client_dir(own, &options)?;
         Ok(Node::attach(own, &owner_dir, rt)?.map(|n| (n, tmp)))
     };
-    if mode != "embedded" {
+    if want != Some(Role::Single) {
         if let Some((node, tmp)) = attach(&mut own, &rt)? {
-            return Ok(inner(node, "attached", None, None, tmp, rt));
+            return Ok(inner(node, None, None, tmp, rt));
         }
     }
-    if mode == "attach" {
+    if want == Some(Role::Attached) {
         return Err(Error::new(
             ErrorKind::Unavailable,
             format!(
@@ -250,15 +246,15 @@ fn connect(options: HashMap<String, String>, mode: &str) -> Result<Inner> {
             node.keep_sweeping_ttl()?;
             let key = silt_cluster::auth::cluster_key(&cfg.cluster_secret, &owner_dir, true)?;
             let local = LocalService::start(&node.client, &owner_dir, key, rt.handle(), None)?;
-            Ok(inner(node, "embedded", Some(local), Some(lock), None, rt))
+            Ok(inner(node, Some(local), Some(lock), None, rt))
         }
-        Err(e) if e.kind() == ErrorKind::Busy && mode == "auto" => {
+        Err(e) if e.kind() == ErrorKind::Busy && want.is_none() => {
             // Another process owns it and is starting to serve it (a sibling worker won the
             // lock): attach once it does.
             let until = Instant::now() + OWNER_WAIT;
             while Instant::now() < until {
                 if let Some((node, tmp)) = attach(&mut own, &rt)? {
-                    return Ok(inner(node, "attached", None, None, tmp, rt));
+                    return Ok(inner(node, None, None, tmp, rt));
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -333,7 +329,8 @@ fn concat<'py>(py: Python<'py>, chunks: &[Bytes]) -> PyResult<Bound<'py, PyBytes
 #[pymethods]
 impl PyClient {
     /// `options`: configuration options by name (docs/CONFIGURATION.md) as text, plus
-    /// `client_dir`. `mode`: auto | embedded | attach | cluster.
+    /// `client_dir`. `mode`: auto | single | attached | cluster (`silt_node::Role`; the earlier
+    /// embedded and attach are taken too).
     #[new]
     #[pyo3(signature = (options, mode = "auto"))]
     fn new(py: Python<'_>, options: HashMap<String, String>, mode: &str) -> PyResult<Self> {
@@ -343,10 +340,10 @@ impl PyClient {
         })
     }
 
-    /// `embedded`, `attached` or `cluster`.
+    /// `single`, `attached` or `cluster` (`silt_node::Role::word`).
     #[getter]
     fn mode(&self) -> PyResult<&'static str> {
-        Ok(self.get()?.mode)
+        Ok(self.get()?.node.role.word())
     }
 
     /// The state directory this client owns (embedded) or attached to.
@@ -744,7 +741,7 @@ impl Reader {
         }
         let client = &self.inner.node.client;
         let obj = self.file.object();
-        let found = if self.inner.mode == "embedded" {
+        let found = if self.inner.node.role == Role::Single {
             let l = client.pin_local_file(obj);
             l.file.map(|f| Local::Own(f, l.guard))
         } else {

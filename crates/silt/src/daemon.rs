@@ -23,7 +23,7 @@ use silt_fuse::{FuseOptions, FuseState};
 use silt_node::local::{lock_state_dir, LocalService};
 use silt_node::{
     cluster_mounts, membership, mount_table_text, open_namespace, page_store, router_options,
-    write_setup, Node, METADATA_SNAPSHOT,
+    write_setup, Node, Role, METADATA_SNAPSHOT,
 };
 use silt_worker::{Worker, WorkerOptions};
 use tokio::sync::Notify;
@@ -33,8 +33,10 @@ use crate::control;
 
 /// What the control server needs of the running daemon.
 pub struct Daemon {
-    /// `single node`, `cluster client` or `worker`.
+    /// `single node`, `cluster client` or `worker` (the report's role).
     pub role: &'static str,
+    /// How its client reaches its cache (a worker's is its own: `Role::Single`).
+    pub node_role: Role,
     pub client: Arc<Client>,
     pub fuse: Arc<FuseState>,
     pub config: Config,
@@ -56,7 +58,7 @@ impl Daemon {
         Node {
             client: self.client.clone(),
             cluster: self.cluster.clone(),
-            role: self.role,
+            role: self.node_role,
         }
     }
 }
@@ -171,7 +173,8 @@ pub fn run(
     };
 
     let daemon = Arc::new(Daemon {
-        role,
+        role: role.describe(),
+        node_role: role,
         client: client.clone(),
         fuse: fuse_state.clone(),
         config: cfg.clone(),
@@ -182,7 +185,7 @@ pub fn run(
     let socket = control::socket_path(&cfg.state_dir);
     let listener = rt.block_on(control::bind(&socket))?;
     // Bound before mounting: a bad address fails the start with nothing to undo.
-    let ops = silt_ops::Ops::new(daemon.node(), role)
+    let ops = silt_ops::Ops::new(daemon.node(), role.describe())
         .with_mountpoint(cfg.mountpoint.clone())
         .with_loads(daemon.loads.clone());
     let ops_addrs = silt_ops::start(&cfg, ops_default, Arc::new(ops), &rt)?;
@@ -445,6 +448,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     ));
     let daemon = Arc::new(Daemon {
         role: "worker",
+        node_role: Role::Single,
         client,
         fuse: Arc::new(FuseState::default()),
         config: cfg.clone(),

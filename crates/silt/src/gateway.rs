@@ -148,8 +148,8 @@ pub fn run(cfg: Config, m: &ArgMatches) -> Result<ExitCode> {
         eprintln!("{line}");
     }
     eprintln!(
-        "silt: serving S3 gateway at {url} ({} client of {}; buckets: the top-level directories of {})",
-        connected.mode,
+        "silt: serving S3 gateway at {url} ({} of {}; buckets: the top-level directories of {})",
+        connected.role,
         cfg.state_dir.display(),
         silt_node::mount_table_text(&silt_node::client_mounts(&client)),
     );

@@ -502,7 +502,7 @@ fn gateway_needs_keys_or_explicit_anonymous_access() {
     .arg(format!("/data=file://{}", store.display()));
     let own = Silt::spawn(gw, None, &dir.path().join("own-gw")).unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        own.log_text().contains("(single node client"),
+        own.log_text().contains("(single node of "),
         "{}",
         own.log_text()
     );
