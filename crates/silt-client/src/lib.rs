@@ -12,6 +12,7 @@
 pub mod attrs;
 mod dirs;
 mod meta;
+mod names;
 pub mod namespace;
 mod persist;
 mod prefetch;
@@ -46,6 +47,7 @@ use tokio::runtime::Handle;
 
 use meta::{age, build_tree, Lookup, MetaCache};
 pub use meta::{Change, ChangeKind};
+pub use names::Precondition;
 use namespace::{join, parent_and_name, Resolved};
 pub use namespace::{MountPoint, Namespace};
 pub use persist::FileState;
@@ -418,6 +420,8 @@ pub struct Client {
     /// Directories whose tree had more than `bulk_list_max` entries: listed one at a time.
     too_big: Mutex<HashSet<String>>,
     listeners: Mutex<Vec<ChangeListener>>,
+    /// The lock of each name a commit, unlink or rename changes (`names.rs`).
+    names: names::NameLocks,
     /// Who hears of the changes this client makes (`set_change_sink`).
     change_sink: std::sync::OnceLock<Arc<dyn ChangeSink>>,
     opts: ClientOptions,
@@ -520,6 +524,7 @@ impl Client {
             sweeps: Mutex::new(Default::default()),
             too_big: Mutex::new(HashSet::new()),
             listeners: Mutex::new(Vec::new()),
+            names: names::NameLocks::new(),
             change_sink: std::sync::OnceLock::new(),
             worker,
             opts,

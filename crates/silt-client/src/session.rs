@@ -38,7 +38,7 @@ use silt_common::{Error, ErrorKind, Result};
 use silt_ufs::{DynStore, EntryKind};
 
 use crate::namespace::{parent_and_name, Resolved};
-use crate::{Client, Entry, OpenFile};
+use crate::{Client, Entry, OpenFile, Precondition};
 
 /// How a file is opened for writing ([`Client::open_write`]).
 #[derive(Debug, Clone, Copy, Default)]
@@ -109,6 +109,9 @@ pub struct Session {
     /// The S3 headers its commits give the file (a gateway upload's); none: the file has none
     /// (a write replaces an object's headers, as a PUT does).
     headers: Mutex<Option<Arc<silt_ufs::Headers>>>,
+    /// What must hold of the stored file for its next commit to happen (an upload's S3
+    /// conditions), checked at the commit (`Client::set_precondition`).
+    precondition: Mutex<Option<Precondition>>,
 }
 
 impl Session {
@@ -414,6 +417,42 @@ impl Client {
         *w.session.headers.lock() = (!headers.is_empty()).then(|| Arc::new(headers));
     }
 
+    /// Makes the next commit of the file `w` writes happen only if `condition` holds of the
+    /// stored file then (S3's conditional writes: the gateway's `If-None-Match: *` and
+    /// `If-Match`). It is checked at the commit, against the store, under the lock every
+    /// commit, unlink and rename of the name through this client takes: no write of this
+    /// client lands between the check and the commit. A change by another client or behind
+    /// Silt's back in that instant is not seen (the stores' own conditional writes are not
+    /// used). A failed condition fails the commit (`PreconditionFailed`, or `NotFound` for
+    /// `If-Match` of a missing file) and changes nothing.
+    pub fn set_precondition(&self, w: &FileWriter, condition: Precondition) {
+        *w.session.precondition.lock() = Some(condition);
+    }
+
+    /// Checks `condition` against what the store holds at `path` now.
+    async fn check_precondition(&self, path: &str, condition: &Precondition) -> Result<()> {
+        let current = match self.stat_store(path).await {
+            Ok(e) => Some(e),
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        let failed = || {
+            Err(Error::new(
+                ErrorKind::PreconditionFailed,
+                format!("{path}: the file is not as the write's condition requires"),
+            ))
+        };
+        match (condition, current) {
+            (Precondition::Absent, Some(_)) => failed(),
+            (Precondition::Absent, None) => Ok(()),
+            (Precondition::Matches(_), None) => Err(Error::not_found(format!(
+                "{path}: no such file (the write's condition names a version of it)"
+            ))),
+            (Precondition::Matches(ok), Some(e)) if !ok(&e) => failed(),
+            (Precondition::Matches(_), Some(_)) => Ok(()),
+        }
+    }
+
     /// Starts a **whole-object upload** of `path` (the S3 gateway's PutObject, a completed
     /// multipart upload): a session of its own, empty, that no open joins and nothing reads
     /// until its commit, which replaces the file whole. Two uploads of one path, or an
@@ -464,6 +503,7 @@ impl Client {
                 silt_ufs::SetAttrs::default()
             }),
             headers: Mutex::new(None),
+            precondition: Mutex::new(None),
         });
         Ok(FileWriter {
             session: s,
@@ -529,6 +569,7 @@ impl Client {
             modified: AtomicU64::new(if new_file { now_ns() } else { 0 }),
             pending: Mutex::new(silt_ufs::SetAttrs::default()),
             headers: Mutex::new(None),
+            precondition: Mutex::new(None),
         });
         if new_file {
             self.dir_times.touch_parent_of(&target.path);
@@ -828,15 +869,22 @@ impl Client {
         let len = buf.len();
         let pending = *s.pending.lock();
         let headers = s.headers.lock().clone();
-        // Not knowing the stored attributes fails the commit (the bytes stay dirty): writing
-        // defaults would silently reset the file's mode and owner.
-        let result = match self.attrs_for_write(&target, pending).await {
-            Ok(attrs) => {
-                self.commit_buffer(&target, &buf, len, &attrs, headers.as_ref())
-                    .await
+        let precondition = s.precondition.lock().clone();
+        // Every commit holds its name's lock, so a conditional one is decided with no other
+        // change of the name through this client in between.
+        let name = self.names.lock(&target.path).await;
+        let result = async {
+            if let Some(c) = &precondition {
+                self.check_precondition(&target.path, c).await?;
             }
-            Err(e) => Err(e),
-        };
+            // Not knowing the stored attributes fails the commit (the bytes stay dirty):
+            // writing defaults would silently reset the file's mode and owner.
+            let attrs = self.attrs_for_write(&target, pending).await?;
+            self.commit_buffer(&target, &buf, len, &attrs, headers.as_ref())
+                .await
+        }
+        .await;
+        drop(name);
         if result.is_ok() {
             // Stored now; a later chmod of the file goes to the store.
             let mut p = s.pending.lock();
@@ -1077,6 +1125,7 @@ impl Client {
     async fn remove_file_inner(&self, path: &str) -> Result<()> {
         let path = path.to_string();
         let Some(s) = self.session(&path) else {
+            let _name = self.names.lock(&path).await;
             return self.remove_stored(&path).await;
         };
         // Its descriptors go on reading it (POSIX): bytes a session has not loaded yet are
@@ -1085,7 +1134,11 @@ impl Client {
         let _order = s.order.lock().await;
         s.detached.store(true, Ordering::Release);
         self.writes.sessions.remove(&s);
-        match self.remove_stored(&path).await {
+        let removed = {
+            let _name = self.names.lock(&path).await;
+            self.remove_stored(&path).await
+        };
+        match removed {
             // A new file not committed yet: only its handles had it.
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
             Err(e) => {
@@ -1214,7 +1267,10 @@ impl Client {
         for s in &moving {
             self.commit_ordered(s).await?;
         }
-        let entry = self.rename_stored(&from, &to).await?;
+        let entry = {
+            let _names = self.names.lock_two(&from, &to).await;
+            self.rename_stored(&from, &to).await?
+        };
         self.dir_times.rename(&from, &to);
         self.dir_times.touch_parent_of(&from);
         self.dir_times.touch_parent_of(&to);

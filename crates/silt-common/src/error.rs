@@ -47,6 +47,10 @@ pub enum ErrorKind {
     CrossDevice,
     /// A file would grow past the largest size allowed (`max_file_size`).
     FileTooLarge,
+    /// A conditional change found the file not as it required (S3's `If-Match`,
+    /// `If-None-Match: *`); nothing changed. `EEXIST`: the one such condition POSIX callers
+    /// meet is `O_EXCL`'s.
+    PreconditionFailed,
     /// A bug or an unexpected condition.
     Internal,
 }
@@ -83,6 +87,7 @@ impl ErrorKind {
             ErrorKind::NameTooLong => libc::ENAMETOOLONG,
             ErrorKind::CrossDevice => libc::EXDEV,
             ErrorKind::FileTooLarge => libc::EFBIG,
+            ErrorKind::PreconditionFailed => libc::EEXIST,
             ErrorKind::Internal => libc::EIO,
         }
     }
@@ -109,6 +114,7 @@ impl ErrorKind {
             ErrorKind::NameTooLong => "name too long",
             ErrorKind::CrossDevice => "cross-device",
             ErrorKind::FileTooLarge => "file too large",
+            ErrorKind::PreconditionFailed => "precondition failed",
             ErrorKind::Internal => "internal error",
         }
     }

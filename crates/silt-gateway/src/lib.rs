@@ -38,7 +38,7 @@ use s3s::dto::*;
 use s3s::service::{S3Service, S3ServiceBuilder};
 use s3s::stream::{ByteStream, RemainingLength};
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
-use silt_client::{Client, Entry, OpenFile};
+use silt_client::{Client, Entry, OpenFile, Precondition};
 use silt_common::{metrics, ErrorKind};
 use silt_ufs::EntryKind;
 use tokio::net::TcpListener;
@@ -659,13 +659,8 @@ impl S3 for Gateway {
             }));
         }
         let path = self.write_path(&i.bucket, &i.key).await?;
-        self.check_write_conditions(
-            &i.bucket,
-            &i.key,
-            i.if_match.as_ref(),
-            i.if_none_match.as_ref(),
-        )
-        .await?;
+        let mut expected = expected;
+        expected.condition = write_condition(i.if_match.as_ref(), i.if_none_match.as_ref())?;
         let headers = meta::request_headers!(i);
         let (entry, got) = write::upload(
             &self.client,
@@ -941,13 +936,7 @@ impl S3 for Gateway {
             },
         };
         let path = self.write_path(&i.bucket, &i.key).await?;
-        self.check_write_conditions(
-            &i.bucket,
-            &i.key,
-            i.if_match.as_ref(),
-            i.if_none_match.as_ref(),
-        )
-        .await?;
+        let condition = write_condition(i.if_match.as_ref(), i.if_none_match.as_ref())?;
         let mut asked = Vec::new();
         for p in i.multipart_upload.and_then(|m| m.parts).unwrap_or_default() {
             let (Some(n), Some(etag)) = (p.part_number, p.e_tag) else {
@@ -961,7 +950,7 @@ impl S3 for Gateway {
         let m = self.uploads.meta(&u).await;
         let entry = self
             .uploads
-            .complete(&self.client, &u, &path, &asked, &m)
+            .complete(&self.client, &u, &path, &asked, &m, condition)
             .await?;
         let h = meta::headers_of(&self.client, &entry)
             .await?
@@ -1481,44 +1470,34 @@ fn check_copy_conditions(entry: &Entry, etag: &str, i: &CopyObjectInput) -> S3Re
     )
 }
 
-impl Gateway {
-    /// A conditional write (`If-None-Match: *`: only if the key is free; `If-Match`: only
-    /// over that version), checked when the request arrives: a write landing between the
-    /// check and the commit is not seen (S3 checks at the commit).
-    async fn check_write_conditions(
-        &self,
-        bucket: &str,
-        key: &str,
-        if_match: Option<&ETagCondition>,
-        if_none_match: Option<&ETagCondition>,
-    ) -> S3Result<()> {
-        if if_match.is_none() && if_none_match.is_none() {
-            return Ok(());
+/// A write's conditions (`If-None-Match: *`: only if the key is free; `If-Match`: only over
+/// that version) as the client checks them at the commit (`Client::set_precondition`), so a
+/// write landing between the request's arrival and its commit is seen, as S3 sees it.
+fn write_condition(
+    if_match: Option<&ETagCondition>,
+    if_none_match: Option<&ETagCondition>,
+) -> S3Result<Option<Precondition>> {
+    match if_none_match {
+        Some(ETagCondition::ETag(_)) => {
+            return Err(s3_error!(
+                NotImplemented,
+                "If-None-Match on a write takes only *"
+            ))
         }
-        let current = match self.object(bucket, key).await {
-            Ok(e) => Some(e),
-            Err(e) if *e.code() == S3ErrorCode::NoSuchKey => None,
-            Err(e) => return Err(e),
-        };
-        match if_none_match {
-            Some(ETagCondition::Any) if current.is_some() => return Err(precondition_failed()),
-            Some(ETagCondition::ETag(_)) => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "If-None-Match on a write takes only *"
-                ))
-            }
-            _ => {}
+        // Both: nothing can pass (a missing key fails If-Match with 404, a present one
+        // If-None-Match with 412).
+        Some(ETagCondition::Any) if if_match.is_some() => {
+            return Ok(Some(Precondition::Matches(Arc::new(|_: &Entry| false))))
         }
-        match (if_match, &current) {
-            (Some(_), None) => Err(no_such_key(key)),
-            (Some(c), Some(e)) if !etag_matches(c, &etag_of(e)) => Err(precondition_failed()),
-            _ => Ok(()),
-        }
+        Some(ETagCondition::Any) => return Ok(Some(Precondition::Absent)),
+        None => {}
     }
+    Ok(if_match
+        .cloned()
+        .map(|c| Precondition::Matches(Arc::new(move |e: &Entry| etag_matches(&c, &etag_of(e))))))
 }
 
-fn precondition_failed() -> S3Error {
+pub(crate) fn precondition_failed() -> S3Error {
     s3_error!(
         PreconditionFailed,
         "At least one of the pre-conditions you specified did not hold"

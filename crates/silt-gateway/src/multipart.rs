@@ -262,6 +262,7 @@ impl Uploads {
         path: &str,
         asked: &[(i32, String)],
         meta: &crate::meta::UploadMeta,
+        condition: Option<silt_client::Precondition>,
     ) -> S3Result<Entry> {
         if asked.is_empty() {
             return Err(s3_error!(
@@ -324,6 +325,10 @@ impl Uploads {
             sums.end_part();
         }
         client.set_headers(&w, sums.finish(meta));
+        if let Some(c) = condition {
+            // Decided at the commit: a failed one leaves the upload and its parts as they were.
+            client.set_precondition(&w, c);
+        }
         let entry = write::finish(client, &w).await?;
         // Recorded before the parts go: a failure leaves a repeated Complete NoSuchUpload,
         // as before, and the object is written either way.

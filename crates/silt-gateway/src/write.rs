@@ -33,6 +33,9 @@ pub(crate) struct Expected {
     pub trailer: Option<String>,
     /// Compute the MD5 even if none was given (a part's ETag is its MD5).
     pub want_md5: bool,
+    /// What must hold of the stored object for the upload's commit to happen (`If-Match`,
+    /// `If-None-Match: *`), checked by the client at the commit.
+    pub condition: Option<silt_client::Precondition>,
 }
 
 /// Reads one checksum of a `Checksum`.
@@ -266,6 +269,7 @@ pub(crate) fn commit_error(e: silt_common::Error) -> S3Error {
             err.set_status_code(hyper::StatusCode::CONFLICT);
             err
         }
+        ErrorKind::PreconditionFailed => crate::precondition_failed(),
         ErrorKind::ReadOnly => S3Error::with_message(
             S3ErrorCode::AccessDenied,
             format!("Access Denied: {e} (the mount's write rules allow no writes here)"),
@@ -295,6 +299,9 @@ pub(crate) async fn upload(
     let got = receive(sink, body, content_length, expected, trailers).await?;
     crate::meta::set_checksums(&mut headers, &got.checksums);
     client.set_headers(&w, headers);
+    if let Some(c) = expected.condition.clone() {
+        client.set_precondition(&w, c);
+    }
     let entry = finish(client, &w).await?;
     Ok((entry, got))
 }
