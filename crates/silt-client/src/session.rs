@@ -1224,8 +1224,25 @@ impl Client {
     /// for writing at or below `from` commit their dirty bytes first and follow the rename;
     /// a file open for writing at `to` is replaced (detached, as by an unlink).
     pub async fn rename(&self, from: &str, to: &str) -> Result<Entry> {
+        self.rename_with(from, to, false).await
+    }
+
+    /// `rename` that fails with `AlreadyExists` if anything is at `to` (`RENAME_NOREPLACE`),
+    /// decided under the names' locks: no commit, unlink or rename of `to` through this
+    /// client lands between the check and the rename, and a file being created there (not
+    /// committed yet) counts. Something put at `to` behind Silt's back in that instant is
+    /// replaced (no store renames conditionally).
+    pub async fn rename_noreplace(&self, from: &str, to: &str) -> Result<Entry> {
+        self.rename_with(from, to, true).await
+    }
+
+    async fn rename_with(&self, from: &str, to: &str, noreplace: bool) -> Result<Entry> {
         let from = Self::normalize(from)?;
         let to = Self::normalize(to)?;
+        // Before anything is committed (commits are not undone), and again under the locks.
+        if noreplace {
+            self.nothing_at(&to).await?;
+        }
         if from == to {
             // A file being written counts as there, committed or not (cache-only files are
             // not in the store before their first commit).
@@ -1269,6 +1286,9 @@ impl Client {
         }
         let entry = {
             let _names = self.names.lock_two(&from, &to).await;
+            if noreplace {
+                self.nothing_at(&to).await?;
+            }
             self.rename_stored(&from, &to).await?
         };
         self.dir_times.rename(&from, &to);
@@ -1294,6 +1314,18 @@ impl Client {
 }
 
 impl Client {
+    /// `AlreadyExists` if anything is at `path` in the live view (a file being created too).
+    async fn nothing_at(&self, path: &str) -> Result<()> {
+        match self.stat_live(path).await {
+            Ok(_) => Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("{path}: file exists (a rename that replaces nothing)"),
+            )),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The errors `rename_stored` would give for reasons other than the store's, from the live
     /// view (files being created count).
     async fn rename_precheck(&self, from: &str, to: &str) -> Result<()> {

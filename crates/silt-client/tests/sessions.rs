@@ -208,3 +208,67 @@ async fn a_write_during_an_upload_is_kept_for_the_next_commit() {
     c.commit(&w).await.unwrap();
     assert_eq!(stored(&*mem, "f").await.unwrap(), b"bbaa");
 }
+
+/// `rename_noreplace` (FUSE's `RENAME_NOREPLACE`) never replaces: not a stored file, not a
+/// file being created (not committed yet), and of eight renames racing onto one free name
+/// over a slow store exactly one lands, whatever the timing (the check and the rename are
+/// one step under the name's lock; the mount did a stat, then a rename).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rename_noreplace_never_replaces_even_racing() {
+    let spool = tempfile::tempdir().unwrap();
+    let mem = Arc::new(MemStore::new("mem://s"));
+    let faults = Arc::new(FaultStore::new(mem.clone()));
+    let c = client(faults.clone(), spool.path());
+    for (name, body) in [("a", b"aaa"), ("b", b"bbb")] {
+        let w = c.create(&format!("/d/{name}"), true).await.unwrap();
+        c.write_at(&w, 0, body).unwrap();
+        c.close(&w).await.unwrap();
+    }
+    let e = c.rename_noreplace("/d/a", "/d/b").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(stored(&*mem, "a").await.unwrap(), b"aaa");
+    assert_eq!(stored(&*mem, "b").await.unwrap(), b"bbb");
+    let creating = c.create("/d/c", true).await.unwrap();
+    let e = c.rename_noreplace("/d/a", "/d/c").await.unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::AlreadyExists,
+        "a file being created: {e}"
+    );
+    c.close(&creating).await.unwrap();
+    let e = c.rename_noreplace("/d/a", "/d/a").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "onto itself: {e}");
+    c.rename_noreplace("/d/a", "/d/free").await.unwrap();
+    assert_eq!(stored(&*mem, "free").await.unwrap(), b"aaa");
+
+    for i in 0..8u8 {
+        let w = c.create(&format!("/d/s{i}"), true).await.unwrap();
+        c.write_at(&w, 0, &[i; 3]).unwrap();
+        c.close(&w).await.unwrap();
+    }
+    faults.inject(Fault::Latency {
+        op: None,
+        delay: Duration::from_millis(20),
+    });
+    // All at once on this task: they interleave at every store call.
+    let sources: Vec<String> = (0..8u8).map(|i| format!("/d/s{i}")).collect();
+    let renames = sources.iter().map(|s| c.rename_noreplace(s, "/d/t"));
+    let results = futures::future::join_all(renames).await;
+    let mut won = Vec::new();
+    for (i, r) in (0..8u8).zip(results) {
+        match r {
+            Ok(_) => won.push(i),
+            Err(e) => assert_eq!(e.kind(), ErrorKind::AlreadyExists, "s{i}: {e}"),
+        }
+    }
+    assert_eq!(won.len(), 1, "renames that landed: {won:?}");
+    faults.clear();
+    assert_eq!(stored(&*mem, "t").await.unwrap(), [won[0]; 3]);
+    for i in (0..8u8).filter(|i| *i != won[0]) {
+        assert_eq!(
+            stored(&*mem, &format!("s{i}")).await.unwrap(),
+            [i; 3],
+            "s{i} lost"
+        );
+    }
+}

@@ -2085,24 +2085,25 @@ impl fuser::Filesystem for SiltFs {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => return reply.error(e),
         };
-        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-            match self.stat_live(&to) {
-                Ok(_) => return reply.error(Errno::EEXIST),
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return reply.error(errno(&e)),
-            }
-        }
         // What is at `to` is replaced (if it is another file).
         let (moved, over) = {
             let inodes = self.inodes.lock();
             (inodes.ino(&from), inodes.ino(&to))
         };
+        let noreplace = flags.contains(RenameFlags::RENAME_NOREPLACE);
         let replaced = match over {
-            Some(over) if moved != Some(over) => self.readers_before_detach(&to),
+            // Under RENAME_NOREPLACE nothing is replaced: the rename fails if `to` exists.
+            Some(over) if moved != Some(over) && !noreplace => self.readers_before_detach(&to),
             _ => None,
         };
-        // Files open for writing at or below `from` follow the rename (`Client::rename`).
-        if let Err(e) = self.block(self.client.rename(&from, &to)) {
+        // Files open for writing at or below `from` follow the rename (`Client::rename`);
+        // RENAME_NOREPLACE is decided by the client, with the check under the names' locks.
+        let renamed = if noreplace {
+            self.block(self.client.rename_noreplace(&from, &to))
+        } else {
+            self.block(self.client.rename(&from, &to))
+        };
+        if let Err(e) = renamed {
             return reply.error(errno(&e));
         }
         self.hand_session_to_readers(replaced);
