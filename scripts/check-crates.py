@@ -6,6 +6,10 @@ its dev-dependencies add only `silt-testkit` (the real servers the tests start).
 gets its line there, which is where its place in the graph is decided (docs/architecture.md
 draws it).
 
+Front ends (FRONT_ENDS) reach the cache only through the client's calls: a call of
+`.worker()` or `page_store()` in their sources fails the check (silt-node built the page
+reader and keeps that reach).
+
 Unused dependencies: like cargo-machete (not installed here: it would be one more build in the test command), it
 looks for the crate's Rust name (`foo-bar` -> `foo_bar`) in the crate's sources, build script
 and, for dev-dependencies, its tests, examples and benches. A dependency used only through a
@@ -36,6 +40,9 @@ LAYERS = {
     "silt-csi": 5,
     "silt": 6,
 }
+
+FRONT_ENDS = ["silt", "silt-fuse", "silt-gateway", "silt-py", "silt-csi", "silt-ops", "silt-bench"]
+PAST_THE_CLIENT = re.compile(r"\.worker\(\)|\bpage_store\(\)")
 
 root = pathlib.Path(__file__).resolve().parent.parent
 workspace = tomllib.loads((root / "Cargo.toml").read_text())
@@ -71,6 +78,12 @@ for member in workspace["workspace"]["members"]:
         if name in LAYERS and name != "silt-testkit" and LAYERS[name] >= LAYERS[own]:
             bad.append(f"{member}: {own}'s tests depend on {name}: only silt-testkit may be added for tests")
 
+    if own in FRONT_ENDS:
+        for f in sorted((crate / "src").rglob("*.rs")):
+            for n, line in enumerate(f.read_text().splitlines(), 1):
+                if PAST_THE_CLIENT.search(line) and not line.lstrip().startswith("//"):
+                    bad.append(f"{f.relative_to(root)}:{n}: a front end reaches past the client into the page store: {line.strip()}")
+
     main = text(["src", "build.rs"])
     dev = main + text(["tests", "examples", "benches"])
     sections = [("dependencies", main), ("dev-dependencies", dev), ("build-dependencies", text(["build.rs"]))]
@@ -83,7 +96,7 @@ for member in workspace["workspace"]["members"]:
             if not re.search(r"\b" + re.escape(ident) + r"\b", code):
                 bad.append(f"{member}: [{section}] {name} is never named in its code")
 if bad:
-    print("crate graph: (remove an unused dependency, or list it under [package.metadata.unused-deps] ignore with why)")
+    print("crate graph: (an unused dependency: remove it, or list it under [package.metadata.unused-deps] ignore with why)")
     print("\n".join(bad))
     sys.exit(1)
-print(f"crate graph: {len(workspace['workspace']['members'])} crates, every arrow points down, every dependency is named in its code")
+print(f"crate graph: {len(workspace['workspace']['members'])} crates, every arrow points down, every dependency is named in its code, no front end reaches past the client")

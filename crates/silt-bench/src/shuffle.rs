@@ -432,7 +432,7 @@ pub async fn shuffle_client(
     r.spilled = Some(after_writes.arena.spilled.max(end.arena.spilled));
     r.peak_rss = peak_rss();
     r.store_requests = Some(store_requests() - req0);
-    r.read_cache_used = client.worker().stats().tiers.first().map(|t| t.used);
+    r.read_cache_used = client.cache_stats().tiers.first().map(|t| t.used);
     r.write_phases = Some(phases.seconds());
     Ok(r)
 }

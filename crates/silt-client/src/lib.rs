@@ -728,8 +728,59 @@ impl Client {
         &self.opts
     }
 
+    /// The page reader and its page store. For `silt-node`, which built them (serving them to
+    /// same-host clients, the cluster's residency questions); front ends use the calls below
+    /// (`scripts/check-crates.py` fails on a front end that reaches past the client).
     pub fn worker(&self) -> &Arc<Worker> {
         &self.worker
+    }
+
+    /// The cache's page size.
+    pub fn page_size(&self) -> u64 {
+        self.worker.page_size()
+    }
+
+    /// Pages of a file of `size` bytes.
+    pub fn page_count(&self, size: u64) -> u64 {
+        self.worker.page_count(size)
+    }
+
+    /// The cache's tiers, counts and evictions now.
+    pub fn cache_stats(&self) -> silt_cache::PageStoreStats {
+        self.worker.stats()
+    }
+
+    /// Page fetches in flight now.
+    pub fn fetches_in_flight(&self) -> usize {
+        self.worker.in_flight()
+    }
+
+    /// Sets the memory tier's quota (`silt memory --cache`): evicts down to it at once.
+    pub fn set_cache_memory(&self, bytes: u64) {
+        self.worker.page_store().set_memory_capacity(bytes);
+    }
+
+    /// Keeps the cached pages of `object` from eviction while the guard lives (a file the
+    /// kernel reads in passthrough from the cache's own file).
+    pub fn keep_cached(&self, object: ObjectId) -> impl Send + Sync + 'static {
+        self.worker.page_store().pin(object)
+    }
+
+    /// Whether a disk tier can take `size` more bytes without evicting anything (below its
+    /// low watermark with them added).
+    pub fn disk_takes_unevicted(&self, size: u64) -> bool {
+        self.worker.page_store().disk_takes_unevicted(size)
+    }
+
+    /// Counts the pages of a file the kernel reads in passthrough, never asking Silt: all hits
+    /// when it reads the cache's own file, all misses when it reads the store's.
+    pub fn count_passthrough_read(&self, size: u64, from_store: bool) {
+        let pages = self.page_count(size);
+        if from_store {
+            metrics::PAGE_MISSES.add(pages);
+        } else {
+            metrics::PAGE_HITS.add(pages);
+        }
     }
 
     pub fn runtime(&self) -> &Handle {

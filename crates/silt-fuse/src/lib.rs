@@ -498,9 +498,8 @@ impl SiltFs {
         let path = self.inodes.lock().path(ino).unwrap_or_default();
         let mut handles = self.handles.lock();
         for &fh in fhs {
-            let pin: Option<Box<dyn Send + Sync>> = (!b.lent).then(|| {
-                Box::new(self.client.worker().page_store().pin(b.object)) as Box<dyn Send + Sync>
-            });
+            let pin: Option<Box<dyn Send + Sync>> = (!b.lent)
+                .then(|| Box::new(self.client.keep_cached(b.object)) as Box<dyn Send + Sync>);
             metrics::FUSE_HANDLES.inc();
             handles.insert(
                 fh,
@@ -683,7 +682,7 @@ impl SiltFs {
             gid,
             rdev: e.posix.rdev,
             // stdio and cp size their buffers from st_blksize: one cache page per read.
-            blksize: self.client.worker().page_size().min(u32::MAX as u64) as u32,
+            blksize: self.client.page_size().min(u32::MAX as u64) as u32,
             flags: 0,
         }
     }
@@ -1113,7 +1112,7 @@ impl SiltFs {
             // In a full cache a fill could fetch a file the admission policy then refuses,
             // and the open's reads would fetch it again (B4 with a cache of half the data: hit
             // ratio 0.15 against 0.48, docs/benchmarks.md): a full cache opens as before.
-            || !self.client.worker().page_store().disk_takes_unevicted(size)
+            || !self.client.disk_takes_unevicted(size)
         {
             return false;
         }
@@ -1581,15 +1580,12 @@ impl fuser::Filesystem for SiltFs {
                     origin
                 };
                 metrics::FUSE_OPENS_PASSTHROUGH.inc();
-                // The kernel reads it without asking us: every page of the file is a hit,
-                // or, read from the store's own file, a miss.
-                let pages = self.client.worker().page_count(file.size());
-                if origin == FROM_SOURCE {
+                // The kernel reads it without asking us.
+                let from_store = origin == FROM_SOURCE;
+                if from_store {
                     metrics::FUSE_OPENS_SOURCE.inc();
-                    metrics::PAGE_MISSES.add(pages);
-                } else {
-                    metrics::PAGE_HITS.add(pages);
                 }
+                self.client.count_passthrough_read(file.size(), from_store);
                 self.state.record(&path, "passthrough", origin);
                 metrics::FUSE_HANDLES.inc();
                 self.handles.lock().insert(
@@ -2298,7 +2294,7 @@ impl fuser::Filesystem for SiltFs {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let _timer = FuseOp::Statfs.timer();
-        let stats = self.client.worker().stats();
+        let stats = self.client.cache_stats();
         let (cap, used) = stats
             .tiers
             .iter()

@@ -46,8 +46,7 @@ fn node_gauges(e: &mut Exposition, node: &silt_node::Node) {
         mount_labels.iter().map(|l| (&l[..], 1.0)),
     );
 
-    let worker = client.worker();
-    let stats = worker.stats();
+    let stats = client.cache_stats();
     let tiers: Vec<[&str; 1]> = stats.tiers.iter().map(|t| [t.name.as_str()]).collect();
     let per_tier = |f: fn(&silt_cache::TierStats) -> u64| {
         tiers
@@ -61,7 +60,7 @@ fn node_gauges(e: &mut Exposition, node: &silt_node::Node) {
     e.gauge(&metrics::PINNED_BYTES, [(none, stats.pinned_bytes as f64)]);
     e.gauge(
         &metrics::PAGES_IN_FLIGHT,
-        [(none, worker.in_flight() as f64)],
+        [(none, client.fetches_in_flight() as f64)],
     );
 
     let w = client.write_stats();

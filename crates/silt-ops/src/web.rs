@@ -120,7 +120,7 @@ pub async fn overview(ops: &Ops, node: &Node) -> String {
     }
     b.push_str("</table></section>");
 
-    let stats = client.worker().stats();
+    let stats = client.cache_stats();
     b.push_str(
         "<section id=\"tiers\"><h2>Cache tiers of this process</h2><table><tr><th>Tier</th>\
          <th>Directory</th><th>Capacity</th><th>Used</th><th></th><th>Pages</th></tr>",
@@ -146,7 +146,7 @@ pub async fn overview(ops: &Ops, node: &Node) -> String {
         b,
         "</table><p class=\"muted\">{} pinned by users; {} pages being fetched now.</p>",
         format_size(stats.pinned_bytes),
-        client.worker().in_flight()
+        client.fetches_in_flight()
     );
     if let Some(w) = client.write_stats() {
         let _ = write!(
@@ -177,7 +177,7 @@ async fn members(node: &Node, b: &mut String) {
          <th>Hit ratio</th><th>Served</th></tr>",
     );
     let Some(router) = &node.cluster else {
-        let st = node.client.worker().stats();
+        let st = node.client.cache_stats();
         // The process-wide counters, as in the summary and `silt report`.
         let (hits, misses) = (metrics::PAGE_HITS.get(), metrics::PAGE_MISSES.get());
         let capacity: u64 = st.tiers.iter().map(|t| t.capacity).sum();

@@ -354,7 +354,7 @@ impl PyClient {
 
     #[getter]
     fn page_size(&self) -> PyResult<u64> {
-        Ok(self.get()?.node.client.worker().page_size())
+        Ok(self.get()?.node.client.page_size())
     }
 
     /// The namespace: `[(path, uri), ...]`.
@@ -682,7 +682,7 @@ impl PyClient {
     /// Page-cache counters of this process: hits, misses, bytes per tier.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let inner = self.get()?;
-        let s = inner.node.client.worker().stats();
+        let s = inner.node.client.cache_stats();
         let d = PyDict::new(py);
         d.set_item("hits", s.hits)?;
         d.set_item("misses", s.misses)?;
@@ -770,7 +770,7 @@ impl Reader {
         if n == 0 {
             return Ok(PyBytes::new(py, b""));
         }
-        if n > self.inner.node.client.worker().page_size() {
+        if n > self.inner.node.client.page_size() {
             py.detach(|| self.try_local());
         }
         let failed = match self.local.read().as_deref() {

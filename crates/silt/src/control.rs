@@ -166,7 +166,7 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
         },
         "memory" => {
             if let Some(b) = req.cache_memory {
-                d.client.worker().page_store().set_memory_capacity(b);
+                d.client.set_cache_memory(b);
             }
             if let Some(b) = req.write_memory {
                 if !d.client.set_write_memory(b) {
@@ -369,7 +369,7 @@ fn states_json(states: Vec<(String, silt_client::FileState)>) -> Value {
 
 /// Memory of the read cache and of written data, with their ceilings.
 fn memory_json(d: &Daemon) -> Value {
-    let stats = d.client.worker().stats();
+    let stats = d.client.cache_stats();
     let cache = stats.tiers.first();
     let mut v = json!({
         "cache": {"capacity": cache.map_or(0, |t| t.capacity), "used": cache.map_or(0, |t| t.used)},
@@ -396,7 +396,7 @@ fn memory_json(d: &Daemon) -> Value {
 }
 
 fn report_json(d: &Daemon) -> Value {
-    let stats = d.client.worker().stats();
+    let stats = d.client.cache_stats();
     let meta_sizes = d.client.metadata_sizes();
     let rules = d.client.sync_rules();
     let hits = metrics::PAGE_HITS.get();
@@ -422,7 +422,7 @@ fn report_json(d: &Daemon) -> Value {
         "mountpoint": d.config.mountpoint.display().to_string(),
         "state_dir": d.config.state_dir.display().to_string(),
         "mounts": d.mounts().iter().map(|m| json!({"path": m.path, "uri": silt_ufs::redact_uri(&m.uri)})).collect::<Vec<_>>(),
-        "page_size": d.client.worker().page_size(),
+        "page_size": d.client.page_size(),
         "tiers": tiers,
         "page_hits": hits,
         "page_misses": misses,
