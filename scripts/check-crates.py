@@ -7,7 +7,7 @@ gets its line there, which is where its place in the graph is decided (docs/arch
 draws it).
 
 Front ends (FRONT_ENDS) reach the cache only through the client's calls: a call of
-`.worker()` or `page_store()` in their sources fails the check (silt-node built the page
+`.page_reader()` or `page_store()` in their sources fails the check (silt-node built the page
 reader and keeps that reach).
 
 Unused dependencies: like cargo-machete (not installed here: it would be one more build in the test command), it
@@ -27,7 +27,7 @@ LAYERS = {
     "silt-cache": 1,
     "silt-proto": 1,
     "silt-resident": 2,
-    "silt-worker": 2,
+    "silt-reader": 2,
     "silt-testkit": 2,
     "silt-client": 3,
     "silt-cluster": 3,
@@ -42,7 +42,7 @@ LAYERS = {
 }
 
 FRONT_ENDS = ["silt", "silt-fuse", "silt-gateway", "silt-py", "silt-csi", "silt-ops", "silt-bench"]
-PAST_THE_CLIENT = re.compile(r"\.worker\(\)|\bpage_store\(\)")
+PAST_THE_CLIENT = re.compile(r"\.page_reader\(\)|\bpage_store\(\)")
 
 root = pathlib.Path(__file__).resolve().parent.parent
 workspace = tomllib.loads((root / "Cargo.toml").read_text())

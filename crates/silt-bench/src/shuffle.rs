@@ -40,8 +40,8 @@ use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{Client, ClientOptions, FileState, MountPoint, Namespace, WriteSetup};
 use silt_common::config::Config;
 use silt_common::write::WriteType;
+use silt_reader::{PageReader, PageReaderOptions};
 use silt_ufs::{DynStore, S3Options};
-use silt_worker::{Worker, WorkerOptions};
 
 /// Where the client mounts the store.
 const MOUNT: &str = "/data";
@@ -338,9 +338,9 @@ pub async fn build_client(spec: &ClientSpec) -> Result<Arc<Client>> {
     }])?;
     let pages = Arc::new(PageStore::open(PageStoreConfig::from_config(&cfg)?)?);
     let rt = tokio::runtime::Handle::current();
-    let worker = Arc::new(Worker::new(
+    let worker = Arc::new(PageReader::new(
         pages,
-        &WorkerOptions::from_config(&cfg),
+        &PageReaderOptions::from_config(&cfg),
         rt.clone(),
     ));
     // As the daemon's write_setup: spill into each disk tier's `spill` directory.

@@ -641,8 +641,8 @@ mod tests {
     use crate::namespace::{MountPoint, Namespace};
     use crate::ClientOptions;
     use silt_cache::{PageStore, PageStoreConfig};
+    use silt_reader::{PageReader, PageReaderOptions};
     use silt_ufs::{MemStore, UnderStore};
-    use silt_worker::{Worker, WorkerOptions};
 
     struct Fx {
         client: Client,
@@ -666,9 +666,9 @@ mod tests {
         ])
         .unwrap();
         let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(4096, 16 << 20)).unwrap());
-        let worker = Arc::new(Worker::new(
+        let worker = Arc::new(PageReader::new(
             pages,
-            &WorkerOptions {
+            &PageReaderOptions {
                 fetch_concurrency: 4,
                 buffer_memory: 1 << 20,
                 request_size: 8192,

@@ -33,8 +33,8 @@ use silt_common::metrics::{self, ReadFrom};
 use silt_common::sync::{SyncPolicy, SyncRules};
 use silt_common::write::{WriteRules, WriteType};
 use silt_common::{Error, ErrorKind, ObjectId, Result};
+use silt_reader::{BackingSource, HeldFile, ObjectRef, PageReader, ReadSource};
 use silt_ufs::{EntryKind, ObjectMeta};
-use silt_worker::{BackingSource, HeldFile, ObjectRef, ReadSource, Worker};
 
 /// See `Client::pin_local_file`.
 pub struct LocalFile {
@@ -180,7 +180,7 @@ struct OpenVersion {
 }
 
 impl OpenVersions {
-    fn hold(self: &Arc<Self>, worker: &Arc<Worker>, obj: &Arc<ObjectRef>) -> VersionHold {
+    fn hold(self: &Arc<Self>, worker: &Arc<PageReader>, obj: &Arc<ObjectRef>) -> VersionHold {
         self.open
             .lock()
             .entry(obj.id)
@@ -237,7 +237,7 @@ impl OpenVersions {
 
 struct VersionHold {
     versions: Arc<OpenVersions>,
-    worker: Arc<Worker>,
+    worker: Arc<PageReader>,
     id: ObjectId,
 }
 
@@ -409,7 +409,7 @@ pub struct Client {
     ns: Namespace,
     /// S3 headers of object versions seen lately (see [`Client::headers`]).
     headers_cache: HeadersCache,
-    worker: Arc<Worker>,
+    worker: Arc<PageReader>,
     meta: MetaCache,
     sync: RwLock<SyncRules>,
     /// Concurrent listings of one directory share one store request.
@@ -514,7 +514,7 @@ fn not_found(path: &str) -> Error {
 
 impl Client {
     /// `rt` runs background prefetches; blocking entry points use it too.
-    pub fn new(ns: Namespace, worker: Arc<Worker>, opts: ClientOptions, rt: Handle) -> Self {
+    pub fn new(ns: Namespace, worker: Arc<PageReader>, opts: ClientOptions, rt: Handle) -> Self {
         let clock = opts.clock.clone();
         Client {
             ns,
@@ -731,7 +731,7 @@ impl Client {
     /// The page reader and its page store. For `silt-node`, which built them (serving them to
     /// same-host clients, the cluster's residency questions); front ends use the calls below
     /// (`scripts/check-crates.py` fails on a front end that reaches past the client).
-    pub fn worker(&self) -> &Arc<Worker> {
+    pub fn page_reader(&self) -> &Arc<PageReader> {
         &self.worker
     }
 
@@ -1490,7 +1490,7 @@ impl Client {
     }
 
     /// The bytes `[offset, end)` as pieces, given the cache's answer for their pages
-    /// (`Worker::cached_pages`, looked at once per read: each look counts for admission).
+    /// (`PageReader::cached_pages`, looked at once per read: each look counts for admission).
     async fn read_looked(
         &self,
         file: &OpenFile,
@@ -1514,7 +1514,7 @@ impl Client {
             .iter()
             .enumerate()
             .map(|(i, (page, src))| {
-                let b = silt_worker::page_slice(ps, first + i as u64, page, offset, end);
+                let b = silt_reader::page_slice(ps, first + i as u64, page, offset, end);
                 count_source(*src, b.len() as u64);
                 b
             })
@@ -1541,7 +1541,7 @@ impl Client {
         pages: Vec<(Bytes, ReadSource)>,
     ) -> Bytes {
         let slice = |i: usize, page: &Bytes| {
-            silt_worker::page_slice(ps, first + i as u64, page, offset, end)
+            silt_reader::page_slice(ps, first + i as u64, page, offset, end)
         };
         if pages.len() == 1 {
             let (page, src) = &pages[0];

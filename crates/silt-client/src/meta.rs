@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use silt_worker::ObjectRef;
+use silt_reader::ObjectRef;
 
 use crate::namespace::parent_and_name;
 use crate::Entry;

@@ -511,7 +511,7 @@ impl Harness {
             posix: Default::default(),
         };
         let id = ObjectId::new(URI, rel, &meta.content_fingerprint());
-        let ps = self.client.worker().page_store();
+        let ps = self.client.page_reader().page_store();
         (0..v.size.div_ceil(PS)).any(|i| ps.contains(&PageKey::new(id, i)))
     }
 

@@ -12,8 +12,8 @@ use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{Client, ClientOptions, MountPoint, Namespace};
 use silt_common::config::Config;
 use silt_common::{metrics, ErrorKind, Result};
+use silt_reader::{PageReader, PageReaderOptions};
 use silt_ufs::{Capabilities, DynStore, MemStore, ObjectMeta, UnderStore};
-use silt_worker::{Worker, WorkerOptions};
 
 const PS: u64 = 64 << 10;
 
@@ -88,9 +88,9 @@ fn setup_with(
         })
         .unwrap(),
     );
-    let worker = Arc::new(Worker::new(
+    let worker = Arc::new(PageReader::new(
         pages,
-        &WorkerOptions {
+        &PageReaderOptions {
             fetch_concurrency: 16,
             buffer_memory: 8 << 20,
             request_size: 4 * PS,
@@ -178,20 +178,20 @@ async fn only_sequential_readers_prefetch() {
             &bytes[(page * PS + 5) as usize..(page * PS + 105) as usize]
         );
     }
-    let store = client.worker().page_store();
+    let store = client.page_reader().page_store();
     for i in (0..64).filter(|i| !read_pages.contains(i)) {
         assert!(
             !store.contains(&silt_common::PageKey::new(file.object().id, i)),
             "page {i} was prefetched"
         );
     }
-    assert_eq!(client.worker().in_flight(), 0);
+    assert_eq!(client.page_reader().in_flight(), 0);
     // A sequential reader gets pages ahead of it, and every byte is right.
     let file = client.open("/d/g").await.unwrap();
     let first = client.read(&file, 0, PS / 2).await.unwrap();
     let page1 = silt_common::PageKey::new(file.object().id, 1);
     assert!(
-        store.contains(&page1) || client.worker().in_flight() > 0,
+        store.contains(&page1) || client.page_reader().in_flight() > 0,
         "a sequential reader should have the next page fetched ahead"
     );
     let mut off = first.len() as u64;
@@ -347,9 +347,9 @@ async fn cache_ttl_refetches_after_the_ttl_only_under_its_prefix() {
     mem.put("keep/y", data(PS as usize)).unwrap();
     let store: DynStore = mem.clone();
     let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(PS, 1 << 20)).unwrap());
-    let worker = Arc::new(Worker::new(
+    let worker = Arc::new(PageReader::new(
         pages,
-        &WorkerOptions {
+        &PageReaderOptions {
             fetch_concurrency: 4,
             buffer_memory: 1 << 20,
             request_size: PS,
@@ -394,7 +394,7 @@ async fn cache_ttl_refetches_after_the_ttl_only_under_its_prefix() {
     // Not opened again: the sweep drops its pages once the TTL runs out, and only then.
     let cached = || {
         client
-            .worker()
+            .page_reader()
             .page_store()
             .contains(&silt_common::PageKey::new(x_id, 0))
     };
@@ -488,7 +488,7 @@ async fn fill_admits_as_reads_do_and_load_regardless() {
         mem.put(name, data((PS * pages) as usize)).unwrap();
     }
     let (client, _probe) = setup_with(mem, PS * pages, vec![], Duration::ZERO);
-    let store = client.worker().page_store().clone();
+    let store = client.page_reader().page_store().clone();
     let hot = client.open("/d/hot").await.unwrap();
     for _ in 0..4 {
         for i in 0..pages {

@@ -9,15 +9,15 @@ use silt_client::{Client, ClientOptions, WriteSetup};
 use silt_common::config::Config;
 use silt_common::write::WriteType;
 use silt_common::ErrorKind;
+use silt_reader::PageReader;
 use silt_ufs::FsStore;
-use silt_worker::Worker;
 
 mod common;
 
 const PS: u64 = 4096;
 const GIB: u64 = 1 << 30;
 
-fn client(root: &std::path::Path, setup: WriteSetup) -> (Client, Arc<Worker>) {
+fn client(root: &std::path::Path, setup: WriteSetup) -> (Client, Arc<PageReader>) {
     let store = Arc::new(FsStore::new(root, std::time::Duration::from_secs(30)).unwrap());
     let worker = common::worker(PS, 64 << 20);
     let opts = ClientOptions {

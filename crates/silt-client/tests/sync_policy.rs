@@ -183,7 +183,7 @@ impl Env {
         let n = e.size.div_ceil(PS);
         let has = |i| {
             self.client
-                .worker()
+                .page_reader()
                 .page_store()
                 .contains(&PageKey::new(obj.id, i))
         };

@@ -1,7 +1,7 @@
 //! Client routing: page groups go straight to their owner; a dead or slow owner costs one
 //! timeout, then the next candidate is tried, then the under-store.
 //!
-//! The router is the `Fetcher` of a cluster client's near cache (`silt_worker::Worker`), so
+//! The router is the `Fetcher` of a cluster client's near cache (`silt_reader::PageReader`), so
 //! everything above it (single-flight per page, coalescing, read-ahead, bounded buffers) is
 //! the same code as on a single node.
 //!
@@ -31,7 +31,7 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use serde_json::Value;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
-use silt_worker::{BackingSource, Fetcher, HeldFile, ObjectRef};
+use silt_reader::{BackingSource, Fetcher, HeldFile, ObjectRef};
 
 use crate::membership::{Member, Membership};
 use crate::placement;

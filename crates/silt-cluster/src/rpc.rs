@@ -40,9 +40,9 @@ use silt_proto::{
     decode_json, decode_request, read_frame, write_error, write_frame, write_json, ErrorBody,
     FrameKind, PROTOCOL_VERSION,
 };
+use silt_reader::{ObjectRef, PageReader};
 use silt_resident::RemoteMeta;
 use silt_ufs::{DynStore, EntryKind, ObjectMeta};
-use silt_worker::{ObjectRef, Worker};
 
 use crate::auth::{self, ClusterKey};
 use crate::replica::ResidentTable;
@@ -246,7 +246,7 @@ impl StoreResolver for FixedStores {
 
 /// What a worker serves.
 pub struct Service {
-    worker: Arc<Worker>,
+    worker: Arc<PageReader>,
     stores: Arc<dyn StoreResolver>,
     /// Extra fields for `stats` (id, address, ...).
     identity: Value,
@@ -297,7 +297,7 @@ impl Service {
     /// `identity`: extra fields for `stats` (id, address, ...); `key`: the cluster's secret,
     /// which every connection must prove it holds.
     pub fn new(
-        worker: Arc<Worker>,
+        worker: Arc<PageReader>,
         stores: Arc<dyn StoreResolver>,
         identity: Value,
         key: ClusterKey,
@@ -357,7 +357,7 @@ impl Service {
         Ok(pages
             .into_iter()
             .enumerate()
-            .map(|(i, (page, _))| silt_worker::page_slice(ps, first + i as u64, &page, offset, end))
+            .map(|(i, (page, _))| silt_reader::page_slice(ps, first + i as u64, &page, offset, end))
             .collect())
     }
 
@@ -1189,7 +1189,7 @@ impl WorkerClient {
     pub async fn hold(
         &self,
         obj: &ObjectRef,
-    ) -> std::result::Result<Option<silt_worker::HeldFile>, CallError> {
+    ) -> std::result::Result<Option<silt_reader::HeldFile>, CallError> {
         if !matches!(self.endpoint, Endpoint::Unix(_)) {
             return Ok(None);
         }
@@ -1200,7 +1200,7 @@ impl WorkerClient {
             expect_end(&mut c).await?;
             self.put_back(c);
             // The copy is the client's own: nothing to keep alive beside the file.
-            Ok(file.map(|file| silt_worker::HeldFile {
+            Ok(file.map(|file| silt_reader::HeldFile {
                 file,
                 guard: Box::new(()),
             }))

@@ -15,9 +15,9 @@ use silt_common::config::DiskTierSpec;
 use silt_common::secret::Secret;
 use silt_common::ErrorKind;
 use silt_proto::{read_frame, write_frame, write_json, FrameKind};
+use silt_reader::{ObjectRef, PageReader, PageReaderOptions};
 use silt_resident::RemoteMeta;
 use silt_ufs::{DynStore, MemStore};
-use silt_worker::{ObjectRef, Worker, WorkerOptions};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
@@ -70,12 +70,16 @@ async fn fixture_with(worker: ClusterKey) -> Fx {
         })
         .unwrap(),
     );
-    let opts = WorkerOptions {
+    let opts = PageReaderOptions {
         fetch_concurrency: 4,
         buffer_memory: 16 << 20,
         request_size: 4 * PS,
     };
-    let w = Arc::new(Worker::new(pages, &opts, tokio::runtime::Handle::current()));
+    let w = Arc::new(PageReader::new(
+        pages,
+        &opts,
+        tokio::runtime::Handle::current(),
+    ));
     let arena = Arena::open(ArenaConfig {
         chunk_size: PS,
         memory_ceiling: 16 << 20,

@@ -15,8 +15,8 @@ use silt_cluster::replica::ResidentTable;
 use silt_cluster::rpc::{self, Endpoint, FixedStores, Service, WorkerClient};
 use silt_common::config::DiskTierSpec;
 use silt_common::secret::Secret;
+use silt_reader::{PageReader, PageReaderOptions};
 use silt_ufs::MemStore;
-use silt_worker::{Worker, WorkerOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PS: u64 = 64 << 10;
@@ -60,12 +60,16 @@ fn fixture() -> Fixture {
             mem.put("x", (0..300_000u32).map(|i| i as u8).collect::<Vec<u8>>())
                 .unwrap();
             let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(PS, 64 * PS)).unwrap());
-            let opts = WorkerOptions {
+            let opts = PageReaderOptions {
                 fetch_concurrency: 2,
                 buffer_memory: 4 << 20,
                 request_size: 4 * PS,
             };
-            let w = Arc::new(Worker::new(pages, &opts, tokio::runtime::Handle::current()));
+            let w = Arc::new(PageReader::new(
+                pages,
+                &opts,
+                tokio::runtime::Handle::current(),
+            ));
             let arena = Arena::open(ArenaConfig {
                 chunk_size: PS,
                 memory_ceiling: 8 << 20,

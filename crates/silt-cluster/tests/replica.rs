@@ -9,9 +9,9 @@ use silt_cluster::rpc::{self, CallError, Endpoint, FixedStores, Service, WorkerC
 use silt_cluster::{Member, Replicas, ResidentTable, Router, RouterOptions, StaticMembership};
 use silt_common::config::DiskTierSpec;
 use silt_common::ErrorKind;
+use silt_reader::{PageReader, PageReaderOptions};
 use silt_resident::{RemoteMeta, ResidentRemote};
 use silt_ufs::MemStore;
-use silt_worker::{Worker, WorkerOptions};
 
 /// The cluster secret every test worker and client share.
 fn key() -> silt_cluster::ClusterKey {
@@ -42,12 +42,16 @@ impl TestWorker {
         let spill = dir.path().join("spill");
         let addr = rt.block_on(async move {
             let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(PS, 16 * PS)).unwrap());
-            let opts = WorkerOptions {
+            let opts = PageReaderOptions {
                 fetch_concurrency: 2,
                 buffer_memory: 4 << 20,
                 request_size: 4 * PS,
             };
-            let w = Arc::new(Worker::new(pages, &opts, tokio::runtime::Handle::current()));
+            let w = Arc::new(PageReader::new(
+                pages,
+                &opts,
+                tokio::runtime::Handle::current(),
+            ));
             let arena = Arena::open(ArenaConfig {
                 chunk_size: PS,
                 memory_ceiling: memory,

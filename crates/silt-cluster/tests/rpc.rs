@@ -6,8 +6,8 @@ use std::sync::Arc;
 use silt_cache::{PageStore, PageStoreConfig};
 use silt_cluster::rpc::{self, CallError, Endpoint, FixedStores, Service, WorkerClient};
 use silt_common::ErrorKind;
+use silt_reader::{ObjectRef, PageReader, PageReaderOptions};
 use silt_ufs::{DynStore, MemStore};
-use silt_worker::{ObjectRef, Worker, WorkerOptions};
 
 /// The cluster secret every test worker and client share.
 fn key() -> silt_cluster::ClusterKey {
@@ -44,12 +44,16 @@ async fn worker_with(store: DynStore, disk: bool) -> (Endpoint, tempfile::TempDi
         })
         .unwrap(),
     );
-    let opts = WorkerOptions {
+    let opts = PageReaderOptions {
         fetch_concurrency: 4,
         buffer_memory: 16 << 20,
         request_size: 4 * PS,
     };
-    let w = Arc::new(Worker::new(pages, &opts, tokio::runtime::Handle::current()));
+    let w = Arc::new(PageReader::new(
+        pages,
+        &opts,
+        tokio::runtime::Handle::current(),
+    ));
     let svc = Arc::new(Service::new(
         w,
         Arc::new(FixedStores(vec![store])),

@@ -22,8 +22,8 @@ use silt_cluster::{
 use silt_common::config::{parse_mount_table, Config, DiskTierSpec, MountSpec};
 use silt_common::write::WriteRules;
 use silt_common::{Error, Result};
+use silt_reader::{Fetcher, PageReader, PageReaderOptions};
 use silt_ufs::S3Options;
-use silt_worker::{Fetcher, Worker, WorkerOptions};
 use tracing::{info, warn};
 
 /// The metadata cache saved at a clean shutdown and periodically, read (and removed) at the
@@ -140,7 +140,7 @@ impl Node {
             warn!(error = %e, "no usable cluster secret (needed only to join a cluster)");
         }
         let ns = rt.block_on(open_namespace(cfg, &cfg.mounts))?;
-        let fetcher: Arc<dyn Fetcher> = Arc::new(silt_worker::StoreFetcher);
+        let fetcher: Arc<dyn Fetcher> = Arc::new(silt_reader::StoreFetcher);
         Self::finish(
             cfg,
             rt,
@@ -226,9 +226,9 @@ impl Node {
         role: Role,
     ) -> Result<Node> {
         let reclaim_pages = Arc::downgrade(&pages);
-        let worker = Arc::new(Worker::with_fetcher(
+        let worker = Arc::new(PageReader::with_fetcher(
             pages,
-            &WorkerOptions::from_config(cfg),
+            &PageReaderOptions::from_config(cfg),
             rt.handle().clone(),
             fetcher,
         ));
@@ -285,7 +285,7 @@ impl Node {
         use futures::stream::{self, StreamExt};
         // Owned paths: a closure over borrowed ones makes this future `Send` for no caller
         // that spawns it (the web page's server does).
-        let entries: Vec<Option<Arc<silt_worker::ObjectRef>>> = stream::iter(paths.to_vec())
+        let entries: Vec<Option<Arc<silt_reader::ObjectRef>>> = stream::iter(paths.to_vec())
             .map(|p| async move {
                 let e = self.client.stat(&p).await.ok()?;
                 let dir = e.is_dir();
@@ -294,8 +294,8 @@ impl Node {
             .buffered(64)
             .collect()
             .await;
-        let store = self.client.worker().page_store();
-        let ps = self.client.worker().page_size();
+        let store = self.client.page_reader().page_store();
+        let ps = self.client.page_reader().page_size();
         let pages_of = |size: u64| size.div_ceil(ps);
         let local: Vec<u64> = entries
             .iter()
@@ -347,7 +347,7 @@ impl Node {
     pub async fn prefetch(&self, paths: &[String]) -> u64 {
         use futures::stream::{self, StreamExt};
         let client = &self.client;
-        let objects: Vec<Arc<silt_worker::ObjectRef>> = stream::iter(paths.to_vec())
+        let objects: Vec<Arc<silt_reader::ObjectRef>> = stream::iter(paths.to_vec())
             .map(|p| async move {
                 let e = client.stat(&p).await.ok()?;
                 let dir = e.is_dir();
@@ -366,7 +366,7 @@ impl Node {
                     .await
             }
             None => {
-                let worker = self.client.worker();
+                let worker = self.client.page_reader();
                 objects
                     .iter()
                     .filter(|o| o.size() > 0)
@@ -389,7 +389,7 @@ impl Node {
         let Some(router) = &self.cluster else {
             return u;
         };
-        let ps = self.client.worker().page_size();
+        let ps = self.client.page_reader().page_size();
         let objects: Vec<(silt_common::ObjectId, u64)> = files
             .iter()
             .filter_map(|f| f.object.as_ref().map(|o| (o.id, o.size())))
@@ -416,9 +416,9 @@ impl Node {
             return self.client.pin(path).await;
         };
         let files = self.client.walk_files(path).await?;
-        let objects: Vec<Arc<silt_worker::ObjectRef>> =
+        let objects: Vec<Arc<silt_reader::ObjectRef>> =
             files.iter().filter_map(|f| f.object.clone()).collect();
-        let ps = self.client.worker().page_size();
+        let ps = self.client.page_reader().page_size();
         let ids: Vec<_> = objects.iter().map(|o| (o.id, o.size())).collect();
         let before = router.cache_state(&ids, ps).await;
         let work: Vec<_> = objects
@@ -479,7 +479,7 @@ impl Node {
         let before = self.usage_of(&files).await;
         // Awaited here (the client's own free tells the workers in the background), so what
         // this returns is gone from the workers that answered.
-        let store = self.client.worker().page_store();
+        let store = self.client.page_reader().page_store();
         let asks = files.iter().filter_map(|f| f.object.clone()).map(|obj| {
             store.remove_object(obj.id);
             router.forget(obj)

@@ -168,7 +168,7 @@ impl LocalService {
         };
         let svc = Arc::new(
             Service::new(
-                client.worker().clone(),
+                client.page_reader().clone(),
                 Arc::new(stores),
                 serde_json::json!({ "id": id, "addr": uds.display().to_string() }),
                 key,

@@ -25,7 +25,7 @@ use silt_node::{
     cluster_mounts, membership, mount_table_text, open_namespace, page_store, router_options,
     write_setup, Node, Role, METADATA_SNAPSHOT,
 };
-use silt_worker::{Worker, WorkerOptions};
+use silt_reader::{PageReader, PageReaderOptions};
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
@@ -400,9 +400,9 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
     let stores = FixedStores(ns.mounts().iter().map(|p| p.store.clone()).collect());
     let pages = page_store(&cfg, true)?;
     let capacity: u64 = pages.stats().tiers.iter().map(|t| t.capacity).sum();
-    let worker = Arc::new(Worker::new(
+    let worker = Arc::new(PageReader::new(
         pages,
-        &WorkerOptions::from_config(&cfg),
+        &PageReaderOptions::from_config(&cfg),
         rt.handle().clone(),
     ));
 

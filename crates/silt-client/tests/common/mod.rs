@@ -10,16 +10,16 @@ use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{ClientOptions, MountPoint, Namespace};
 use silt_common::config::Config;
 use silt_common::sync::SyncRules;
+use silt_reader::{PageReader, PageReaderOptions};
 use silt_ufs::DynStore;
-use silt_worker::{Worker, WorkerOptions};
 
 /// A worker over an in-memory page store of `memory` bytes in pages of `page_size`: 4 fetches
 /// at a time, 1 MiB of fetch buffers, requests of at most two pages.
-pub fn worker(page_size: u64, memory: u64) -> Arc<Worker> {
+pub fn worker(page_size: u64, memory: u64) -> Arc<PageReader> {
     let pages = Arc::new(PageStore::open(PageStoreConfig::in_memory(page_size, memory)).unwrap());
-    Arc::new(Worker::new(
+    Arc::new(PageReader::new(
         pages,
-        &WorkerOptions {
+        &PageReaderOptions {
             fetch_concurrency: 4,
             buffer_memory: 1 << 20,
             request_size: 2 * page_size,

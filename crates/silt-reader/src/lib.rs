@@ -1,7 +1,7 @@
-//! The worker: owns the page store and fetches missing pages from under-stores.
-//!
-//! On one machine (`silt up`, `silt mount`) the client calls the worker in-process; the cluster
-//! issue puts a wire protocol between them without changing this API.
+//! The page reader inside every client (and every `silt worker`): owns the page store and
+//! fetches missing pages through its `Fetcher` (the under-stores on a single node and on a
+//! worker, the router to the owning workers in a cluster client, whose page store is then its
+//! memory-only near cache). Called `Worker` before, which read as the cluster member.
 //!
 //! Fetching. Request size and page size are separate: a run of consecutive missing pages is
 //! fetched with one ranged GET of up to `request_size` bytes (8 MiB by default) and split into
@@ -52,9 +52,9 @@ impl From<Source> for ReadSource {
     }
 }
 
-/// Worker tuning knobs (from `Config`).
+/// Page reader tuning knobs (from `Config`).
 #[derive(Debug, Clone)]
-pub struct WorkerOptions {
+pub struct PageReaderOptions {
     pub fetch_concurrency: usize,
     pub buffer_memory: u64,
     /// Largest single ranged request to an under-store (rounded down to whole pages, at least
@@ -94,10 +94,10 @@ impl ObjectRef {
 type FlightResult = std::result::Result<Bytes, (ErrorKind, String)>;
 type Waiter = watch::Receiver<Option<FlightResult>>;
 
-impl WorkerOptions {
+impl PageReaderOptions {
     /// The worker part of Silt's configuration.
     pub fn from_config(cfg: &silt_common::config::Config) -> Self {
-        WorkerOptions {
+        PageReaderOptions {
             fetch_concurrency: cfg.fetch_concurrency,
             buffer_memory: cfg.buffer_memory,
             request_size: cfg.request_size,
@@ -183,7 +183,7 @@ struct Shared {
     request_pages: u64,
 }
 
-pub struct Worker {
+pub struct PageReader {
     shared: Arc<Shared>,
     /// Fetch tasks are spawned here, also when a FUSE thread (outside the runtime) asks.
     rt: tokio::runtime::Handle,
@@ -197,8 +197,12 @@ fn kib(bytes: u64) -> u32 {
 /// Pages a caller must wait for: (index, receiver).
 type Claims = Vec<(u64, Waiter)>;
 
-impl Worker {
-    pub fn new(pages: Arc<PageStore>, opts: &WorkerOptions, rt: tokio::runtime::Handle) -> Self {
+impl PageReader {
+    pub fn new(
+        pages: Arc<PageStore>,
+        opts: &PageReaderOptions,
+        rt: tokio::runtime::Handle,
+    ) -> Self {
         Self::with_fetcher(pages, opts, rt, Arc::new(StoreFetcher))
     }
 
@@ -206,13 +210,13 @@ impl Worker {
     /// near cache fetches from the owning workers).
     pub fn with_fetcher(
         pages: Arc<PageStore>,
-        opts: &WorkerOptions,
+        opts: &PageReaderOptions,
         rt: tokio::runtime::Handle,
         fetcher: Arc<dyn Fetcher>,
     ) -> Self {
         let ps = pages.page_size();
         let total = kib(opts.buffer_memory).max(kib(opts.request_size.max(ps)));
-        Worker {
+        PageReader {
             shared: Arc::new(Shared {
                 request_pages: (opts.request_size / ps).max(1),
                 pages,
@@ -295,7 +299,7 @@ impl Worker {
 
     /// The cached pages of `range`, `None` for each missing one. Each look counts as a read
     /// of the page (for the cache's admission): look once per read, then hand the result to
-    /// [`Worker::fill_missing`] rather than calling [`Worker::read_pages`] again.
+    /// [`PageReader::fill_missing`] rather than calling [`PageReader::read_pages`] again.
     pub fn cached_pages(
         &self,
         object: ObjectId,
@@ -305,7 +309,7 @@ impl Worker {
     }
 
     /// Pages `first..first + looked.len()` of `obj` in order, given what
-    /// [`Worker::cached_pages`] found: the missing ones fetched (or joined if in flight).
+    /// [`PageReader::cached_pages`] found: the missing ones fetched (or joined if in flight).
     pub async fn fill_missing(
         &self,
         obj: &ObjectRef,
