@@ -35,7 +35,7 @@ use silt_reader::{BackingSource, Fetcher, HeldFile, ObjectRef};
 
 use crate::membership::{Member, Membership};
 use crate::placement;
-use crate::rpc::{CallError, Endpoint, Lease, PageRange, WorkerClient};
+use crate::rpc::{CallError, Endpoint, Lease, PageRange, Request, WorkerClient};
 
 #[derive(Debug, Clone)]
 pub struct RouterOptions {
@@ -247,7 +247,7 @@ impl Router {
     /// now holds for it. A load waits for the owner's store fetch, so its deadline is ten
     /// times a read's.
     pub async fn load(&self, obj: &ObjectRef, range: Range<u64>) -> Result<u64> {
-        let v = self.ask_owner("load", obj, range, 10).await?;
+        let v = self.ask_owner(Request::load, obj, range, 10).await?;
         Ok(v.get("bytes").and_then(Value::as_u64).unwrap_or(0))
     }
 
@@ -255,7 +255,7 @@ impl Router {
     /// the next candidates like reads; the bytes the owner holds. Refused by an owner whose
     /// disk tiers cannot hold its pins.
     pub async fn pin(&self, obj: &ObjectRef, range: Range<u64>) -> Result<u64> {
-        let v = self.ask_owner("pin", obj, range, 10).await?;
+        let v = self.ask_owner(Request::pin, obj, range, 10).await?;
         Ok(v.get("bytes").and_then(Value::as_u64).unwrap_or(0))
     }
 
@@ -263,7 +263,7 @@ impl Router {
     /// answered, which may have changed since); whether any held a pin. Best effort: a
     /// worker that does not answer keeps its pin until it restarts.
     pub async fn unpin(&self, obj: &ObjectRef) -> bool {
-        self.tell_all_candidates("unpin", obj)
+        self.tell_all_candidates(Request::unpin, obj)
             .await
             .iter()
             .any(|v| v.get("unpinned").and_then(Value::as_u64).unwrap_or(0) > 0)
@@ -272,19 +272,26 @@ impl Router {
     /// Drops `obj`'s pages (and pins) on every candidate of each of its groups (`silt fs
     /// free`). Best effort, like `unpin`.
     pub async fn free(&self, obj: &ObjectRef) {
-        self.tell_all_candidates("forget", obj).await;
+        self.tell_all_candidates(Request::forget, obj).await;
     }
 
-    async fn tell_all_candidates(&self, op: &str, obj: &ObjectRef) -> Vec<Value> {
+    async fn tell_all_candidates(
+        &self,
+        make: fn(&ObjectRef) -> Request,
+        obj: &ObjectRef,
+    ) -> Vec<Value> {
+        let req = make(obj);
+        let op = req.name();
         let mut members: HashMap<String, Member> = HashMap::new();
         for range in split(0..obj.size().max(1), self.opts.group_size) {
             for m in self.candidates(obj.id, range.start / self.opts.group_size) {
                 members.entry(m.id.clone()).or_insert(m);
             }
         }
+        let req = &req;
         let calls = members.into_values().map(|m| async move {
             let client = self.client(&m);
-            let call = client.call(op, Some(obj), 0..0);
+            let call = client.call(req.clone());
             match self.attempt(&m, self.opts.timeout, call).await {
                 Ok(v) => Some(v),
                 Err(e) => {
@@ -304,11 +311,13 @@ impl Router {
     /// `deadline_reads` times a read's deadline.
     async fn ask_owner(
         &self,
-        op: &str,
+        make: fn(&ObjectRef, Range<u64>) -> Request,
         obj: &ObjectRef,
         range: Range<u64>,
         deadline_reads: u32,
     ) -> Result<Value> {
+        let req = make(obj, range.clone());
+        let op = req.name();
         let group = range.start / self.opts.group_size;
         debug_assert!(
             range.is_empty() || (range.end - 1) / self.opts.group_size == group,
@@ -317,7 +326,7 @@ impl Router {
         let mut last = None;
         for m in self.candidates(obj.id, group) {
             let client = self.client(&m);
-            let call = client.call(op, Some(obj), range.clone());
+            let call = client.call(req.clone());
             match self
                 .attempt(&m, self.opts.timeout * deadline_reads, call)
                 .await
@@ -347,7 +356,7 @@ impl Router {
     pub async fn prefetch(&self, obj: &ObjectRef) -> u64 {
         let mut started = 0;
         for range in split(0..obj.size(), self.opts.group_size) {
-            match self.ask_owner("prefetch", obj, range, 1).await {
+            match self.ask_owner(Request::prefetch, obj, range, 1).await {
                 Ok(v) => started += v.get("pages").and_then(Value::as_u64).unwrap_or(0),
                 Err(e) => tracing::debug!(path = %obj.meta.path, error = %e, "prefetch skipped"),
             }
@@ -447,7 +456,7 @@ impl Router {
         let calls = view.members.iter().map(|m| async move {
             let client = self.client(m);
             let r = self
-                .attempt(m, self.opts.timeout, client.call("stats", None, 0..0))
+                .attempt(m, self.opts.timeout, client.call(Request::Stats))
                 .await
                 .map_err(CallError::into_error);
             (m.clone(), r)
@@ -563,7 +572,7 @@ impl Fetcher for Router {
         let obj = obj.as_ref();
         let calls = view.members.iter().map(|m| async move {
             let client = self.client(m);
-            let call = client.call("forget", Some(obj), 0..0);
+            let call = client.call(Request::forget(obj));
             if let Err(e) = self.attempt(m, self.opts.timeout, call).await {
                 tracing::debug!(worker = %m.id, "forget: {e}");
             }

@@ -2,6 +2,9 @@
 //!
 //! Framing is `silt-proto`'s: one JSON request frame; a response of JSON and raw `Data` frames
 //! closed by `End` or `Error`. A connection carries any number of requests, one at a time.
+//! A request is one [`Request`] (a tagged enum: `op` names the variant), decoded once, whole,
+//! version first; the worker dispatches on the variant and times it under the metric label
+//! the variant names (`Request::metric`).
 //! Before the first request, both ends prove membership of the cluster (`crate::auth`, once per
 //! connection); a connection that does not is closed before anything is served.
 //!
@@ -37,8 +40,8 @@ use serde_json::{json, Value};
 use silt_common::io::ReadAt;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, PageKey, Result};
 use silt_proto::{
-    decode_json, decode_request, read_frame, write_error, write_frame, write_json, ErrorBody,
-    FrameKind, PROTOCOL_VERSION,
+    decode_json, read_frame, write_error, write_frame, write_json, ErrorBody, FrameKind,
+    PROTOCOL_VERSION,
 };
 use silt_reader::{ObjectRef, PageReader};
 use silt_resident::RemoteMeta;
@@ -106,28 +109,232 @@ impl WireObject {
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct Request {
+/// A request of the worker protocol, decoded once, whole, into what its operation needs. On
+/// the wire: `{"v": 1, "op": "<name>", ...its fields}` (fields of other operations are
+/// ignored, a missing one is refused). Answers are JSON (and `Data` frames) closed by `End`
+/// or `Error`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Request {
+    /// The worker's identity, cache and counters.
+    Stats,
+    /// Directory `path` of the namespace changed in the store (an attached client's change):
+    /// the owner revalidates it before answering.
+    Changed {
+        path: String,
+    },
+    /// For each range: how many of its pages the worker holds, how many bytes are pinned.
+    Cached {
+        #[serde(default)]
+        ranges: Vec<PageRange>,
+    },
+    /// `silt fs pin`: this worker's part of the object, kept until unpinned, then loaded.
+    Pin {
+        object: WireObject,
+        #[serde(default)]
+        offset: u64,
+        #[serde(default)]
+        len: u64,
+    },
+    Unpin {
+        object: WireObject,
+    },
+    /// Bytes of a range, or (`fd`, Unix socket) the data file they lie in.
+    Read {
+        object: WireObject,
+        #[serde(default)]
+        offset: u64,
+        #[serde(default)]
+        len: u64,
+        #[serde(default)]
+        fd: bool,
+    },
+    /// The object's cache file, pinned while the connection lives (Unix socket).
+    Lease {
+        object: WireObject,
+    },
+    /// A private copy of the object's cache file, for passthrough (Unix socket).
+    Hold {
+        object: WireObject,
+    },
+    /// Cached whatever the admission policy says (`silt load`).
+    Load {
+        object: WireObject,
+        #[serde(default)]
+        offset: u64,
+        #[serde(default)]
+        len: u64,
+    },
+    /// Fetched now for a read coming soon, admitted as a read's pages are.
+    Prefetch {
+        object: WireObject,
+        #[serde(default)]
+        offset: u64,
+        #[serde(default)]
+        len: u64,
+    },
+    /// The version was replaced or deleted: its pages go.
+    Forget {
+        object: WireObject,
+    },
+    /// A replicated cache-only file: its bytes follow as `Data` frames closed by `End`.
+    Rput {
+        path: String,
+        file: WireResident,
+    },
+    /// Bytes of a range of one version (`file.tag`) of a replicated file.
+    Rget {
+        path: String,
+        file: WireResident,
+        #[serde(default)]
+        offset: u64,
+        #[serde(default)]
+        len: u64,
+    },
+    Rstat {
+        path: String,
+    },
+    /// Every replicated file strictly below directory `path`.
+    Rlist {
+        path: String,
+    },
+    Rdel {
+        path: String,
+    },
+}
+
+/// A request as it travels: the protocol version beside it.
+#[derive(Serialize)]
+struct Envelope<'a> {
     v: u32,
-    op: String,
-    #[serde(default)]
-    object: Option<WireObject>,
-    #[serde(default)]
-    offset: u64,
-    #[serde(default)]
-    len: u64,
-    /// Ask for a file descriptor instead of bytes (Unix socket only).
-    #[serde(default)]
-    fd: bool,
-    /// A replicated cache-only file (`r*` ops): its namespace path (a directory for `rlist`).
-    #[serde(default)]
-    path: Option<String>,
-    /// ... and its version: `rput` describes it, `rget` asks for that version.
-    #[serde(default)]
-    file: Option<WireResident>,
-    /// `cached`: the page ranges asked about.
-    #[serde(default)]
-    ranges: Vec<PageRange>,
+    #[serde(flatten)]
+    req: &'a Request,
+}
+
+impl Request {
+    pub fn stats() -> Request {
+        Request::Stats
+    }
+
+    pub fn load(obj: &ObjectRef, range: std::ops::Range<u64>) -> Request {
+        Request::Load {
+            object: WireObject::from_ref(obj),
+            offset: range.start,
+            len: range.end.saturating_sub(range.start),
+        }
+    }
+
+    pub fn prefetch(obj: &ObjectRef, range: std::ops::Range<u64>) -> Request {
+        Request::Prefetch {
+            object: WireObject::from_ref(obj),
+            offset: range.start,
+            len: range.end.saturating_sub(range.start),
+        }
+    }
+
+    pub fn pin(obj: &ObjectRef, range: std::ops::Range<u64>) -> Request {
+        Request::Pin {
+            object: WireObject::from_ref(obj),
+            offset: range.start,
+            len: range.end.saturating_sub(range.start),
+        }
+    }
+
+    pub fn unpin(obj: &ObjectRef) -> Request {
+        Request::Unpin {
+            object: WireObject::from_ref(obj),
+        }
+    }
+
+    pub fn forget(obj: &ObjectRef) -> Request {
+        Request::Forget {
+            object: WireObject::from_ref(obj),
+        }
+    }
+
+    /// The request with the protocol version, as it is sent.
+    fn envelope(&self) -> Envelope<'_> {
+        Envelope {
+            v: PROTOCOL_VERSION,
+            req: self,
+        }
+    }
+
+    /// Its operation's name on the wire.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Stats => "stats",
+            Request::Changed { .. } => "changed",
+            Request::Cached { .. } => "cached",
+            Request::Pin { .. } => "pin",
+            Request::Unpin { .. } => "unpin",
+            Request::Read { .. } => "read",
+            Request::Lease { .. } => "lease",
+            Request::Hold { .. } => "hold",
+            Request::Load { .. } => "load",
+            Request::Prefetch { .. } => "prefetch",
+            Request::Forget { .. } => "forget",
+            Request::Rput { .. } => "rput",
+            Request::Rget { .. } => "rget",
+            Request::Rstat { .. } => "rstat",
+            Request::Rlist { .. } => "rlist",
+            Request::Rdel { .. } => "rdel",
+        }
+    }
+
+    /// The `op` label of `silt_worker_rpc_seconds` it is timed under (`None`: not timed).
+    pub fn metric(&self) -> Option<metrics::RpcOp> {
+        use metrics::RpcOp;
+        Some(match self {
+            Request::Stats => RpcOp::Stats,
+            Request::Changed { .. } => RpcOp::Changed,
+            Request::Cached { .. } => RpcOp::Cached,
+            Request::Pin { .. } => RpcOp::Pin,
+            Request::Unpin { .. } => RpcOp::Unpin,
+            Request::Read { .. } => RpcOp::Read,
+            // It lasts as long as the client holds the file.
+            Request::Lease { .. } => return None,
+            Request::Hold { .. } => RpcOp::Hold,
+            Request::Load { .. } => RpcOp::Load,
+            Request::Prefetch { .. } => RpcOp::Prefetch,
+            Request::Forget { .. } => RpcOp::Forget,
+            Request::Rput { .. }
+            | Request::Rget { .. }
+            | Request::Rstat { .. }
+            | Request::Rlist { .. }
+            | Request::Rdel { .. } => RpcOp::Resident,
+        })
+    }
+
+    /// Decodes one request frame: its version first (another version is refused before its
+    /// operation is looked at), then the operation and every field it needs.
+    pub fn decode(kind: FrameKind, payload: &[u8]) -> Result<Request> {
+        if kind != FrameKind::Json {
+            return Err(Error::invalid("expected a JSON request"));
+        }
+        let value: Value = decode_json(payload)?;
+        let Some(v) = value.get("v").and_then(Value::as_u64) else {
+            return Err(Error::invalid("malformed request: no protocol version `v`"));
+        };
+        if v != u64::from(PROTOCOL_VERSION) {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("protocol version {v} not supported (this silt speaks {PROTOCOL_VERSION})"),
+            ));
+        }
+        serde_json::from_value(value).map_err(|e| {
+            let op = payload_op(payload);
+            Error::invalid(format!("malformed {op} request: {e}"))
+        })
+    }
+}
+
+/// The `op` a request frame names, for a message about it (`"?"` if none can be read).
+fn payload_op(payload: &[u8]) -> String {
+    serde_json::from_slice::<Value>(payload)
+        .ok()
+        .and_then(|v| v.get("op").and_then(Value::as_str).map(str::to_string))
+        .map_or_else(|| "?".to_string(), |op| format!("{op:?}"))
 }
 
 /// Pages `first..=last` of an object (`cached` asks how many of them a worker holds).
@@ -183,37 +390,6 @@ impl WireResident {
             expires_in: self.expires_in_ms.map(Duration::from_millis),
         };
         (self.path, meta)
-    }
-}
-
-impl Request {
-    /// A request of this protocol version for bytes `range` of `obj`.
-    fn new(op: &str, obj: Option<&ObjectRef>, range: std::ops::Range<u64>, fd: bool) -> Request {
-        Request {
-            v: PROTOCOL_VERSION,
-            op: op.into(),
-            object: obj.map(WireObject::from_ref),
-            offset: range.start,
-            len: range.end.saturating_sub(range.start),
-            fd,
-            path: None,
-            file: None,
-            ranges: Vec::new(),
-        }
-    }
-
-    /// A request about the replicated cache-only file (or directory) `path`.
-    fn resident(
-        op: &str,
-        path: &str,
-        file: Option<WireResident>,
-        range: std::ops::Range<u64>,
-    ) -> Request {
-        Request {
-            path: Some(path.to_string()),
-            file,
-            ..Request::new(op, None, range, false)
-        }
     }
 }
 
@@ -338,9 +514,7 @@ impl Service {
         })
     }
 
-    async fn object(&self, op: &str, wire: Option<WireObject>) -> Result<ObjectRef> {
-        let wire =
-            wire.ok_or_else(|| Error::invalid(format!("{op}: request without an object")))?;
+    async fn object(&self, wire: WireObject) -> Result<ObjectRef> {
         let store = self.stores.store(&wire.store).await?;
         Ok(wire.into_ref(store))
     }
@@ -484,14 +658,14 @@ async fn handle(mut s: Conn, svc: &Service, peer: &str) -> Result<()> {
         auth::accept(&mut s, &svc.key, peer, auth::Channel::Tls(&binding)).await?;
     }
     while let Some((kind, payload)) = read_frame(&mut s).await? {
-        let req: Request = match decode_request(kind, &payload, |r: &Request| r.v) {
+        let req = match Request::decode(kind, &payload) {
             Ok(r) => r,
             Err(e) => {
                 write_error(&mut s, &e).await?;
                 return s.flush().await.map_err(Error::from);
             }
         };
-        let timed = metrics::RpcOp::of(&req.op).map(|op| (op, std::time::Instant::now()));
+        let timed = req.metric().map(|op| (op, std::time::Instant::now()));
         let served = serve_one(&mut s, svc, req).await;
         if let Some((op, began)) = timed {
             op.histogram().since(began);
@@ -533,35 +707,26 @@ async fn serve_one(
     svc: &Service,
     req: Request,
 ) -> std::result::Result<(), ServeError> {
-    let Request {
-        op,
-        object,
-        offset,
-        len,
-        fd,
-        path,
-        file,
-        ranges,
-        ..
-    } = req;
-    if matches!(op.as_str(), "rput" | "rget" | "rstat" | "rlist" | "rdel") {
-        let path = path.ok_or_else(|| Error::invalid(format!("{op}: request without a path")))?;
-        return serve_resident(s, svc.resident_table()?, &op, path, file, offset, len).await;
-    }
-    match op.as_str() {
-        "stats" => write_json(s, &svc.stats()).await.map_err(broken),
-        "changed" => {
-            let (Some(hook), Some(path)) = (&svc.on_changed, path) else {
+    let op = req.name();
+    match req {
+        Request::Rput { .. }
+        | Request::Rget { .. }
+        | Request::Rstat { .. }
+        | Request::Rlist { .. }
+        | Request::Rdel { .. } => serve_resident(s, svc.resident_table()?, req).await,
+        Request::Stats => write_json(s, &svc.stats()).await.map_err(broken),
+        Request::Changed { path } => {
+            let Some(hook) = &svc.on_changed else {
                 return Err(Error::new(
                     ErrorKind::Unsupported,
-                    "changed: this worker keeps no namespace of its own (or no path given)",
+                    "changed: this worker keeps no namespace of its own",
                 )
                 .into());
             };
             hook(path).await;
             write_json(s, &json!({ "ok": true })).await.map_err(broken)
         }
-        "cached" => {
+        Request::Cached { ranges } => {
             let pages = svc.cached(&ranges)?;
             let store = svc.worker.page_store();
             let ps = store.page_size();
@@ -578,10 +743,14 @@ async fn serve_one(
                 .await
                 .map_err(broken)
         }
-        "pin" => {
+        Request::Pin {
+            object,
+            offset,
+            len,
+        } => {
             // `silt fs pin` in a cluster: this worker's part of the object, kept until unpinned
             // (refused, pinning nothing, past the disk tiers' high watermarks), then loaded.
-            let obj = svc.object(&op, object).await?;
+            let obj = svc.object(object).await?;
             let end = checked_end(&obj, offset, len)?;
             svc.worker.page_store().pin_user(&[(obj.id, offset..end)])?;
             let pages = svc.pages(&obj, offset, len).await?;
@@ -590,13 +759,18 @@ async fn serve_one(
                 .await
                 .map_err(broken)
         }
-        "unpin" => {
-            let obj = svc.object(&op, object).await?;
+        Request::Unpin { object } => {
+            let obj = svc.object(object).await?;
             let n = svc.worker.page_store().unpin_user(&[obj.id]);
             write_json(s, &json!({"unpinned": n})).await.map_err(broken)
         }
-        "read" => {
-            let obj = svc.object(&op, object).await?;
+        Request::Read {
+            object,
+            offset,
+            len,
+            fd,
+        } => {
+            let obj = svc.object(object).await?;
             if fd {
                 if let Conn::Unix(u) = s {
                     if try_send_fd(u, svc, &obj, offset, len).await? {
@@ -618,8 +792,8 @@ async fn serve_one(
             count(&svc.reads_served, &metrics::RPC_READS_SERVED, 1);
             Ok(())
         }
-        "lease" => {
-            let obj = svc.object(&op, object).await?;
+        Request::Lease { object } => {
+            let obj = svc.object(object).await?;
             match s {
                 Conn::Unix(u) => lease(u, svc, &obj).await,
                 Conn::Tcp(_) | Conn::Tls(_) => Err(Error::invalid(
@@ -628,8 +802,8 @@ async fn serve_one(
                 .into()),
             }
         }
-        "hold" => {
-            let obj = svc.object(&op, object).await?;
+        Request::Hold { object } => {
+            let obj = svc.object(object).await?;
             match s {
                 Conn::Unix(u) => hold(u, svc, &obj).await,
                 Conn::Tcp(_) | Conn::Tls(_) => {
@@ -637,8 +811,12 @@ async fn serve_one(
                 }
             }
         }
-        "load" => {
-            let obj = svc.object(&op, object).await?;
+        Request::Load {
+            object,
+            offset,
+            len,
+        } => {
+            let obj = svc.object(object).await?;
             // Asked for: cached even where the cache is full of pages read as often.
             let _prefer = svc.worker.page_store().prefer(obj.id);
             let pages = svc.pages(&obj, offset, len).await?;
@@ -647,10 +825,14 @@ async fn serve_one(
                 .await
                 .map_err(broken)
         }
-        "prefetch" => {
+        Request::Prefetch {
+            object,
+            offset,
+            len,
+        } => {
             // Read soon by the asker: fetched now, admitted as any read would be and not
             // counted as one (the read itself will be). Answers at once.
-            let obj = svc.object(&op, object).await?;
+            let obj = svc.object(object).await?;
             let end = checked_end(&obj, offset, len)?;
             let ps = svc.worker.page_size();
             let started = svc.worker.prefetch(&obj, offset / ps..=(end - 1) / ps);
@@ -658,17 +840,22 @@ async fn serve_one(
                 .await
                 .map_err(broken)
         }
-        "forget" => {
+        Request::Forget { object } => {
             // A client saw this version replaced or deleted in the store: its pages can never
             // be asked for again.
-            let obj = svc.object(&op, object).await?;
+            let obj = svc.object(object).await?;
             svc.worker.page_store().remove_object(obj.id);
             write_json(s, &json!({"forgot": true}))
                 .await
                 .map_err(broken)
         }
-        other => Err(Error::invalid(format!("unknown operation {other:?}")).into()),
     }
+    .map_err(|mut e| {
+        if !e.broken {
+            e.error = e.error.context(op);
+        }
+        e
+    })
 }
 
 /// Bytes of a replicated file travel in frames of this size.
@@ -678,15 +865,10 @@ const RESIDENT_CHUNK: usize = 1 << 20;
 async fn serve_resident(
     s: &mut Conn,
     t: &ResidentTable,
-    op: &str,
-    path: String,
-    file: Option<WireResident>,
-    offset: u64,
-    len: u64,
+    req: Request,
 ) -> std::result::Result<(), ServeError> {
-    match op {
-        "rput" => {
-            let file = file.ok_or_else(|| Error::invalid("rput: request without a file"))?;
+    match req {
+        Request::Rput { path, file } => {
             let size = file.size;
             let buf = t.buffer(&path);
             let (mut at, mut failed) = (0u64, None);
@@ -728,8 +910,12 @@ async fn serve_resident(
                 .await
                 .map_err(broken)
         }
-        "rget" => {
-            let want = file.ok_or_else(|| Error::invalid("rget: request without a version"))?;
+        Request::Rget {
+            path,
+            file: want,
+            offset,
+            len,
+        } => {
             let f = t.get(&path, &want.tag)?;
             if len > MAX_RANGE {
                 return Err(Error::invalid(format!(
@@ -757,25 +943,27 @@ async fn serve_resident(
             }
             Ok(())
         }
-        "rstat" => {
+        Request::Rstat { path } => {
             let found = t.stat(&path);
             write_json(s, &json!({ "file": found }))
                 .await
                 .map_err(broken)
         }
-        "rlist" => {
+        Request::Rlist { path } => {
             let files = t.list(&path);
             write_json(s, &json!({ "files": files }))
                 .await
                 .map_err(broken)
         }
-        "rdel" => {
+        Request::Rdel { path } => {
             let deleted = t.delete(&path);
             write_json(s, &json!({ "deleted": deleted }))
                 .await
                 .map_err(broken)
         }
-        other => Err(Error::invalid(format!("unknown operation {other:?}")).into()),
+        other => {
+            Err(Error::internal(format!("{} is not a resident-file request", other.name())).into())
+        }
     }
 }
 
@@ -1140,7 +1328,13 @@ impl WorkerClient {
         let want_fd = matches!(c, Conn::Unix(_));
         write_json(
             &mut c,
-            &Request::new("read", Some(obj), range.clone(), want_fd),
+            &Request::Read {
+                object: WireObject::from_ref(obj),
+                offset: range.start,
+                len,
+                fd: want_fd,
+            }
+            .envelope(),
         )
         .await?;
         let head: Value = expect_json(&mut c).await?;
@@ -1194,7 +1388,10 @@ impl WorkerClient {
             return Ok(None);
         }
         self.with_conn(|mut c| async move {
-            write_json(&mut c, &Request::new("hold", Some(obj), 0..0, true)).await?;
+            let req = Request::Hold {
+                object: WireObject::from_ref(obj),
+            };
+            write_json(&mut c, &req.envelope()).await?;
             let head = expect_json(&mut c).await?;
             let file = passed_fd(&c, &head).await?.map(std::fs::File::from);
             expect_end(&mut c).await?;
@@ -1217,7 +1414,10 @@ impl WorkerClient {
         }
         // A connection of its own: it stays open as long as the lease.
         let mut c = self.connect().await?;
-        write_json(&mut c, &Request::new("lease", Some(obj), 0..0, true)).await?;
+        let req = Request::Lease {
+            object: WireObject::from_ref(obj),
+        };
+        write_json(&mut c, &req.envelope()).await?;
         let head = expect_json(&mut c).await?;
         let Some(fd) = passed_fd(&c, &head).await? else {
             expect_end(&mut c).await?;
@@ -1243,7 +1443,7 @@ impl WorkerClient {
     /// One JSON answer to `req` (`rstat`, `rlist`, `rdel`).
     async fn call_req(&self, req: &Request) -> std::result::Result<Value, CallError> {
         self.with_conn(|mut c| async move {
-            write_json(&mut c, req).await?;
+            write_json(&mut c, &req.envelope()).await?;
             let v = expect_json(&mut c).await?;
             expect_end(&mut c).await?;
             self.put_back(c);
@@ -1260,16 +1460,14 @@ impl WorkerClient {
         meta: &RemoteMeta,
         data: &dyn ReadAt,
     ) -> std::result::Result<(), CallError> {
-        let req = Request::resident(
-            "rput",
-            path,
-            Some(WireResident::from_meta(path, meta)),
-            0..0,
-        );
+        let req = Request::Rput {
+            path: path.to_string(),
+            file: WireResident::from_meta(path, meta),
+        };
         self.with_conn(|mut c| {
             let req = &req;
             async move {
-                write_json(&mut c, req).await?;
+                write_json(&mut c, &req.envelope()).await?;
                 let mut at = 0u64;
                 while at < meta.size {
                     let n = (meta.size - at).min(RESIDENT_CHUNK as u64) as usize;
@@ -1301,12 +1499,17 @@ impl WorkerClient {
             mtime_ns: None,
             expires_in_ms: None,
         };
-        let req = Request::resident("rget", path, Some(want), range.clone());
+        let req = Request::Rget {
+            path: path.to_string(),
+            file: want,
+            offset: range.start,
+            len: range.end.saturating_sub(range.start),
+        };
         let len = range.end.saturating_sub(range.start) as usize;
         self.with_conn(|mut c| {
             let req = &req;
             async move {
-                write_json(&mut c, req).await?;
+                write_json(&mut c, &req.envelope()).await?;
                 expect_json(&mut c).await?;
                 let mut out = BytesMut::with_capacity(len);
                 loop {
@@ -1345,7 +1548,9 @@ impl WorkerClient {
         path: &str,
     ) -> std::result::Result<Option<RemoteMeta>, CallError> {
         let v = self
-            .call_req(&Request::resident("rstat", path, None, 0..0))
+            .call_req(&Request::Rstat {
+                path: path.to_string(),
+            })
             .await?;
         if v["file"].is_null() {
             return Ok(None);
@@ -1360,7 +1565,9 @@ impl WorkerClient {
         dir: &str,
     ) -> std::result::Result<Vec<(String, RemoteMeta)>, CallError> {
         let v = self
-            .call_req(&Request::resident("rlist", dir, None, 0..0))
+            .call_req(&Request::Rlist {
+                path: dir.to_string(),
+            })
             .await?;
         let files: Vec<WireResident> = garbled(serde_json::from_value(v["files"].clone()))?;
         Ok(files.into_iter().map(WireResident::into_meta).collect())
@@ -1383,10 +1590,7 @@ impl WorkerClient {
         ranges: Vec<PageRange>,
     ) -> std::result::Result<Vec<(u64, u64)>, CallError> {
         let n = ranges.len();
-        let req = Request {
-            ranges,
-            ..Request::new("cached", None, 0..0, false)
-        };
+        let req = Request::Cached { ranges };
         let v = self.call_req(&req).await?;
         let pages: Vec<u64> = garbled(serde_json::from_value(v["pages"].clone()))?;
         let pinned: Vec<u64> = garbled(serde_json::from_value(v["pinned"].clone()))?;
@@ -1405,9 +1609,8 @@ impl WorkerClient {
 
     /// Tells the worker that directory `path` of the namespace changed in the store.
     pub async fn changed(&self, path: &str) -> std::result::Result<(), CallError> {
-        let req = Request {
-            path: Some(path.to_string()),
-            ..Request::new("changed", None, 0..0, false)
+        let req = Request::Changed {
+            path: path.to_string(),
         };
         self.call_req(&req).await.map(drop)
     }
@@ -1415,29 +1618,17 @@ impl WorkerClient {
     /// Drops the replicated file at `path` here; whether there was one.
     pub async fn resident_delete(&self, path: &str) -> std::result::Result<bool, CallError> {
         let v = self
-            .call_req(&Request::resident("rdel", path, None, 0..0))
+            .call_req(&Request::Rdel {
+                path: path.to_string(),
+            })
             .await?;
         Ok(v["deleted"].as_bool().unwrap_or(false))
     }
 
-    /// A JSON call (`stats`, `ping`, `load`): the one JSON answer.
-    pub async fn call(
-        &self,
-        op: &str,
-        obj: Option<&ObjectRef>,
-        range: std::ops::Range<u64>,
-    ) -> std::result::Result<Value, CallError> {
-        self.with_conn(|mut c| {
-            let range = range.clone();
-            async move {
-                write_json(&mut c, &Request::new(op, obj, range, false)).await?;
-                let v = expect_json(&mut c).await?;
-                expect_end(&mut c).await?;
-                self.put_back(c);
-                Ok(v)
-            }
-        })
-        .await
+    /// A request answered with one JSON value (`stats`, `load`, `prefetch`, `pin`, `unpin`,
+    /// `forget`, ...).
+    pub async fn call(&self, req: Request) -> std::result::Result<Value, CallError> {
+        self.call_req(&req).await
     }
 }
 
@@ -1651,4 +1842,154 @@ async fn pread_checked(
     check_pages(&buf, ps, &crcs)?;
     let from = (offset - start) as usize;
     Ok(Bytes::from(buf).slice(from..from + len as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(v: &Value) -> Vec<u8> {
+        serde_json::to_vec(v).unwrap()
+    }
+
+    /// Every request decodes to itself from what the client sends; the wire keeps the names
+    /// and fields the protocol had (`{"v": 1, "op": "read", "object": ..., "offset": ...}`).
+    #[test]
+    fn every_request_crosses_the_wire_whole() {
+        let object = WireObject {
+            store: "s3://b/p".into(),
+            path: "x".into(),
+            size: 10,
+            etag: Some("e".into()),
+            version: None,
+            mtime_ns: Some(5),
+        };
+        let file = WireResident {
+            path: "/c/f".into(),
+            size: 4,
+            tag: "silt-1".into(),
+            mtime_ns: None,
+            expires_in_ms: Some(9),
+        };
+        let all = vec![
+            Request::Stats,
+            Request::Changed { path: "/d".into() },
+            Request::Cached {
+                ranges: vec![PageRange {
+                    object: "ab".into(),
+                    first: 0,
+                    last: 3,
+                }],
+            },
+            Request::Pin {
+                object: object.clone(),
+                offset: 1,
+                len: 2,
+            },
+            Request::Unpin {
+                object: object.clone(),
+            },
+            Request::Read {
+                object: object.clone(),
+                offset: 3,
+                len: 4,
+                fd: true,
+            },
+            Request::Lease {
+                object: object.clone(),
+            },
+            Request::Hold {
+                object: object.clone(),
+            },
+            Request::Load {
+                object: object.clone(),
+                offset: 0,
+                len: 10,
+            },
+            Request::Prefetch {
+                object: object.clone(),
+                offset: 0,
+                len: 1,
+            },
+            Request::Forget {
+                object: object.clone(),
+            },
+            Request::Rput {
+                path: "/c/f".into(),
+                file: file.clone(),
+            },
+            Request::Rget {
+                path: "/c/f".into(),
+                file,
+                offset: 1,
+                len: 2,
+            },
+            Request::Rstat {
+                path: "/c/f".into(),
+            },
+            Request::Rlist { path: "/c".into() },
+            Request::Rdel {
+                path: "/c/f".into(),
+            },
+        ];
+        for req in all {
+            let wire = serde_json::to_value(req.envelope()).unwrap();
+            assert_eq!(wire["v"], PROTOCOL_VERSION, "{wire}");
+            assert_eq!(wire["op"], req.name(), "{wire}");
+            let back = Request::decode(FrameKind::Json, &frame(&wire)).unwrap();
+            assert_eq!(back, req);
+        }
+        let read = serde_json::to_value(
+            Request::Read {
+                object,
+                offset: 3,
+                len: 4,
+                fd: false,
+            }
+            .envelope(),
+        )
+        .unwrap();
+        for key in ["object", "offset", "len", "fd"] {
+            assert!(read.get(key).is_some(), "{key} missing from {read}");
+        }
+    }
+
+    /// What the decoder refuses, and how: another version before anything else, an unknown
+    /// operation by its name, a missing field by its name, a frame that is not JSON.
+    #[test]
+    fn bad_requests_are_refused_by_name() {
+        let kind = |v: Value| {
+            Request::decode(FrameKind::Json, &frame(&v))
+                .map(|r| r.name())
+                .map_err(|e| (e.kind(), e.to_string()))
+        };
+        let (k, m) = kind(json!({"v": 2, "op": "nonsense"})).unwrap_err();
+        assert_eq!(k, ErrorKind::Unsupported, "{m}");
+        assert!(m.contains("protocol version 2"), "{m}");
+        let (k, m) = kind(json!({"op": "stats"})).unwrap_err();
+        assert_eq!(k, ErrorKind::InvalidInput, "{m}");
+        let (k, m) = kind(json!({"v": 1, "op": "ping"})).unwrap_err();
+        assert_eq!(k, ErrorKind::InvalidInput, "{m}");
+        assert!(
+            m.contains("\"ping\"") && m.contains("unknown variant"),
+            "{m}"
+        );
+        let (k, m) = kind(json!({"v": 1, "op": "read", "offset": 0})).unwrap_err();
+        assert_eq!(k, ErrorKind::InvalidInput, "{m}");
+        assert!(m.contains("object"), "{m}");
+        let (k, m) = kind(json!({"v": 1, "op": "rget", "path": "/a"})).unwrap_err();
+        assert_eq!(k, ErrorKind::InvalidInput, "{m}");
+        assert!(m.contains("file"), "{m}");
+        let (k, _) = kind(json!({"v": 1})).unwrap_err();
+        assert_eq!(k, ErrorKind::InvalidInput);
+        // Fields of other operations are ignored (older clients sent them all).
+        assert_eq!(
+            kind(json!({"v": 1, "op": "stats", "offset": 0, "len": 0, "fd": false})),
+            Ok("stats")
+        );
+        let e = Request::decode(FrameKind::Data, b"{}").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        let e = Request::decode(FrameKind::Json, b"{not json").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 use silt_cache::{Arena, ArenaConfig, PageStore, PageStoreConfig};
-use silt_cluster::rpc::{self, CallError, Endpoint, FixedStores, Service, WorkerClient};
+use silt_cluster::rpc::{self, CallError, Endpoint, FixedStores, Request, Service, WorkerClient};
 use silt_cluster::{ClusterKey, ResidentTable};
 use silt_common::config::DiskTierSpec;
 use silt_common::secret::Secret;
@@ -146,7 +146,7 @@ fn resident_meta(size: u64, tag: &str) -> RemoteMeta {
 /// worker serves without TLS).
 async fn state(fx: &Fx) -> Value {
     let m = WorkerClient::new(Endpoint::Unix(fx.uds.clone()), key(SECRET));
-    let s = m.call("stats", None, 0..0).await.unwrap();
+    let s = m.call(Request::Stats).await.unwrap();
     let files = m.resident_list("/").await.unwrap();
     json!({
         "reads_served": s["reads_served"], "bytes_served": s["bytes_served"],
@@ -318,8 +318,13 @@ async fn a_wrong_secret_gets_nothing_and_the_right_one_everything() {
         if matches!(ep, Endpoint::Unix(_)) {
             refused("hold", c.hold(&fx.obj).await.map(drop));
         }
-        for op in ["stats", "load", "forget"] {
-            refused(op, c.call(op, Some(&fx.obj), 0..size).await.map(drop));
+        for req in [
+            Request::Stats,
+            Request::load(&fx.obj, 0..size),
+            Request::forget(&fx.obj),
+        ] {
+            let op = req.name();
+            refused(op, c.call(req).await.map(drop));
         }
         refused(
             "rget",
@@ -345,12 +350,9 @@ async fn a_wrong_secret_gets_nothing_and_the_right_one_everything() {
             &c.read(&fx.obj, 7..size - 3).await.unwrap()[..],
             &fx.data[7..(size - 3) as usize]
         );
+        assert_eq!(c.call(Request::Stats).await.unwrap()["identity"]["id"], "t");
         assert_eq!(
-            c.call("stats", None, 0..0).await.unwrap()["identity"]["id"],
-            "t"
-        );
-        assert_eq!(
-            c.call("load", Some(&fx.obj), 0..size).await.unwrap()["bytes"],
+            c.call(Request::load(&fx.obj, 0..size)).await.unwrap()["bytes"],
             size
         );
         assert_eq!(
@@ -372,7 +374,7 @@ async fn a_wrong_secret_gets_nothing_and_the_right_one_everything() {
     std::os::unix::fs::FileExt::read_exact_at(&held.file, &mut copy, 0).unwrap();
     assert_eq!(copy, fx.data);
     assert_eq!(
-        tcp.call("forget", Some(&fx.obj), 0..0).await.unwrap()["forgot"],
+        tcp.call(Request::forget(&fx.obj)).await.unwrap()["forgot"],
         true
     );
     assert!(tcp.resident_delete("/data/private").await.unwrap());
@@ -720,16 +722,16 @@ async fn handshake_cost() {
     let n = 2000u32;
     for tls in [false, true] {
         let pooled = WorkerClient::new(Endpoint::Tcp(fx.tcp.clone()), key(SECRET).with_tls(tls));
-        pooled.call("stats", None, 0..0).await.unwrap();
+        pooled.call(Request::Stats).await.unwrap();
         let t = std::time::Instant::now();
         for _ in 0..n {
-            pooled.call("stats", None, 0..0).await.unwrap();
+            pooled.call(Request::Stats).await.unwrap();
         }
         let per_request = t.elapsed() / n;
         let t = std::time::Instant::now();
         for _ in 0..n {
             let fresh = WorkerClient::new(Endpoint::Tcp(fx.tcp.clone()), key(SECRET).with_tls(tls));
-            fresh.call("stats", None, 0..0).await.unwrap();
+            fresh.call(Request::Stats).await.unwrap();
         }
         let per_connection = t.elapsed() / n;
         println!(

@@ -12,7 +12,7 @@ use proptest::test_runner::{Config, TestRunner};
 use silt_cache::{Arena, ArenaConfig, PageStore, PageStoreConfig};
 use silt_cluster::auth::{self, ClusterKey};
 use silt_cluster::replica::ResidentTable;
-use silt_cluster::rpc::{self, Endpoint, FixedStores, Service, WorkerClient};
+use silt_cluster::rpc::{self, Endpoint, FixedStores, Request, Service, WorkerClient};
 use silt_common::config::DiskTierSpec;
 use silt_common::secret::Secret;
 use silt_reader::{PageReader, PageReaderOptions};
@@ -126,7 +126,7 @@ fn exchange(f: &Fixture, bytes: &[u8], member: bool) -> Vec<u8> {
 fn still_serving(f: &Fixture) {
     f.rt.block_on(async {
         let c = WorkerClient::new(Endpoint::Unix(f.sock.clone()), f.key.clone());
-        let v = c.call("stats", None, 0..0).await.unwrap();
+        let v = c.call(Request::Stats).await.unwrap();
         assert!(v.is_object(), "{v}");
     });
 }

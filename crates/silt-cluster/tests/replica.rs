@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use silt_cache::{Arena, ArenaConfig, PageStore, PageStoreConfig};
-use silt_cluster::rpc::{self, CallError, Endpoint, FixedStores, Service, WorkerClient};
+use silt_cluster::rpc::{self, CallError, Endpoint, FixedStores, Request, Service, WorkerClient};
 use silt_cluster::{Member, Replicas, ResidentTable, Router, RouterOptions, StaticMembership};
 use silt_common::config::DiskTierSpec;
 use silt_common::ErrorKind;
@@ -172,7 +172,7 @@ fn resident_ops_on_one_worker() {
         assert_eq!(list, vec!["/data/a/b/g", "/data/a/f"]);
         assert!(c.resident_list("/data/ab").await.unwrap().is_empty());
 
-        let stats = c.call("stats", None, 0..0).await.unwrap();
+        let stats = c.call(Request::Stats).await.unwrap();
         assert_eq!(stats["cache_only_files"], 2, "{stats}");
 
         assert!(c.resident_delete("/data/a/f").await.unwrap());

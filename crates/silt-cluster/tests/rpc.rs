@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use silt_cache::{PageStore, PageStoreConfig};
-use silt_cluster::rpc::{self, CallError, Endpoint, FixedStores, Service, WorkerClient};
+use silt_cluster::rpc::{self, CallError, Endpoint, FixedStores, Request, Service, WorkerClient};
 use silt_common::ErrorKind;
 use silt_reader::{ObjectRef, PageReader, PageReaderOptions};
 use silt_ufs::{DynStore, MemStore};
@@ -76,7 +76,7 @@ async fn reads_answers_and_hostile_ranges() {
     let c = WorkerClient::new(ep, key());
     let obj = ObjectRef::new(store.clone(), meta.clone());
     let reads_served = || async {
-        let v = c.call("stats", None, 0..0).await.unwrap();
+        let v = c.call(Request::Stats).await.unwrap();
         v["reads_served"].as_u64().unwrap()
     };
     let before = reads_served().await;
@@ -171,7 +171,7 @@ async fn passed_descriptors_are_read_and_checked() {
         "the second read did not use a descriptor"
     );
     // Both reads were served, one with bytes and one with a descriptor.
-    let stats = c.call("stats", None, 0..0).await.unwrap();
+    let stats = c.call(Request::Stats).await.unwrap();
     assert_eq!(stats["reads_served"], 2, "{stats}");
     // Flip a byte of page 2 in the worker's cache file: the next read through it is refused.
     flip_cached_byte(dir.path(), 2 * PS + 3);
@@ -226,7 +226,7 @@ async fn a_lease_reads_the_workers_file_and_checks_every_page() {
             .put(&format!("o{i}"), vec![i as u8; (64 * PS) as usize])
             .unwrap();
         let other = ObjectRef::new(mem.clone(), meta);
-        c.call("load", Some(&other), 0..64 * PS).await.unwrap();
+        c.call(Request::load(&other, 0..64 * PS)).await.unwrap();
     }
     let ask = silt_cluster::rpc::PageRange {
         object: obj.id.to_hex(),
@@ -241,7 +241,7 @@ async fn a_lease_reads_the_workers_file_and_checks_every_page() {
     assert_eq!(read(0, PS as usize).unwrap(), &data[..PS as usize]);
     // Dropping the lease ends its connection; the worker goes on serving.
     drop(lease);
-    let stats = c.call("stats", None, 0..0).await.unwrap();
+    let stats = c.call(Request::Stats).await.unwrap();
     assert_eq!(stats["files_lent"], 1, "{stats}");
 }
 
@@ -265,7 +265,7 @@ async fn prefetch_starts_fetches_that_a_read_then_joins() {
     );
     let cold = mem.requests() - before;
     let before = mem.requests();
-    let v = c.call("prefetch", Some(&a), 0..5 * PS).await.unwrap();
+    let v = c.call(Request::prefetch(&a, 0..5 * PS)).await.unwrap();
     assert_eq!(v["pages"], 5, "{v}");
     assert_eq!(&c.read(&a, 0..5 * PS).await.unwrap()[..], &data[..]);
     assert_eq!(mem.requests() - before, cold, "the read fetched again");
@@ -276,9 +276,9 @@ async fn prefetch_starts_fetches_that_a_read_then_joins() {
     };
     assert_eq!(c.cached(vec![ask]).await.unwrap(), vec![5]);
     // Prefetching what is cached starts nothing.
-    let v = c.call("prefetch", Some(&a), 0..5 * PS).await.unwrap();
+    let v = c.call(Request::prefetch(&a, 0..5 * PS)).await.unwrap();
     assert_eq!(v["pages"], 0, "{v}");
-    match c.call("prefetch", Some(&a), 4 * PS..6 * PS).await {
+    match c.call(Request::prefetch(&a, 4 * PS..6 * PS)).await {
         Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}"),
         other => panic!("a prefetch past the end: {other:?}"),
     }

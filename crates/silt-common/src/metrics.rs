@@ -331,33 +331,12 @@ define_histograms! {
     WORKER_RPC_SECONDS: RpcOp = "silt_worker_rpc_seconds", "op", "Time a worker took to serve one request from a client, by operation (a `read` passing a file descriptor includes the client's read of it; `lease` is not timed: it lasts as long as the client holds the file)." {
         Read = "read", Load = "load", Prefetch = "prefetch", Pin = "pin", Unpin = "unpin",
         Cached = "cached", Stats = "stats", Forget = "forget", Hold = "hold", Changed = "changed",
-        Resident = "resident", Other = "other",
+        Resident = "resident",
     }
     CSI_CALL_SECONDS: CsiCall = "silt_csi_call_seconds", "call", "Time the CSI plugin took to answer one call, by call (a stage includes starting the volume's mount process; identity and capability calls are `other`)." {
         Stage = "stage", Unstage = "unstage", Publish = "publish", Unpublish = "unpublish",
         Stats = "stats", Create = "create", Delete = "delete", Validate = "validate",
         Other = "other",
-    }
-}
-
-impl RpcOp {
-    /// The histogram a request `op` of the worker protocol counts in (`None`: not timed).
-    pub fn of(op: &str) -> Option<RpcOp> {
-        Some(match op {
-            "read" => RpcOp::Read,
-            "load" => RpcOp::Load,
-            "prefetch" => RpcOp::Prefetch,
-            "pin" => RpcOp::Pin,
-            "unpin" => RpcOp::Unpin,
-            "cached" => RpcOp::Cached,
-            "stats" => RpcOp::Stats,
-            "forget" => RpcOp::Forget,
-            "hold" => RpcOp::Hold,
-            "changed" => RpcOp::Changed,
-            "rput" | "rget" | "rstat" | "rlist" | "rdel" => RpcOp::Resident,
-            "lease" => return None,
-            _ => RpcOp::Other,
-        })
     }
 }
 
