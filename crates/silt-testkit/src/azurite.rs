@@ -256,33 +256,12 @@ fn answers(addr: SocketAddr) -> bool {
 /// Azurite's blob service: `$SILT_AZURITE` (an `azurite-blob` executable), then
 /// `<workspace>/.deps/azurite/node_modules/.bin/azurite-blob`, then `azurite-blob` on PATH.
 pub fn azurite_path() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("SILT_AZURITE").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!(
-                "SILT_AZURITE={} is not a file (./scripts/install-deps.sh installs Azurite \
-                 into .deps/azurite)",
-                p.display()
-            ))
-        };
-    }
-    let local = deps_dir().join("azurite/node_modules/.bin/azurite-blob");
-    if local.is_file() {
-        return Ok(local);
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("azurite-blob"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            format!(
-                "Azurite not found: not in $SILT_AZURITE, {}, nor on PATH; run \
-                 ./scripts/install-deps.sh to install it",
-                local.display()
-            )
-        })
+    crate::find_tool(
+        "SILT_AZURITE",
+        &[deps_dir().join("azurite/node_modules/.bin/azurite-blob")],
+        "azurite-blob",
+        "./scripts/install-deps.sh installs Azurite into .deps/azurite",
+    )
 }
 
 #[cfg(test)]

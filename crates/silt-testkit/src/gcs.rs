@@ -133,33 +133,12 @@ fn answers(addr: SocketAddr) -> bool {
 /// The fake-gcs-server binary: `$SILT_FAKE_GCS`, then `<workspace>/.deps/bin/fake-gcs-server`,
 /// then `fake-gcs-server` on PATH.
 pub fn fake_gcs_path() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("SILT_FAKE_GCS").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!(
-                "SILT_FAKE_GCS={} is not a file (./scripts/install-deps.sh builds \
-                 fake-gcs-server into .deps/bin)",
-                p.display()
-            ))
-        };
-    }
-    let local = deps_dir().join("bin/fake-gcs-server");
-    if local.is_file() {
-        return Ok(local);
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("fake-gcs-server"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            format!(
-                "fake-gcs-server not found: not in $SILT_FAKE_GCS, {}, nor on PATH; run \
-                 ./scripts/install-deps.sh to build it",
-                local.display()
-            )
-        })
+    crate::find_tool(
+        "SILT_FAKE_GCS",
+        &[deps_dir().join("bin/fake-gcs-server")],
+        "fake-gcs-server",
+        "./scripts/install-deps.sh builds it into .deps/bin",
+    )
 }
 
 /// `<workspace>/.deps`, where scripts/install-deps.sh puts the emulators.

@@ -312,26 +312,42 @@ pub fn versitygw_answers(addr: SocketAddr) -> bool {
 
 /// The versitygw binary: `$SILT_VERSITYGW`, `<workspace>/.deps/bin/versitygw`, then `PATH`.
 pub fn versitygw_path() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("SILT_VERSITYGW").filter(|p| !p.is_empty()) {
+    find_tool(
+        "SILT_VERSITYGW",
+        &[gcs::deps_dir().join("bin/versitygw")],
+        "versitygw",
+        "./scripts/install-deps.sh builds it",
+    )
+}
+
+/// A program the tests start: `$env` if set (it must name a file), else the first of `local`
+/// that is a file, else `name` on PATH; the error says where it looked and `hint`.
+pub(crate) fn find_tool(
+    env: &str,
+    local: &[PathBuf],
+    name: &str,
+    hint: &str,
+) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        return Err(format!("SILT_VERSITYGW={} does not exist", p.display()));
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("{env}={} is not a file ({hint})", p.display()))
+        };
     }
-    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/bin/versitygw");
-    if local.is_file() {
-        return Ok(local);
+    if let Some(p) = local.iter().find(|p| p.is_file()) {
+        return Ok(p.clone());
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
-        .map(|d| d.join("versitygw"))
+        .map(|d| d.join(name))
         .find(|p| p.is_file())
         .ok_or_else(|| {
+            let places: Vec<String> = local.iter().map(|p| p.display().to_string()).collect();
             format!(
-                "versitygw not found: not in $SILT_VERSITYGW, {}, nor on PATH \
-                 (scripts/install-deps.sh builds it)",
-                local.display()
+                "{name} not found: not in ${env}, {}, nor on PATH ({hint})",
+                places.join(", ")
             )
         })
 }
@@ -585,30 +601,11 @@ fn etcd_healthy(ip: Ipv4Addr, port: u16) -> bool {
 /// The etcd binary: `$SILT_ETCD`, then `/usr/bin/etcd` (Debian's `etcd-server`), then `etcd`
 /// on PATH.
 pub fn etcd_path() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os("SILT_ETCD") {
-        let path = PathBuf::from(path);
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(format!("SILT_ETCD={} is not a file", path.display()))
-        };
-    }
-    let debian = PathBuf::from("/usr/bin/etcd");
-    if debian.is_file() {
-        return Ok(debian);
-    }
-    if let Some(paths) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&paths) {
-            let candidate = dir.join("etcd");
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
-        }
-    }
-    Err(
-        "etcd not found (looked at $SILT_ETCD, /usr/bin/etcd and PATH); run \
-         ./scripts/install-deps.sh to install it (Debian package etcd-server)"
-            .to_string(),
+    find_tool(
+        "SILT_ETCD",
+        &[PathBuf::from("/usr/bin/etcd")],
+        "etcd",
+        "./scripts/install-deps.sh installs it: Debian package etcd-server",
     )
 }
 
