@@ -47,6 +47,26 @@ def test_the_earlier_mode_word_embedded_is_the_single_role(s3, workdir):
         fs.close()
 
 
+def test_a_single_node_reads_a_file_whole_in_its_cache_from_its_cache_file(s3, workdir):
+    """The same local read as attached clients get (Client::local_reader), from the process's
+    own disk tier: once a file is whole there, a reader reads the cache file (its pages kept
+    while it reads), and its bytes are right."""
+    big = os.urandom(5 << 20)
+    s3.put("big.bin", big)
+    fs = embedded(s3, workdir)
+    try:
+        fs.load("/data/big.bin")
+        r = fs.client.open("/data/big.bin")
+        assert r.read(0, len(big)) == big
+        assert r.is_local
+        assert r.read(777, 3 << 20) == big[777 : 777 + (3 << 20)]
+        small = fs.client.open("/data/big.bin")
+        assert small.read(10, 100) == big[10:110]
+        assert not small.is_local, "a read of less than a page looks for no local file"
+    finally:
+        fs.close()
+
+
 def test_embedded_reads_writes_and_lists(s3, workdir):
     fill(s3)
     fs = embedded(s3, workdir)

@@ -55,6 +55,7 @@ use prefetch::SeqState;
 pub use session::{FileWriter, OpenOptions, Session};
 pub use silt_common::clock::Clock;
 use silt_common::config::is_at_or_under;
+pub use silt_reader::LocalRead;
 pub use write::{WriteSetup, WriteStats};
 
 /// Client tuning (from `Config`).
@@ -391,6 +392,22 @@ struct Fetched {
 /// Told about every change Silt learns of (the FUSE layer invalidates kernel caches).
 pub type ChangeListener = Arc<dyn Fn(&[Change]) + Send + Sync>;
 
+/// A file of this process's disk tier holding a whole version, its pages kept while it lives
+/// (`Client::local_reader`).
+struct OwnCacheFile {
+    file: std::fs::File,
+    _guard: Box<dyn Send + Sync>,
+}
+
+impl LocalRead for OwnCacheFile {
+    fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| Error::from(e).context("reading a local cache file"))
+    }
+}
+
 /// Who hears of the changes a client makes in the stores. An SDK client or gateway attached to
 /// a `silt up` has one (`silt-node` sets it): the owner revalidates the directory before the
 /// call that changed it returns, so the owner's mount (its kernel's caches too) shows the
@@ -653,6 +670,23 @@ impl Client {
                 .map(|complete| complete.file),
             guard,
         }
+    }
+
+    /// A reader of `obj`'s bytes straight from a file on this host, without the client: its
+    /// version whole in this process's disk tier (verified when taken, its pages kept while
+    /// the reader lives), else a same-host worker's cache file lent for as long (each read
+    /// checks the pages it touches). `None`: read through the client. Blocks (outside the
+    /// runtime, like a FUSE thread or the Python SDK's reads).
+    pub fn local_reader(&self, obj: &ObjectRef) -> Option<Box<dyn LocalRead>> {
+        let own = self.pin_local_file(obj);
+        if let Some(file) = own.file {
+            return Some(Box::new(OwnCacheFile {
+                file,
+                _guard: own.guard,
+            }));
+        }
+        let source = self.backing.as_ref()?;
+        self.rt.block_on(source.local_reader(obj))
     }
 
     /// A local file for `obj` held for the caller, if a backing source can lend one. Blocks

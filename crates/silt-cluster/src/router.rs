@@ -537,6 +537,11 @@ impl Router {
 
 #[async_trait]
 impl BackingSource for Router {
+    async fn local_reader(&self, obj: &ObjectRef) -> Option<Box<dyn silt_reader::LocalRead>> {
+        let lease = Router::lease(self, obj).await?;
+        Some(Box::new(lease))
+    }
+
     /// A file whole on one worker of this host is lent by it (a private copy) for passthrough.
     async fn hold(&self, obj: &ObjectRef) -> Option<HeldFile> {
         self.ask_sole_owner(obj, "file loan", |c| async move { c.hold(obj).await })

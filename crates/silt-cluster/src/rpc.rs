@@ -1783,6 +1783,12 @@ pub struct Lease {
     _conn: Conn,
 }
 
+impl silt_reader::LocalRead for Lease {
+    fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        Lease::read_into(self, offset, buf)
+    }
+}
+
 impl Lease {
     /// Fills `buf` with the bytes at `offset` (the range must lie inside the object). Blocks.
     pub fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()> {

@@ -12,7 +12,6 @@
 //!   DataLoader workers it starts attach to it instead of opening a second cache.
 
 use std::collections::HashMap;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -22,7 +21,7 @@ use bytes::Bytes;
 use pyo3::exceptions::{PyConnectionError, PyOSError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use silt_client::{Entry, FileWriter, OpenFile, OpenOptions};
+use silt_client::{Entry, FileWriter, LocalRead, OpenFile, OpenOptions};
 use silt_common::config::Config;
 use silt_common::write::WriteType;
 use silt_common::{Error, ErrorKind};
@@ -707,29 +706,8 @@ fn usage_dict<'py>(py: Python<'py>, u: &silt_client::CacheUsage) -> PyResult<Bou
 struct Reader {
     inner: Arc<Inner>,
     file: OpenFile,
-    local: RwLock<Option<Local>>,
+    local: RwLock<Option<Box<dyn LocalRead>>>,
     tried_local: AtomicBool,
-}
-
-/// Where a reader finds the file's bytes on this host.
-enum Local {
-    /// This process's own cache file, verified when pinned (like FUSE passthrough); the
-    /// guard keeps its pages from eviction.
-    Own(std::fs::File, Box<dyn Send + Sync>),
-    /// A same-host worker's cache file, pinned there while the lease lives; every read
-    /// checks the pages it touches.
-    Leased(silt_cluster::rpc::Lease),
-}
-
-impl Local {
-    fn read_into(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
-        match self {
-            Local::Own(f, _guard) => f.read_exact_at(buf, offset),
-            Local::Leased(l) => l
-                .read_into(offset, buf)
-                .map_err(|e| std::io::Error::other(e.to_string())),
-        }
-    }
 }
 
 impl Reader {
@@ -739,17 +717,7 @@ impl Reader {
         if self.tried_local.swap(true, Ordering::AcqRel) {
             return;
         }
-        let client = &self.inner.node.client;
-        let obj = self.file.object();
-        let found = if self.inner.node.role == Role::Single {
-            let l = client.pin_local_file(obj);
-            l.file.map(|f| Local::Own(f, l.guard))
-        } else {
-            let cluster = self.inner.node.cluster.as_ref();
-            cluster
-                .and_then(|r| self.inner.block_on(r.lease(obj)))
-                .map(Local::Leased)
-        };
+        let found = self.inner.node.client.local_reader(self.file.object());
         if let Ok(mut local) = self.local.write() {
             *local = found;
         }

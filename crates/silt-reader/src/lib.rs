@@ -143,11 +143,26 @@ pub struct HeldFile {
     pub guard: Box<dyn Send + Sync>,
 }
 
-/// Where a client without the object on its own disk can still get a local file for it (for
-/// FUSE passthrough). `None`: not possible now (not on this host, not complete, no answer).
+/// Bytes of one whole object read from a file on this host, without the client (the SDK's
+/// local reads): the process's own cache file, or a same-host worker's, lent while this lives.
+pub trait LocalRead: Send + Sync {
+    /// Fills `buf` with the bytes at `offset` (the range must lie inside the object). Blocks.
+    fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+}
+
+/// Where a client without the object on its own disk can still get a local file for it.
+/// `None`: not possible now (not on this host, not complete, no answer).
 #[async_trait::async_trait]
 pub trait BackingSource: Send + Sync {
+    /// A file of its own for FUSE passthrough (a private copy: nothing the lender does later
+    /// changes it).
     async fn hold(&self, obj: &ObjectRef) -> Option<HeldFile>;
+
+    /// The lender's own cache file, pinned there while the reader lives, each read checking
+    /// the pages it touches (no copy).
+    async fn local_reader(&self, _obj: &ObjectRef) -> Option<Box<dyn LocalRead>> {
+        None
+    }
 }
 
 /// Reads straight from the object's under-store (a worker of the cluster, or a single node).
