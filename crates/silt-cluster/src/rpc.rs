@@ -40,8 +40,8 @@ use serde_json::{json, Value};
 use silt_common::io::ReadAt;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, PageKey, Result};
 use silt_proto::{
-    decode_json, read_frame, write_error, write_frame, write_json, ErrorBody, FrameKind,
-    PROTOCOL_VERSION,
+    decode_json, decode_request, read_frame, write_error, write_frame, write_json, ErrorBody,
+    FrameKind, Versioned,
 };
 use silt_reader::{ObjectRef, PageReader};
 use silt_resident::RemoteMeta;
@@ -203,14 +203,6 @@ pub enum Request {
     },
 }
 
-/// A request as it travels: the protocol version beside it.
-#[derive(Serialize)]
-struct Envelope<'a> {
-    v: u32,
-    #[serde(flatten)]
-    req: &'a Request,
-}
-
 impl Request {
     pub fn stats() -> Request {
         Request::Stats
@@ -253,11 +245,8 @@ impl Request {
     }
 
     /// The request with the protocol version, as it is sent.
-    fn envelope(&self) -> Envelope<'_> {
-        Envelope {
-            v: PROTOCOL_VERSION,
-            req: self,
-        }
+    fn envelope(&self) -> Versioned<'_, Request> {
+        Versioned::new(self)
     }
 
     /// Its operation's name on the wire.
@@ -306,35 +295,11 @@ impl Request {
         })
     }
 
-    /// Decodes one request frame: its version first (another version is refused before its
-    /// operation is looked at), then the operation and every field it needs.
+    /// Decodes one request frame (`silt_proto::decode_request`): its version first, then
+    /// the operation and every field it needs.
     pub fn decode(kind: FrameKind, payload: &[u8]) -> Result<Request> {
-        if kind != FrameKind::Json {
-            return Err(Error::invalid("expected a JSON request"));
-        }
-        let value: Value = decode_json(payload)?;
-        let Some(v) = value.get("v").and_then(Value::as_u64) else {
-            return Err(Error::invalid("malformed request: no protocol version `v`"));
-        };
-        if v != u64::from(PROTOCOL_VERSION) {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                format!("protocol version {v} not supported (this silt speaks {PROTOCOL_VERSION})"),
-            ));
-        }
-        serde_json::from_value(value).map_err(|e| {
-            let op = payload_op(payload);
-            Error::invalid(format!("malformed {op} request: {e}"))
-        })
+        decode_request(kind, payload)
     }
-}
-
-/// The `op` a request frame names, for a message about it (`"?"` if none can be read).
-fn payload_op(payload: &[u8]) -> String {
-    serde_json::from_slice::<Value>(payload)
-        .ok()
-        .and_then(|v| v.get("op").and_then(Value::as_str).map(str::to_string))
-        .map_or_else(|| "?".to_string(), |op| format!("{op:?}"))
 }
 
 /// Pages `first..=last` of an object (`cached` asks how many of them a worker holds).
@@ -1853,6 +1818,7 @@ async fn pread_checked(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use silt_proto::PROTOCOL_VERSION;
 
     fn frame(v: &Value) -> Vec<u8> {
         serde_json::to_vec(v).unwrap()

@@ -171,25 +171,47 @@ pub async fn read_frame_max<R: AsyncRead + Unpin>(
 /// gets its whole buffer at once instead of growing (and copying) its way there.
 const READ_CHUNK: usize = 4 << 20;
 
-/// Decodes a request frame: a JSON message whose protocol version (`version_of`) this side
-/// speaks. The error is what to answer the peer with.
-pub fn decode_request<T: DeserializeOwned>(
-    kind: FrameKind,
-    payload: &[u8],
-    version_of: impl Fn(&T) -> u32,
-) -> Result<T> {
+/// A request as it travels: `{"v": PROTOCOL_VERSION, "op": ..., ...}`, the request a tagged
+/// enum (`#[serde(tag = "op")]`) whose fields sit beside the version.
+#[derive(Serialize)]
+pub struct Versioned<'a, T: Serialize> {
+    v: u32,
+    #[serde(flatten)]
+    req: &'a T,
+}
+
+impl<'a, T: Serialize> Versioned<'a, T> {
+    pub fn new(req: &'a T) -> Self {
+        Versioned {
+            v: PROTOCOL_VERSION,
+            req,
+        }
+    }
+}
+
+/// Decodes a request frame, once and whole: a JSON message whose protocol version this side
+/// speaks (checked before anything else), then the request it holds, a tagged enum (`op`
+/// names the variant; a missing field is refused by name, fields it does not have are
+/// ignored). The error is what to answer the peer with.
+pub fn decode_request<T: DeserializeOwned>(kind: FrameKind, payload: &[u8]) -> Result<T> {
     if kind != FrameKind::Json {
         return Err(Error::invalid("expected a JSON request"));
     }
-    let req: T = decode_json(payload)?;
-    let v = version_of(&req);
-    if v != PROTOCOL_VERSION {
+    let value: serde_json::Value = decode_json(payload)?;
+    let Some(v) = value.get("v").and_then(serde_json::Value::as_u64) else {
+        return Err(Error::invalid("malformed request: no protocol version `v`"));
+    };
+    if v != u64::from(PROTOCOL_VERSION) {
         return Err(Error::new(
             ErrorKind::Unsupported,
             format!("protocol version {v} not supported (this silt speaks {PROTOCOL_VERSION})"),
         ));
     }
-    Ok(req)
+    let op = match value.get("op") {
+        Some(serde_json::Value::String(op)) => format!("{op:?} "),
+        _ => String::new(),
+    };
+    serde_json::from_value(value).map_err(|e| Error::invalid(format!("malformed {op}request: {e}")))
 }
 
 pub fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T> {
@@ -251,11 +273,62 @@ mod tests {
         })
     }
 
+    /// A request goes out with its version beside its fields and comes back whole; another
+    /// version is refused before its operation is looked at; a missing field is named with
+    /// the operation that needs it; other fields are ignored.
+    #[test]
+    fn versioned_requests_decode_once_or_say_why_not() {
+        #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(tag = "op", rename_all = "kebab-case")]
+        enum Ask {
+            Stats,
+            SyncPolicy {
+                path: String,
+                policy: Option<String>,
+            },
+        }
+        let ask = Ask::SyncPolicy {
+            path: "/d".into(),
+            policy: Some("never".into()),
+        };
+        let wire = serde_json::to_value(Versioned::new(&ask)).unwrap();
+        assert_eq!(
+            wire,
+            serde_json::json!({"v": PROTOCOL_VERSION, "op": "sync-policy", "path": "/d", "policy": "never"})
+        );
+        let bytes = serde_json::to_vec(&wire).unwrap();
+        assert_eq!(decode_request::<Ask>(FrameKind::Json, &bytes).unwrap(), ask);
+        let err = |v: serde_json::Value| {
+            decode_request::<Ask>(FrameKind::Json, &serde_json::to_vec(&v).unwrap()).unwrap_err()
+        };
+        let e = err(serde_json::json!({"v": 9, "op": "nothing we know"}));
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+        let e = err(serde_json::json!({"v": 1, "op": "sync-policy"}));
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        assert!(
+            e.to_string().contains("\"sync-policy\"") && e.to_string().contains("path"),
+            "{e}"
+        );
+        let e = err(serde_json::json!({"v": 1, "op": "explode"}));
+        assert!(e.to_string().contains("unknown variant"), "{e}");
+        let e = err(serde_json::json!({"op": "stats"}));
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        let extra = serde_json::json!({"v": 1, "op": "stats", "path": "/x", "recursive": true});
+        let bytes = serde_json::to_vec(&extra).unwrap();
+        assert_eq!(
+            decode_request::<Ask>(FrameKind::Json, &bytes).unwrap(),
+            Ask::Stats
+        );
+        assert!(decode_request::<Ask>(FrameKind::Data, b"{}").is_err());
+    }
+
+    /// A request type of the shape every protocol's is: a tagged enum.
     #[derive(Debug, serde::Deserialize)]
-    struct Req {
-        v: u32,
-        #[allow(dead_code)]
-        op: String,
+    #[serde(tag = "op", rename_all = "lowercase")]
+    #[allow(dead_code)]
+    enum Req {
+        Stats,
+        Read { path: String, offset: u64 },
     }
 
     proptest! {
@@ -269,7 +342,7 @@ mod tests {
             let mut used = 0;
             for (k, p) in &fs {
                 used += 5 + p.len();
-                let _ = decode_request::<Req>(*k, p, |r| r.v);
+                let _ = decode_request::<Req>(*k, p);
                 let _ = decode_json::<ErrorBody>(p).map(ErrorBody::into_error);
             }
             prop_assert!(used <= bytes.len());
@@ -308,7 +381,7 @@ mod tests {
                 prop_assert_eq!(used, s.len(), "a clean end only after whole frames");
             }
             for (k, p) in &fs {
-                let _ = decode_request::<Req>(*k, p, |r| r.v);
+                let _ = decode_request::<Req>(*k, p);
             }
             if s == stream {
                 prop_assert!(err.is_none());

@@ -18,7 +18,7 @@ use silt_common::sync::SyncPolicy;
 use silt_common::{metrics, Error};
 use silt_proto::{
     decode_json, decode_request, read_frame, write_error, write_frame, write_json, ErrorBody,
-    FrameKind, PROTOCOL_VERSION,
+    FrameKind, Versioned,
 };
 use tokio::net::{UnixListener, UnixStream};
 
@@ -39,44 +39,69 @@ pub async fn bind(path: &Path) -> Result<UnixListener> {
     Ok(listener)
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-struct Request {
-    v: u32,
-    op: String,
-    #[serde(default)]
-    path: String,
-    /// `sync`: the whole tree below `path`.
-    #[serde(default)]
-    recursive: bool,
-    /// `sync-policy`: the policy to set (absent: show the current one).
-    #[serde(default)]
-    policy: Option<String>,
-    /// `memory`: new ceilings in bytes (absent: unchanged).
-    #[serde(default)]
-    write_memory: Option<u64>,
-    #[serde(default)]
-    cache_memory: Option<u64>,
-    /// `load`: more paths after `path`, and a bound on fetches in flight.
-    #[serde(default)]
-    paths: Vec<String>,
-    #[serde(default)]
-    concurrency: Option<usize>,
-}
-
-impl Request {
-    fn new(op: &str, path: &str) -> Request {
-        Request {
-            v: PROTOCOL_VERSION,
-            op: op.to_string(),
-            path: path.to_string(),
-            recursive: false,
-            policy: None,
-            write_memory: None,
-            cache_memory: None,
-            paths: Vec::new(),
-            concurrency: None,
-        }
-    }
+/// A request on the control socket, decoded once, whole (`silt_proto::decode_request`). On
+/// the wire: `{"v": 1, "op": "<name>", ...its fields}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+enum Request {
+    /// `silt report`: the daemon's state, counters and (in a cluster) its workers.
+    Report,
+    Stat {
+        path: String,
+    },
+    Ls {
+        path: String,
+    },
+    /// The file's bytes as `Data` frames.
+    Cat {
+        path: String,
+    },
+    Sync {
+        path: String,
+        /// The whole tree below `path`.
+        #[serde(default)]
+        recursive: bool,
+    },
+    Invalidate {
+        path: String,
+    },
+    SyncPolicy {
+        path: String,
+        /// The policy to set (absent: show the current one).
+        #[serde(default)]
+        policy: Option<String>,
+    },
+    Pin {
+        path: String,
+    },
+    Unpin {
+        path: String,
+    },
+    Free {
+        path: String,
+    },
+    Persist {
+        path: String,
+    },
+    PersistState {
+        path: String,
+    },
+    /// New ceilings in bytes (absent: unchanged), then the memory in use.
+    Memory {
+        #[serde(default)]
+        write_memory: Option<u64>,
+        #[serde(default)]
+        cache_memory: Option<u64>,
+    },
+    /// Progress as JSON frames; more paths after `path`, a bound on fetches in flight.
+    Load {
+        path: String,
+        #[serde(default)]
+        paths: Vec<String>,
+        #[serde(default)]
+        concurrency: Option<usize>,
+    },
+    Down,
 }
 
 pub async fn serve(listener: UnixListener, daemon: Arc<Daemon>) {
@@ -97,78 +122,82 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
     let Some((kind, payload)) = read_frame(&mut s).await? else {
         return Ok(());
     };
-    let req: Request = match decode_request(kind, &payload, |r: &Request| r.v) {
+    let req: Request = match decode_request(kind, &payload) {
         Ok(r) => r,
         Err(e) => return write_error(&mut s, &e).await,
     };
-    let result = match req.op.as_str() {
-        "report" => {
+    let result = match req {
+        Request::Report => {
             let mut v = report_json(d);
             if let Some(router) = &d.cluster {
                 v["cluster"] = cluster_json(router).await;
             }
             write_json(&mut s, &v).await
         }
-        "stat" => match d.client.stat(&req.path).await {
+        Request::Stat { path } => match d.client.stat(&path).await {
             Ok(e) => {
                 let mut v = entry_json(&e);
-                if let Ok(info) = d.client.policy_info(&req.path) {
+                if let Ok(info) = d.client.policy_info(&path) {
                     v["sync"] = json!(info);
                 }
-                if let Ok(usage) = d.node().cache_usage(&req.path).await {
+                if let Ok(usage) = d.node().cache_usage(&path).await {
                     v["cache"] = json!(usage);
                 }
                 write_json(&mut s, &v).await
             }
             Err(e) => return write_error(&mut s, &e).await,
         },
-        "sync" => {
-            let r = d.client.sync(&req.path, req.recursive).await;
+        Request::Sync { path, recursive } => {
+            let r = d.client.sync(&path, recursive).await;
             return answer_after_kernel(&mut s, d, r).await;
         }
-        "pin" => match d.node().pin(&req.path).await {
+        Request::Pin { path } => match d.node().pin(&path).await {
             Ok(u) => write_json(&mut s, &json!(u)).await,
             Err(e) => return write_error(&mut s, &e).await,
         },
-        "unpin" => match d.node().unpin(&req.path).await {
+        Request::Unpin { path } => match d.node().unpin(&path).await {
             Ok(n) => write_json(&mut s, &json!({"unpinned": n})).await,
             Err(e) => return write_error(&mut s, &e).await,
         },
-        "free" => {
+        Request::Free { path } => {
             // Answered once the kernel dropped its pages too: the next read is a cold one.
-            let r = d.node().free(&req.path).await;
+            let r = d.node().free(&path).await;
             return answer_after_kernel(&mut s, d, r).await;
         }
-        "invalidate" => {
-            let r = d.client.invalidate(&req.path).await;
+        Request::Invalidate { path } => {
+            let r = d.client.invalidate(&path).await;
             return answer_after_kernel(&mut s, d, r).await;
         }
-        "sync-policy" => {
-            let info = match req.policy.as_deref() {
-                Some(p) => SyncPolicy::parse(p)
-                    .and_then(|policy| d.client.set_sync_policy(&req.path, policy)),
-                None => d.client.policy_info(&req.path),
+        Request::SyncPolicy { path, policy } => {
+            let info = match policy.as_deref() {
+                Some(p) => {
+                    SyncPolicy::parse(p).and_then(|policy| d.client.set_sync_policy(&path, policy))
+                }
+                None => d.client.policy_info(&path),
             };
             return answer_after_kernel(&mut s, d, info).await;
         }
-        "ls" => match d.client.list(&req.path).await {
+        Request::Ls { path } => match d.client.list(&path).await {
             Ok(list) => write_json(&mut s, &list.iter().map(entry_json).collect::<Vec<_>>()).await,
             Err(e) => return write_error(&mut s, &e).await,
         },
-        "cat" => return cat(&mut s, d, &req.path).await,
-        "persist" => {
-            let r = d.client.persist(&req.path).await.map(states_json);
+        Request::Cat { path } => return cat(&mut s, d, &path).await,
+        Request::Persist { path } => {
+            let r = d.client.persist(&path).await.map(states_json);
             return answer_after_kernel(&mut s, d, r).await;
         }
-        "persist-state" => match d.client.persist_status(&req.path) {
+        Request::PersistState { path } => match d.client.persist_status(&path) {
             Ok(v) => write_json(&mut s, &states_json(v)).await,
             Err(e) => return write_error(&mut s, &e).await,
         },
-        "memory" => {
-            if let Some(b) = req.cache_memory {
+        Request::Memory {
+            write_memory,
+            cache_memory,
+        } => {
+            if let Some(b) = cache_memory {
                 d.client.set_cache_memory(b);
             }
-            if let Some(b) = req.write_memory {
+            if let Some(b) = write_memory {
                 if !d.client.set_write_memory(b) {
                     return write_error(
                         &mut s,
@@ -182,25 +211,21 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
             }
             write_json(&mut s, &memory_json(d)).await
         }
-        "load" => {
-            let mut paths = vec![req.path.clone()];
-            paths.extend(req.paths.iter().cloned());
-            let concurrency = req
-                .concurrency
+        Request::Load {
+            path,
+            paths: more,
+            concurrency,
+        } => {
+            let mut paths = vec![path];
+            paths.extend(more);
+            let concurrency = concurrency
                 .filter(|n| (1..=1024).contains(n))
                 .unwrap_or(d.config.fetch_concurrency);
             return load_stream(&mut s, d, paths, concurrency).await;
         }
-        "down" => {
+        Request::Down => {
             d.shutdown.notify_one();
             Ok(())
-        }
-        other => {
-            return write_error(
-                &mut s,
-                &Error::invalid(format!("unknown operation {other:?}")),
-            )
-            .await
         }
     };
     result?;
@@ -475,7 +500,7 @@ async fn connect(state_dir: &Path, req: Request) -> Result<UnixStream> {
             sock.display()
         )
     })?;
-    write_json(&mut s, &req).await?;
+    write_json(&mut s, &Versioned::new(&req)).await?;
     Ok(s)
 }
 
@@ -526,20 +551,21 @@ fn fmt_entry_line(v: &Value) -> String {
 }
 
 pub fn fs_command(state_dir: &Path, op: &str, path: &str) -> Result<ExitCode> {
+    let path_s = path.to_string();
     match op {
         "ls" => {
-            let v = one_json(state_dir, Request::new("ls", path))?;
+            let v = one_json(state_dir, Request::Ls { path: path_s })?;
             for e in v.as_array().into_iter().flatten() {
                 println!("{}", fmt_entry_line(e));
             }
         }
         "stat" => {
-            let v = one_json(state_dir, Request::new("stat", path))?;
+            let v = one_json(state_dir, Request::Stat { path: path_s })?;
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
         "cat" => {
             client_rt()?.block_on(async {
-                let mut s = connect(state_dir, Request::new("cat", path)).await?;
+                let mut s = connect(state_dir, Request::Cat { path: path_s }).await?;
                 let stdout = std::io::stdout();
                 let mut out = stdout.lock();
                 drain(
@@ -553,18 +579,18 @@ pub fn fs_command(state_dir: &Path, op: &str, path: &str) -> Result<ExitCode> {
             })?;
         }
         "pin" => {
-            let v = one_json(state_dir, Request::new("pin", path))?;
+            let v = one_json(state_dir, Request::Pin { path: path_s })?;
             println!(
                 "pinned {path}: {} files, {} bytes pinned, {} bytes cached",
                 v["files"], v["pinned_bytes"], v["cached_bytes"]
             );
         }
         "unpin" => {
-            let v = one_json(state_dir, Request::new("unpin", path))?;
+            let v = one_json(state_dir, Request::Unpin { path: path_s })?;
             println!("unpinned {path}: {} files", v["unpinned"]);
         }
         "free" => {
-            let v = one_json(state_dir, Request::new("free", path))?;
+            let v = one_json(state_dir, Request::Free { path: path_s })?;
             println!(
                 "freed {path}: {} files, {} cached bytes dropped",
                 v["files"], v["cached_bytes"]
@@ -636,7 +662,12 @@ fn print_states(v: &Value) -> bool {
 /// `silt fs persist PATH`: uploads the `back` files at or below PATH now and waits; exits 1 if
 /// one failed.
 pub fn persist(state_dir: &Path, path: &str) -> Result<ExitCode> {
-    let v = one_json(state_dir, Request::new("persist", path))?;
+    let v = one_json(
+        state_dir,
+        Request::Persist {
+            path: path.to_string(),
+        },
+    )?;
     Ok(if print_states(&v) {
         ExitCode::FAILURE
     } else {
@@ -646,7 +677,12 @@ pub fn persist(state_dir: &Path, path: &str) -> Result<ExitCode> {
 
 /// `silt fs state PATH`: where the `back` files at or below PATH stand.
 pub fn persist_state(state_dir: &Path, path: &str) -> Result<ExitCode> {
-    let v = one_json(state_dir, Request::new("persist-state", path))?;
+    let v = one_json(
+        state_dir,
+        Request::PersistState {
+            path: path.to_string(),
+        },
+    )?;
     print_states(&v);
     Ok(ExitCode::SUCCESS)
 }
@@ -655,10 +691,9 @@ pub fn persist_state(state_dir: &Path, path: &str) -> Result<ExitCode> {
 pub fn memory(state_dir: &Path, write: Option<u64>, cache: Option<u64>) -> Result<ExitCode> {
     let v = one_json(
         state_dir,
-        Request {
+        Request::Memory {
             write_memory: write,
             cache_memory: cache,
-            ..Request::new("memory", "")
         },
     )?;
     let n = |v: &Value| format_size(v.as_u64().unwrap_or(0));
@@ -710,9 +745,9 @@ pub fn memory(state_dir: &Path, write: Option<u64>, cache: Option<u64>) -> Resul
 pub fn sync(state_dir: &Path, path: &str, recursive: bool) -> Result<ExitCode> {
     let v = one_json(
         state_dir,
-        Request {
+        Request::Sync {
+            path: path.to_string(),
             recursive,
-            ..Request::new("sync", path)
         },
     )?;
     print_sync_report("synced", path, &v);
@@ -721,7 +756,12 @@ pub fn sync(state_dir: &Path, path: &str, recursive: bool) -> Result<ExitCode> {
 
 /// `silt fs invalidate PATH`: drops metadata and cached data, and reports what was dropped.
 pub fn invalidate(state_dir: &Path, path: &str) -> Result<ExitCode> {
-    let v = one_json(state_dir, Request::new("invalidate", path))?;
+    let v = one_json(
+        state_dir,
+        Request::Invalidate {
+            path: path.to_string(),
+        },
+    )?;
     print_sync_report("invalidated", path, &v);
     Ok(ExitCode::SUCCESS)
 }
@@ -734,9 +774,9 @@ pub fn sync_policy(state_dir: &Path, path: &str, policy: Option<&str>) -> Result
     }
     let v = one_json(
         state_dir,
-        Request {
+        Request::SyncPolicy {
+            path: path.to_string(),
             policy: policy.map(str::to_string),
-            ..Request::new("sync-policy", path)
         },
     )?;
     let checked = match v["checked_secs_ago"].as_f64() {
@@ -753,10 +793,10 @@ pub fn sync_policy(state_dir: &Path, path: &str, policy: Option<&str>) -> Result
 
 pub fn load(state_dir: &Path, paths: &[String], concurrency: Option<usize>) -> Result<ExitCode> {
     let (first, rest) = paths.split_first().context("no path to load")?;
-    let req = Request {
+    let req = Request::Load {
+        path: first.clone(),
         paths: rest.to_vec(),
         concurrency,
-        ..Request::new("load", first)
     };
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
@@ -801,7 +841,7 @@ pub fn load(state_dir: &Path, paths: &[String], concurrency: Option<usize>) -> R
 }
 
 pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
-    let v = one_json(state_dir, Request::new("report", ""))?;
+    let v = one_json(state_dir, Request::Report)?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
@@ -931,7 +971,7 @@ pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
 
 pub fn down(state_dir: &Path) -> Result<ExitCode> {
     client_rt()?.block_on(async {
-        let mut s = connect(state_dir, Request::new("down", "")).await?;
+        let mut s = connect(state_dir, Request::Down).await?;
         drain(&mut s, |_| Ok(()), |_| Ok(())).await
     })?;
     Ok(ExitCode::SUCCESS)
