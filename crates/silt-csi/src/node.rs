@@ -320,15 +320,16 @@ impl NodeService {
                     if let Err(e) = self.persist(staged) {
                         warn!(volume = %volume_id, error = %e, "could not save the volume record");
                     }
-                    if !holder_was_alive {
-                        // The FUSE connection died with its holder: the new process mounts
-                        // anew, and the pods' bind mounts of the dead one must follow.
-                        let s = staged.clone();
-                        match self.wait_answering(&s, p, &fd).await {
-                            Ok(()) => rebind(&s),
-                            Err(e) => {
-                                warn!(volume = %volume_id, error = %e.message, "restarting the mount failed");
-                            }
+                    // The FUSE connection died with its holder: the new process mounts anew,
+                    // and the pods' bind mounts of the dead one must follow. A holder killed
+                    // with it may still accept a connection while it dies (so it seemed
+                    // alive), and the new process then finds it gone and mounts anew too:
+                    // then the pods' mounts that no longer answer are bound again.
+                    let s = staged.clone();
+                    match self.wait_answering(&s, p, &fd).await {
+                        Ok(()) => rebind(&s, !holder_was_alive),
+                        Err(e) => {
+                            warn!(volume = %volume_id, error = %e.message, "restarting the mount failed");
                         }
                     }
                     pidfd = Some(fd);
@@ -633,9 +634,13 @@ impl Staged {
 }
 
 /// After a mount was made anew (its holder died too): the targets still hold the dead
-/// connection's bind mounts, which answer `ENOTCONN`; bind them again from the new mount.
-fn rebind(staged: &Staged) {
+/// connection's bind mounts, which answer `ENOTCONN`; binds them again from the new mount,
+/// every one (`all`) or those that no longer answer.
+fn rebind(staged: &Staged, all: bool) {
     for (target, &ro) in &staged.targets {
+        if !all && mounts::answers(target) {
+            continue;
+        }
         let _ = mounts::unmount(target);
         match mounts::bind(&staged.source(), target, ro) {
             Ok(()) => info!(target = %target.display(), "bound again to the new mount"),
