@@ -19,7 +19,11 @@ macro's expansion or for a feature it switches on is listed in the crate's
 import pathlib
 import re
 import sys
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    sys.exit("scripts/check-crates.py needs Python >= 3.11 (tomllib)")
 
 LAYERS = {
     "silt-common": 0,
