@@ -225,8 +225,25 @@ pub fn take_from_holder(state_dir: &Path, mountpoint: &Path) -> Result<Option<He
     };
     let _ = s.set_read_timeout(Some(IO_TIMEOUT));
     let _ = s.set_write_timeout(Some(IO_TIMEOUT));
-    s.write_all(&[CMD_GET])?;
-    let (payload, fd) = recv_with_fd(s.as_raw_fd())?;
+    // A holder exiting as we ask (its mount ended, or a clean stop told it to) closes the
+    // connection unanswered: there is nothing to take over, so the mount is made anew.
+    let gone = |e: &std::io::Error| {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionReset, UnexpectedEof};
+        matches!(e.kind(), ConnectionReset | BrokenPipe | UnexpectedEof)
+    };
+    let went_away = || {
+        tracing::info!("the FUSE holder went away during the handover; mounting anew");
+        Ok(None)
+    };
+    if let Err(e) = s.write_all(&[CMD_GET]) {
+        return if gone(&e) { went_away() } else { Err(e.into()) };
+    }
+    let (payload, fd) = match silt_common::sys::recv_with_fd(s.as_raw_fd(), 8192) {
+        Ok((p, None)) if p.is_empty() => return went_away(),
+        Ok(answer) => answer,
+        Err(e) if gone(&e) => return went_away(),
+        Err(e) => return Err(Error::from(e).context("receiving from the FUSE holder")),
+    };
     let Some(dev) = fd else {
         return Err(Error::new(
             ErrorKind::Unavailable,
@@ -402,14 +419,42 @@ pub fn run_holder(state_dir: &Path, mountpoint: &Path) -> Result<()> {
     }
 }
 
-/// Receives what the holder sent with `send_with_fd`.
-fn recv_with_fd(sock: RawFd) -> Result<(Vec<u8>, Option<OwnedFd>)> {
-    silt_common::sys::recv_with_fd(sock, 8192)
-        .map_err(|e| Error::from(e).context("receiving from the FUSE holder"))
-}
-
 /// Waits up to `timeout` for process `pid` to exit (pidfd); `false` if it is still running.
 pub fn wait_for_exit(pid: i32, timeout: std::time::Duration) -> Result<bool> {
     silt_common::sys::wait_for_exit(pid, timeout)
         .map_err(|e| Error::from(e).context("waiting for the old daemon"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A holder that closes the connection without answering (it was exiting: its mount ended,
+    /// or a clean stop told it to) leaves nothing to take over: the daemon mounts anew instead
+    /// of failing to start ("receiving from the FUSE holder: Connection reset by peer").
+    #[test]
+    fn a_holder_that_closes_unanswered_is_no_holder() {
+        let dir = std::env::temp_dir().join(format!("silt-takeover-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for read_first in [false, true] {
+            let listener = UnixListener::bind(dir.join(HOLDER_SOCKET)).unwrap();
+            let t = std::thread::spawn(move || {
+                let (mut conn, _) = listener.accept().unwrap();
+                if read_first {
+                    let mut b = [0u8; 1];
+                    let _ = conn.read_exact(&mut b);
+                }
+                // Dropped unanswered, the listener with it.
+            });
+            let got = take_from_holder(&dir, Path::new("/mnt/x"));
+            t.join().unwrap();
+            assert!(
+                matches!(got, Ok(None)),
+                "read_first {read_first}: {:?}",
+                got.map(|h| h.map(|h| h.generation))
+            );
+            let _ = std::fs::remove_file(dir.join(HOLDER_SOCKET));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
