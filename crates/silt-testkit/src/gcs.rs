@@ -182,10 +182,30 @@ pub(crate) fn http_request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Result<HttpResponse, String> {
+    http_request_within(addr, method, target, headers, body, HTTP_TIMEOUT)
+}
+
+/// A `GET` of `target` that gives up after `timeout` (a readiness probe asks again soon).
+pub(crate) fn http_probe(
+    addr: SocketAddr,
+    target: &str,
+    timeout: Duration,
+) -> Result<HttpResponse, String> {
+    http_request_within(addr, "GET", target, &[], b"", timeout)
+}
+
+fn http_request_within(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+) -> Result<HttpResponse, String> {
     let io = |e: std::io::Error| format!("{method} http://{addr}{target}: {e}");
-    let mut stream = TcpStream::connect_timeout(&addr, HTTP_TIMEOUT).map_err(io)?;
-    stream.set_read_timeout(Some(HTTP_TIMEOUT)).map_err(io)?;
-    stream.set_write_timeout(Some(HTTP_TIMEOUT)).map_err(io)?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(io)?;
+    stream.set_read_timeout(Some(timeout)).map_err(io)?;
+    stream.set_write_timeout(Some(timeout)).map_err(io)?;
     let mut head = format!(
         "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()

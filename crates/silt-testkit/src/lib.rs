@@ -19,8 +19,7 @@ pub use hdfs::MiniHdfs;
 pub use s3proxy::{FaultAction, ProxyCounts, S3Op, S3Proxy};
 
 use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -295,19 +294,10 @@ fn probe(ip: Ipv4Addr, port: u16) -> bool {
 /// refused, which is fine; the `Server` header tells it is versitygw and not a port thief).
 /// Shared with `silt-bench`, which starts versitygw for the benchmarks too.
 pub fn versitygw_answers(addr: SocketAddr) -> bool {
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut response = Vec::new();
-    let _ = stream.take(64 * 1024).read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response).to_ascii_lowercase();
-    text.starts_with("http/1.") && text.contains("server: versitygw")
+    gcs::http_probe(addr, "/", Duration::from_secs(2)).is_ok_and(|r| {
+        r.header("server")
+            .is_some_and(|s| s.to_ascii_lowercase().starts_with("versitygw"))
+    })
 }
 
 /// The versitygw binary: `$SILT_VERSITYGW`, `<workspace>/.deps/bin/versitygw`, then `PATH`.
@@ -577,25 +567,10 @@ fn wait_etcd_ready(child: &mut Child, ip: Ipv4Addr, port: u16) -> Result<(), Str
 
 /// `GET /health` answers `{"health":"true"}` once the member has a leader and serves requests.
 fn etcd_healthy(ip: Ipv4Addr, port: u16) -> bool {
-    use std::io::{Read, Write};
     let addr = SocketAddr::from((ip, port));
-    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET /health HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut response = Vec::new();
-    let _ = stream.take(64 * 1024).read_to_end(&mut response);
-    let response = String::from_utf8_lossy(&response);
-    let status_ok = response
-        .lines()
-        .next()
-        .is_some_and(|status| status.starts_with("HTTP/1.") && status.contains(" 200 "));
-    status_ok && response.contains(r#""health":"true""#)
+    gcs::http_probe(addr, "/health", Duration::from_secs(2)).is_ok_and(|r| {
+        r.status == 200 && String::from_utf8_lossy(&r.body).contains(r#""health":"true""#)
+    })
 }
 
 /// The etcd binary: `$SILT_ETCD`, then `/usr/bin/etcd` (Debian's `etcd-server`), then `etcd`

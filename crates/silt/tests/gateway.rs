@@ -16,7 +16,7 @@ fn python() -> PathBuf {
     if let Ok(p) = std::env::var("SILT_TEST_PYTHON") {
         return PathBuf::from(p);
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/pyvenv/bin/python")
+    venv("pyvenv", "python")
 }
 
 const ACCESS: &str = "AKIDSILTTEST";
@@ -982,15 +982,9 @@ s3.abort_multipart_upload(Bucket="data", Key="mp", UploadId=u)
 }
 
 /// The venv holding the aws CLI and s3fs (`scripts/install-deps.sh`).
-fn s3venv(bin: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.deps/s3venv/bin")
-        .join(bin)
-}
-
 /// Runs the aws CLI against the gateway; returns its stdout, panics with its output on failure.
 fn aws(endpoint: &str, home: &Path, args: &[&str]) -> String {
-    let out = Command::new(s3venv("aws"))
+    let out = Command::new(venv("s3venv", "aws"))
         .arg("--endpoint-url")
         .arg(endpoint)
         .args(args)
@@ -1249,7 +1243,7 @@ fn gateway_serves_the_aws_cli_and_s3fs() {
         home,
         &["s3", "presign", "s3://data/ds/a.txt", "--expires-in", "60"],
     );
-    let out = Command::new(s3venv("python"))
+    let out = Command::new(venv("s3venv", "python"))
         .args(["-c", "import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())"])
         .arg(url.trim())
         .output()
@@ -1285,7 +1279,7 @@ print("ok")
 "#,
     )
     .unwrap();
-    let out = Command::new(s3venv("python"))
+    let out = Command::new(venv("s3venv", "python"))
         .arg(&script)
         .env("GW", ep)
         .env("AK", ACCESS)
@@ -1793,7 +1787,7 @@ for key in ["wb/x.json", "co/x.json"]:
     assert_eq!(h["Metadata"]["stage"], "raw", "{h}");
     let script = dir.join("s3fs_meta.py");
     std::fs::write(&script, METADATA_CLI_CHECK).unwrap();
-    let out = Command::new(s3venv("python"))
+    let out = Command::new(venv("s3venv", "python"))
         .arg(&script)
         .env("GW", &endpoint)
         .env("AK", ACCESS)

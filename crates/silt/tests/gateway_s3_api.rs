@@ -73,9 +73,10 @@ fn keys_file(dir: &Path) -> PathBuf {
 }
 
 impl Gw {
-    /// `mounts` (path, URI) and `extra` options of `silt up`, with the gateway and keys.
-    fn up(dir: &Path, mounts: &[(&str, &str)], extra: &[String]) -> (Silt, String) {
-        let keys = keys_file(dir);
+    /// `silt up` in `dir` over `mounts` (path, URI) with `extra` options, the gateway and
+    /// its keys.
+    fn up(dir: tempfile::TempDir, mounts: &[(&str, &str)], extra: &[String]) -> Gw {
+        let keys = keys_file(dir.path());
         let mut args = vec![
             "--gateway".to_string(),
             "127.0.0.1:0".into(),
@@ -84,9 +85,15 @@ impl Gw {
         ];
         args.extend(extra.iter().cloned());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let up = Silt::up(mounts, &args, dir).unwrap_or_else(|e| panic!("{e}"));
+        let up = Silt::up(mounts, &args, dir.path()).unwrap_or_else(|e| panic!("{e}"));
         let endpoint = endpoint_in(&up.log_text(), "silt: S3 gateway at");
-        (up, endpoint)
+        Gw {
+            up,
+            endpoint,
+            dir,
+            store: None,
+            s3: None,
+        }
     }
 
     /// The whole namespace one `file://` directory (mounted at `/`) holding the buckets
@@ -97,18 +104,13 @@ impl Gw {
         std::fs::create_dir_all(store.join("data")).unwrap();
         std::fs::create_dir_all(store.join("other")).unwrap();
         let uri = format!("file://{}", store.display());
-        let (up, endpoint) = Gw::up(
-            dir.path(),
+        let mut gw = Gw::up(
+            dir,
             &[("/", uri.as_str())],
             &["--write-type".into(), "through".into()],
         );
-        Gw {
-            up,
-            endpoint,
-            dir,
-            store: Some(store),
-            s3: None,
-        }
+        gw.store = Some(store);
+        gw
     }
 
     /// The whole namespace a prefix of a real S3 server's bucket (mounted at `/`), holding
@@ -124,14 +126,9 @@ impl Gw {
         let mut extra = s3_args(&fx.server);
         extra.extend(["--write-type".to_string(), "through".into()]);
         let uri = fx.uri();
-        let (up, endpoint) = Gw::up(dir.path(), &[("/", uri.as_str())], &extra);
-        Gw {
-            up,
-            endpoint,
-            dir,
-            store: None,
-            s3: Some(fx),
-        }
+        let mut gw = Gw::up(dir, &[("/", uri.as_str())], &extra);
+        gw.s3 = Some(fx);
+        gw
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
@@ -193,14 +190,6 @@ impl Gw {
         check(&out, &format!("aws {args:?}"));
         out
     }
-}
-
-fn venv(which: &str, bin: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.deps")
-        .join(which)
-        .join("bin")
-        .join(bin)
 }
 
 fn check(out: &Output, what: &str) {
@@ -363,18 +352,11 @@ fn gateway_refuses_buckets_where_the_namespace_holds_none() {
     let data = dir.path().join("store-data");
     std::fs::create_dir_all(&data).unwrap();
     let uri = format!("file://{}", data.display());
-    let (up, endpoint) = Gw::up(
-        dir.path(),
+    let gw = Gw::up(
+        dir,
         &[("/data", uri.as_str())],
         &["--write-type".into(), "through".into()],
     );
-    let gw = Gw {
-        up,
-        endpoint,
-        dir,
-        store: None,
-        s3: None,
-    };
     gw.py(r#"
 e = err(lambda: s3.create_bucket(Bucket="new-bucket"), "MethodNotAllowed", 405)
 assert "mount" in e["Error"]["Message"], e
@@ -390,14 +372,7 @@ assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["data"]
     let store = dir.path().join("store");
     std::fs::create_dir_all(store.join("data")).unwrap();
     let uri = format!("file://{}", store.display());
-    let (up, endpoint) = Gw::up(dir.path(), &[("/", uri.as_str())], &[]);
-    let gw = Gw {
-        up,
-        endpoint,
-        dir,
-        store: None,
-        s3: None,
-    };
+    let gw = Gw::up(dir, &[("/", uri.as_str())], &[]);
     gw.py(r#"
 e = err(lambda: s3.create_bucket(Bucket="new-bucket"), "AccessDenied", 403)
 assert "read-only" in e["Error"]["Message"], e

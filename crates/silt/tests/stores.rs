@@ -361,8 +361,7 @@ print("ok")
 "#,
     )
     .unwrap();
-    let python =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.deps/pyvenv/bin/python");
+    let python = venv("pyvenv", "python");
     let out = std::process::Command::new(&python)
         .arg(&script)
         .env("GW", &endpoint)

@@ -527,3 +527,13 @@ pub fn endpoint_in(log: &str, marker: &str) -> String {
         .trim_end_matches(['(', ')', ';', ','])
         .to_string()
 }
+
+/// A program of one of the project's virtual environments (`.deps/pyvenv`, `.deps/s3venv`,
+/// made by scripts/install-deps.sh): `venv("pyvenv", "python")`.
+pub fn venv(which: &str, bin: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.deps")
+        .join(which)
+        .join("bin")
+        .join(bin)
+}
