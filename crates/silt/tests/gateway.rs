@@ -795,38 +795,6 @@ assert get("presigned") == b"via a presigned URL"
     let _ = mid_bytes;
 }
 
-/// `If-None-Match: *` and `If-Match` are decided at the commit, not when the request arrives:
-/// of ten PUTs racing for a free key with `If-None-Match: *` exactly one lands (the others
-/// 412) and the key holds its body; of ten racing over one version with `If-Match`, exactly
-/// one lands. The bodies are 2 MiB, so every request is received while the others are (a
-/// check at arrival lets them all through).
-#[test]
-fn conditional_writes_are_decided_at_the_commit() {
-    let keys = format!("{ACCESS} {SECRET} rw\n");
-    let fx = Fx::start(&[], &["--write-type", "through"], Some(&keys));
-    fx.py(r#"
-import concurrent.futures, botocore
-s3 = client(os.environ["AK"], os.environ["SK"])
-def put(i, **kw):
-    try:
-        r = s3.put_object(Bucket="data", Key="race", Body=bytes([i]) * (2 << 20), **kw)
-        return (i, r["ETag"])
-    except botocore.exceptions.ClientError as e:
-        return (i, e.response["Error"]["Code"])
-def race(first, **kw):
-    with concurrent.futures.ThreadPoolExecutor(10) as ex:
-        got = list(ex.map(lambda i: put(first + i, **kw), range(10)))
-    won = [(i, t) for i, t in got if t.startswith('"')]
-    assert len(won) == 1, f"{kw}: {got}"
-    assert sum(t == "PreconditionFailed" for _, t in got) == 9, f"{kw}: {got}"
-    body = s3.get_object(Bucket="data", Key="race")["Body"].read()
-    assert body == bytes([won[0][0]]) * (2 << 20), f"{kw}: the key holds another body"
-    return won[0][1]
-etag = race(0, IfNoneMatch="*")
-race(100, IfMatch=etag)
-"#);
-}
-
 #[test]
 fn gateway_multipart_uploads_as_s3_does() {
     let keys = format!("{ACCESS} {SECRET} rw\n{RO_ACCESS} {RO_SECRET} ro data\n");
