@@ -1,6 +1,7 @@
-//! The client library every front end (FUSE, CLI, later the SDK and the S3 gateway) uses:
-//! namespace resolution, the metadata cache with its sync policies, open files with
-//! sequential-read prefetch, and parallel ranged fetches through the worker.
+//! The client library every front end (FUSE, the Python SDK, the S3 gateway, CSI, the CLI)
+//! adapts: namespace resolution, the metadata cache with its sync policies, open files with
+//! sequential-read prefetch, parallel ranged fetches through the page reader, writes, and the
+//! POSIX file-system core over all of it (`fs`).
 //!
 //! Consistency: an open file is pinned to the version (content fingerprint) it was opened
 //! at; every page it reads belongs to that version, and if the under-store object changed,
@@ -11,6 +12,7 @@
 
 pub mod attrs;
 mod dirs;
+pub mod fs;
 mod meta;
 mod names;
 pub mod namespace;
@@ -422,6 +424,24 @@ pub trait ChangeSink: Send + Sync {
     async fn changed_within(&self, dir: &str);
 }
 
+/// One Silt client: the namespace of mounts, read through a page reader (the cache), written
+/// under the write rules. Its contract with every front end:
+///
+/// - **Paths** are absolute namespace paths; every call resolves them to a mount and its store
+///   and normalises them (a bad path is `InvalidInput`, never a panic).
+/// - **Reads** of an `OpenFile` see one version: every byte comes from the version it was opened
+///   at, or the read fails `ContentChanged`; pages come from the cache first, then the store.
+/// - **Writes** go through one write session per file (`open_write`, `write`, `commit`,
+///   `close`), shared by every writer of the file in this client; a commit is atomic per file,
+///   and `Precondition`s (`set_precondition`) and `rename_noreplace` are decided under the
+///   names' locks at the commit or rename, never by a check before.
+/// - **Metadata** is trusted as its path's sync policy says; what changes through the client
+///   or is learned from the store is told to subscribers (`subscribe`) and, for a client
+///   attached to an owner, to the owner (`ChangeSink`): a front end reports nothing itself.
+/// - **The cache** is private: front ends ask the client (`page_size`, `cache_stats`,
+///   `keep_cached`, `fill`, `local_reader`), never the page store.
+/// - A front end with POSIX handles uses [`fs::FileSystem`] over the client rather than the
+///   calls above one by one (its contract: the `fs` module).
 pub struct Client {
     ns: Namespace,
     /// S3 headers of object versions seen lately (see [`Client::headers`]).
@@ -691,7 +711,7 @@ impl Client {
 
     /// A local file for `obj` held for the caller, if a backing source can lend one. Blocks
     /// (for FUSE threads outside the runtime).
-    pub fn hold_backing_blocking(&self, obj: &ObjectRef) -> Option<HeldFile> {
+    pub(crate) fn hold_backing_blocking(&self, obj: &ObjectRef) -> Option<HeldFile> {
         let source = self.backing.as_ref()?;
         self.rt.block_on(source.hold(obj))
     }
@@ -796,19 +816,19 @@ impl Client {
 
     /// Keeps the cached pages of `object` from eviction while the guard lives (a file the
     /// kernel reads in passthrough from the cache's own file).
-    pub fn keep_cached(&self, object: ObjectId) -> impl Send + Sync + 'static {
+    pub(crate) fn keep_cached(&self, object: ObjectId) -> impl Send + Sync + 'static {
         self.worker.page_store().pin(object)
     }
 
     /// Whether a disk tier can take `size` more bytes without evicting anything (below its
     /// low watermark with them added).
-    pub fn disk_takes_unevicted(&self, size: u64) -> bool {
+    pub(crate) fn disk_takes_unevicted(&self, size: u64) -> bool {
         self.worker.page_store().disk_takes_unevicted(size)
     }
 
     /// Counts the pages of a file the kernel reads in passthrough, never asking Silt: all hits
     /// when it reads the cache's own file, all misses when it reads the store's.
-    pub fn count_passthrough_read(&self, size: u64, from_store: bool) {
+    pub(crate) fn count_passthrough_read(&self, size: u64, from_store: bool) {
         let pages = self.page_count(size);
         if from_store {
             metrics::PAGE_MISSES.add(pages);
@@ -1756,7 +1776,7 @@ impl Client {
     /// its objects as files this host can open (`file://`, a local or NFS directory) and the
     /// file still holds that version: a reader can read it without the cache (see
     /// `UnderStore::local_file`). `None` for a file resident in Silt and everywhere else.
-    pub async fn source_file(&self, file: &OpenFile) -> Option<std::fs::File> {
+    pub(crate) async fn source_file(&self, file: &OpenFile) -> Option<std::fs::File> {
         if file.resident.is_some() {
             return None;
         }

@@ -812,7 +812,7 @@ impl Client {
 
     /// How many commits this client has made: it changes whenever a file written here may
     /// have a new version (a reader pinned to an older one may look again).
-    pub fn commit_count(&self) -> u64 {
+    pub(crate) fn commit_count(&self) -> u64 {
         self.writes.sessions.commits()
     }
 
@@ -1241,6 +1241,8 @@ impl Client {
         let to = Self::normalize(to)?;
         // Before anything is committed (commits are not undone), and again under the locks.
         if noreplace {
+            // POSIX's order: a missing source is ENOENT before an existing target is EEXIST.
+            self.stat_live(&from).await?;
             self.nothing_at(&to).await?;
         }
         if from == to {

@@ -51,6 +51,10 @@ pub enum ErrorKind {
     /// `If-None-Match: *`); nothing changed. `EEXIST`: the one such condition POSIX callers
     /// meet is `O_EXCL`'s.
     PreconditionFailed,
+    /// An inode number that names nothing any more (`ESTALE`).
+    Stale,
+    /// A handle number that is not open (`EBADF`).
+    BadHandle,
     /// A bug or an unexpected condition.
     Internal,
 }
@@ -88,6 +92,8 @@ impl ErrorKind {
             ErrorKind::CrossDevice => libc::EXDEV,
             ErrorKind::FileTooLarge => libc::EFBIG,
             ErrorKind::PreconditionFailed => libc::EEXIST,
+            ErrorKind::Stale => libc::ESTALE,
+            ErrorKind::BadHandle => libc::EBADF,
             ErrorKind::Internal => libc::EIO,
         }
     }
@@ -115,6 +121,8 @@ impl ErrorKind {
             ErrorKind::CrossDevice => "cross-device",
             ErrorKind::FileTooLarge => "file too large",
             ErrorKind::PreconditionFailed => "precondition failed",
+            ErrorKind::Stale => "stale",
+            ErrorKind::BadHandle => "bad handle",
             ErrorKind::Internal => "internal error",
         }
     }

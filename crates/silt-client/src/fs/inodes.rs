@@ -152,6 +152,12 @@ struct Node {
 
 pub const ROOT: u64 = 1;
 
+impl Default for Inodes {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Inodes {
     pub fn new() -> Self {
         let mut t = Inodes {
@@ -582,6 +588,10 @@ impl Inodes {
             self.by_path.insert(new, ino);
         }
         self.log = log;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_ino.is_empty()
     }
 
     pub fn len(&self) -> usize {
