@@ -4,6 +4,7 @@
 //! background uploads and the metadata snapshot. The FUSE daemon starts from it, and so will
 //! every other front end (Python SDK, S3 gateway): one client, one set of rules.
 
+pub mod connect;
 pub mod local;
 pub mod logging;
 
