@@ -243,7 +243,7 @@ impl PyClient {
         Ok(self.get()?.conn.role().word())
     }
 
-    /// The state directory this client owns (embedded) or attached to.
+    /// The state directory this client owns (single) or attached to.
     #[getter]
     fn owner_dir(&self) -> PyResult<String> {
         Ok(self.get()?.conn.owner_dir().display().to_string())
@@ -262,7 +262,7 @@ impl PyClient {
             .collect())
     }
 
-    /// Stops the client: an embedded one stops serving its cache and saves its metadata.
+    /// Stops the client: a single node stops serving its cache and saves its metadata.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let inner = self
             .inner
@@ -532,7 +532,7 @@ impl PyClient {
     }
 
     /// Pins the files at or below `path` (loaded, never evicted): a dict of files, bytes,
-    /// cached_bytes, pinned_bytes. In this process's cache (embedded) or on the owner or
+    /// cached_bytes, pinned_bytes. In this process's cache (single) or on the owner or
     /// workers holding each part (attached, cluster), like `silt fs pin`.
     fn pin<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
         let inner = self.get()?;
