@@ -188,7 +188,7 @@ pub fn connect(cfg: &Config, opts: &Options, rt: &tokio::runtime::Runtime) -> Re
     }
     if cfg.mounts.is_empty() {
         return Err(Error::invalid(format!(
-            "no Silt serves {} on this host and no mounts were given: start `silt up` (or give the {} of the one running), give {} (a single node), or {} (a cluster client)",
+            "no Silt serves {} on this host and no mounts were given: start `silt up` (or give the {} of the one running), give {} for a single node, or name a cluster ({})",
             owner_dir.display(),
             w.state_dir,
             w.mounts,
