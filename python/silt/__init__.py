@@ -1,8 +1,8 @@
 """Silt from Python.
 
 ``silt.filesystem(...)`` (or ``fsspec.filesystem("silt", ...)``) gives an fsspec filesystem
-over the Silt client: attached to the local ``silt up``, joined to a cluster, or embedded in
-this process.  ``silt.torch`` has PyTorch datasets, a cache-aware sampler and checkpoint
+over the Silt client: attached to the local ``silt up``, joined to a cluster, or a single node
+in this process.  ``silt.torch`` has PyTorch datasets, a cache-aware sampler and checkpoint
 helpers (importable without torch).  See docs/python.md.
 """
 

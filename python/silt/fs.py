@@ -92,7 +92,7 @@ class SiltFileSystem(AbstractFileSystem):
 
     ``SiltFileSystem()`` attaches to the ``silt up`` of this host (state dir
     ``SILT_STATE_DIR`` or /var/lib/silt); ``etcd=`` or ``workers=`` join a cluster;
-    ``mounts={"/data": "s3://bucket/prefix"}`` with ``cache_dir=`` runs embedded when nothing
+    ``mounts={"/data": "s3://bucket/prefix"}`` with ``cache_dir=`` runs a single node when nothing
     serves that directory yet.  Other keyword arguments are Silt options by name
     (docs/CONFIGURATION.md), e.g. ``s3_endpoint=``, ``write_type=``, ``memory_capacity=``.
     """
@@ -134,7 +134,7 @@ class SiltFileSystem(AbstractFileSystem):
         self.client
 
     def close(self):
-        """Closes this process's native client of this configuration (an embedded one stops
+        """Closes this process's native client of this configuration (a single node stops
         serving its cache and saves its metadata). A later call makes a new one."""
         key = (tuple(sorted(self._native_options.items())), self._mode)
         with _lock:
@@ -255,7 +255,7 @@ class SiltFileSystem(AbstractFileSystem):
 
     def pin(self, path):
         """Keeps the files at or below ``path`` cached (loaded now, never evicted); refused
-        when they would not fit. In this process's cache (embedded) or on the owner or
+        when they would not fit. In this process's cache (single) or on the owner or
         workers that hold each part (attached, cluster), as ``silt fs pin`` does."""
         return self.client.pin(self._strip_protocol(path))
 

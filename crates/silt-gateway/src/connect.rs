@@ -1,25 +1,24 @@
-//! Where a standalone gateway (`silt gateway`) gets its client, the way the Python SDK does
-//! (`silt_node::Node`):
+//! Where a standalone gateway (`silt gateway`) gets its client: `silt_node::connect`, the one
+//! decision it shares with the Python SDK (a cluster client when the configuration names a
+//! cluster, else attached to the Silt that owns the state directory on this host, else its
+//! own single node over the mounts given). What is the gateway's own in it:
 //!
-//! - a **cluster client** when the configuration names a cluster (`--etcd`, `--workers`);
-//! - **attached** to the Silt that owns the state directory on this host (`silt up`): a
-//!   client of that one worker over its Unix socket, sharing its cache, so the gateway and the
-//!   mount read the same pages; what it changes its client tells that Silt
-//!   (`silt_client::ChangeSink`, set by `Node::attach`);
-//! - its **own single node** over the mounts given, when nothing serves the state directory
-//!   (it then holds the directory's lock, like `silt up`).
+//! - a cluster or attached gateway keeps what is its own (spilled write buffers, the
+//!   write-ahead log of `back` writes, multipart parts) in `STATE_DIR/gateway`, locked, so it
+//!   never shares them with the Silt it is attached to or another gateway;
+//! - its single node serves only the gateway (no socket for the host's other processes);
+//! - a state directory locked by another process is refused at once.
 //!
 //! `silt up --gateway ADDR` needs none of this: it serves its own client.
 //!
 //! Writes follow the configuration's write rules (`--write-type`, `--write-rule`), as for the
-//! mount. A cluster or attached gateway keeps what is its own (spilled write buffers, the
-//! write-ahead log of `back` writes, multipart parts) in `STATE_DIR/gateway`, locked, so
-//! it never shares them with the Silt it is attached to or another gateway.
+//! mount.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use silt_common::config::Config;
-use silt_node::local::{lock_state_dir, StateLock};
+use silt_node::connect::{OwnDir, Words};
 use silt_node::{Node, Role};
 
 use crate::GatewayError;
@@ -36,47 +35,29 @@ pub struct Connected {
     pub role: Role,
     /// Where the gateway keeps multipart uploads.
     pub uploads_dir: PathBuf,
-    _lock: Option<StateLock>,
+    _connected: silt_node::connect::Connected,
 }
 
 /// Builds the gateway's client from `cfg` (see the module docs) on runtime `rt`.
 pub fn connect(cfg: &Config, rt: &tokio::runtime::Runtime) -> Result<Connected, GatewayError> {
-    let owner_dir = cfg.state_dir.clone();
-    // A client of others: its own state in a directory of its own, locked.
-    let own_state = |own: &mut Config| -> Result<StateLock, GatewayError> {
-        let dir = owner_dir.join(OWN_DIR);
-        silt_common::private::create_dir(&dir)
-            .map_err(|e| silt_common::Error::from(e).context(format!("{}", dir.display())))?;
-        let lock = lock_state_dir(&dir)?;
-        own.state_dir = dir;
-        Ok(lock)
+    let opts = silt_node::connect::Options {
+        want: None,
+        own_dir: OwnDir::Locked(cfg.state_dir.join(OWN_DIR)),
+        share: false,
+        owner_wait: Duration::ZERO,
+        words: Words {
+            role: "role",
+            mounts: "--mount PATH=URI",
+            cluster: "--etcd http://HOST:2379 or --workers ID=HOST:PORT,...",
+            state_dir: "--state-dir",
+            own_dir: "--state-dir",
+        },
     };
-    let connected = |node: Node, dir: &PathBuf, lock| Connected {
-        role: node.role,
-        node,
-        uploads_dir: dir.join(UPLOADS_DIR),
-        _lock: Some(lock),
-    };
-    let mut own = cfg.clone();
-    if own.is_cluster() {
-        let mut own = silt_node::with_state_dir_secret(own, &owner_dir);
-        let lock = own_state(&mut own)?;
-        let node = Node::build(&own, rt)?;
-        return Ok(connected(node, &own.state_dir, lock));
-    }
-    if silt_node::local::AttachInfo::read(&owner_dir)?.is_some() {
-        let lock = own_state(&mut own)?;
-        if let Some(node) = Node::attach(&own, &owner_dir, rt)? {
-            return Ok(connected(node, &own.state_dir, lock));
-        }
-    }
-    if own.mounts.is_empty() {
-        return Err(GatewayError::Config(format!(
-            "no Silt serves {} on this host and no mounts were given: start `silt up` (or pass --state-dir of the one running), give --mount PATH=URI, or --etcd/--workers for a cluster",
-            owner_dir.display()
-        )));
-    }
-    let lock = lock_state_dir(&owner_dir)?;
-    let node = Node::build(&own, rt)?;
-    Ok(connected(node, &owner_dir, lock))
+    let c = silt_node::connect::connect(cfg, &opts, rt)?;
+    Ok(Connected {
+        node: c.node.clone(),
+        role: c.role(),
+        uploads_dir: c.state_dir().join(UPLOADS_DIR),
+        _connected: c,
+    })
 }

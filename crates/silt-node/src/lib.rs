@@ -1,9 +1,13 @@
 //! A configured Silt client, built from a [`Config`]: a single node (this process is its own
 //! worker: page store with disk tiers, fetching from the stores) or a cluster client (a
 //! memory-only near cache, page fetches routed to the workers), with the write setup, the
-//! background uploads and the metadata snapshot. The FUSE daemon starts from it, and so will
-//! every other front end (Python SDK, S3 gateway): one client, one set of rules.
+//! background uploads and the metadata snapshot. Every front end starts from it (the FUSE
+//! daemon, the Python SDK, the S3 gateway, the CSI controller): one client, one set of rules.
+//! The SDK and the gateway, which may share a host's cache, choose how with one function,
+//! [`connect::connect`] (cluster client, attached to the state directory's owner, or a single
+//! node).
 
+pub mod connect;
 pub mod local;
 pub mod logging;
 
@@ -153,7 +157,7 @@ impl Node {
     }
 
     /// A cluster client of the single node that owns `owner_dir` on this host (a `silt up`,
-    /// an embedded Python client: see [`local`]): its only worker is the owner, reached over
+    /// a Python client in mode `single`: see [`local`]): its only worker is the owner, reached over
     /// the owner's Unix socket with the secret in `owner_dir`, so it shares the owner's cache
     /// (same-host reads of whole files straight from the owner's cache files). `cfg` is this
     /// process's own configuration (its write rules, its state dir for spilled writes, the

@@ -1,5 +1,5 @@
 //! Same-host sharing of a single node: the process that owns a state directory (a `silt up`,
-//! or an embedded Python client) serves its page store on `STATE_DIR/worker.sock` and says so
+//! or a Python client in mode `single`) serves its page store on `STATE_DIR/worker.sock` and says so
 //! in `STATE_DIR/attach.json`; other processes of the host (Python clients, DataLoader
 //! workers) attach to it as cluster clients of that one worker instead of opening a second
 //! cache over the same directory. The socket is owner-only and every connection proves the

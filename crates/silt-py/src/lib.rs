@@ -2,20 +2,25 @@
 //! the same `silt_client::Client` (built by `silt_node`) the FUSE daemon serves, on a Tokio
 //! runtime owned by the Python object, with the GIL released while it waits.
 //!
-//! How a client connects (`connect`, docs/python.md):
+//! How a client connects (`connect`, docs/python.md) is `silt_node::connect`, the decision the
+//! S3 gateway makes too, `mode` picking a role or `auto` the first that applies:
 //! - **cluster**: the options name etcd or static workers: a cluster client, as `silt mount`.
 //! - **attached**: a Silt on this host owns the state directory (`silt up`, or another
-//!   Python process's embedded client): a cluster client of that one worker over its Unix
+//!   Python process's single node): a cluster client of that one worker over its Unix
 //!   socket, sharing its cache (whole cached files are read straight from its cache files).
-//! - **embedded**: nothing owns it and mounts are given: this process becomes the single node
+//! - **single**: nothing owns it and mounts are given: this process becomes the single node
 //!   owning the directory (cache, metadata snapshot) and serves it to same-host processes, so
 //!   DataLoader workers it starts attach to it instead of opening a second cache.
+//!
+//! What is Python's own: a cluster or attached client keeps its spilled writes in
+//! `client_dir` or a temporary directory; in auto mode a process that finds the directory
+//! locked waits for its owner (a sibling DataLoader worker) to serve it, then attaches.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use pyo3::exceptions::{PyConnectionError, PyOSError, PyTimeoutError, PyValueError};
@@ -23,10 +28,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use silt_client::{Entry, FileWriter, LocalRead, OpenFile, OpenOptions};
 use silt_common::config::Config;
-use silt_common::write::WriteType;
 use silt_common::{Error, ErrorKind};
-use silt_node::local::{lock_state_dir, LocalService, StateLock};
-use silt_node::{Node, Role};
+use silt_node::connect::{Connected, OwnDir, Words};
+use silt_node::Node;
 use silt_ufs::EntryKind;
 
 type Result<T> = std::result::Result<T, Error>;
@@ -67,14 +71,17 @@ const OWNER_WAIT: Duration = Duration::from_secs(20);
 /// Options the binding takes itself (not `Config` options).
 const CLIENT_DIR: &str = "client_dir";
 
+/// What Python's messages ask for, in Python's words.
+const WORDS: Words = Words {
+    role: "mode",
+    mounts: "mounts={\"/data\": \"s3://bucket/prefix\"}",
+    cluster: "etcd=\"http://HOST:2379\" or workers=\"ID=HOST:PORT,...\"",
+    state_dir: "cache_dir",
+    own_dir: "client_dir=DIR",
+};
+
 struct Inner {
-    node: Node,
-    owner_dir: PathBuf,
-    /// Serving the owned state directory (embedded).
-    local: Option<LocalService>,
-    lock: Option<StateLock>,
-    /// Spill directory of a cluster or attached client (removed with it).
-    client_dir: Option<tempfile::TempDir>,
+    conn: Connected,
     rt: Option<tokio::runtime::Runtime>,
 }
 
@@ -87,24 +94,21 @@ impl Inner {
     fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.rt().block_on(f)
     }
+
+    fn node(&self) -> &Node {
+        &self.conn.node
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Stop serving first (attached processes fail over to reading the store), then save
-        // what the next embedded start can reuse, then stop the runtime.
-        self.local.take();
-        if self.node.role == Role::Single {
-            let snapshot = self.owner_dir.join(silt_node::METADATA_SNAPSHOT);
-            if let Err(e) = self.node.client.save_metadata(&snapshot) {
-                tracing::warn!(error = %e, "could not save the metadata cache");
-            }
-        }
+        // Stop serving first (attached processes fail over to reading the store) and save
+        // what the next single-node start can reuse, then stop the runtime; the state
+        // directory's lock and the client's temporary directory go last, with `conn`.
+        self.conn.close();
         if let Some(rt) = self.rt.take() {
             rt.shutdown_timeout(Duration::from_secs(2));
         }
-        self.lock.take();
-        self.client_dir.take();
     }
 }
 
@@ -138,131 +142,25 @@ fn config(options: &HashMap<String, String>) -> Result<Config> {
     Ok(cfg)
 }
 
-/// A directory for what a cluster or attached client keeps itself (spilled writes): the one
-/// given, else a private temporary one. `back` writes are acknowledged from a log there, so
-/// they need a directory that outlives the process.
-fn client_dir(
-    cfg: &mut Config,
-    options: &HashMap<String, String>,
-) -> Result<Option<tempfile::TempDir>> {
-    if let Some(dir) = options.get(CLIENT_DIR) {
-        cfg.state_dir = PathBuf::from(dir);
-        return Ok(None);
-    }
-    let rules = silt_common::write::WriteRules::new(cfg.write_type, cfg.write_rules.clone());
-    let back = cfg.write_type == WriteType::Back
-        || cfg
-            .write_rules
-            .iter()
-            .any(|r| r.write_type == WriteType::Back);
-    if back && rules.any_writable() {
-        return Err(Error::invalid(
-            "`back` writes are acknowledged from a log that must outlive the process: give client_dir=DIR (a directory of this client's own), or write `through`",
-        ));
-    }
-    let tmp = tempfile::Builder::new()
-        .prefix("silt-client-")
-        .tempdir()
-        .map_err(|e| Error::from(e).context("creating the client's temporary directory"))?;
-    cfg.state_dir = tmp.path().to_path_buf();
-    Ok(Some(tmp))
-}
-
+/// The client `options` and `mode` ask for: `silt_node::connect`, with what is Python's own
+/// (see the module docs).
 fn connect(options: HashMap<String, String>, mode: &str) -> Result<Inner> {
-    // `None`: auto, the first that applies.
-    let want = match mode {
-        "auto" => None,
-        m => Some(Role::parse(m).ok_or_else(|| {
-            Error::invalid(format!(
-                "mode {mode:?}: expected auto, single, attached or cluster"
-            ))
-        })?),
-    };
+    let want = WORDS.want(mode)?;
     let cfg = config(&options)?;
     silt_node::init_logging(&cfg, "python", "SILT_LOG", "warn");
-    let owner_dir = cfg.state_dir.clone();
     let rt = runtime()?;
-    let mut own = cfg.clone();
-    let inner = |node, local, lock, client_dir, rt| Inner {
-        node,
-        owner_dir: owner_dir.clone(),
-        local,
-        lock,
-        client_dir,
-        rt: Some(rt),
+    let opts = silt_node::connect::Options {
+        want,
+        own_dir: match options.get(CLIENT_DIR) {
+            Some(dir) => OwnDir::Given(PathBuf::from(dir)),
+            None => OwnDir::Temporary,
+        },
+        share: true,
+        owner_wait: OWNER_WAIT,
+        words: WORDS,
     };
-
-    if cfg.is_cluster() {
-        if want.is_some_and(|r| r != Role::Cluster) {
-            return Err(Error::invalid(format!(
-                "mode {mode:?} with etcd or workers given: those name a cluster (mode cluster)"
-            )));
-        }
-        let mut own = silt_node::with_state_dir_secret(own, &owner_dir);
-        let tmp = client_dir(&mut own, &options)?;
-        let node = Node::build(&own, &rt)?;
-        return Ok(inner(node, None, None, tmp, rt));
-    }
-    if want == Some(Role::Cluster) {
-        return Err(Error::invalid(
-            "mode cluster needs etcd=\"http://HOST:2379\" or workers=\"ID=HOST:PORT,...\"",
-        ));
-    }
-
-    let attach = |own: &mut Config,
-                  rt: &tokio::runtime::Runtime|
-     -> Result<Option<(Node, Option<tempfile::TempDir>)>> {
-        if silt_node::local::AttachInfo::read(&owner_dir)?.is_none() {
-            return Ok(None);
-        }
-        let tmp = client_dir(own, &options)?;
-        Ok(Node::attach(own, &owner_dir, rt)?.map(|n| (n, tmp)))
-    };
-    if want != Some(Role::Single) {
-        if let Some((node, tmp)) = attach(&mut own, &rt)? {
-            return Ok(inner(node, None, None, tmp, rt));
-        }
-    }
-    if want == Some(Role::Attached) {
-        return Err(Error::new(
-            ErrorKind::Unavailable,
-            format!(
-                "no Silt serves {} on this host: start `silt up` (or give mounts for an embedded client)",
-                owner_dir.display()
-            ),
-        ));
-    }
-    if cfg.mounts.is_empty() {
-        return Err(Error::invalid(format!(
-            "no Silt serves {} on this host and no mounts were given: start `silt up`, or pass mounts={{\"/data\": \"s3://bucket/prefix\"}} (embedded), or etcd=/workers= (a cluster)",
-            owner_dir.display()
-        )));
-    }
-    match lock_state_dir(&owner_dir) {
-        Ok(lock) => {
-            let node = Node::build(&cfg, &rt)?;
-            node.keep_metadata(&owner_dir)?;
-            node.keep_sweeping_ttl()?;
-            let key = silt_cluster::auth::cluster_key(&cfg.cluster_secret, &owner_dir, true)?;
-            let local = LocalService::start(&node.client, &owner_dir, key, rt.handle(), None)?;
-            Ok(inner(node, Some(local), Some(lock), None, rt))
-        }
-        Err(e) if e.kind() == ErrorKind::Busy && want.is_none() => {
-            // Another process owns it and is starting to serve it (a sibling worker won the
-            // lock): attach once it does.
-            let until = Instant::now() + OWNER_WAIT;
-            while Instant::now() < until {
-                if let Some((node, tmp)) = attach(&mut own, &rt)? {
-                    return Ok(inner(node, None, None, tmp, rt));
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e.context(format!(
-                "its owner did not start serving it within {OWNER_WAIT:?}"
-            )))
-        }
-        Err(e) => Err(e),
-    }
+    let conn = silt_node::connect::connect(&cfg, &opts, &rt)?;
+    Ok(Inner { conn, rt: Some(rt) })
 }
 
 /// The client: one per process and configuration (the Python layer keeps them, and makes a
@@ -342,29 +240,29 @@ impl PyClient {
     /// `single`, `attached` or `cluster` (`silt_node::Role::word`).
     #[getter]
     fn mode(&self) -> PyResult<&'static str> {
-        Ok(self.get()?.node.role.word())
+        Ok(self.get()?.conn.role().word())
     }
 
-    /// The state directory this client owns (embedded) or attached to.
+    /// The state directory this client owns (single) or attached to.
     #[getter]
     fn owner_dir(&self) -> PyResult<String> {
-        Ok(self.get()?.owner_dir.display().to_string())
+        Ok(self.get()?.conn.owner_dir().display().to_string())
     }
 
     #[getter]
     fn page_size(&self) -> PyResult<u64> {
-        Ok(self.get()?.node.client.page_size())
+        Ok(self.get()?.node().client.page_size())
     }
 
     /// The namespace: `[(path, uri), ...]`.
     fn mounts(&self) -> PyResult<Vec<(String, String)>> {
-        Ok(silt_node::client_mounts(&self.get()?.node.client)
+        Ok(silt_node::client_mounts(&self.get()?.node().client)
             .into_iter()
             .map(|m| (m.path, m.uri))
             .collect())
     }
 
-    /// Stops the client: an embedded one stops serving its cache and saves its metadata.
+    /// Stops the client: a single node stops serving its cache and saves its metadata.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let inner = self
             .inner
@@ -378,7 +276,7 @@ impl PyClient {
     fn stat<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
         let inner = self.get()?;
         let e = py
-            .detach(|| inner.block_on(inner.node.client.stat_live(path)))
+            .detach(|| inner.block_on(inner.node().client.stat_live(path)))
             .map_err(py_err)?
             .0;
         entry_dict(py, &e)
@@ -392,8 +290,8 @@ impl PyClient {
         let h = py
             .detach(|| {
                 inner.block_on(async {
-                    let e = inner.node.client.stat(path).await?;
-                    inner.node.client.headers(&e).await
+                    let e = inner.node().client.stat(path).await?;
+                    inner.node().client.headers(&e).await
                 })
             })
             .map_err(py_err)?;
@@ -422,7 +320,7 @@ impl PyClient {
     fn ls<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyList>> {
         let inner = self.get()?;
         let list = py
-            .detach(|| inner.block_on(inner.node.client.list_live(path)))
+            .detach(|| inner.block_on(inner.node().client.list_live(path)))
             .map_err(py_err)?;
         let out = PyList::empty(py);
         for e in list.iter() {
@@ -444,7 +342,7 @@ impl PyClient {
         let chunks = py
             .detach(|| {
                 inner.block_on(async {
-                    let c = &inner.node.client;
+                    let c = &inner.node().client;
                     let f = c.open(path).await?;
                     let end = end.unwrap_or(u64::MAX).min(f.size());
                     c.read_chunks(&f, start, end.saturating_sub(start)).await
@@ -467,7 +365,7 @@ impl PyClient {
             inner.block_on(
                 stream::iter(ranges.iter())
                     .map(|(path, start, end)| async {
-                        let c = &inner.node.client;
+                        let c = &inner.node().client;
                         let f = c.open(path).await?;
                         let end = end.unwrap_or(u64::MAX).min(f.size());
                         c.read_chunks(&f, *start, end.saturating_sub(*start)).await
@@ -490,7 +388,7 @@ impl PyClient {
     fn open(&self, py: Python<'_>, path: &str) -> PyResult<Reader> {
         let inner = self.get()?;
         let file = py
-            .detach(|| inner.block_on(inner.node.client.open(path)))
+            .detach(|| inner.block_on(inner.node().client.open(path)))
             .map_err(py_err)?;
         Ok(Reader {
             local: Default::default(),
@@ -531,7 +429,7 @@ impl PyClient {
         };
         let inner = self.get()?;
         let w = py
-            .detach(|| inner.block_on(inner.node.client.open_write(path, opts)))
+            .detach(|| inner.block_on(inner.node().client.open_write(path, opts)))
             .map_err(py_err)?;
         Ok(Writer {
             pos: AtomicU64::new(w.len()),
@@ -546,7 +444,7 @@ impl PyClient {
         let inner = self.get()?;
         py.detach(|| {
             inner.block_on(async {
-                let c = &inner.node.client;
+                let c = &inner.node().client;
                 let w = c
                     .open_write(
                         path,
@@ -568,26 +466,26 @@ impl PyClient {
 
     fn mkdir(&self, py: Python<'_>, path: &str) -> PyResult<()> {
         let inner = self.get()?;
-        py.detach(|| inner.block_on(inner.node.client.mkdir(path)))
+        py.detach(|| inner.block_on(inner.node().client.mkdir(path)))
             .map(drop)
             .map_err(py_err)
     }
 
     fn rmdir(&self, py: Python<'_>, path: &str) -> PyResult<()> {
         let inner = self.get()?;
-        py.detach(|| inner.block_on(inner.node.client.rmdir(path)))
+        py.detach(|| inner.block_on(inner.node().client.rmdir(path)))
             .map_err(py_err)
     }
 
     fn rm_file(&self, py: Python<'_>, path: &str) -> PyResult<()> {
         let inner = self.get()?;
-        py.detach(|| inner.block_on(inner.node.client.remove_file(path)))
+        py.detach(|| inner.block_on(inner.node().client.remove_file(path)))
             .map_err(py_err)
     }
 
     fn rename(&self, py: Python<'_>, from: &str, to: &str) -> PyResult<()> {
         let inner = self.get()?;
-        py.detach(|| inner.block_on(inner.node.client.rename(from, to)))
+        py.detach(|| inner.block_on(inner.node().client.rename(from, to)))
             .map(drop)
             .map_err(py_err)
     }
@@ -595,7 +493,7 @@ impl PyClient {
     /// Forgets the cached metadata and pages at or below `path`.
     fn invalidate(&self, py: Python<'_>, path: &str) -> PyResult<()> {
         let inner = self.get()?;
-        py.detach(|| inner.block_on(inner.node.client.invalidate(path)))
+        py.detach(|| inner.block_on(inner.node().client.invalidate(path)))
             .map(drop)
             .map_err(py_err)
     }
@@ -604,7 +502,7 @@ impl PyClient {
     #[pyo3(signature = (path, recursive = false))]
     fn sync(&self, py: Python<'_>, path: &str, recursive: bool) -> PyResult<(u64, u64)> {
         let inner = self.get()?;
-        py.detach(|| inner.block_on(inner.node.client.sync(path, recursive)))
+        py.detach(|| inner.block_on(inner.node().client.sync(path, recursive)))
             .map(|r| {
                 (
                     r.checked,
@@ -618,7 +516,7 @@ impl PyClient {
     /// not a file). No data moves.
     fn residency(&self, py: Python<'_>, paths: Vec<String>) -> PyResult<Vec<Option<f64>>> {
         let inner = self.get()?;
-        Ok(py.detach(|| inner.block_on(inner.node.residency(&paths))))
+        Ok(py.detach(|| inner.block_on(inner.node().residency(&paths))))
     }
 
     /// Starts fetching `paths` for reads coming soon, in the background; returns at once.
@@ -626,7 +524,7 @@ impl PyClient {
     /// read until it is read (see `Node::prefetch`).
     fn prefetch(&self, paths: Vec<String>) -> PyResult<()> {
         let inner = self.get()?;
-        let node = inner.node.clone();
+        let node = inner.node().clone();
         inner.rt().spawn(async move {
             node.prefetch(&paths).await;
         });
@@ -634,12 +532,12 @@ impl PyClient {
     }
 
     /// Pins the files at or below `path` (loaded, never evicted): a dict of files, bytes,
-    /// cached_bytes, pinned_bytes. In this process's cache (embedded) or on the owner or
+    /// cached_bytes, pinned_bytes. In this process's cache (single) or on the owner or
     /// workers holding each part (attached, cluster), like `silt fs pin`.
     fn pin<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
         let inner = self.get()?;
         let u = py
-            .detach(|| inner.block_on(inner.node.pin(path)))
+            .detach(|| inner.block_on(inner.node().pin(path)))
             .map_err(py_err)?;
         usage_dict(py, &u)
     }
@@ -647,7 +545,7 @@ impl PyClient {
     /// Unpins the files at or below `path`; how many were pinned.
     fn unpin(&self, py: Python<'_>, path: &str) -> PyResult<u64> {
         let inner = self.get()?;
-        py.detach(|| inner.block_on(inner.node.unpin(path)))
+        py.detach(|| inner.block_on(inner.node().unpin(path)))
             .map_err(py_err)
     }
 
@@ -655,7 +553,7 @@ impl PyClient {
     fn free<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
         let inner = self.get()?;
         let u = py
-            .detach(|| inner.block_on(inner.node.free(path)))
+            .detach(|| inner.block_on(inner.node().free(path)))
             .map_err(py_err)?;
         usage_dict(py, &u)
     }
@@ -665,7 +563,7 @@ impl PyClient {
     fn cache_usage<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
         let inner = self.get()?;
         let u = py
-            .detach(|| inner.block_on(inner.node.cache_usage(path)))
+            .detach(|| inner.block_on(inner.node().cache_usage(path)))
             .map_err(py_err)?;
         usage_dict(py, &u)
     }
@@ -673,7 +571,7 @@ impl PyClient {
     /// Loads every file at or below `path` into the cache and waits: (files, bytes).
     fn load(&self, py: Python<'_>, path: &str) -> PyResult<(u64, u64)> {
         let inner = self.get()?;
-        py.detach(|| inner.block_on(inner.node.client.load(path, |_| {})))
+        py.detach(|| inner.block_on(inner.node().client.load(path, |_| {})))
             .map(|p| (p.files_total, p.bytes_total))
             .map_err(py_err)
     }
@@ -681,7 +579,7 @@ impl PyClient {
     /// Page-cache counters of this process: hits, misses, bytes per tier.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let inner = self.get()?;
-        let s = inner.node.client.cache_stats();
+        let s = inner.node().client.cache_stats();
         let d = PyDict::new(py);
         d.set_item("hits", s.hits)?;
         d.set_item("misses", s.misses)?;
@@ -717,7 +615,7 @@ impl Reader {
         if self.tried_local.swap(true, Ordering::AcqRel) {
             return;
         }
-        let found = self.inner.node.client.local_reader(self.file.object());
+        let found = self.inner.node().client.local_reader(self.file.object());
         if let Ok(mut local) = self.local.write() {
             *local = found;
         }
@@ -738,7 +636,7 @@ impl Reader {
         if n == 0 {
             return Ok(PyBytes::new(py, b""));
         }
-        if n > self.inner.node.client.page_size() {
+        if n > self.inner.node().client.page_size() {
             py.detach(|| self.try_local());
         }
         let failed = match self.local.read().as_deref() {
@@ -766,7 +664,7 @@ impl Reader {
         }
         let inner = &self.inner;
         let chunks = py
-            .detach(|| inner.block_on(inner.node.client.read_chunks(&self.file, offset, n)))
+            .detach(|| inner.block_on(inner.node().client.read_chunks(&self.file, offset, n)))
             .map_err(py_err)?;
         concat(py, &chunks)
     }
@@ -796,7 +694,7 @@ impl Writer {
         }
         let pos = self.pos.fetch_add(data.len() as u64, Ordering::AcqRel);
         let inner = &self.inner;
-        py.detach(|| inner.block_on(inner.node.client.write(&self.w, pos, data)))
+        py.detach(|| inner.block_on(inner.node().client.write(&self.w, pos, data)))
             .map_err(py_err)?;
         Ok(data.len())
     }
@@ -811,7 +709,7 @@ impl Writer {
     /// `through`), keeping the file open.
     fn commit(&self, py: Python<'_>) -> PyResult<()> {
         let inner = &self.inner;
-        py.detach(|| inner.block_on(inner.node.client.commit(&self.w)))
+        py.detach(|| inner.block_on(inner.node().client.commit(&self.w)))
             .map(drop)
             .map_err(py_err)
     }
@@ -822,7 +720,7 @@ impl Writer {
             return Ok(());
         }
         let inner = &self.inner;
-        py.detach(|| inner.block_on(inner.node.client.close(&self.w)))
+        py.detach(|| inner.block_on(inner.node().client.close(&self.w)))
             .map_err(py_err)
     }
 }
