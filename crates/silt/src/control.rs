@@ -367,11 +367,11 @@ async fn cluster_json(router: &silt_cluster::Router) -> Value {
         .into_iter()
         .map(|(m, r)| match r {
             Ok(st) => json!({"id": m.id, "addr": m.addr, "live": true,
-                "capacity": st["capacity"], "used": st["used"], "hit_ratio": st["hit_ratio"],
-                "page_hits": st["page_hits"], "page_misses": st["page_misses"],
-                "reads_served": st["reads_served"], "bytes_served": st["bytes_served"],
-                "files_lent": st["files_lent"],
-                "ufs_read_bytes": st["ufs_read_bytes"]}),
+                "capacity": st.capacity, "used": st.used, "hit_ratio": st.hit_ratio,
+                "page_hits": st.page_hits, "page_misses": st.page_misses,
+                "reads_served": st.reads_served, "bytes_served": st.bytes_served,
+                "files_lent": st.files_lent,
+                "ufs_read_bytes": st.ufs_read_bytes}),
             Err(e) => json!({"id": m.id, "addr": m.addr, "live": false, "error": e.to_string(),
                 "capacity": m.capacity}),
         })
