@@ -311,7 +311,7 @@ pub struct LoadProgress {
 }
 
 /// How much of a path is in this process's cache (`Client::cache_usage`, `pin`, `free`).
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CacheUsage {
     pub files: u64,
     pub bytes: u64,
@@ -322,7 +322,7 @@ pub struct CacheUsage {
 }
 
 /// What `sync` or `invalidate` found, for the CLI.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SyncReport {
     /// Entries the store answered about (sync), or records dropped (invalidate).
     pub checked: u64,
@@ -371,7 +371,7 @@ impl SyncReport {
 }
 
 /// The sync policy of a path, for `silt fs stat` and `silt fs sync-policy`.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PolicyInfo {
     pub policy: String,
     /// The prefix of the rule that sets it (`/` for the default).

@@ -23,7 +23,7 @@ use crate::Entry;
 use silt_common::config::is_at_or_under;
 
 /// What happened to a path between two answers of the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeKind {
     Added,

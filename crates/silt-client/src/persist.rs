@@ -31,7 +31,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const REMEMBERED: usize = 100_000;
 
 /// Where a `back` file stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
 pub enum FileState {
     /// Durable in the log, upload not started (or waiting for a retry).

@@ -29,13 +29,12 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
-use serde_json::Value;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
 use silt_reader::{BackingSource, Fetcher, HeldFile, ObjectRef};
 
 use crate::membership::{Member, Membership};
 use crate::placement;
-use crate::rpc::{CallError, Endpoint, Lease, PageRange, Request, WorkerClient};
+use crate::rpc::{answer, Answer, CallError, Endpoint, Lease, PageRange, Request, WorkerClient};
 
 #[derive(Debug, Clone)]
 pub struct RouterOptions {
@@ -247,16 +246,16 @@ impl Router {
     /// now holds for it. A load waits for the owner's store fetch, so its deadline is ten
     /// times a read's.
     pub async fn load(&self, obj: &ObjectRef, range: Range<u64>) -> Result<u64> {
-        let v = self.ask_owner(Request::load, obj, range, 10).await?;
-        Ok(v.get("bytes").and_then(Value::as_u64).unwrap_or(0))
+        let answer::Held { bytes } = self.ask_owner(Request::load, obj, range, 10).await?;
+        Ok(bytes)
     }
 
     /// Pins `range` of `obj` (one placement group) on its owner and loads it there, trying
     /// the next candidates like reads; the bytes the owner holds. Refused by an owner whose
     /// disk tiers cannot hold its pins.
     pub async fn pin(&self, obj: &ObjectRef, range: Range<u64>) -> Result<u64> {
-        let v = self.ask_owner(Request::pin, obj, range, 10).await?;
-        Ok(v.get("bytes").and_then(Value::as_u64).unwrap_or(0))
+        let answer::Held { bytes } = self.ask_owner(Request::pin, obj, range, 10).await?;
+        Ok(bytes)
     }
 
     /// Unpins `obj` on every candidate of each of its groups (a pin lands on the first that
@@ -266,20 +265,23 @@ impl Router {
         self.tell_all_candidates(Request::unpin, obj)
             .await
             .iter()
-            .any(|v| v.get("unpinned").and_then(Value::as_u64).unwrap_or(0) > 0)
+            .any(|a: &answer::Unpinned| a.unpinned > 0)
     }
 
     /// Drops `obj`'s pages (and pins) on every candidate of each of its groups (`silt fs
     /// free`). Best effort, like `unpin`.
     pub async fn free(&self, obj: &ObjectRef) {
-        self.tell_all_candidates(Request::forget, obj).await;
+        self.tell_all_candidates::<answer::Forgot>(Request::forget, obj)
+            .await;
     }
 
-    async fn tell_all_candidates(
+    /// `make(obj)` asked of every candidate of each of `obj`'s groups; the answers of those
+    /// that answered.
+    async fn tell_all_candidates<A: Answer>(
         &self,
         make: fn(&ObjectRef) -> Request,
         obj: &ObjectRef,
-    ) -> Vec<Value> {
+    ) -> Vec<A> {
         let req = make(obj);
         let op = req.name();
         let mut members: HashMap<String, Member> = HashMap::new();
@@ -291,7 +293,7 @@ impl Router {
         let req = &req;
         let calls = members.into_values().map(|m| async move {
             let client = self.client(&m);
-            let call = client.call(req.clone());
+            let call = client.ask::<A>(req);
             match self.attempt(&m, self.opts.timeout, call).await {
                 Ok(v) => Some(v),
                 Err(e) => {
@@ -309,13 +311,13 @@ impl Router {
 
     /// Asks the first candidate of `range`'s group that answers to do `op` on it, with
     /// `deadline_reads` times a read's deadline.
-    async fn ask_owner(
+    async fn ask_owner<A: Answer>(
         &self,
         make: fn(&ObjectRef, Range<u64>) -> Request,
         obj: &ObjectRef,
         range: Range<u64>,
         deadline_reads: u32,
-    ) -> Result<Value> {
+    ) -> Result<A> {
         let req = make(obj, range.clone());
         let op = req.name();
         let group = range.start / self.opts.group_size;
@@ -326,7 +328,7 @@ impl Router {
         let mut last = None;
         for m in self.candidates(obj.id, group) {
             let client = self.client(&m);
-            let call = client.call(req.clone());
+            let call = client.ask::<A>(&req);
             match self
                 .attempt(&m, self.opts.timeout * deadline_reads, call)
                 .await
@@ -357,7 +359,7 @@ impl Router {
         let mut started = 0;
         for range in split(0..obj.size(), self.opts.group_size) {
             match self.ask_owner(Request::prefetch, obj, range, 1).await {
-                Ok(v) => started += v.get("pages").and_then(Value::as_u64).unwrap_or(0),
+                Ok(answer::Prefetched { pages }) => started += pages,
                 Err(e) => tracing::debug!(path = %obj.meta.path, error = %e, "prefetch skipped"),
             }
         }
@@ -451,12 +453,12 @@ impl Router {
     }
 
     /// `stats` of every member of the current view (an error for those that do not answer).
-    pub async fn worker_stats(&self) -> Vec<(Member, Result<Value>)> {
+    pub async fn worker_stats(&self) -> Vec<(Member, Result<answer::Stats>)> {
         let view = self.membership.view();
         let calls = view.members.iter().map(|m| async move {
             let client = self.client(m);
             let r = self
-                .attempt(m, self.opts.timeout, client.call(Request::Stats))
+                .attempt(m, self.opts.timeout, client.stats())
                 .await
                 .map_err(CallError::into_error);
             (m.clone(), r)
@@ -577,7 +579,8 @@ impl Fetcher for Router {
         let obj = obj.as_ref();
         let calls = view.members.iter().map(|m| async move {
             let client = self.client(m);
-            let call = client.call(Request::forget(obj));
+            let req = Request::forget(obj);
+            let call = client.ask::<answer::Forgot>(&req);
             if let Err(e) = self.attempt(m, self.opts.timeout, call).await {
                 tracing::debug!(worker = %m.id, "forget: {e}");
             }

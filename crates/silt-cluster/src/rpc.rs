@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use silt_common::io::ReadAt;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, PageKey, Result};
 use silt_proto::{
@@ -49,8 +49,11 @@ use silt_ufs::{DynStore, EntryKind, ObjectMeta};
 
 use crate::auth::{self, ClusterKey};
 use crate::replica::ResidentTable;
+pub use answer::Answer;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+pub mod answer;
 
 /// Largest range one request may ask for (placement groups are at most this large).
 pub const MAX_RANGE: u64 = 64 << 20;
@@ -389,8 +392,8 @@ impl StoreResolver for FixedStores {
 pub struct Service {
     worker: Arc<PageReader>,
     stores: Arc<dyn StoreResolver>,
-    /// Extra fields for `stats` (id, address, ...).
-    identity: Value,
+    /// Who this worker is, for `stats`.
+    identity: answer::Identity,
     /// What this service served (also counted in the process-wide `RPC_*` metrics).
     reads_served: AtomicU64,
     bytes_served: AtomicU64,
@@ -435,12 +438,12 @@ fn checked_end(obj: &ObjectRef, offset: u64, len: u64) -> Result<u64> {
 }
 
 impl Service {
-    /// `identity`: extra fields for `stats` (id, address, ...); `key`: the cluster's secret,
-    /// which every connection must prove it holds.
+    /// `identity`: who this worker is, for `stats`; `key`: the cluster's secret, which every
+    /// connection must prove it holds.
     pub fn new(
         worker: Arc<PageReader>,
         stores: Arc<dyn StoreResolver>,
-        identity: Value,
+        identity: answer::Identity,
         key: ClusterKey,
     ) -> Service {
         Service {
@@ -531,30 +534,41 @@ impl Service {
             .collect()
     }
 
-    fn stats(&self) -> Value {
+    fn stats(&self) -> answer::Stats {
         let s = self.worker.stats();
-        let tiers: Vec<Value> = s
+        let tiers: Vec<answer::TierStats> = s
             .tiers
             .iter()
-            .map(|t| json!({"name": t.name, "capacity": t.capacity, "used": t.used, "pages": t.pages}))
+            .map(|t| answer::TierStats {
+                name: t.name.clone(),
+                capacity: t.capacity,
+                used: t.used,
+                pages: t.pages,
+            })
             .collect();
         let lookups = s.hits + s.misses;
-        json!({
-            "identity": self.identity,
-            "page_size": self.worker.page_size(),
-            "capacity": s.tiers.iter().map(|t| t.capacity).sum::<u64>(),
-            "used": s.tiers.iter().map(|t| t.used).sum::<u64>(),
-            "tiers": tiers,
-            "page_hits": s.hits,
-            "page_misses": s.misses,
-            "hit_ratio": if lookups > 0 { s.hits as f64 / lookups as f64 } else { 0.0 },
-            "reads_served": self.reads_served.load(Ordering::Relaxed),
-            "bytes_served": self.bytes_served.load(Ordering::Relaxed),
-            "files_lent": self.files_lent.load(Ordering::Relaxed),
-            "ufs_read_bytes": metrics::UFS_READ_BYTES.get(),
-            "cache_only_files": self.resident.as_ref().map_or(0, |t| t.usage().0),
-            "cache_only_bytes": self.resident.as_ref().map_or(0, |t| t.usage().1),
-        })
+        let (cache_only_files, cache_only_bytes) =
+            self.resident.as_ref().map_or((0, 0), |t| t.usage());
+        answer::Stats {
+            identity: self.identity.clone(),
+            page_size: self.worker.page_size(),
+            capacity: s.tiers.iter().map(|t| t.capacity).sum(),
+            used: s.tiers.iter().map(|t| t.used).sum(),
+            tiers,
+            page_hits: s.hits,
+            page_misses: s.misses,
+            hit_ratio: if lookups > 0 {
+                s.hits as f64 / lookups as f64
+            } else {
+                0.0
+            },
+            reads_served: self.reads_served.load(Ordering::Relaxed),
+            bytes_served: self.bytes_served.load(Ordering::Relaxed),
+            files_lent: self.files_lent.load(Ordering::Relaxed),
+            ufs_read_bytes: metrics::UFS_READ_BYTES.get(),
+            cache_only_files,
+            cache_only_bytes,
+        }
     }
 }
 
@@ -667,6 +681,21 @@ fn broken(error: Error) -> ServeError {
     }
 }
 
+/// Writes `a`, the answer to operation `op` (the type says which it answers: checked in debug
+/// builds, as the client does when it reads one).
+async fn reply<A: Answer, W: AsyncWrite + Unpin>(
+    s: &mut W,
+    op: &str,
+    a: &A,
+) -> std::result::Result<(), ServeError> {
+    debug_assert!(
+        A::answers(op),
+        "{op} is not answered with {}",
+        std::any::type_name::<A>()
+    );
+    write_json(s, a).await.map_err(broken)
+}
+
 async fn serve_one(
     s: &mut Conn,
     svc: &Service,
@@ -679,7 +708,7 @@ async fn serve_one(
         | Request::Rstat { .. }
         | Request::Rlist { .. }
         | Request::Rdel { .. } => serve_resident(s, svc.resident_table()?, req).await,
-        Request::Stats => write_json(s, &svc.stats()).await.map_err(broken),
+        Request::Stats => reply(s, op, &svc.stats()).await,
         Request::Changed { path } => {
             let Some(hook) = &svc.on_changed else {
                 return Err(Error::new(
@@ -689,7 +718,7 @@ async fn serve_one(
                 .into());
             };
             hook(path).await;
-            write_json(s, &json!({ "ok": true })).await.map_err(broken)
+            reply(s, op, &answer::Changed { ok: true }).await
         }
         Request::Cached { ranges } => {
             let pages = svc.cached(&ranges)?;
@@ -704,9 +733,7 @@ async fn serve_one(
                     ObjectId::from_hex(&r.object).map_or(0, |id| store.pinned_bytes_in(id, bytes))
                 })
                 .collect();
-            write_json(s, &json!({ "pages": pages, "pinned": pinned }))
-                .await
-                .map_err(broken)
+            reply(s, op, &answer::Cached { pages, pinned }).await
         }
         Request::Pin {
             object,
@@ -720,14 +747,12 @@ async fn serve_one(
             svc.worker.page_store().pin_user(&[(obj.id, offset..end)])?;
             let pages = svc.pages(&obj, offset, len).await?;
             let bytes: u64 = pages.iter().map(|p| p.len() as u64).sum();
-            write_json(s, &json!({"bytes": bytes}))
-                .await
-                .map_err(broken)
+            reply(s, op, &answer::Held { bytes }).await
         }
         Request::Unpin { object } => {
             let obj = svc.object(object).await?;
             let n = svc.worker.page_store().unpin_user(&[obj.id]);
-            write_json(s, &json!({"unpinned": n})).await.map_err(broken)
+            reply(s, op, &answer::Unpinned { unpinned: n as u64 }).await
         }
         Request::Read {
             object,
@@ -745,7 +770,7 @@ async fn serve_one(
                 }
             }
             let pages = svc.pages(&obj, offset, len).await?;
-            write_json(s, &json!({"fd": false})).await.map_err(broken)?;
+            reply(s, op, &answer::FileHead::none()).await?;
             for p in pages {
                 count(
                     &svc.bytes_served,
@@ -786,9 +811,7 @@ async fn serve_one(
             let _prefer = svc.worker.page_store().prefer(obj.id);
             let pages = svc.pages(&obj, offset, len).await?;
             let bytes: u64 = pages.iter().map(|p| p.len() as u64).sum();
-            write_json(s, &json!({"bytes": bytes}))
-                .await
-                .map_err(broken)
+            reply(s, op, &answer::Held { bytes }).await
         }
         Request::Prefetch {
             object,
@@ -801,18 +824,14 @@ async fn serve_one(
             let end = checked_end(&obj, offset, len)?;
             let ps = svc.worker.page_size();
             let started = svc.worker.prefetch(&obj, offset / ps..=(end - 1) / ps);
-            write_json(s, &json!({"pages": started}))
-                .await
-                .map_err(broken)
+            reply(s, op, &answer::Prefetched { pages: started }).await
         }
         Request::Forget { object } => {
             // A client saw this version replaced or deleted in the store: its pages can never
             // be asked for again.
             let obj = svc.object(object).await?;
             svc.worker.page_store().remove_object(obj.id);
-            write_json(s, &json!({"forgot": true}))
-                .await
-                .map_err(broken)
+            reply(s, op, &answer::Forgot { forgot: true }).await
         }
     }
     .map_err(|mut e| {
@@ -832,6 +851,7 @@ async fn serve_resident(
     t: &ResidentTable,
     req: Request,
 ) -> std::result::Result<(), ServeError> {
+    let op = req.name();
     match req {
         Request::Rput { path, file } => {
             let size = file.size;
@@ -871,9 +891,7 @@ async fn serve_resident(
             }
             buf.set_len(size)?;
             t.insert(path, file, buf);
-            write_json(s, &json!({"stored": size}))
-                .await
-                .map_err(broken)
+            reply(s, op, &answer::Stored { stored: size }).await
         }
         Request::Rget {
             path,
@@ -897,7 +915,7 @@ async fn serve_resident(
                         f.meta.size
                     ))
                 })?;
-            write_json(s, &json!({"size": len})).await.map_err(broken)?;
+            reply(s, op, &answer::Sending { size: len }).await?;
             let mut at = offset;
             while at < end {
                 let n = (end - at).min(RESIDENT_CHUNK as u64) as usize;
@@ -909,22 +927,16 @@ async fn serve_resident(
             Ok(())
         }
         Request::Rstat { path } => {
-            let found = t.stat(&path);
-            write_json(s, &json!({ "file": found }))
-                .await
-                .map_err(broken)
+            let file = t.stat(&path);
+            reply(s, op, &answer::Found { file }).await
         }
         Request::Rlist { path } => {
             let files = t.list(&path);
-            write_json(s, &json!({ "files": files }))
-                .await
-                .map_err(broken)
+            reply(s, op, &answer::Listed { files }).await
         }
         Request::Rdel { path } => {
             let deleted = t.delete(&path);
-            write_json(s, &json!({ "deleted": deleted }))
-                .await
-                .map_err(broken)
+            reply(s, op, &answer::Deleted { deleted }).await
         }
         other => {
             Err(Error::internal(format!("{} is not a resident-file request", other.name())).into())
@@ -955,9 +967,9 @@ async fn hold(
     .await
     .map_err(|e| Error::internal(format!("copying a cache file: {e}")))?;
     let Some(copy) = copy else {
-        return write_json(u, &json!({"fd": false})).await.map_err(broken);
+        return reply(u, "hold", &answer::FileHead::none()).await;
     };
-    write_json(u, &json!({"fd": true})).await.map_err(broken)?;
+    reply(u, "hold", &answer::FileHead::copy()).await?;
     send_fd(u, copy.as_raw_fd()).await.map_err(broken)?;
     count(&svc.files_lent, &metrics::RPC_FILES_LENT, 1);
     Ok(())
@@ -982,10 +994,10 @@ async fn lease(
         .flatten()
         .and_then(|(path, crcs)| Some((std::fs::File::open(path).ok()?, crcs)));
     let Some((file, crcs)) = found else {
-        return write_json(u, &json!({"fd": false})).await.map_err(broken);
+        return reply(u, "lease", &answer::FileHead::none()).await;
     };
-    let head = json!({"fd": true, "page_size": svc.worker.page_size(), "first": 0, "crcs": crcs});
-    write_json(u, &head).await.map_err(broken)?;
+    let head = answer::FileHead::pages(svc.worker.page_size(), 0, crcs);
+    reply(u, "lease", &head).await?;
     send_fd(u, file.as_raw_fd()).await.map_err(broken)?;
     count(&svc.files_lent, &metrics::RPC_FILES_LENT, 1);
     // Held until the client is done with it: no time bound, the connection is the lease.
@@ -1039,12 +1051,7 @@ async fn try_send_fd(
         return Ok(false);
     };
     // The client reads whole pages and checks each against its crc, as a local disk read does.
-    write_json(
-        u,
-        &json!({"fd": true, "page_size": ps, "first": first, "crcs": crcs}),
-    )
-    .await
-    .map_err(broken)?;
+    reply(u, "read", &answer::FileHead::pages(ps, first, crcs)).await?;
     send_fd(u, file.as_raw_fd()).await.map_err(broken)?;
     // Wait for `done` (or the client going away) before the pin drops.
     let done = tokio::time::timeout(DONE_TIMEOUT, read_frame(u))
@@ -1302,10 +1309,10 @@ impl WorkerClient {
             .envelope(),
         )
         .await?;
-        let head: Value = expect_json(&mut c).await?;
+        let head: answer::FileHead = expect_answer(&mut c, "read").await?;
         let bytes = if let Some(fd) = passed_fd(&c, &head).await? {
             let bytes = pread_checked(fd, &head, obj.size(), range.start, len).await;
-            write_json(&mut c, &json!({"op": "done"})).await?;
+            write_json(&mut c, &answer::AfterFd::Done).await?;
             let bytes = bytes?;
             expect_end(&mut c).await?;
             metrics::REMOTE_FD_READS.inc();
@@ -1357,7 +1364,7 @@ impl WorkerClient {
                 object: WireObject::from_ref(obj),
             };
             write_json(&mut c, &req.envelope()).await?;
-            let head = expect_json(&mut c).await?;
+            let head: answer::FileHead = expect_answer(&mut c, "hold").await?;
             let file = passed_fd(&c, &head).await?.map(std::fs::File::from);
             expect_end(&mut c).await?;
             self.put_back(c);
@@ -1383,7 +1390,7 @@ impl WorkerClient {
             object: WireObject::from_ref(obj),
         };
         write_json(&mut c, &req.envelope()).await?;
-        let head = expect_json(&mut c).await?;
+        let head: answer::FileHead = expect_answer(&mut c, "lease").await?;
         let Some(fd) = passed_fd(&c, &head).await? else {
             expect_end(&mut c).await?;
             self.put_back(c);
@@ -1405,16 +1412,22 @@ impl WorkerClient {
         }))
     }
 
-    /// One JSON answer to `req` (`rstat`, `rlist`, `rdel`).
-    async fn call_req(&self, req: &Request) -> std::result::Result<Value, CallError> {
+    /// The answer to `req`, a request answered with one JSON frame (not `read`, `lease`,
+    /// `hold`, `rput` or `rget`), as the type that answers it.
+    pub async fn ask<A: Answer>(&self, req: &Request) -> std::result::Result<A, CallError> {
         self.with_conn(|mut c| async move {
             write_json(&mut c, &req.envelope()).await?;
-            let v = expect_json(&mut c).await?;
+            let a = expect_answer(&mut c, req.name()).await?;
             expect_end(&mut c).await?;
             self.put_back(c);
-            Ok(v)
+            Ok(a)
         })
         .await
+    }
+
+    /// The worker's identity, cache and counters.
+    pub async fn stats(&self) -> std::result::Result<answer::Stats, CallError> {
+        self.ask(&Request::Stats).await
     }
 
     /// Keeps the `meta.size` bytes of `data` on this worker as the replicated cache-only file
@@ -1441,9 +1454,15 @@ impl WorkerClient {
                     at += n as u64;
                 }
                 write_frame(&mut c, FrameKind::End, &[]).await?;
-                expect_json(&mut c).await?;
+                let answer::Stored { stored } = expect_answer(&mut c, "rput").await?;
                 expect_end(&mut c).await?;
                 self.put_back(c);
+                if stored != meta.size {
+                    return Err(CallError::Link(Error::new(
+                        ErrorKind::Corrupted,
+                        format!("worker stored {stored} bytes of {path}, {} sent", meta.size),
+                    )));
+                }
                 Ok(())
             }
         })
@@ -1475,7 +1494,14 @@ impl WorkerClient {
             let req = &req;
             async move {
                 write_json(&mut c, &req.envelope()).await?;
-                expect_json(&mut c).await?;
+                let answer::Sending { size } = expect_answer(&mut c, "rget").await?;
+                if size != len as u64 {
+                    return Err(Error::new(
+                        ErrorKind::Corrupted,
+                        format!("worker announced {size} bytes, {len} asked for"),
+                    )
+                    .into());
+                }
                 let mut out = BytesMut::with_capacity(len);
                 loop {
                     match read_frame(&mut c).await? {
@@ -1512,16 +1538,12 @@ impl WorkerClient {
         &self,
         path: &str,
     ) -> std::result::Result<Option<RemoteMeta>, CallError> {
-        let v = self
-            .call_req(&Request::Rstat {
+        let answer::Found { file } = self
+            .ask(&Request::Rstat {
                 path: path.to_string(),
             })
             .await?;
-        if v["file"].is_null() {
-            return Ok(None);
-        }
-        let w: WireResident = garbled(serde_json::from_value(v["file"].clone()))?;
-        Ok(Some(w.into_meta().1))
+        Ok(file.map(|w| w.into_meta().1))
     }
 
     /// Every replicated file this worker holds strictly below directory `dir`.
@@ -1529,12 +1551,11 @@ impl WorkerClient {
         &self,
         dir: &str,
     ) -> std::result::Result<Vec<(String, RemoteMeta)>, CallError> {
-        let v = self
-            .call_req(&Request::Rlist {
+        let answer::Listed { files } = self
+            .ask(&Request::Rlist {
                 path: dir.to_string(),
             })
             .await?;
-        let files: Vec<WireResident> = garbled(serde_json::from_value(v["files"].clone()))?;
         Ok(files.into_iter().map(WireResident::into_meta).collect())
     }
 
@@ -1556,9 +1577,7 @@ impl WorkerClient {
     ) -> std::result::Result<Vec<(u64, u64)>, CallError> {
         let n = ranges.len();
         let req = Request::Cached { ranges };
-        let v = self.call_req(&req).await?;
-        let pages: Vec<u64> = garbled(serde_json::from_value(v["pages"].clone()))?;
-        let pinned: Vec<u64> = garbled(serde_json::from_value(v["pinned"].clone()))?;
+        let answer::Cached { pages, pinned } = self.ask(&req).await?;
         if pages.len() != n || pinned.len() != n {
             return Err(CallError::Link(Error::new(
                 ErrorKind::Corrupted,
@@ -1577,23 +1596,32 @@ impl WorkerClient {
         let req = Request::Changed {
             path: path.to_string(),
         };
-        self.call_req(&req).await.map(drop)
+        self.ask::<answer::Changed>(&req).await.map(drop)
     }
 
     /// Drops the replicated file at `path` here; whether there was one.
     pub async fn resident_delete(&self, path: &str) -> std::result::Result<bool, CallError> {
-        let v = self
-            .call_req(&Request::Rdel {
+        let answer::Deleted { deleted } = self
+            .ask(&Request::Rdel {
                 path: path.to_string(),
             })
             .await?;
-        Ok(v["deleted"].as_bool().unwrap_or(false))
+        Ok(deleted)
     }
 
-    /// A request answered with one JSON value (`stats`, `load`, `prefetch`, `pin`, `unpin`,
-    /// `forget`, ...).
+    /// The answer to a request answered with one JSON frame, as raw JSON: for tests and
+    /// tools that look at the wire itself (the cluster's own calls read typed answers, see
+    /// [`WorkerClient::ask`]).
     pub async fn call(&self, req: Request) -> std::result::Result<Value, CallError> {
-        self.call_req(&req).await
+        let req = &req;
+        self.with_conn(|mut c| async move {
+            write_json(&mut c, &req.envelope()).await?;
+            let v = expect_json(&mut c).await?;
+            expect_end(&mut c).await?;
+            self.put_back(c);
+            Ok(v)
+        })
+        .await
     }
 }
 
@@ -1640,15 +1668,6 @@ fn worker_error(payload: &[u8]) -> CallError {
     }
 }
 
-fn garbled<T>(r: serde_json::Result<T>) -> std::result::Result<T, CallError> {
-    r.map_err(|e| {
-        CallError::Link(Error::new(
-            ErrorKind::Corrupted,
-            format!("garbled worker answer: {e}"),
-        ))
-    })
-}
-
 fn finish(bytes: Bytes, len: u64) -> Result<Bytes> {
     if bytes.len() as u64 != len {
         return Err(Error::new(
@@ -1660,10 +1679,13 @@ fn finish(bytes: Bytes, len: u64) -> Result<Bytes> {
     Ok(bytes)
 }
 
-/// The descriptor the worker passes after answering `head` = `{"fd": true, ...}`; `None` when
-/// it answered `{"fd": false}` (bytes, or no file, follow).
-async fn passed_fd(c: &Conn, head: &Value) -> std::result::Result<Option<OwnedFd>, CallError> {
-    if head.get("fd").and_then(Value::as_bool) != Some(true) {
+/// The descriptor the worker passes after answering `head` with `fd: true`; `None` when it
+/// answered `fd: false` (bytes, or no file, follow).
+async fn passed_fd(
+    c: &Conn,
+    head: &answer::FileHead,
+) -> std::result::Result<Option<OwnedFd>, CallError> {
+    if !head.fd {
         return Ok(None);
     }
     let Conn::Unix(u) = c else {
@@ -1676,7 +1698,19 @@ async fn passed_fd(c: &Conn, head: &Value) -> std::result::Result<Option<OwnedFd
     Ok(Some(recv_fd(u).await?))
 }
 
-async fn expect_json(c: &mut Conn) -> std::result::Result<Value, CallError> {
+/// The answer to `op`, as the type that answers it.
+async fn expect_answer<A: Answer>(c: &mut Conn, op: &str) -> std::result::Result<A, CallError> {
+    debug_assert!(
+        A::answers(op),
+        "{op} is not answered with {}",
+        std::any::type_name::<A>()
+    );
+    expect_json(c).await
+}
+
+async fn expect_json<T: serde::de::DeserializeOwned>(
+    c: &mut Conn,
+) -> std::result::Result<T, CallError> {
     match read_frame(c).await? {
         Some((FrameKind::Json, p)) => Ok(decode_json(&p).map_err(|e| {
             Error::new(ErrorKind::Corrupted, format!("garbled worker answer: {e}"))
@@ -1710,20 +1744,14 @@ fn bad_fd(what: &str) -> Error {
 }
 
 /// The page size, first page and page crcs a worker sent with a descriptor.
-fn passed_pages(head: &Value) -> Result<(u64, u64, Vec<u32>)> {
+fn passed_pages(head: &answer::FileHead) -> Result<(u64, u64, Vec<u32>)> {
     let bad = bad_fd;
-    let ps = head["page_size"]
-        .as_u64()
+    let ps = head
+        .page_size
         .filter(|p| *p > 0)
         .ok_or_else(|| bad("no page size"))?;
-    let first = head["first"].as_u64().ok_or_else(|| bad("no first page"))?;
-    let crcs: Vec<u32> = head["crcs"]
-        .as_array()
-        .ok_or_else(|| bad("no checksums"))?
-        .iter()
-        .map(|c| c.as_u64().and_then(|c| u32::try_from(c).ok()))
-        .collect::<Option<_>>()
-        .ok_or_else(|| bad("malformed checksums"))?;
+    let first = head.first.ok_or_else(|| bad("no first page"))?;
+    let crcs = head.crcs.clone().ok_or_else(|| bad("no checksums"))?;
     Ok((ps, first, crcs))
 }
 
@@ -1786,7 +1814,7 @@ impl Lease {
 
 async fn pread_checked(
     fd: OwnedFd,
-    head: &Value,
+    head: &answer::FileHead,
     size: u64,
     offset: u64,
     len: u64,
@@ -1818,6 +1846,7 @@ async fn pread_checked(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use silt_proto::PROTOCOL_VERSION;
 
     fn frame(v: &Value) -> Vec<u8> {
@@ -1924,6 +1953,82 @@ mod tests {
         for key in ["object", "offset", "len", "fd"] {
             assert!(read.get(key).is_some(), "{key} missing from {read}");
         }
+    }
+
+    /// Answers keep the JSON the protocol always had, so older peers read them (and the
+    /// raw-protocol tests still match them), and each names the operations it answers.
+    #[test]
+    fn answers_keep_their_wire_form() {
+        use answer::*;
+        let wire = |v: serde_json::Result<Value>| v.unwrap();
+        assert_eq!(
+            wire(serde_json::to_value(FileHead::none())),
+            json!({"fd": false})
+        );
+        assert_eq!(
+            wire(serde_json::to_value(FileHead::copy())),
+            json!({"fd": true})
+        );
+        assert_eq!(
+            wire(serde_json::to_value(FileHead::pages(4096, 2, vec![7, 8]))),
+            json!({"fd": true, "page_size": 4096, "first": 2, "crcs": [7, 8]})
+        );
+        assert_eq!(
+            wire(serde_json::to_value(AfterFd::Done)),
+            json!({"op": "done"})
+        );
+        assert_eq!(
+            wire(serde_json::to_value(Found { file: None })),
+            json!({"file": null})
+        );
+        assert_eq!(
+            wire(serde_json::to_value(Cached {
+                pages: vec![1],
+                pinned: vec![0]
+            })),
+            json!({"pages": [1], "pinned": [0]})
+        );
+        for (v, want) in [
+            (
+                serde_json::to_value(Changed { ok: true }),
+                json!({"ok": true}),
+            ),
+            (serde_json::to_value(Held { bytes: 3 }), json!({"bytes": 3})),
+            (
+                serde_json::to_value(Unpinned { unpinned: 1 }),
+                json!({"unpinned": 1}),
+            ),
+            (
+                serde_json::to_value(Prefetched { pages: 5 }),
+                json!({"pages": 5}),
+            ),
+            (
+                serde_json::to_value(Forgot { forgot: true }),
+                json!({"forgot": true}),
+            ),
+            (
+                serde_json::to_value(Stored { stored: 9 }),
+                json!({"stored": 9}),
+            ),
+            (
+                serde_json::to_value(Sending { size: 9 }),
+                json!({"size": 9}),
+            ),
+            (
+                serde_json::to_value(Deleted { deleted: false }),
+                json!({"deleted": false}),
+            ),
+        ] {
+            assert_eq!(wire(v), want);
+        }
+        // What an older worker sent decodes: the identity with its address, no `crcs` on
+        // `hold`'s head.
+        let id: Identity = serde_json::from_value(json!({"id": "w0", "addr": "h:1"})).unwrap();
+        assert_eq!(id, Identity::new("w0").at("h:1"));
+        let head: FileHead = serde_json::from_value(json!({"fd": true})).unwrap();
+        assert_eq!(head, FileHead::copy());
+        assert!(Held::answers("load") && Held::answers("pin") && !Held::answers("read"));
+        assert!(FileHead::answers("read") && FileHead::answers("lease"));
     }
 
     /// What the decoder refuses, and how: another version before anything else, an unknown

@@ -95,7 +95,7 @@ async fn fixture_with(worker: ClusterKey) -> Fx {
         Service::new(
             w,
             Arc::new(FixedStores(vec![store.clone()])),
-            json!({"id": "t"}),
+            rpc::answer::Identity::new("t"),
             worker.clone(),
         )
         .with_resident(Arc::new(ResidentTable::new(arena))),

@@ -85,7 +85,7 @@ fn fixture() -> Fixture {
                 Service::new(
                     w,
                     Arc::new(FixedStores(vec![mem])),
-                    serde_json::json!({"id": "fuzz"}),
+                    rpc::answer::Identity::new("fuzz"),
                     k,
                 )
                 .with_resident(Arc::new(ResidentTable::new(arena))),

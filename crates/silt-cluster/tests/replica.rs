@@ -67,7 +67,7 @@ impl TestWorker {
                 Service::new(
                     w,
                     Arc::new(FixedStores(vec![Arc::new(MemStore::new("mem://r"))])),
-                    serde_json::json!({"id": "t"}),
+                    rpc::answer::Identity::new("t"),
                     key(),
                 )
                 .with_resident(Arc::new(ResidentTable::new(arena))),

@@ -57,7 +57,7 @@ async fn worker_with(store: DynStore, disk: bool) -> (Endpoint, tempfile::TempDi
     let svc = Arc::new(Service::new(
         w,
         Arc::new(FixedStores(vec![store])),
-        serde_json::json!({"id": "t"}),
+        rpc::answer::Identity::new("t"),
         key(),
     ));
     let path = dir.path().join("w.sock");

@@ -170,7 +170,7 @@ impl LocalService {
             Service::new(
                 client.page_reader().clone(),
                 Arc::new(stores),
-                serde_json::json!({ "id": id, "addr": uds.display().to_string() }),
+                silt_cluster::rpc::answer::Identity::new(id.clone()).at(uds.display().to_string()),
                 key,
             )
             .with_changed(Arc::new(on_changed)),

@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 use std::time::SystemTime;
 
 use hyper::StatusCode;
-use serde_json::Value;
 use silt_common::config::normalize_ns_path;
 use silt_common::metrics;
 use silt_common::size::format_size;
@@ -202,11 +201,10 @@ async fn members(node: &Node, b: &mut String) {
         return;
     };
     let stats = router.worker_stats().await;
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
     for (m, r) in &stats {
         match r {
             Ok(st) => {
-                let (cap, used) = (n(&st["capacity"]), n(&st["used"]));
+                let (cap, used) = (st.capacity, st.used);
                 let _ = write!(
                     b,
                     "<tr><td>{}</td><td>{}</td><td class=\"live\">live</td><td class=\"n\">{}</td>\
@@ -218,8 +216,8 @@ async fn members(node: &Node, b: &mut String) {
                     format_size(used),
                     pct(ratio(used, cap)),
                     meter(ratio(used, cap)),
-                    pct(st["hit_ratio"].as_f64().unwrap_or(0.0)),
-                    format_size(n(&st["bytes_served"])),
+                    pct(st.hit_ratio),
+                    format_size(st.bytes_served),
                 );
             }
             Err(e) => {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use silt_client::{CacheUsage, ChangeKind, FileState, PolicyInfo, SyncReport};
 use silt_common::size::format_size;
 use silt_common::sync::SyncPolicy;
 use silt_common::{metrics, Error};
@@ -23,6 +23,8 @@ use silt_proto::{
 use tokio::net::{UnixListener, UnixStream};
 
 use crate::daemon::Daemon;
+
+pub mod answer;
 
 pub fn socket_path(state_dir: &Path) -> PathBuf {
     state_dir.join("control.sock")
@@ -128,21 +130,17 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
     };
     let result = match req {
         Request::Report => {
-            let mut v = report_json(d);
+            let mut r = daemon_report(d);
             if let Some(router) = &d.cluster {
-                v["cluster"] = cluster_json(router).await;
+                r.cluster = Some(cluster_report(router).await);
             }
-            write_json(&mut s, &v).await
+            write_json(&mut s, &r).await
         }
         Request::Stat { path } => match d.client.stat(&path).await {
             Ok(e) => {
-                let mut v = entry_json(&e);
-                if let Ok(info) = d.client.policy_info(&path) {
-                    v["sync"] = json!(info);
-                }
-                if let Ok(usage) = d.node().cache_usage(&path).await {
-                    v["cache"] = json!(usage);
-                }
+                let mut v = answer::Entry::new(&e);
+                v.sync = d.client.policy_info(&path).ok();
+                v.cache = d.node().cache_usage(&path).await.ok();
                 write_json(&mut s, &v).await
             }
             Err(e) => return write_error(&mut s, &e).await,
@@ -152,11 +150,11 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
             return answer_after_kernel(&mut s, d, r).await;
         }
         Request::Pin { path } => match d.node().pin(&path).await {
-            Ok(u) => write_json(&mut s, &json!(u)).await,
+            Ok(u) => write_json(&mut s, &u).await,
             Err(e) => return write_error(&mut s, &e).await,
         },
         Request::Unpin { path } => match d.node().unpin(&path).await {
-            Ok(n) => write_json(&mut s, &json!({"unpinned": n})).await,
+            Ok(n) => write_json(&mut s, &answer::Unpinned { unpinned: n }).await,
             Err(e) => return write_error(&mut s, &e).await,
         },
         Request::Free { path } => {
@@ -178,16 +176,19 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
             return answer_after_kernel(&mut s, d, info).await;
         }
         Request::Ls { path } => match d.client.list(&path).await {
-            Ok(list) => write_json(&mut s, &list.iter().map(entry_json).collect::<Vec<_>>()).await,
+            Ok(list) => {
+                let entries: Vec<answer::Entry> = list.iter().map(answer::Entry::new).collect();
+                write_json(&mut s, &entries).await
+            }
             Err(e) => return write_error(&mut s, &e).await,
         },
         Request::Cat { path } => return cat(&mut s, d, &path).await,
         Request::Persist { path } => {
-            let r = d.client.persist(&path).await.map(states_json);
+            let r = d.client.persist(&path).await.map(path_states);
             return answer_after_kernel(&mut s, d, r).await;
         }
         Request::PersistState { path } => match d.client.persist_status(&path) {
-            Ok(v) => write_json(&mut s, &states_json(v)).await,
+            Ok(v) => write_json(&mut s, &path_states(v)).await,
             Err(e) => return write_error(&mut s, &e).await,
         },
         Request::Memory {
@@ -209,7 +210,7 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
                     .await;
                 }
             }
-            write_json(&mut s, &memory_json(d)).await
+            write_json(&mut s, &daemon_memory(d)).await
         }
         Request::Load {
             path,
@@ -278,7 +279,7 @@ async fn load_stream(
     concurrency: usize,
 ) -> silt_common::Result<()> {
     let started = Instant::now();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<answer::LoadEvent>();
     let client = d.client.clone();
     let cluster = d.cluster.clone();
     let record = d.loads.start(&paths);
@@ -290,10 +291,14 @@ async fn load_stream(
             // At most ten progress frames a second.
             if last.elapsed() >= Duration::from_millis(100) || p.pages_done == p.pages_total {
                 last = Instant::now();
-                let _ = tx.send(json!({"progress": {
-                        "files_total": p.files_total, "bytes_total": p.bytes_total,
-                        "pages_done": p.pages_done, "pages_total": p.pages_total,
-                        "bytes_done": p.bytes_done, "bytes_cached": p.bytes_cached}}));
+                let _ = tx.send(answer::LoadEvent::Progress(answer::LoadProgress {
+                    files_total: p.files_total,
+                    bytes_total: p.bytes_total,
+                    pages_done: p.pages_done,
+                    pages_total: p.pages_total,
+                    bytes_done: p.bytes_done,
+                    bytes_cached: p.bytes_cached,
+                }));
             }
         };
         // Every path in one job: pages of all of them in flight together.
@@ -313,11 +318,19 @@ async fn load_stream(
     match job.await {
         Ok(Ok(p)) => {
             let secs = started.elapsed().as_secs_f64();
-            write_json(s, &json!({"done": {
-                "files": p.files_total, "bytes_total": p.bytes_total, "bytes_loaded": p.bytes_done,
-                "bytes_already_cached": p.bytes_cached, "seconds": secs,
-                "throughput_bytes_per_sec": if secs > 0.0 { p.bytes_done as f64 / secs } else { 0.0 }}}))
-            .await?;
+            let done = answer::LoadDone {
+                files: p.files_total,
+                bytes_total: p.bytes_total,
+                bytes_loaded: p.bytes_done,
+                bytes_already_cached: p.bytes_cached,
+                seconds: secs,
+                throughput_bytes_per_sec: if secs > 0.0 {
+                    p.bytes_done as f64 / secs
+                } else {
+                    0.0
+                },
+            };
+            write_json(s, &answer::LoadEvent::Done(done)).await?;
             write_frame(s, FrameKind::End, &[]).await
         }
         Ok(Err(e)) => write_error(s, &e).await,
@@ -328,30 +341,6 @@ async fn load_stream(
     }
 }
 
-fn entry_json(e: &silt_client::Entry) -> Value {
-    let mtime = e
-        .mtime
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_secs_f64());
-    let obj = e.object.as_ref();
-    json!({
-        "path": e.path,
-        "name": e.name(),
-        "type": match e.kind {
-            silt_ufs::EntryKind::Dir => "dir",
-            silt_ufs::EntryKind::File => "file",
-            silt_ufs::EntryKind::Symlink => "symlink",
-            silt_ufs::EntryKind::Special(_) => "special",
-        },
-        "size": e.size,
-        "mtime": mtime,
-        "mode": e.mode.map(|m| format!("{:o}", m & 0o7777)),
-        "store": obj.map(|o| o.store.uri().to_string()),
-        "etag": obj.and_then(|o| o.meta.etag.clone()),
-        "fingerprint": obj.filter(|_| !e.is_dir()).map(|o| o.meta.content_fingerprint()),
-    })
-}
-
 fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -360,127 +349,179 @@ fn peak_rss_bytes() -> Option<u64> {
 }
 
 /// Every worker of the view: identity, liveness, capacity, usage, hit ratio.
-async fn cluster_json(router: &silt_cluster::Router) -> Value {
-    let workers: Vec<Value> = router
+async fn cluster_report(router: &silt_cluster::Router) -> answer::ClusterReport {
+    let workers = router
         .worker_stats()
         .await
         .into_iter()
         .map(|(m, r)| match r {
-            Ok(st) => json!({"id": m.id, "addr": m.addr, "live": true,
-                "capacity": st["capacity"], "used": st["used"], "hit_ratio": st["hit_ratio"],
-                "page_hits": st["page_hits"], "page_misses": st["page_misses"],
-                "reads_served": st["reads_served"], "bytes_served": st["bytes_served"],
-                "files_lent": st["files_lent"],
-                "ufs_read_bytes": st["ufs_read_bytes"]}),
-            Err(e) => json!({"id": m.id, "addr": m.addr, "live": false, "error": e.to_string(),
-                "capacity": m.capacity}),
+            Ok(st) => answer::WorkerReport {
+                id: m.id,
+                addr: m.addr,
+                live: true,
+                capacity: st.capacity,
+                error: None,
+                stats: Some(answer::WorkerCounters {
+                    used: st.used,
+                    hit_ratio: st.hit_ratio,
+                    page_hits: st.page_hits,
+                    page_misses: st.page_misses,
+                    reads_served: st.reads_served,
+                    bytes_served: st.bytes_served,
+                    files_lent: st.files_lent,
+                    ufs_read_bytes: st.ufs_read_bytes,
+                }),
+            },
+            Err(e) => answer::WorkerReport {
+                id: m.id,
+                addr: m.addr,
+                live: false,
+                capacity: m.capacity,
+                error: Some(e.to_string()),
+                stats: None,
+            },
         })
         .collect();
-    json!({"membership": router.membership().describe(), "workers": workers})
+    answer::ClusterReport {
+        membership: router.membership().describe(),
+        workers,
+    }
 }
 
-fn states_json(states: Vec<(String, silt_client::FileState)>) -> Value {
-    Value::Array(
-        states
-            .into_iter()
-            .map(|(p, st)| {
-                let mut v = json!(st);
-                v["path"] = json!(p);
-                v
-            })
-            .collect(),
-    )
+fn path_states(states: Vec<(String, silt_client::FileState)>) -> Vec<answer::PathState> {
+    states
+        .into_iter()
+        .map(|(path, state)| answer::PathState { path, state })
+        .collect()
 }
 
 /// Memory of the read cache and of written data, with their ceilings.
-fn memory_json(d: &Daemon) -> Value {
+fn daemon_memory(d: &Daemon) -> answer::Memory {
     let stats = d.client.cache_stats();
     let cache = stats.tiers.first();
-    let mut v = json!({
-        "cache": {"capacity": cache.map_or(0, |t| t.capacity), "used": cache.map_or(0, |t| t.used)},
-        "peak_rss_bytes": peak_rss_bytes(),
-    });
-    if let Some(w) = d.client.write_stats() {
-        v["write"] = json!({
-            "ceiling": w.arena.memory_ceiling,
-            "used": w.arena.memory_used,
-            "peak": w.arena.memory_peak,
-            "spilled": w.arena.spilled,
-            "buffers": w.arena.buffers,
-            "cache_only_files": w.cache_only_files,
-            "cache_only_bytes": w.cache_only_bytes,
-            "pending_upload_files": w.pending_files,
-            "pending_upload_bytes": w.pending_bytes,
-            "jobs": w.arena.jobs.iter().map(|j| json!({
-                "prefix": j.prefix, "priority": j.priority, "memory_quota": j.memory_quota,
-                "memory_used": j.memory_used, "spilled": j.spilled,
-            })).collect::<Vec<_>>(),
-        });
+    answer::Memory {
+        cache: answer::CacheMemory {
+            capacity: cache.map_or(0, |t| t.capacity),
+            used: cache.map_or(0, |t| t.used),
+        },
+        peak_rss_bytes: peak_rss_bytes(),
+        write: d.client.write_stats().map(|w| answer::WriteMemory {
+            ceiling: w.arena.memory_ceiling,
+            used: w.arena.memory_used,
+            peak: w.arena.memory_peak,
+            spilled: w.arena.spilled,
+            buffers: w.arena.buffers,
+            cache_only_files: w.cache_only_files,
+            cache_only_bytes: w.cache_only_bytes,
+            pending_upload_files: w.pending_files,
+            pending_upload_bytes: w.pending_bytes,
+            jobs: w
+                .arena
+                .jobs
+                .iter()
+                .map(|j| answer::JobMemory {
+                    prefix: j.prefix.clone(),
+                    priority: j.priority,
+                    memory_quota: j.memory_quota,
+                    memory_used: j.memory_used,
+                    spilled: j.spilled,
+                })
+                .collect(),
+        }),
     }
-    v
 }
 
-fn report_json(d: &Daemon) -> Value {
+fn daemon_report(d: &Daemon) -> answer::Report {
     let stats = d.client.cache_stats();
     let meta_sizes = d.client.metadata_sizes();
     let rules = d.client.sync_rules();
     let hits = metrics::PAGE_HITS.get();
     let misses = metrics::PAGE_MISSES.get();
-    let tiers: Vec<Value> = stats
+    let tiers = stats
         .tiers
         .iter()
-        .map(|t| json!({"name": t.name, "dir": t.dir.as_ref().map(|p| p.display().to_string()), "capacity": t.capacity, "used": t.used, "pages": t.pages}))
+        .map(|t| answer::TierReport {
+            name: t.name.clone(),
+            dir: t.dir.as_ref().map(|p| p.display().to_string()),
+            capacity: t.capacity,
+            used: t.used,
+            pages: t.pages,
+        })
         .collect();
-    let opens: Vec<Value> = d
+    let recent = d
         .fuse
         .recent_opens
         .lock()
         .iter()
-        .map(|o| json!(o))
+        .map(|o| answer::OpenReport {
+            path: o.path.clone(),
+            mode: o.mode.to_string(),
+            reason: o.reason.to_string(),
+        })
         .collect();
-    let all: serde_json::Map<String, Value> = metrics::all()
-        .iter()
-        .map(|m| (m.name.to_string(), json!(m.counter.get())))
-        .collect();
-    json!({
-        "role": d.role,
-        "mountpoint": d.config.mountpoint.display().to_string(),
-        "state_dir": d.config.state_dir.display().to_string(),
-        "mounts": d.mounts().iter().map(|m| json!({"path": m.path, "uri": silt_ufs::redact_uri(&m.uri)})).collect::<Vec<_>>(),
-        "page_size": d.client.page_size(),
-        "tiers": tiers,
-        "page_hits": hits,
-        "page_misses": misses,
-        "evictions": stats.evictions,
-        "admissions_refused": stats.admissions_refused,
-        "pinned": {"objects": stats.pinned_objects, "bytes": stats.pinned_bytes},
-        "hit_ratio": if hits + misses > 0 { hits as f64 / (hits + misses) as f64 } else { 0.0 },
-        "bytes_by_source": {
-            "memory": metrics::READ_BYTES_MEMORY.get(),
-            "disk": metrics::READ_BYTES_DISK.get(),
-            "under_store": metrics::READ_BYTES_UFS.get(),
+    answer::Report {
+        role: d.role.to_string(),
+        mountpoint: d.config.mountpoint.display().to_string(),
+        state_dir: d.config.state_dir.display().to_string(),
+        mounts: d
+            .mounts()
+            .iter()
+            .map(|m| answer::MountReport {
+                path: m.path.to_string(),
+                uri: silt_ufs::redact_uri(&m.uri),
+            })
+            .collect(),
+        page_size: d.client.page_size(),
+        tiers,
+        page_hits: hits,
+        page_misses: misses,
+        evictions: stats.evictions,
+        admissions_refused: stats.admissions_refused,
+        pinned: answer::PinnedReport {
+            objects: stats.pinned_objects,
+            bytes: stats.pinned_bytes,
         },
-        "metadata": {
-            "stats": meta_sizes.0,
-            "listings": meta_sizes.1,
-            "negative": meta_sizes.2,
-            "default_policy": rules.default_policy().to_string(),
-            "rules": rules.rules().map(|r| json!({"prefix": r.prefix, "policy": r.policy.to_string()})).collect::<Vec<_>>(),
+        hit_ratio: if hits + misses > 0 {
+            hits as f64 / (hits + misses) as f64
+        } else {
+            0.0
         },
-        "passthrough": {
-            "configured": format!("{:?}", d.config.passthrough).to_lowercase(),
-            "kernel_supported": d.fuse.kernel_passthrough.load(Ordering::Relaxed),
-            "enabled": d.fuse.passthrough_enabled.load(Ordering::Relaxed),
+        bytes_by_source: answer::BytesBySource {
+            memory: metrics::READ_BYTES_MEMORY.get(),
+            disk: metrics::READ_BYTES_DISK.get(),
+            under_store: metrics::READ_BYTES_UFS.get(),
         },
-        "opens": {
-            "passthrough": metrics::FUSE_OPENS_PASSTHROUGH.get(),
-            "daemon": metrics::FUSE_OPENS_DAEMON.get(),
-            "recent": opens,
+        metadata: answer::MetadataReport {
+            stats: meta_sizes.0 as u64,
+            listings: meta_sizes.1 as u64,
+            negative: meta_sizes.2 as u64,
+            default_policy: rules.default_policy().to_string(),
+            rules: rules
+                .rules()
+                .map(|r| answer::RuleReport {
+                    prefix: r.prefix.to_string(),
+                    policy: r.policy.to_string(),
+                })
+                .collect(),
         },
-        "peak_rss_bytes": peak_rss_bytes(),
-        "memory": memory_json(d),
-        "metrics": all,
-    })
+        passthrough: answer::PassthroughReport {
+            configured: format!("{:?}", d.config.passthrough).to_lowercase(),
+            kernel_supported: d.fuse.kernel_passthrough.load(Ordering::Relaxed),
+            enabled: d.fuse.passthrough_enabled.load(Ordering::Relaxed),
+        },
+        opens: answer::OpensReport {
+            passthrough: metrics::FUSE_OPENS_PASSTHROUGH.get(),
+            daemon: metrics::FUSE_OPENS_DAEMON.get(),
+            recent,
+        },
+        peak_rss_bytes: peak_rss_bytes(),
+        memory: daemon_memory(d),
+        metrics: metrics::all()
+            .iter()
+            .map(|m| (m.name.to_string(), m.counter.get()))
+            .collect(),
+        cluster: None,
+    }
 }
 
 // ---- client side -------------------------------------------------------------------------
@@ -504,10 +545,10 @@ async fn connect(state_dir: &Path, req: Request) -> Result<UnixStream> {
     Ok(s)
 }
 
-/// Reads frames until End, passing JSON and data frames to the callbacks.
-async fn drain(
+/// Reads frames until End, passing JSON answers (as `T`) and data frames to the callbacks.
+async fn drain<T: serde::de::DeserializeOwned>(
     s: &mut UnixStream,
-    mut on_json: impl FnMut(Value) -> Result<()>,
+    mut on_json: impl FnMut(T) -> Result<()>,
     mut on_data: impl FnMut(&[u8]) -> Result<()>,
 ) -> Result<()> {
     loop {
@@ -524,44 +565,41 @@ async fn drain(
     }
 }
 
-fn one_json(state_dir: &Path, req: Request) -> Result<Value> {
+/// The one JSON answer to `req`, as the type that answers it.
+fn one_answer<T: serde::de::DeserializeOwned>(state_dir: &Path, req: Request) -> Result<T> {
     client_rt()?.block_on(async {
         let mut s = connect(state_dir, req).await?;
-        let mut out = Value::Null;
+        let mut out = None;
         drain(
             &mut s,
             |v| {
-                out = v;
+                out = Some(v);
                 Ok(())
             },
             |_| Ok(()),
         )
         .await?;
-        Ok(out)
+        out.context("silt answered nothing")
     })
 }
 
-fn fmt_entry_line(v: &Value) -> String {
-    let kind = if v["type"] == "dir" { "d" } else { "-" };
-    format!(
-        "{kind} {:>12}  {}",
-        v["size"].as_u64().unwrap_or(0),
-        v["name"].as_str().unwrap_or("")
-    )
+fn fmt_entry_line(e: &answer::Entry) -> String {
+    let kind = if e.kind == "dir" { "d" } else { "-" };
+    format!("{kind} {:>12}  {}", e.size, e.name)
 }
 
 pub fn fs_command(state_dir: &Path, op: &str, path: &str) -> Result<ExitCode> {
     let path_s = path.to_string();
     match op {
         "ls" => {
-            let v = one_json(state_dir, Request::Ls { path: path_s })?;
-            for e in v.as_array().into_iter().flatten() {
+            let entries: Vec<answer::Entry> = one_answer(state_dir, Request::Ls { path: path_s })?;
+            for e in &entries {
                 println!("{}", fmt_entry_line(e));
             }
         }
         "stat" => {
-            let v = one_json(state_dir, Request::Stat { path: path_s })?;
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            let e: answer::Entry = one_answer(state_dir, Request::Stat { path: path_s })?;
+            println!("{}", serde_json::to_string_pretty(&e)?);
         }
         "cat" => {
             client_rt()?.block_on(async {
@@ -570,7 +608,7 @@ pub fn fs_command(state_dir: &Path, op: &str, path: &str) -> Result<ExitCode> {
                 let mut out = stdout.lock();
                 drain(
                     &mut s,
-                    |_| Ok(()),
+                    |_: serde::de::IgnoredAny| Ok(()),
                     |d| out.write_all(d).context("writing to stdout"),
                 )
                 .await?;
@@ -579,21 +617,21 @@ pub fn fs_command(state_dir: &Path, op: &str, path: &str) -> Result<ExitCode> {
             })?;
         }
         "pin" => {
-            let v = one_json(state_dir, Request::Pin { path: path_s })?;
+            let u: CacheUsage = one_answer(state_dir, Request::Pin { path: path_s })?;
             println!(
                 "pinned {path}: {} files, {} bytes pinned, {} bytes cached",
-                v["files"], v["pinned_bytes"], v["cached_bytes"]
+                u.files, u.pinned_bytes, u.cached_bytes
             );
         }
         "unpin" => {
-            let v = one_json(state_dir, Request::Unpin { path: path_s })?;
-            println!("unpinned {path}: {} files", v["unpinned"]);
+            let u: answer::Unpinned = one_answer(state_dir, Request::Unpin { path: path_s })?;
+            println!("unpinned {path}: {} files", u.unpinned);
         }
         "free" => {
-            let v = one_json(state_dir, Request::Free { path: path_s })?;
+            let u: CacheUsage = one_answer(state_dir, Request::Free { path: path_s })?;
             println!(
                 "freed {path}: {} files, {} cached bytes dropped",
-                v["files"], v["cached_bytes"]
+                u.files, u.cached_bytes
             );
         }
         other => bail!("unknown fs command {other}"),
@@ -601,59 +639,56 @@ pub fn fs_command(state_dir: &Path, op: &str, path: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A change's name, as `silt fs sync` prints it: its name on the wire.
+fn change_name(k: ChangeKind) -> String {
+    match serde_json::to_value(k) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{k:?}"),
+    }
+}
+
 /// What `silt fs sync` and `silt fs invalidate` print: counts, then the changed paths.
-fn print_sync_report(verb: &str, path: &str, v: &Value) {
-    let n = |k: &str| v[k].as_u64().unwrap_or(0);
+fn print_sync_report(verb: &str, path: &str, r: &SyncReport) {
     if verb == "invalidated" {
         println!(
             "invalidated {path}: {} entries dropped, cached pages of {} versions dropped",
-            n("invalidated"),
-            n("objects_dropped")
+            r.invalidated, r.objects_dropped
         );
     } else {
         println!(
             "synced {path}: {} checked, {} added, {} removed, {} content changed, {} metadata changed; cached pages of {} versions dropped",
-            n("checked"),
-            n("added"),
-            n("removed"),
-            n("content_changed"),
-            n("metadata_changed"),
-            n("objects_dropped")
+            r.checked,
+            r.added,
+            r.removed,
+            r.content_changed,
+            r.metadata_changed,
+            r.objects_dropped
         );
     }
-    for c in v["changes"].as_array().into_iter().flatten() {
-        if let (Some(p), Some(k)) = (c[0].as_str(), c[1].as_str()) {
-            if verb != "invalidated" || k != "invalidated" {
-                println!("  {k:<12} {p}");
-            }
+    for (p, k) in &r.changes {
+        if verb != "invalidated" || *k != ChangeKind::Invalidated {
+            println!("  {:<12} {p}", change_name(*k));
         }
     }
 }
 
-fn print_states(v: &Value) -> bool {
+fn print_states(states: &[answer::PathState]) -> bool {
     let mut failed = false;
-    for s in v.as_array().into_iter().flatten() {
-        let path = s["path"].as_str().unwrap_or("?");
-        let state = s["state"].as_str().unwrap_or("?");
-        match state {
-            "failed" => {
+    for s in states {
+        let path = &s.path;
+        match &s.state {
+            FileState::Failed { reason, attempts } => {
                 failed = true;
-                println!(
-                    "{path}: failed after {} attempts: {}",
-                    s["attempts"].as_u64().unwrap_or(0),
-                    s["reason"].as_str().unwrap_or("?")
-                );
+                println!("{path}: failed after {attempts} attempts: {reason}");
             }
-            "pending" | "uploading" => {
-                println!(
-                    "{path}: {state} ({})",
-                    format_size(s["bytes"].as_u64().unwrap_or(0))
-                )
+            FileState::Pending { bytes } => println!("{path}: pending ({})", format_size(*bytes)),
+            FileState::Uploading { bytes } => {
+                println!("{path}: uploading ({})", format_size(*bytes))
             }
-            "unknown" => {
+            FileState::Unknown => {
                 println!("{path}: not a pending back file (in the store, or not written back)")
             }
-            _ => println!("{path}: {state}"),
+            FileState::Persisted => println!("{path}: persisted"),
         }
     }
     failed
@@ -662,13 +697,13 @@ fn print_states(v: &Value) -> bool {
 /// `silt fs persist PATH`: uploads the `back` files at or below PATH now and waits; exits 1 if
 /// one failed.
 pub fn persist(state_dir: &Path, path: &str) -> Result<ExitCode> {
-    let v = one_json(
+    let states: Vec<answer::PathState> = one_answer(
         state_dir,
         Request::Persist {
             path: path.to_string(),
         },
     )?;
-    Ok(if print_states(&v) {
+    Ok(if print_states(&states) {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
@@ -677,92 +712,92 @@ pub fn persist(state_dir: &Path, path: &str) -> Result<ExitCode> {
 
 /// `silt fs state PATH`: where the `back` files at or below PATH stand.
 pub fn persist_state(state_dir: &Path, path: &str) -> Result<ExitCode> {
-    let v = one_json(
+    let states: Vec<answer::PathState> = one_answer(
         state_dir,
         Request::PersistState {
             path: path.to_string(),
         },
     )?;
-    print_states(&v);
+    print_states(&states);
     Ok(ExitCode::SUCCESS)
 }
 
 /// `silt memory [--write SIZE] [--cache SIZE]`: shows (and sets) the memory ceilings.
 pub fn memory(state_dir: &Path, write: Option<u64>, cache: Option<u64>) -> Result<ExitCode> {
-    let v = one_json(
+    let m: answer::Memory = one_answer(
         state_dir,
         Request::Memory {
             write_memory: write,
             cache_memory: cache,
         },
     )?;
-    let n = |v: &Value| format_size(v.as_u64().unwrap_or(0));
     println!(
         "read cache: {} used of {}",
-        n(&v["cache"]["used"]),
-        n(&v["cache"]["capacity"])
+        format_size(m.cache.used),
+        format_size(m.cache.capacity)
     );
-    let w = &v["write"];
-    if w.is_object() {
+    if let Some(w) = &m.write {
         println!(
             "written data: {} in memory of {} (peak {}), {} spilled to disk; {} cache-only files ({}), {} files waiting for upload ({})",
-            n(&w["used"]),
-            n(&w["ceiling"]),
-            n(&w["peak"]),
-            n(&w["spilled"]),
-            w["cache_only_files"].as_u64().unwrap_or(0),
-            n(&w["cache_only_bytes"]),
-            w["pending_upload_files"].as_u64().unwrap_or(0),
-            n(&w["pending_upload_bytes"]),
+            format_size(w.used),
+            format_size(w.ceiling),
+            format_size(w.peak),
+            format_size(w.spilled),
+            w.cache_only_files,
+            format_size(w.cache_only_bytes),
+            w.pending_upload_files,
+            format_size(w.pending_upload_bytes),
         );
-        for j in w["jobs"].as_array().into_iter().flatten() {
+        for j in &w.jobs {
             // The default job has no quota (u64::MAX): "16777216.00 TiB" said nothing.
-            let quota = match j["memory_quota"].as_u64() {
-                Some(u64::MAX) | None => "no quota".to_string(),
-                Some(q) => format!("of {}", format_size(q)),
+            let quota = match j.memory_quota {
+                u64::MAX => "no quota".to_string(),
+                q => format!("of {}", format_size(q)),
             };
             println!(
                 "  job {} (priority {}): {} in memory {quota}, {} spilled",
                 // The jobs without a `--write-jobs` prefix of their own share the default one.
-                match j["prefix"].as_str() {
-                    Some("") => "(default: every other path)",
-                    Some(p) => p,
-                    None => "?",
+                match j.prefix.as_str() {
+                    "" => "(default: every other path)",
+                    p => p,
                 },
-                j["priority"].as_u64().unwrap_or(0),
-                n(&j["memory_used"]),
-                n(&j["spilled"])
+                j.priority,
+                format_size(j.memory_used),
+                format_size(j.spilled)
             );
         }
     } else {
         println!("written data: none (this Silt does not write)");
     }
-    println!("process peak RSS: {}", n(&v["peak_rss_bytes"]));
+    println!(
+        "process peak RSS: {}",
+        format_size(m.peak_rss_bytes.unwrap_or(0))
+    );
     Ok(ExitCode::SUCCESS)
 }
 
 /// `silt fs sync PATH [--recursive]`: revalidates now and reports what changed.
 pub fn sync(state_dir: &Path, path: &str, recursive: bool) -> Result<ExitCode> {
-    let v = one_json(
+    let r: SyncReport = one_answer(
         state_dir,
         Request::Sync {
             path: path.to_string(),
             recursive,
         },
     )?;
-    print_sync_report("synced", path, &v);
+    print_sync_report("synced", path, &r);
     Ok(ExitCode::SUCCESS)
 }
 
 /// `silt fs invalidate PATH`: drops metadata and cached data, and reports what was dropped.
 pub fn invalidate(state_dir: &Path, path: &str) -> Result<ExitCode> {
-    let v = one_json(
+    let r: SyncReport = one_answer(
         state_dir,
         Request::Invalidate {
             path: path.to_string(),
         },
     )?;
-    print_sync_report("invalidated", path, &v);
+    print_sync_report("invalidated", path, &r);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -772,22 +807,18 @@ pub fn sync_policy(state_dir: &Path, path: &str, policy: Option<&str>) -> Result
         // Checked here too, so a typo gets its message without a running silt.
         SyncPolicy::parse(p)?;
     }
-    let v = one_json(
+    let info: PolicyInfo = one_answer(
         state_dir,
         Request::SyncPolicy {
             path: path.to_string(),
             policy: policy.map(str::to_string),
         },
     )?;
-    let checked = match v["checked_secs_ago"].as_f64() {
+    let checked = match info.checked_secs_ago {
         Some(s) => format!("; the store last answered {s:.1}s ago"),
         None => "; nothing cached".into(),
     };
-    println!(
-        "{path}: {} (rule {}){checked}",
-        v["policy"].as_str().unwrap_or("?"),
-        v["rule"].as_str().unwrap_or("?")
-    );
+    println!("{path}: {} (rule {}){checked}", info.policy, info.rule);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -805,20 +836,19 @@ pub fn load(state_dir: &Path, paths: &[String], concurrency: Option<usize>) -> R
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
-    let mut done = Value::Null;
+    let mut done = None;
     client_rt()?.block_on(async {
         let mut s = connect(state_dir, req).await?;
         drain(
             &mut s,
-            |v| {
-                if let Some(p) = v.get("progress") {
-                    let total = p["bytes_total"].as_u64().unwrap_or(0);
-                    let cached = p["bytes_cached"].as_u64().unwrap_or(0);
-                    bar.set_length(total);
-                    bar.set_position(cached + p["bytes_done"].as_u64().unwrap_or(0));
-                    bar.set_message(format!("{} files", p["files_total"]));
-                } else if let Some(d) = v.get("done") {
-                    done = d.clone();
+            |ev: answer::LoadEvent| {
+                match ev {
+                    answer::LoadEvent::Progress(p) => {
+                        bar.set_length(p.bytes_total);
+                        bar.set_position(p.bytes_cached + p.bytes_done);
+                        bar.set_message(format!("{} files", p.files_total));
+                    }
+                    answer::LoadEvent::Done(d) => done = Some(d),
                 }
                 Ok(())
             },
@@ -827,104 +857,85 @@ pub fn load(state_dir: &Path, paths: &[String], concurrency: Option<usize>) -> R
         .await
     })?;
     bar.finish_and_clear();
-    let secs = done["seconds"].as_f64().unwrap_or(0.0);
-    let loaded = done["bytes_loaded"].as_u64().unwrap_or(0);
+    let done = done.context("silt ended the load without its summary")?;
     println!(
         "loaded {} files: {} fetched, {} already cached, in {:.2}s ({}/s)",
-        done["files"],
-        format_size(loaded),
-        format_size(done["bytes_already_cached"].as_u64().unwrap_or(0)),
-        secs,
-        format_size(done["throughput_bytes_per_sec"].as_f64().unwrap_or(0.0) as u64)
+        done.files,
+        format_size(done.bytes_loaded),
+        format_size(done.bytes_already_cached),
+        done.seconds,
+        format_size(done.throughput_bytes_per_sec as u64)
     );
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
-    let v = one_json(state_dir, Request::Report)?;
+    let v: answer::Report = one_answer(state_dir, Request::Report)?;
     if as_json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let sz = |x: &Value| format_size(x.as_u64().unwrap_or(0));
+    let sz = format_size;
     println!(
         "Silt {} at {} (state {}), page size {}",
-        v["role"].as_str().unwrap_or("?"),
-        v["mountpoint"].as_str().unwrap_or("?"),
-        v["state_dir"].as_str().unwrap_or("?"),
-        sz(&v["page_size"])
+        v.role,
+        v.mountpoint,
+        v.state_dir,
+        sz(v.page_size)
     );
     println!("Mounts:");
-    for m in v["mounts"].as_array().into_iter().flatten() {
-        println!(
-            "  {} -> {}",
-            m["path"].as_str().unwrap_or(""),
-            m["uri"].as_str().unwrap_or("")
-        );
+    for m in &v.mounts {
+        println!("  {} -> {}", m.path, m.uri);
     }
     println!("Tiers:");
-    for t in v["tiers"].as_array().into_iter().flatten() {
-        let cap = t["capacity"].as_u64().unwrap_or(0);
-        let used = t["used"].as_u64().unwrap_or(0);
-        let pct = if cap > 0 {
-            used as f64 * 100.0 / cap as f64
+    for t in &v.tiers {
+        let pct = if t.capacity > 0 {
+            t.used as f64 * 100.0 / t.capacity as f64
         } else {
             0.0
         };
         println!(
             "  {:<8} {:<32} capacity {:>11}  used {:>11} ({pct:.1}%)  pages {}",
-            t["name"].as_str().unwrap_or(""),
-            t["dir"].as_str().unwrap_or("-"),
-            sz(&t["capacity"]),
-            sz(&t["used"]),
-            t["pages"]
+            t.name,
+            t.dir.as_deref().unwrap_or("-"),
+            sz(t.capacity),
+            sz(t.used),
+            t.pages
         );
     }
     println!(
         "Hit ratio: {:.3} (page hits {}, misses {})",
-        v["hit_ratio"].as_f64().unwrap_or(0.0),
-        v["page_hits"],
-        v["page_misses"]
+        v.hit_ratio, v.page_hits, v.page_misses
     );
-    let b = &v["bytes_by_source"];
+    let b = &v.bytes_by_source;
     println!(
         "Bytes served: memory {}, disk {}, under-store {}",
-        sz(&b["memory"]),
-        sz(&b["disk"]),
-        sz(&b["under_store"])
+        sz(b.memory),
+        sz(b.disk),
+        sz(b.under_store)
     );
-    let m = &v["metadata"];
-    if m.is_object() {
-        println!(
-            "Metadata: {} stats, {} listings, {} negative entries cached; sync policy {}{}",
-            m["stats"],
-            m["listings"],
-            m["negative"],
-            m["default_policy"].as_str().unwrap_or("?"),
-            m["rules"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|r| format!(
-                    ", {}={}",
-                    r["prefix"].as_str().unwrap_or("?"),
-                    r["policy"].as_str().unwrap_or("?")
-                ))
-                .collect::<String>()
-        );
-    }
-    let p = &v["passthrough"];
+    let m = &v.metadata;
+    println!(
+        "Metadata: {} stats, {} listings, {} negative entries cached; sync policy {}{}",
+        m.stats,
+        m.listings,
+        m.negative,
+        m.default_policy,
+        m.rules
+            .iter()
+            .map(|r| format!(", {}={}", r.prefix, r.policy))
+            .collect::<String>()
+    );
+    let p = &v.passthrough;
     println!(
         "Passthrough: configured {}, kernel supports {}, enabled {}",
-        p["configured"].as_str().unwrap_or("?"),
-        p["kernel_supported"],
-        p["enabled"]
+        p.configured, p.kernel_supported, p.enabled
     );
     println!(
         "Opens: passthrough {}, daemon {}",
-        v["opens"]["passthrough"], v["opens"]["daemon"]
+        v.opens.passthrough, v.opens.daemon
     );
-    let recent = v["opens"]["recent"].as_array().cloned().unwrap_or_default();
+    let recent = &v.opens.recent;
     if !recent.is_empty() {
         println!(
             "Recent opens (last {} of {}; --json shows more):",
@@ -933,36 +944,30 @@ pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
         );
     }
     for o in recent.iter().rev().take(5).rev() {
-        println!(
-            "  {:<12} {}  ({})",
-            o["mode"].as_str().unwrap_or(""),
-            o["path"].as_str().unwrap_or(""),
-            o["reason"].as_str().unwrap_or("")
-        );
+        println!("  {:<12} {}  ({})", o.mode, o.path, o.reason);
     }
-    if let Some(rss) = v["peak_rss_bytes"].as_u64() {
+    if let Some(rss) = v.peak_rss_bytes {
         println!("Peak memory (RSS): {}", format_size(rss));
     }
-    if let Some(c) = v.get("cluster") {
-        println!("Cluster: {}", c["membership"].as_str().unwrap_or("?"));
-        for w in c["workers"].as_array().into_iter().flatten() {
-            if w["live"] == true {
-                println!(
+    if let Some(c) = &v.cluster {
+        println!("Cluster: {}", c.membership);
+        for w in &c.workers {
+            match &w.stats {
+                Some(st) if w.live => println!(
                     "  {:<20} {:<22} live  capacity {:>11}  used {:>11}  hit ratio {:.3}  served {}",
-                    w["id"].as_str().unwrap_or(""),
-                    w["addr"].as_str().unwrap_or(""),
-                    sz(&w["capacity"]),
-                    sz(&w["used"]),
-                    w["hit_ratio"].as_f64().unwrap_or(0.0),
-                    sz(&w["bytes_served"])
-                );
-            } else {
-                println!(
+                    w.id,
+                    w.addr,
+                    sz(w.capacity),
+                    sz(st.used),
+                    st.hit_ratio,
+                    sz(st.bytes_served)
+                ),
+                _ => println!(
                     "  {:<20} {:<22} DOWN  {}",
-                    w["id"].as_str().unwrap_or(""),
-                    w["addr"].as_str().unwrap_or(""),
-                    w["error"].as_str().unwrap_or("")
-                );
+                    w.id,
+                    w.addr,
+                    w.error.as_deref().unwrap_or("")
+                ),
             }
         }
     }
@@ -972,7 +977,7 @@ pub fn report(state_dir: &Path, as_json: bool) -> Result<ExitCode> {
 pub fn down(state_dir: &Path) -> Result<ExitCode> {
     client_rt()?.block_on(async {
         let mut s = connect(state_dir, Request::Down).await?;
-        drain(&mut s, |_| Ok(()), |_| Ok(())).await
+        drain(&mut s, |_: serde::de::IgnoredAny| Ok(()), |_| Ok(())).await
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -430,7 +430,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
         Service::new(
             worker.clone(),
             Arc::new(stores),
-            serde_json::json!({"id": id, "addr": addr}),
+            silt_cluster::rpc::answer::Identity::new(id.clone()).at(addr.clone()),
             key.clone(),
         )
         .with_resident(resident),
