@@ -10,7 +10,9 @@ use std::time::SystemTime;
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use crate::{check_conditions, etag_of, multipart, precondition_failed, Body, Gateway};
+use crate::conditions::{check_conditions, precondition_failed};
+use crate::read::Body;
+use crate::{etag_of, multipart, Gateway};
 
 /// S3's largest copy source of one UploadPartCopy (5 GiB, the largest part).
 const MAX_COPY_PART: u64 = 5 << 30;

@@ -12,6 +12,7 @@
 //! Supported operations and every deviation from S3: `docs/gateway.md`.
 
 mod bucket;
+mod conditions;
 pub mod connect;
 mod copy;
 mod edge;
@@ -21,27 +22,25 @@ pub mod list;
 mod meta;
 mod multipart;
 mod post;
+mod read;
 mod serve;
 pub mod tls;
 mod write;
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use base64::Engine;
-use bytes::Bytes;
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::dto::*;
 use s3s::service::{S3Service, S3ServiceBuilder};
-use s3s::stream::{ByteStream, RemainingLength};
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
-use silt_client::{Client, Entry, OpenFile, Precondition};
-use silt_common::{metrics, ErrorKind};
+use silt_client::{Client, Entry, OpenFile};
+use silt_common::ErrorKind;
 use silt_ufs::EntryKind;
 use tracing::debug;
 
+use conditions::{check_copy_conditions, precondition_failed, write_condition};
 pub use keys::Keys;
 pub use serve::{bind, serve};
 
@@ -61,13 +60,6 @@ pub enum GatewayError {
     #[error(transparent)]
     Silt(#[from] silt_common::Error),
 }
-
-/// Bytes asked of the client per piece of a GET body. With [`BODY_PIECES`] pieces queued,
-/// one response holds at most `(BODY_PIECES + 1) × READ_PIECE` (12 MiB) however large the
-/// object; 4 MiB is a few pages, so a piece is read from the cache with one batched lookup.
-const READ_PIECE: u64 = 4 << 20;
-/// Pieces read ahead of the connection.
-const BODY_PIECES: usize = 2;
 
 /// Longest page of a listing (S3's).
 const MAX_KEYS: i32 = 1000;
@@ -391,78 +383,14 @@ impl S3 for Gateway {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
-        let i = &req.input;
-        let (entry, h) = self.object_and_headers(&i.bucket, &i.key).await?;
-        let etag = etag_of(&entry);
-        check_conditions(
-            &entry,
-            &etag,
-            i.if_match.as_ref(),
-            i.if_none_match.as_ref(),
-            i.if_modified_since.as_ref(),
-            i.if_unmodified_since.as_ref(),
-        )?;
-        let (range, content_range, parts_count) =
-            ranged(i.range.as_ref(), i.part_number, &h, entry.size)?;
-        let checksums =
-            wants_checksums(i.checksum_mode.as_ref(), &range, entry.size, i.part_number);
-        let out = HeadObjectOutput {
-            accept_ranges: Some("bytes".into()),
-            content_length: Some(len_i64(range.end - range.start)),
-            content_range,
-            e_tag: Some(ETag::Strong(etag)),
-            last_modified: entry.mtime.map(Timestamp::from),
-            parts_count,
-            ..Default::default()
-        };
-        let status = partial_status(i.part_number, &h);
-        let out = meta::with_headers!(out, &h, i, checksums);
-        Ok(match status {
-            Some(s) => S3Response::with_status(out, s),
-            None => S3Response::new(out),
-        })
+        self.head_object_impl(req).await
     }
 
     async fn get_object(
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
-        let i = &req.input;
-        let (file, h) = self.open_and_headers(&i.bucket, &i.key).await?;
-        let entry = &file.entry;
-        let etag = etag_of(entry);
-        check_conditions(
-            entry,
-            &etag,
-            i.if_match.as_ref(),
-            i.if_none_match.as_ref(),
-            i.if_modified_since.as_ref(),
-            i.if_unmodified_since.as_ref(),
-        )?;
-        let (range, content_range, parts_count) =
-            ranged(i.range.as_ref(), i.part_number, &h, file.size())?;
-        let checksums =
-            wants_checksums(i.checksum_mode.as_ref(), &range, file.size(), i.part_number);
-        let last_modified = entry.mtime.map(Timestamp::from);
-        let len = range.end - range.start;
-        debug!(bucket = %i.bucket, key = %i.key, start = range.start, len, "GET");
-        let status = partial_status(i.part_number, &h);
-        let body = Body::start(self.client.clone(), file, range);
-        let out = GetObjectOutput {
-            accept_ranges: Some("bytes".into()),
-            body: Some(StreamingBlob::new(body)),
-            content_length: Some(len_i64(len)),
-            content_range,
-            e_tag: Some(ETag::Strong(etag)),
-            last_modified,
-            parts_count,
-            ..Default::default()
-        };
-        let out = meta::with_headers!(out, &h, i, checksums);
-        Ok(match status {
-            Some(s) => S3Response::with_status(out, s),
-            None => S3Response::new(out),
-        })
+        self.get_object_impl(req).await
     }
 
     async fn get_object_attributes(
@@ -743,7 +671,7 @@ impl S3 for Gateway {
         while off < file.size() {
             let pieces = self
                 .client
-                .read_chunks(&file, off, READ_PIECE.min(file.size() - off))
+                .read_chunks(&file, off, read::READ_PIECE.min(file.size() - off))
                 .await
                 .map_err(to_s3)?;
             if pieces.is_empty() {
@@ -1089,92 +1017,6 @@ impl S3 for Gateway {
     }
 }
 
-/// A GET body: pieces of the file read by a task ahead of the connection, at most
-/// [`BODY_PIECES`] queued. Dropping it (the client went away) stops the reads.
-struct Body {
-    rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
-    remaining: u64,
-    /// Counted as bytes sent (a GET's body; a server-side copy's is not).
-    sent: bool,
-}
-
-impl Body {
-    fn start(client: Arc<Client>, file: OpenFile, range: std::ops::Range<u64>) -> Body {
-        Body::read(client, file, range, true)
-    }
-
-    fn read(client: Arc<Client>, file: OpenFile, range: std::ops::Range<u64>, sent: bool) -> Body {
-        let (tx, rx) = tokio::sync::mpsc::channel(BODY_PIECES);
-        let remaining = range.end - range.start;
-        tokio::spawn(async move {
-            let mut off = range.start;
-            while off < range.end {
-                let want = READ_PIECE.min(range.end - off);
-                let pieces = match client.read_chunks(&file, off, want).await {
-                    Ok(p) if !p.is_empty() => p,
-                    Ok(_) => {
-                        let e = std::io::Error::new(
-                            std::io::ErrorKind::UnexpectedEof,
-                            format!("{}: ended at byte {off}", file.entry.path),
-                        );
-                        let _ = tx.send(Err(e)).await;
-                        return;
-                    }
-                    Err(e) => {
-                        silt_common::warn_limited!(
-                            "gateway: read failed mid-body",
-                            path = %file.entry.path,
-                            error = %e
-                        );
-                        let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
-                        return;
-                    }
-                };
-                for p in pieces {
-                    off += p.len() as u64;
-                    if tx.send(Ok(p)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        Body {
-            rx,
-            remaining,
-            sent,
-        }
-    }
-}
-
-impl futures::Stream for Body {
-    type Item = Result<Bytes, Box<dyn std::error::Error + Send + Sync>>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(Ok(b))) => {
-                self.remaining = self.remaining.saturating_sub(b.len() as u64);
-                if self.sent {
-                    metrics::GATEWAY_READ_BYTES.add(b.len() as u64);
-                }
-                Poll::Ready(Some(Ok(b)))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, None)
-    }
-}
-
-impl ByteStream for Body {
-    fn remaining_length(&self) -> RemainingLength {
-        RemainingLength::new_exact(usize::try_from(self.remaining).unwrap_or(usize::MAX))
-    }
-}
-
 /// Whether `key` can name a file of the namespace: relative, no empty, `.` or `..`
 /// component, and not ending with `/` (directories are not objects).
 pub(crate) fn valid_key(key: &str) -> bool {
@@ -1206,179 +1048,6 @@ pub fn etag_of(e: &Entry) -> String {
         },
         None => String::new(),
     }
-}
-
-fn unix_secs(t: SystemTime) -> i64 {
-    match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
-    }
-}
-
-fn ts_secs(t: &Timestamp) -> i64 {
-    time::OffsetDateTime::from(t.clone()).unix_timestamp()
-}
-
-fn etag_matches(c: &ETagCondition, etag: &str) -> bool {
-    match c {
-        ETagCondition::Any => true,
-        ETagCondition::ETag(t) => t.value() == etag,
-    }
-}
-
-/// The conditional headers of GET and HEAD, as S3 (and RFC 9110) evaluate them: If-Match
-/// (else If-Unmodified-Since) failing is 412; If-None-Match matching (else If-Modified-Since
-/// not modified) is 304. Times compare at whole seconds, the resolution of HTTP dates.
-fn check_conditions(
-    entry: &Entry,
-    etag: &str,
-    if_match: Option<&ETagCondition>,
-    if_none_match: Option<&ETagCondition>,
-    if_modified_since: Option<&Timestamp>,
-    if_unmodified_since: Option<&Timestamp>,
-) -> S3Result<()> {
-    let mtime = entry.mtime.map(unix_secs);
-    match (if_match, if_unmodified_since) {
-        (Some(c), _) if !etag_matches(c, etag) => return Err(precondition_failed()),
-        (None, Some(t)) if mtime.is_some_and(|m| m > ts_secs(t)) => {
-            return Err(precondition_failed())
-        }
-        _ => {}
-    }
-    let not_modified = match (if_none_match, if_modified_since) {
-        (Some(c), _) => etag_matches(c, etag),
-        (None, Some(t)) => mtime.is_some_and(|m| m <= ts_secs(t)),
-        (None, None) => false,
-    };
-    if not_modified {
-        let mut e = S3Error::new(S3ErrorCode::NotModified);
-        let mut h = hyper::HeaderMap::new();
-        if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("\"{etag}\"")) {
-            h.insert(hyper::header::ETAG, v);
-        }
-        e.set_headers(h);
-        return Err(e);
-    }
-    Ok(())
-}
-
-/// The conditions of a copy's source (`x-amz-copy-source-if-*`), evaluated as GET's.
-fn check_copy_conditions(entry: &Entry, etag: &str, i: &CopyObjectInput) -> S3Result<()> {
-    check_conditions(
-        entry,
-        etag,
-        i.copy_source_if_match.as_ref(),
-        i.copy_source_if_none_match.as_ref(),
-        i.copy_source_if_modified_since.as_ref(),
-        i.copy_source_if_unmodified_since.as_ref(),
-    )
-}
-
-/// A write's conditions (`If-None-Match: *`: only if the key is free; `If-Match`: only over
-/// that version) as the client checks them at the commit (`Client::set_precondition`), so a
-/// write landing between the request's arrival and its commit is seen, as S3 sees it.
-fn write_condition(
-    if_match: Option<&ETagCondition>,
-    if_none_match: Option<&ETagCondition>,
-) -> S3Result<Option<Precondition>> {
-    match if_none_match {
-        Some(ETagCondition::ETag(_)) => {
-            return Err(s3_error!(
-                NotImplemented,
-                "If-None-Match on a write takes only *"
-            ))
-        }
-        // Both: nothing can pass (a missing key fails If-Match with 404, a present one
-        // If-None-Match with 412).
-        Some(ETagCondition::Any) if if_match.is_some() => {
-            return Ok(Some(Precondition::Matches(Arc::new(|_: &Entry| false))))
-        }
-        Some(ETagCondition::Any) => return Ok(Some(Precondition::Absent)),
-        None => {}
-    }
-    Ok(if_match
-        .cloned()
-        .map(|c| Precondition::Matches(Arc::new(move |e: &Entry| etag_matches(&c, &etag_of(e))))))
-}
-
-pub(crate) fn precondition_failed() -> S3Error {
-    s3_error!(
-        PreconditionFailed,
-        "At least one of the pre-conditions you specified did not hold"
-    )
-}
-
-/// The byte range to send, and the Content-Range header for a ranged request.
-fn resolve_range(
-    range: Option<&Range>,
-    size: u64,
-) -> S3Result<(std::ops::Range<u64>, Option<String>)> {
-    let Some(r) = range else {
-        return Ok((0..size, None));
-    };
-    // `Range::check` lets a suffix range of an empty object through as 0..0; nothing of an
-    // empty object can be served.
-    let ok = if size == 0 { None } else { r.check(size).ok() };
-    match ok {
-        Some(b) => {
-            let cr = format!("bytes {}-{}/{size}", b.start, b.end - 1);
-            Ok((b, Some(cr)))
-        }
-        None => {
-            let mut e = s3_error!(InvalidRange, "The requested range is not satisfiable");
-            let mut h = hyper::HeaderMap::new();
-            if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("bytes */{size}")) {
-                h.insert(hyper::header::CONTENT_RANGE, v);
-            }
-            e.set_headers(h);
-            Err(e)
-        }
-    }
-}
-
-/// The bytes a GET or HEAD asks for: a `Range`, or part `partNumber` of the object (S3 takes
-/// one or the other), with its `Content-Range` and, for a part, the object's part count.
-fn ranged(
-    range: Option<&Range>,
-    part_number: Option<i32>,
-    h: &silt_ufs::Headers,
-    size: u64,
-) -> S3Result<(std::ops::Range<u64>, Option<String>, Option<i32>)> {
-    let Some(n) = part_number else {
-        let (r, cr) = resolve_range(range, size)?;
-        return Ok((r, cr, None));
-    };
-    if range.is_some() {
-        return Err(s3_error!(
-            InvalidRequest,
-            "Cannot specify both Range header and partNumber query parameter"
-        ));
-    }
-    let (r, count) = meta::part_range(&h.parts, size, n)?;
-    // An object of one part is answered whole, without a range or a count (as S3 does).
-    if h.parts.is_empty() {
-        return Ok((r, None, None));
-    }
-    let cr = (!r.is_empty()).then(|| format!("bytes {}-{}/{size}", r.start, r.end - 1));
-    Ok((r, cr, Some(count)))
-}
-
-/// 206 for a part of an object uploaded in parts (S3 answers a part GET so).
-fn partial_status(part_number: Option<i32>, h: &silt_ufs::Headers) -> Option<hyper::StatusCode> {
-    (part_number.is_some() && !h.parts.is_empty()).then_some(hyper::StatusCode::PARTIAL_CONTENT)
-}
-
-/// Whether an answer carries the object's checksums: asked for with `ChecksumMode=ENABLED`,
-/// and for the whole object (or one of its parts, whose whole-object checksum S3 gives too:
-/// not a range).
-fn wants_checksums(
-    mode: Option<&ChecksumMode>,
-    range: &std::ops::Range<u64>,
-    size: u64,
-    part_number: Option<i32>,
-) -> bool {
-    mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED)
-        && (part_number.is_some() || (range.start == 0 && range.end == size))
 }
 
 fn len_i64(n: u64) -> i64 {
@@ -1514,19 +1183,5 @@ mod tests {
         let t = encode_token("dir/ü x");
         assert_eq!(decode_token(&t).unwrap(), "dir/ü x");
         assert!(decode_token("!!!").is_err());
-    }
-
-    #[test]
-    fn ranges() {
-        let r = |s: &str, size| resolve_range(Some(&Range::parse(s).unwrap()), size);
-        assert_eq!(r("bytes=0-9", 100).unwrap().1.unwrap(), "bytes 0-9/100");
-        assert_eq!(r("bytes=-10", 100).unwrap().0, 90..100);
-        assert_eq!(r("bytes=-200", 100).unwrap().0, 0..100);
-        assert_eq!(r("bytes=90-", 100).unwrap().0, 90..100);
-        assert_eq!(r("bytes=95-200", 100).unwrap().0, 95..100);
-        for bad in [("bytes=100-", 100), ("bytes=0-0", 0), ("bytes=-1", 0)] {
-            let e = r(bad.0, bad.1).unwrap_err();
-            assert_eq!(*e.code(), S3ErrorCode::InvalidRange, "{bad:?}");
-        }
     }
 }

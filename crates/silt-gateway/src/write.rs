@@ -269,7 +269,7 @@ pub(crate) fn commit_error(e: silt_common::Error) -> S3Error {
             err.set_status_code(hyper::StatusCode::CONFLICT);
             err
         }
-        ErrorKind::PreconditionFailed => crate::precondition_failed(),
+        ErrorKind::PreconditionFailed => crate::conditions::precondition_failed(),
         ErrorKind::ReadOnly => S3Error::with_message(
             S3ErrorCode::AccessDenied,
             format!("Access Denied: {e} (the mount's write rules allow no writes here)"),
