@@ -100,20 +100,7 @@ impl Gateway {
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
         let i = &req.input;
-        let (src_bucket, src_key) = match &i.copy_source {
-            CopySource::Bucket {
-                bucket,
-                key,
-                version_id: None,
-            } => (bucket.to_string(), key.to_string()),
-            CopySource::Bucket { .. } => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "object versions are not supported"
-                ))
-            }
-            _ => return Err(s3_error!(NotImplemented, "access points are not supported")),
-        };
+        let (src_bucket, src_key) = copy_source(&i.copy_source)?;
         check_not_copy_to_itself(&src_bucket, &src_key, i)?;
         self.may_read(req.credentials.as_ref(), &src_bucket)?;
         let dst = self.write_path(&i.bucket, &i.key).await?;
