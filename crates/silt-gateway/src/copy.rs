@@ -1,5 +1,6 @@
-//! Server-side copies into multipart uploads (UploadPartCopy), and what S3 refuses of a
-//! CopyObject onto itself.
+//! Server-side copies: CopyObject (a whole-object upload of the client fed from the source's
+//! pages, with the source's headers or, with `REPLACE`, the request's), copies into
+//! multipart uploads (UploadPartCopy), and what S3 refuses of a CopyObject onto itself.
 //!
 //! UploadPartCopy reads the source (a whole object or `x-amz-copy-source-range: bytes=a-b`)
 //! through the client's cache, like CopyObject, and stores it as a part exactly as
@@ -10,7 +11,9 @@ use std::time::SystemTime;
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use crate::{check_conditions, etag_of, multipart, precondition_failed, Body, Gateway};
+use crate::conditions::{check_conditions, check_copy_conditions, precondition_failed};
+use crate::read::Body;
+use crate::{etag_of, meta, multipart, read, to_s3, write, Gateway};
 
 /// S3's largest copy source of one UploadPartCopy (5 GiB, the largest part).
 const MAX_COPY_PART: u64 = 5 << 30;
@@ -92,6 +95,82 @@ pub(crate) fn check_not_copy_to_itself(
 }
 
 impl Gateway {
+    pub(crate) async fn copy_object_impl(
+        &self,
+        req: S3Request<CopyObjectInput>,
+    ) -> S3Result<S3Response<CopyObjectOutput>> {
+        let i = &req.input;
+        let (src_bucket, src_key) = copy_source(&i.copy_source)?;
+        check_not_copy_to_itself(&src_bucket, &src_key, i)?;
+        self.may_read(req.credentials.as_ref(), &src_bucket)?;
+        let dst = self.write_path(&i.bucket, &i.key).await?;
+        let replace = match i.metadata_directive.as_ref().map(|d| d.as_str()) {
+            None | Some("COPY") => false,
+            Some("REPLACE") => true,
+            Some(_) => return Err(s3_error!(InvalidArgument, "Unknown metadata directive.")),
+        };
+        let (file, src_headers) = self.open_and_headers(&src_bucket, &src_key).await?;
+        // The copy is one object, not the source's parts; it keeps the source's whole-object
+        // checksums (its bytes are the same), and with `REPLACE` the request's headers and
+        // metadata instead of the source's.
+        let mut headers = if replace {
+            meta::request_headers!(i)
+        } else {
+            silt_ufs::Headers {
+                parts: Vec::new(),
+                ..(*src_headers).clone()
+            }
+        };
+        if src_headers.checksum_type.as_deref() == Some(ChecksumType::FULL_OBJECT) {
+            headers.checksums = src_headers.checksums.clone();
+            headers.checksum_type = src_headers.checksum_type.clone();
+        } else {
+            headers.checksums.clear();
+            headers.checksum_type = None;
+        }
+        let etag = etag_of(&file.entry);
+        check_copy_conditions(&file.entry, &etag, i).map_err(|e| {
+            // A copy's source conditions fail with 412 whichever header failed.
+            if *e.code() == S3ErrorCode::NotModified {
+                precondition_failed()
+            } else {
+                e
+            }
+        })?;
+        let w = self
+            .client
+            .open_upload(&dst, Default::default())
+            .await
+            .map_err(write::commit_error)?;
+        let mut off = 0;
+        while off < file.size() {
+            let pieces = self
+                .client
+                .read_chunks(&file, off, read::READ_PIECE.min(file.size() - off))
+                .await
+                .map_err(to_s3)?;
+            if pieces.is_empty() {
+                return Err(s3_error!(InternalError, "the source ended early"));
+            }
+            for p in pieces {
+                self.client
+                    .write_at(&w, off, &p)
+                    .map_err(write::write_error)?;
+                off += p.len() as u64;
+            }
+        }
+        self.client.set_headers(&w, headers);
+        let entry = write::finish(&self.client, &w).await?;
+        Ok(S3Response::new(CopyObjectOutput {
+            copy_object_result: Some(CopyObjectResult {
+                e_tag: Some(ETag::Strong(etag_of(&entry))),
+                last_modified: entry.mtime.map(Timestamp::from),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
     pub(crate) async fn upload_part_copy_impl(
         &self,
         req: S3Request<UploadPartCopyInput>,

@@ -9,9 +9,15 @@
 //! - **Protocol** (routing, XML, SigV4) is the `s3s` crate's; this crate answers the
 //!   operations and decides who may call them ([`keys`]).
 //!
+//! This file holds the [`Gateway`], how it finds a bucket's directory and a key's file, who
+//! may call what ([`keys`] through `Access`), and the `S3` trait: one call per operation to
+//! the module of its kind (`read`, `list`, `write`, `copy`, `multipart`, `bucket`, `meta`).
+//! The HTTP serving around `s3s` is in `serve`.
+//!
 //! Supported operations and every deviation from S3: `docs/gateway.md`.
 
 mod bucket;
+mod conditions;
 pub mod connect;
 mod copy;
 mod edge;
@@ -21,30 +27,25 @@ pub mod list;
 mod meta;
 mod multipart;
 mod post;
+mod read;
+mod serve;
 pub mod tls;
 mod write;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::SystemTime;
 
-use base64::Engine;
-use bytes::Bytes;
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::dto::*;
 use s3s::service::{S3Service, S3ServiceBuilder};
-use s3s::stream::{ByteStream, RemainingLength};
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
-use silt_client::{Client, Entry, OpenFile, Precondition};
-use silt_common::{metrics, ErrorKind};
+use silt_client::{Client, Entry, OpenFile};
+use silt_common::ErrorKind;
 use silt_ufs::EntryKind;
-use tokio::net::TcpListener;
 use tracing::debug;
 
 pub use keys::Keys;
+pub use serve::{bind, serve};
 
 /// Errors of starting a gateway (serving errors are S3 error responses).
 #[derive(Debug, thiserror::Error)]
@@ -63,19 +64,6 @@ pub enum GatewayError {
     Silt(#[from] silt_common::Error),
 }
 
-/// Bytes asked of the client per piece of a GET body. With [`BODY_PIECES`] pieces queued,
-/// one response holds at most `(BODY_PIECES + 1) × READ_PIECE` (12 MiB) however large the
-/// object; 4 MiB is a few pages, so a piece is read from the cache with one batched lookup.
-const READ_PIECE: u64 = 4 << 20;
-/// Pieces read ahead of the connection.
-const BODY_PIECES: usize = 2;
-
-/// Longest a connection may take to send a request head, or stay idle between requests.
-const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Longest page of a listing (S3's).
-const MAX_KEYS: i32 = 1000;
-
 /// The S3 operations a read-only key may call.
 const READ_OPS: &[&str] = &[
     "ListBuckets",
@@ -87,47 +75,6 @@ const READ_OPS: &[&str] = &[
     "ListObjects",
     "ListObjectsV2",
 ];
-
-/// The `x-amz-checksum-*` fields of a request (PutObject, UploadPart) as one `Checksum`.
-macro_rules! checksums_of {
-    ($i:expr) => {
-        Checksum {
-            checksum_crc32: $i.checksum_crc32.clone(),
-            checksum_crc32c: $i.checksum_crc32c.clone(),
-            checksum_sha1: $i.checksum_sha1.clone(),
-            checksum_sha256: $i.checksum_sha256.clone(),
-            checksum_crc64nvme: $i.checksum_crc64nvme.clone(),
-            ..Default::default()
-        }
-    };
-}
-
-/// The digests a request's body must match (PutObject, UploadPart): Content-MD5, the
-/// `x-amz-checksum-*` headers, and a checksum trailer the request announces.
-macro_rules! expected_of {
-    ($req:expr) => {
-        write::Expected {
-            md5: $req.input.content_md5.clone(),
-            checksums: checksums_of!($req.input),
-            ..Default::default()
-        }
-        .with_trailer(&$req.headers)
-    };
-}
-
-/// An answer (PutObject, UploadPart) echoing the checksums `c` computed over the body.
-macro_rules! with_checksums {
-    ($out:expr, $c:expr) => {{
-        let mut out = $out;
-        let c = $c;
-        out.checksum_crc32 = c.checksum_crc32;
-        out.checksum_crc32c = c.checksum_crc32c;
-        out.checksum_sha1 = c.checksum_sha1;
-        out.checksum_sha256 = c.checksum_sha256;
-        out.checksum_crc64nvme = c.checksum_crc64nvme;
-        out
-    }};
-}
 
 /// The gateway's S3 implementation over one client.
 #[derive(Clone)]
@@ -293,31 +240,6 @@ impl Gateway {
             }
         }
     }
-
-    /// Lists one page of `bucket` (items in key order, up to `max + 1`).
-    async fn list_page(
-        &self,
-        bucket: &str,
-        prefix: &str,
-        delimiter: Option<&str>,
-        after: Option<&str>,
-        max: usize,
-    ) -> S3Result<(Vec<list::Item>, bool)> {
-        let root = self.bucket_root(bucket).await?;
-        if max == 0 {
-            return Ok((Vec::new(), false));
-        }
-        let q = list::Query {
-            prefix,
-            delimiter: delimiter.filter(|d| !d.is_empty()),
-            after,
-            max,
-        };
-        let mut items = list::list(&self.client, &root, &q).await.map_err(to_s3)?;
-        let truncated = items.len() > max;
-        items.truncate(max);
-        Ok((items, truncated))
-    }
 }
 
 /// Per-request rights: who may call what on which bucket.
@@ -395,513 +317,77 @@ impl S3 for Gateway {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
-        let i = &req.input;
-        let (entry, h) = self.object_and_headers(&i.bucket, &i.key).await?;
-        let etag = etag_of(&entry);
-        check_conditions(
-            &entry,
-            &etag,
-            i.if_match.as_ref(),
-            i.if_none_match.as_ref(),
-            i.if_modified_since.as_ref(),
-            i.if_unmodified_since.as_ref(),
-        )?;
-        let (range, content_range, parts_count) =
-            ranged(i.range.as_ref(), i.part_number, &h, entry.size)?;
-        let checksums =
-            wants_checksums(i.checksum_mode.as_ref(), &range, entry.size, i.part_number);
-        let out = HeadObjectOutput {
-            accept_ranges: Some("bytes".into()),
-            content_length: Some(len_i64(range.end - range.start)),
-            content_range,
-            e_tag: Some(ETag::Strong(etag)),
-            last_modified: entry.mtime.map(Timestamp::from),
-            parts_count,
-            ..Default::default()
-        };
-        let status = partial_status(i.part_number, &h);
-        let out = meta::with_headers!(out, &h, i, checksums);
-        Ok(match status {
-            Some(s) => S3Response::with_status(out, s),
-            None => S3Response::new(out),
-        })
+        self.head_object_impl(req).await
     }
 
     async fn get_object(
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
-        let i = &req.input;
-        let (file, h) = self.open_and_headers(&i.bucket, &i.key).await?;
-        let entry = &file.entry;
-        let etag = etag_of(entry);
-        check_conditions(
-            entry,
-            &etag,
-            i.if_match.as_ref(),
-            i.if_none_match.as_ref(),
-            i.if_modified_since.as_ref(),
-            i.if_unmodified_since.as_ref(),
-        )?;
-        let (range, content_range, parts_count) =
-            ranged(i.range.as_ref(), i.part_number, &h, file.size())?;
-        let checksums =
-            wants_checksums(i.checksum_mode.as_ref(), &range, file.size(), i.part_number);
-        let last_modified = entry.mtime.map(Timestamp::from);
-        let len = range.end - range.start;
-        debug!(bucket = %i.bucket, key = %i.key, start = range.start, len, "GET");
-        let status = partial_status(i.part_number, &h);
-        let body = Body::start(self.client.clone(), file, range);
-        let out = GetObjectOutput {
-            accept_ranges: Some("bytes".into()),
-            body: Some(StreamingBlob::new(body)),
-            content_length: Some(len_i64(len)),
-            content_range,
-            e_tag: Some(ETag::Strong(etag)),
-            last_modified,
-            parts_count,
-            ..Default::default()
-        };
-        let out = meta::with_headers!(out, &h, i, checksums);
-        Ok(match status {
-            Some(s) => S3Response::with_status(out, s),
-            None => S3Response::new(out),
-        })
+        self.get_object_impl(req).await
     }
 
     async fn get_object_attributes(
         &self,
         req: S3Request<GetObjectAttributesInput>,
     ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
-        let i = &req.input;
-        if i.version_id.is_some() {
-            return Err(s3_error!(
-                NotImplemented,
-                "object versions are not supported"
-            ));
-        }
-        let (entry, h) = self.object_and_headers(&i.bucket, &i.key).await?;
-        // One header, `x-amz-object-attributes: ETag,ObjectSize`: a list in one element.
-        let wants = |a: &str| {
-            i.object_attributes
-                .iter()
-                .flat_map(|x| x.as_str().split(','))
-                .any(|x| x.trim() == a)
-        };
-        if i.object_attributes.is_empty() {
-            return Err(s3_error!(
-                InvalidArgument,
-                "x-amz-object-attributes must name at least one attribute"
-            ));
-        }
-        let mut out = GetObjectAttributesOutput {
-            last_modified: entry.mtime.map(Timestamp::from),
-            ..Default::default()
-        };
-        if wants(ObjectAttributes::ETAG) {
-            out.e_tag = Some(ETag::Strong(etag_of(&entry)));
-        }
-        if wants(ObjectAttributes::CHECKSUM) && !h.checksums.is_empty() {
-            out.checksum = Some(meta::checksum_of(&h));
-        }
-        if wants(ObjectAttributes::STORAGE_CLASS) {
-            out.storage_class = Some(StorageClass::from_static(StorageClass::STANDARD));
-        }
-        if wants(ObjectAttributes::OBJECT_SIZE) {
-            out.object_size = Some(len_i64(entry.size));
-        }
-        // Only an object uploaded in parts has parts to tell of.
-        if wants(ObjectAttributes::OBJECT_PARTS)
-            && !h.parts.is_empty()
-            && h.parts.iter().sum::<u64>() == entry.size
-        {
-            let max = match i.max_parts {
-                None => 1000,
-                Some(n) if n < 0 => {
-                    return Err(s3_error!(InvalidArgument, "max-parts must not be negative"))
-                }
-                Some(n) => n.min(1000),
-            };
-            let after = i.part_number_marker.unwrap_or(0).max(0);
-            let parts: Vec<ObjectPart> = h
-                .parts
-                .iter()
-                .enumerate()
-                .map(|(n, size)| (i32::try_from(n + 1).unwrap_or(i32::MAX), *size))
-                .filter(|(n, _)| *n > after)
-                .take(usize::try_from(max).unwrap_or(0))
-                .map(|(n, size)| ObjectPart {
-                    part_number: Some(n),
-                    size: Some(len_i64(size)),
-                    ..Default::default()
-                })
-                .collect();
-            let total = i32::try_from(h.parts.len()).unwrap_or(i32::MAX);
-            let last = parts.last().and_then(|p| p.part_number);
-            let truncated = last.is_some_and(|l| l < total);
-            out.object_parts = Some(GetObjectAttributesParts {
-                is_truncated: Some(truncated),
-                max_parts: Some(max),
-                next_part_number_marker: if truncated { last } else { None },
-                part_number_marker: Some(after),
-                parts: Some(parts),
-                total_parts_count: Some(total),
-            });
-        }
-        Ok(S3Response::new(out))
+        self.get_object_attributes_impl(req).await
     }
 
     async fn list_objects_v2(
         &self,
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        let i = req.input;
-        let max = max_keys(i.max_keys)?;
-        let token = i
-            .continuation_token
-            .as_deref()
-            .map(decode_token)
-            .transpose()?;
-        // A continuation token carries on where the last page stopped; StartAfter applies to
-        // the first page only.
-        let after = token.as_deref().or(i.start_after.as_deref());
-        let prefix = i.prefix.clone().unwrap_or_default();
-        let (items, truncated) = self
-            .list_page(&i.bucket, &prefix, i.delimiter.as_deref(), after, max)
-            .await?;
-        let url = is_url(i.encoding_type.as_ref());
-        let next = truncated
-            .then(|| items.last().map(|it| encode_token(it.marker())))
-            .flatten();
-        let key_count = items.len() as i32;
-        let (contents, common_prefixes) = split(items, url, i.fetch_owner == Some(true));
-        Ok(S3Response::new(ListObjectsV2Output {
-            name: Some(i.bucket),
-            prefix: Some(enc(&prefix, url)),
-            max_keys: Some(max as i32),
-            key_count: Some(key_count),
-            continuation_token: i.continuation_token,
-            is_truncated: Some(truncated),
-            next_continuation_token: next,
-            contents: Some(contents),
-            common_prefixes: Some(common_prefixes),
-            // An empty delimiter is no delimiter: S3 does not echo it.
-            delimiter: i.delimiter.filter(|d| !d.is_empty()).map(|d| enc(&d, url)),
-            encoding_type: i.encoding_type,
-            start_after: i.start_after.map(|s| enc(&s, url)),
-            ..Default::default()
-        }))
+        self.list_objects_v2_impl(req).await
     }
 
     async fn list_objects(
         &self,
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
-        let i = req.input;
-        let max = max_keys(i.max_keys)?;
-        let prefix = i.prefix.clone().unwrap_or_default();
-        let (items, truncated) = self
-            .list_page(
-                &i.bucket,
-                &prefix,
-                i.delimiter.as_deref(),
-                i.marker.as_deref(),
-                max,
-            )
-            .await?;
-        let url = is_url(i.encoding_type.as_ref());
-        // S3 returns NextMarker only with a delimiter (without one, the last key is the
-        // next marker, and clients use it).
-        let next_marker = (truncated && i.delimiter.as_deref().is_some_and(|d| !d.is_empty()))
-            .then(|| items.last().map(|it| enc(it.marker(), url)))
-            .flatten();
-        // V1 names every object's owner (V2 only when asked, FetchOwner).
-        let (contents, common_prefixes) = split(items, url, true);
-        Ok(S3Response::new(ListObjectsOutput {
-            name: Some(i.bucket),
-            // V1 encodes the keys, markers and delimiter but echoes the prefix as given (S3
-            // does; botocore decodes every V1 field but this one).
-            prefix: Some(prefix),
-            marker: Some(i.marker.map(|m| enc(&m, url)).unwrap_or_default()),
-            max_keys: Some(max as i32),
-            is_truncated: Some(truncated),
-            contents: Some(contents),
-            common_prefixes: Some(common_prefixes),
-            delimiter: i.delimiter.filter(|d| !d.is_empty()).map(|d| enc(&d, url)),
-            next_marker,
-            encoding_type: i.encoding_type,
-            ..Default::default()
-        }))
+        self.list_objects_impl(req).await
     }
 
     async fn put_object(
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        let expected = expected_of!(req)?;
-        let i = req.input;
-        if let Some(dir) = i.key.strip_suffix('/').filter(|d| valid_key(d)) {
-            // A "folder" marker (what s3a, the S3 consoles and s3fs-fuse make): a directory.
-            if i.content_length.is_some_and(|n| n > 0) {
-                return Err(s3_error!(
-                    InvalidArgument,
-                    "a key ending in / names a directory here: its body must be empty"
-                ));
-            }
-            let root = self.bucket_root(&i.bucket).await?;
-            let path = format!("{root}/{dir}");
-            write::make_dirs(&self.client, &root, &path).await?;
-            return Ok(S3Response::new(PutObjectOutput {
-                // The MD5 of no bytes, as S3 answers for an empty object.
-                e_tag: Some(ETag::Strong("d41d8cd98f00b204e9800998ecf8427e".into())),
-                size: Some(0),
-                ..Default::default()
-            }));
-        }
-        let path = self.write_path(&i.bucket, &i.key).await?;
-        let mut expected = expected;
-        expected.condition = write_condition(i.if_match.as_ref(), i.if_none_match.as_ref())?;
-        let headers = meta::request_headers!(i);
-        let (entry, got) = write::upload(
-            &self.client,
-            &path,
-            i.body,
-            i.content_length,
-            &expected,
-            req.trailing_headers.as_ref(),
-            headers,
-        )
-        .await?;
-        debug!(bucket = %i.bucket, key = %i.key, len = got.len, "PUT");
-        Ok(S3Response::new(with_checksums!(
-            PutObjectOutput {
-                e_tag: Some(ETag::Strong(etag_of(&entry))),
-                size: Some(len_i64(got.len)),
-                ..Default::default()
-            },
-            got.checksums
-        )))
+        self.put_object_impl(req).await
     }
 
     async fn copy_object(
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
-        let i = &req.input;
-        let (src_bucket, src_key) = match &i.copy_source {
-            CopySource::Bucket {
-                bucket,
-                key,
-                version_id: None,
-            } => (bucket.to_string(), key.to_string()),
-            CopySource::Bucket { .. } => {
-                return Err(s3_error!(
-                    NotImplemented,
-                    "object versions are not supported"
-                ))
-            }
-            _ => return Err(s3_error!(NotImplemented, "access points are not supported")),
-        };
-        copy::check_not_copy_to_itself(&src_bucket, &src_key, i)?;
-        self.may_read(req.credentials.as_ref(), &src_bucket)?;
-        let dst = self.write_path(&i.bucket, &i.key).await?;
-        let replace = match i.metadata_directive.as_ref().map(|d| d.as_str()) {
-            None | Some("COPY") => false,
-            Some("REPLACE") => true,
-            Some(_) => return Err(s3_error!(InvalidArgument, "Unknown metadata directive.")),
-        };
-        let (file, src_headers) = self.open_and_headers(&src_bucket, &src_key).await?;
-        // The copy is one object, not the source's parts; it keeps the source's whole-object
-        // checksums (its bytes are the same), and with `REPLACE` the request's headers and
-        // metadata instead of the source's.
-        let mut headers = if replace {
-            meta::request_headers!(i)
-        } else {
-            silt_ufs::Headers {
-                parts: Vec::new(),
-                ..(*src_headers).clone()
-            }
-        };
-        if src_headers.checksum_type.as_deref() == Some(ChecksumType::FULL_OBJECT) {
-            headers.checksums = src_headers.checksums.clone();
-            headers.checksum_type = src_headers.checksum_type.clone();
-        } else {
-            headers.checksums.clear();
-            headers.checksum_type = None;
-        }
-        let etag = etag_of(&file.entry);
-        check_copy_conditions(&file.entry, &etag, i).map_err(|e| {
-            // A copy's source conditions fail with 412 whichever header failed.
-            if *e.code() == S3ErrorCode::NotModified {
-                precondition_failed()
-            } else {
-                e
-            }
-        })?;
-        let w = self
-            .client
-            .open_upload(&dst, Default::default())
-            .await
-            .map_err(write::commit_error)?;
-        let mut off = 0;
-        while off < file.size() {
-            let pieces = self
-                .client
-                .read_chunks(&file, off, READ_PIECE.min(file.size() - off))
-                .await
-                .map_err(to_s3)?;
-            if pieces.is_empty() {
-                return Err(s3_error!(InternalError, "the source ended early"));
-            }
-            for p in pieces {
-                self.client
-                    .write_at(&w, off, &p)
-                    .map_err(write::write_error)?;
-                off += p.len() as u64;
-            }
-        }
-        self.client.set_headers(&w, headers);
-        let entry = write::finish(&self.client, &w).await?;
-        Ok(S3Response::new(CopyObjectOutput {
-            copy_object_result: Some(CopyObjectResult {
-                e_tag: Some(ETag::Strong(etag_of(&entry))),
-                last_modified: entry.mtime.map(Timestamp::from),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }))
+        self.copy_object_impl(req).await
     }
 
     async fn delete_object(
         &self,
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
-        let i = &req.input;
-        if i.version_id.is_some() {
-            return Err(s3_error!(
-                NotImplemented,
-                "object versions are not supported"
-            ));
-        }
-        let root = self.bucket_root(&i.bucket).await?;
-        write::delete_key(&self.client, &root, &i.key).await?;
-        Ok(S3Response::with_status(
-            DeleteObjectOutput::default(),
-            hyper::StatusCode::NO_CONTENT,
-        ))
+        self.delete_object_impl(req).await
     }
 
     async fn delete_objects(
         &self,
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-        let i = &req.input;
-        if i.delete.objects.len() > 1000 {
-            return Err(s3_error!(
-                MalformedXML,
-                "a DeleteObjects request names at most 1000 keys"
-            ));
-        }
-        let root = self.bucket_root(&i.bucket).await?;
-        let quiet = i.delete.quiet.unwrap_or(false);
-        let mut deleted = Vec::new();
-        let mut errors = Vec::new();
-        for o in &i.delete.objects {
-            let r = if o.version_id.is_some() {
-                Err(s3_error!(
-                    NotImplemented,
-                    "object versions are not supported"
-                ))
-            } else {
-                match write::delete_key(&self.client, &root, &o.key).await {
-                    Ok(Some(_)) => Ok(()),
-                    Ok(None) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            };
-            match r {
-                Ok(()) if quiet => {}
-                Ok(()) => deleted.push(DeletedObject {
-                    key: Some(o.key.clone()),
-                    ..Default::default()
-                }),
-                Err(e) => errors.push(s3s::dto::Error {
-                    code: Some(e.code().as_str().to_string()),
-                    key: Some(o.key.clone()),
-                    message: e.message().map(str::to_string),
-                    version_id: o.version_id.clone(),
-                }),
-            }
-        }
-        Ok(S3Response::new(DeleteObjectsOutput {
-            deleted: Some(deleted),
-            errors: Some(errors),
-            ..Default::default()
-        }))
+        self.delete_objects_impl(req).await
     }
 
     async fn create_multipart_upload(
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        let i = &req.input;
-        let path = self.write_path(&i.bucket, &i.key).await?;
-        // Refused now if it could never complete (read-only, a directory there).
-        self.client
-            .open_upload(&path, Default::default())
-            .await
-            .map_err(write::commit_error)?;
-        let m = meta::UploadMeta::new(
-            meta::request_headers!(i),
-            i.checksum_algorithm.as_ref(),
-            i.checksum_type.as_ref(),
-        )?;
-        let id = self.uploads.create(&i.bucket, &i.key).await?;
-        self.uploads.save_meta(&id, &m).await?;
-        Ok(S3Response::new(CreateMultipartUploadOutput {
-            checksum_algorithm: i.checksum_algorithm.clone(),
-            checksum_type: m.algorithm.as_ref().map(|_| {
-                ChecksumType::from(
-                    if m.full_object {
-                        ChecksumType::FULL_OBJECT
-                    } else {
-                        ChecksumType::COMPOSITE
-                    }
-                    .to_string(),
-                )
-            }),
-            bucket: Some(i.bucket.clone()),
-            key: Some(i.key.clone()),
-            upload_id: Some(id),
-            ..Default::default()
-        }))
+        self.create_multipart_upload_impl(req).await
     }
 
     async fn upload_part(
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
-        let expected = expected_of!(req)?;
-        let i = req.input;
-        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
-        let (etag, got) = self
-            .uploads
-            .put_part(
-                &u,
-                i.part_number,
-                i.body,
-                i.content_length,
-                expected,
-                req.trailing_headers.as_ref(),
-            )
-            .await?;
-        Ok(S3Response::new(with_checksums!(
-            UploadPartOutput {
-                e_tag: Some(ETag::Strong(etag)),
-                ..Default::default()
-            },
-            got.checksums
-        )))
+        self.upload_part_impl(req).await
     }
 
     async fn upload_part_copy(
@@ -915,459 +401,28 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
-        let i = req.input;
-        let u = match self.uploads.get(&i.upload_id, &i.bucket, &i.key).await {
-            Ok(u) => u,
-            // Completed already: S3 answers with the result again.
-            Err(e) => match self
-                .uploads
-                .completed(&i.upload_id, &i.bucket, &i.key)
-                .await
-            {
-                Some(etag) => {
-                    return Ok(S3Response::new(CompleteMultipartUploadOutput {
-                        bucket: Some(i.bucket),
-                        key: Some(i.key),
-                        e_tag: Some(ETag::Strong(etag)),
-                        ..Default::default()
-                    }))
-                }
-                None => return Err(e),
-            },
-        };
-        let path = self.write_path(&i.bucket, &i.key).await?;
-        let condition = write_condition(i.if_match.as_ref(), i.if_none_match.as_ref())?;
-        let mut asked = Vec::new();
-        for p in i.multipart_upload.and_then(|m| m.parts).unwrap_or_default() {
-            let (Some(n), Some(etag)) = (p.part_number, p.e_tag) else {
-                return Err(s3_error!(
-                    MalformedXML,
-                    "every part needs its PartNumber and ETag"
-                ));
-            };
-            asked.push((n, etag.value().to_string()));
-        }
-        let m = self.uploads.meta(&u).await;
-        let entry = self
-            .uploads
-            .complete(&self.client, &u, &path, &asked, &m, condition)
-            .await?;
-        let h = meta::headers_of(&self.client, &entry)
-            .await?
-            .unwrap_or_default();
-        let c = meta::checksum_of(&h);
-        Ok(S3Response::new(CompleteMultipartUploadOutput {
-            bucket: Some(i.bucket),
-            key: Some(i.key),
-            e_tag: Some(ETag::Strong(etag_of(&entry))),
-            checksum_crc32: c.checksum_crc32,
-            checksum_crc32c: c.checksum_crc32c,
-            checksum_sha1: c.checksum_sha1,
-            checksum_sha256: c.checksum_sha256,
-            checksum_crc64nvme: c.checksum_crc64nvme,
-            checksum_type: c.checksum_type,
-            ..Default::default()
-        }))
+        self.complete_multipart_upload_impl(req).await
     }
 
     async fn abort_multipart_upload(
         &self,
         req: S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
-        let i = &req.input;
-        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
-        self.uploads.abort(&u).await?;
-        Ok(S3Response::with_status(
-            AbortMultipartUploadOutput::default(),
-            hyper::StatusCode::NO_CONTENT,
-        ))
+        self.abort_multipart_upload_impl(req).await
     }
 
     async fn list_parts(
         &self,
         req: S3Request<ListPartsInput>,
     ) -> S3Result<S3Response<ListPartsOutput>> {
-        let i = &req.input;
-        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
-        let max = match i.max_parts {
-            None => 1000,
-            Some(n) if n < 0 => {
-                return Err(s3_error!(InvalidArgument, "max-parts must not be negative"))
-            }
-            Some(n) => n.min(1000) as usize,
-        };
-        let marker = i.part_number_marker.unwrap_or(0);
-        let mut parts: Vec<_> = self
-            .uploads
-            .parts(&u.id)
-            .await?
-            .into_iter()
-            .filter(|p| p.number > marker)
-            .collect();
-        let truncated = parts.len() > max;
-        parts.truncate(max);
-        let next = truncated.then(|| parts.last().map(|p| p.number)).flatten();
-        Ok(S3Response::new(ListPartsOutput {
-            bucket: Some(u.bucket),
-            key: Some(u.key),
-            upload_id: Some(u.id),
-            max_parts: Some(max as i32),
-            is_truncated: Some(truncated),
-            part_number_marker: i.part_number_marker,
-            next_part_number_marker: next,
-            parts: Some(
-                parts
-                    .into_iter()
-                    .map(|p| Part {
-                        e_tag: Some(ETag::Strong(p.etag)),
-                        last_modified: p.modified.map(Timestamp::from),
-                        part_number: Some(p.number),
-                        size: Some(len_i64(p.size)),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
-            ..Default::default()
-        }))
+        self.list_parts_impl(req).await
     }
 
     async fn list_multipart_uploads(
         &self,
         req: S3Request<ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
-        let i = &req.input;
-        self.bucket_root(&i.bucket).await?;
-        let prefix = i.prefix.clone().unwrap_or_default();
-        let max = match i.max_uploads {
-            None => 1000,
-            Some(n) if n < 0 => {
-                return Err(s3_error!(
-                    InvalidArgument,
-                    "max-uploads must not be negative"
-                ))
-            }
-            Some(n) => n.min(1000) as usize,
-        };
-        let key_marker = i.key_marker.clone().unwrap_or_default();
-        let id_marker = i.upload_id_marker.clone().unwrap_or_default();
-        let mut all: Vec<_> = self
-            .uploads
-            .list(&i.bucket, &prefix)
-            .await?
-            .into_iter()
-            .filter(|u| {
-                key_marker.is_empty()
-                    || u.key > key_marker
-                    || (u.key == key_marker && !id_marker.is_empty() && u.id > id_marker)
-            })
-            .collect();
-        let truncated = all.len() > max;
-        all.truncate(max);
-        let (next_key, next_id) = match (truncated, all.last()) {
-            (true, Some(u)) => (Some(u.key.clone()), Some(u.id.clone())),
-            _ => (None, None),
-        };
-        Ok(S3Response::new(ListMultipartUploadsOutput {
-            bucket: Some(i.bucket.clone()),
-            prefix: Some(prefix),
-            key_marker: i.key_marker.clone(),
-            upload_id_marker: i.upload_id_marker.clone(),
-            max_uploads: Some(max as i32),
-            is_truncated: Some(truncated),
-            next_key_marker: next_key,
-            next_upload_id_marker: next_id,
-            uploads: Some(
-                all.into_iter()
-                    .map(|u| MultipartUpload {
-                        initiated: Some(Timestamp::from(u.initiated)),
-                        key: Some(u.key),
-                        upload_id: Some(u.id),
-                        storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        }))
-    }
-}
-
-/// Serves `service` on `listener` until `shutdown` completes (connections in flight are
-/// dropped with the runtime); in TLS when given an acceptor.
-pub async fn serve(
-    listener: TcpListener,
-    service: S3Service,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    shutdown: impl Future<Output = ()> + Send,
-) {
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = &mut shutdown => return,
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    // Out of descriptors and the like: the listener stays; a short pause
-                    // keeps an error that repeats from spinning.
-                    silt_common::warn_limited!("gateway: accept failed", error = %e);
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let service = service.clone();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            match tls {
-                None => serve_connection(stream, service, peer).await,
-                Some(acceptor) => {
-                    match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-                        .await
-                    {
-                        Ok(Ok(s)) => serve_connection(s, service, peer).await,
-                        Ok(Err(e)) => debug!(%peer, error = %e, "gateway: TLS handshake failed"),
-                        Err(_) => debug!(%peer, "gateway: TLS handshake timed out"),
-                    }
-                }
-            }
-        });
-    }
-}
-
-/// Answers the requests of one connection.
-async fn serve_connection<S>(io: S, service: S3Service, peer: std::net::SocketAddr)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    // s3s answers every HeadObject 200; S3 answers a ranged one 206 like the GET.
-    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let svc = service.clone();
-        async move {
-            let head = req.method() == hyper::Method::HEAD;
-            let ids = edge::Ids::new();
-            let (parts, mut body) = req.into_parts();
-            let mut refused = edge::check_presigned(parts.uri.query()).err();
-            // A POST form: its policy's date checked before s3s reads the form.
-            let mut start = None;
-            if refused.is_none() && parts.method == hyper::Method::POST {
-                if let Some(b) = post::form_boundary(parts.headers.get(hyper::header::CONTENT_TYPE))
-                {
-                    let head = post::peek(&mut body, &b)
-                        .await
-                        .map_err(|e| s3s::HttpError::new(Box::new(e)))?;
-                    refused = post::check_policy_date(&head, &b).err();
-                    start = Some(head);
-                }
-            }
-            let (body, end_read) = WatchedBody::wrap(body, start);
-            let mut resp = match refused {
-                None => svc.call(hyper::Request::from_parts(parts, body)).await?,
-                Some(e) => e
-                    .to_http_response()
-                    .map_err(|e| s3s::HttpError::new(Box::new(e)))?,
-            };
-            ids.apply(&mut resp);
-            if end_read.is_some_and(|end| !end.load(Ordering::Acquire)) {
-                // Answered before the request's body was read to its end (refused, or failed
-                // part-way): the client may still send the rest, or (told nothing after an
-                // `Expect: 100-continue`) never send it, and the server cannot tell which.
-                // Keeping the connection would read its next request from the wrong byte
-                // (RFC 9110 10.1.1: say the connection closes).
-                resp.headers_mut().insert(
-                    hyper::header::CONNECTION,
-                    hyper::header::HeaderValue::from_static("close"),
-                );
-            }
-            metrics::GATEWAY_REQUESTS.inc();
-            let status = resp.status();
-            if status.is_client_error() || status.is_server_error() {
-                metrics::GATEWAY_ERRORS.inc();
-            }
-            if status == hyper::StatusCode::FORBIDDEN {
-                metrics::GATEWAY_DENIED.inc();
-            }
-            if head
-                && resp.status() == hyper::StatusCode::OK
-                && resp.headers().contains_key(hyper::header::CONTENT_RANGE)
-            {
-                *resp.status_mut() = hyper::StatusCode::PARTIAL_CONTENT;
-            }
-            Ok::<_, s3s::HttpError>(resp)
-        }
-    });
-    // A client that never finishes a request head (or idles between requests) is let go
-    // after HEADER_TIMEOUT: a few hundred such connections would otherwise hold their
-    // descriptors forever.
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
-        .serve_connection(hyper_util::rt::TokioIo::new(io), svc);
-    if let Err(e) = conn.await {
-        debug!(%peer, error = %e, "gateway connection ended");
-    }
-}
-
-/// A request body that records when its end has been read; `start`: what was read of it
-/// already (the fields of a POST form), sent first.
-struct WatchedBody {
-    start: Option<Bytes>,
-    inner: hyper::body::Incoming,
-    end_read: Arc<AtomicBool>,
-}
-
-impl WatchedBody {
-    /// The body for s3s, and (when there is a body at all) the flag its end sets.
-    fn wrap(
-        inner: hyper::body::Incoming,
-        start: Option<Bytes>,
-    ) -> (s3s::Body, Option<Arc<AtomicBool>>) {
-        use hyper::body::Body as _;
-        let start = start.filter(|b| !b.is_empty());
-        if inner.is_end_stream() && start.is_none() {
-            return (s3s::Body::from(inner), None);
-        }
-        let end_read = Arc::new(AtomicBool::new(false));
-        let body = WatchedBody {
-            start,
-            inner,
-            end_read: end_read.clone(),
-        };
-        (s3s::Body::http_body(body), Some(end_read))
-    }
-}
-
-impl hyper::body::Body for WatchedBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
-        if let Some(start) = self.start.take() {
-            if self.inner.is_end_stream() {
-                self.end_read.store(true, Ordering::Release);
-            }
-            return Poll::Ready(Some(Ok(hyper::body::Frame::data(start))));
-        }
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
-            self.end_read.store(true, Ordering::Release);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.start.is_none() && self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        let inner = self.inner.size_hint();
-        let n = self.start.as_ref().map_or(0, |b| b.len() as u64);
-        let mut h = hyper::body::SizeHint::new();
-        h.set_lower(inner.lower() + n);
-        if let Some(u) = inner.upper() {
-            h.set_upper(u + n);
-        }
-        h
-    }
-}
-
-/// Binds the gateway's listener.
-pub async fn bind(addr: &str) -> Result<TcpListener, GatewayError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| GatewayError::Bind {
-            addr: addr.to_string(),
-            source,
-        })
-}
-
-/// A GET body: pieces of the file read by a task ahead of the connection, at most
-/// [`BODY_PIECES`] queued. Dropping it (the client went away) stops the reads.
-struct Body {
-    rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
-    remaining: u64,
-    /// Counted as bytes sent (a GET's body; a server-side copy's is not).
-    sent: bool,
-}
-
-impl Body {
-    fn start(client: Arc<Client>, file: OpenFile, range: std::ops::Range<u64>) -> Body {
-        Body::read(client, file, range, true)
-    }
-
-    fn read(client: Arc<Client>, file: OpenFile, range: std::ops::Range<u64>, sent: bool) -> Body {
-        let (tx, rx) = tokio::sync::mpsc::channel(BODY_PIECES);
-        let remaining = range.end - range.start;
-        tokio::spawn(async move {
-            let mut off = range.start;
-            while off < range.end {
-                let want = READ_PIECE.min(range.end - off);
-                let pieces = match client.read_chunks(&file, off, want).await {
-                    Ok(p) if !p.is_empty() => p,
-                    Ok(_) => {
-                        let e = std::io::Error::new(
-                            std::io::ErrorKind::UnexpectedEof,
-                            format!("{}: ended at byte {off}", file.entry.path),
-                        );
-                        let _ = tx.send(Err(e)).await;
-                        return;
-                    }
-                    Err(e) => {
-                        silt_common::warn_limited!(
-                            "gateway: read failed mid-body",
-                            path = %file.entry.path,
-                            error = %e
-                        );
-                        let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
-                        return;
-                    }
-                };
-                for p in pieces {
-                    off += p.len() as u64;
-                    if tx.send(Ok(p)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        Body {
-            rx,
-            remaining,
-            sent,
-        }
-    }
-}
-
-impl futures::Stream for Body {
-    type Item = Result<Bytes, Box<dyn std::error::Error + Send + Sync>>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(Ok(b))) => {
-                self.remaining = self.remaining.saturating_sub(b.len() as u64);
-                if self.sent {
-                    metrics::GATEWAY_READ_BYTES.add(b.len() as u64);
-                }
-                Poll::Ready(Some(Ok(b)))
-            }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, None)
-    }
-}
-
-impl ByteStream for Body {
-    fn remaining_length(&self) -> RemainingLength {
-        RemainingLength::new_exact(usize::try_from(self.remaining).unwrap_or(usize::MAX))
+        self.list_multipart_uploads_impl(req).await
     }
 }
 
@@ -1404,254 +459,8 @@ pub fn etag_of(e: &Entry) -> String {
     }
 }
 
-fn unix_secs(t: SystemTime) -> i64 {
-    match t.duration_since(SystemTime::UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
-    }
-}
-
-fn ts_secs(t: &Timestamp) -> i64 {
-    time::OffsetDateTime::from(t.clone()).unix_timestamp()
-}
-
-fn etag_matches(c: &ETagCondition, etag: &str) -> bool {
-    match c {
-        ETagCondition::Any => true,
-        ETagCondition::ETag(t) => t.value() == etag,
-    }
-}
-
-/// The conditional headers of GET and HEAD, as S3 (and RFC 9110) evaluate them: If-Match
-/// (else If-Unmodified-Since) failing is 412; If-None-Match matching (else If-Modified-Since
-/// not modified) is 304. Times compare at whole seconds, the resolution of HTTP dates.
-fn check_conditions(
-    entry: &Entry,
-    etag: &str,
-    if_match: Option<&ETagCondition>,
-    if_none_match: Option<&ETagCondition>,
-    if_modified_since: Option<&Timestamp>,
-    if_unmodified_since: Option<&Timestamp>,
-) -> S3Result<()> {
-    let mtime = entry.mtime.map(unix_secs);
-    match (if_match, if_unmodified_since) {
-        (Some(c), _) if !etag_matches(c, etag) => return Err(precondition_failed()),
-        (None, Some(t)) if mtime.is_some_and(|m| m > ts_secs(t)) => {
-            return Err(precondition_failed())
-        }
-        _ => {}
-    }
-    let not_modified = match (if_none_match, if_modified_since) {
-        (Some(c), _) => etag_matches(c, etag),
-        (None, Some(t)) => mtime.is_some_and(|m| m <= ts_secs(t)),
-        (None, None) => false,
-    };
-    if not_modified {
-        let mut e = S3Error::new(S3ErrorCode::NotModified);
-        let mut h = hyper::HeaderMap::new();
-        if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("\"{etag}\"")) {
-            h.insert(hyper::header::ETAG, v);
-        }
-        e.set_headers(h);
-        return Err(e);
-    }
-    Ok(())
-}
-
-/// The conditions of a copy's source (`x-amz-copy-source-if-*`), evaluated as GET's.
-fn check_copy_conditions(entry: &Entry, etag: &str, i: &CopyObjectInput) -> S3Result<()> {
-    check_conditions(
-        entry,
-        etag,
-        i.copy_source_if_match.as_ref(),
-        i.copy_source_if_none_match.as_ref(),
-        i.copy_source_if_modified_since.as_ref(),
-        i.copy_source_if_unmodified_since.as_ref(),
-    )
-}
-
-/// A write's conditions (`If-None-Match: *`: only if the key is free; `If-Match`: only over
-/// that version) as the client checks them at the commit (`Client::set_precondition`), so a
-/// write landing between the request's arrival and its commit is seen, as S3 sees it.
-fn write_condition(
-    if_match: Option<&ETagCondition>,
-    if_none_match: Option<&ETagCondition>,
-) -> S3Result<Option<Precondition>> {
-    match if_none_match {
-        Some(ETagCondition::ETag(_)) => {
-            return Err(s3_error!(
-                NotImplemented,
-                "If-None-Match on a write takes only *"
-            ))
-        }
-        // Both: nothing can pass (a missing key fails If-Match with 404, a present one
-        // If-None-Match with 412).
-        Some(ETagCondition::Any) if if_match.is_some() => {
-            return Ok(Some(Precondition::Matches(Arc::new(|_: &Entry| false))))
-        }
-        Some(ETagCondition::Any) => return Ok(Some(Precondition::Absent)),
-        None => {}
-    }
-    Ok(if_match
-        .cloned()
-        .map(|c| Precondition::Matches(Arc::new(move |e: &Entry| etag_matches(&c, &etag_of(e))))))
-}
-
-pub(crate) fn precondition_failed() -> S3Error {
-    s3_error!(
-        PreconditionFailed,
-        "At least one of the pre-conditions you specified did not hold"
-    )
-}
-
-/// The byte range to send, and the Content-Range header for a ranged request.
-fn resolve_range(
-    range: Option<&Range>,
-    size: u64,
-) -> S3Result<(std::ops::Range<u64>, Option<String>)> {
-    let Some(r) = range else {
-        return Ok((0..size, None));
-    };
-    // `Range::check` lets a suffix range of an empty object through as 0..0; nothing of an
-    // empty object can be served.
-    let ok = if size == 0 { None } else { r.check(size).ok() };
-    match ok {
-        Some(b) => {
-            let cr = format!("bytes {}-{}/{size}", b.start, b.end - 1);
-            Ok((b, Some(cr)))
-        }
-        None => {
-            let mut e = s3_error!(InvalidRange, "The requested range is not satisfiable");
-            let mut h = hyper::HeaderMap::new();
-            if let Ok(v) = hyper::header::HeaderValue::from_str(&format!("bytes */{size}")) {
-                h.insert(hyper::header::CONTENT_RANGE, v);
-            }
-            e.set_headers(h);
-            Err(e)
-        }
-    }
-}
-
-/// The bytes a GET or HEAD asks for: a `Range`, or part `partNumber` of the object (S3 takes
-/// one or the other), with its `Content-Range` and, for a part, the object's part count.
-fn ranged(
-    range: Option<&Range>,
-    part_number: Option<i32>,
-    h: &silt_ufs::Headers,
-    size: u64,
-) -> S3Result<(std::ops::Range<u64>, Option<String>, Option<i32>)> {
-    let Some(n) = part_number else {
-        let (r, cr) = resolve_range(range, size)?;
-        return Ok((r, cr, None));
-    };
-    if range.is_some() {
-        return Err(s3_error!(
-            InvalidRequest,
-            "Cannot specify both Range header and partNumber query parameter"
-        ));
-    }
-    let (r, count) = meta::part_range(&h.parts, size, n)?;
-    // An object of one part is answered whole, without a range or a count (as S3 does).
-    if h.parts.is_empty() {
-        return Ok((r, None, None));
-    }
-    let cr = (!r.is_empty()).then(|| format!("bytes {}-{}/{size}", r.start, r.end - 1));
-    Ok((r, cr, Some(count)))
-}
-
-/// 206 for a part of an object uploaded in parts (S3 answers a part GET so).
-fn partial_status(part_number: Option<i32>, h: &silt_ufs::Headers) -> Option<hyper::StatusCode> {
-    (part_number.is_some() && !h.parts.is_empty()).then_some(hyper::StatusCode::PARTIAL_CONTENT)
-}
-
-/// Whether an answer carries the object's checksums: asked for with `ChecksumMode=ENABLED`,
-/// and for the whole object (or one of its parts, whose whole-object checksum S3 gives too:
-/// not a range).
-fn wants_checksums(
-    mode: Option<&ChecksumMode>,
-    range: &std::ops::Range<u64>,
-    size: u64,
-    part_number: Option<i32>,
-) -> bool {
-    mode.is_some_and(|m| m.as_str() == ChecksumMode::ENABLED)
-        && (part_number.is_some() || (range.start == 0 && range.end == size))
-}
-
 fn len_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn max_keys(asked: Option<i32>) -> S3Result<usize> {
-    match asked {
-        None => Ok(MAX_KEYS as usize),
-        Some(n) if n < 0 => Err(s3_error!(InvalidArgument, "max-keys must not be negative")),
-        Some(n) => Ok(n.min(MAX_KEYS) as usize),
-    }
-}
-
-/// Continuation tokens are the last key (or common prefix) of the page, base64url-encoded:
-/// opaque to clients, and the next page needs nothing else (no server-side state).
-fn encode_token(marker: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(marker.as_bytes())
-}
-
-fn decode_token(t: &str) -> S3Result<String> {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(t.as_bytes())
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .ok_or_else(|| {
-            s3_error!(
-                InvalidArgument,
-                "The continuation token provided is incorrect"
-            )
-        })
-}
-
-fn is_url(e: Option<&EncodingType>) -> bool {
-    e.is_some_and(|e| e.as_str() == EncodingType::URL)
-}
-
-/// `encoding-type=url`: keys and prefixes percent-encoded (all but unreserved characters
-/// and `/`), as S3 does.
-fn enc(s: &str, url: bool) -> String {
-    if !url {
-        return s.to_string();
-    }
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// A page's items as S3 answers them; `owner`: each object names its owner.
-fn split(items: Vec<list::Item>, url: bool, owner: bool) -> (Vec<Object>, Vec<CommonPrefix>) {
-    let mut contents = Vec::new();
-    let mut prefixes = Vec::new();
-    for it in items {
-        match it {
-            list::Item::Key(k, e) => contents.push(Object {
-                e_tag: Some(ETag::Strong(etag_of(&e))),
-                key: Some(enc(&k, url)),
-                last_modified: e.mtime.map(Timestamp::from),
-                owner: owner.then(bucket::owner),
-                size: Some(len_i64(e.size)),
-                storage_class: Some(ObjectStorageClass::from_static(
-                    ObjectStorageClass::STANDARD,
-                )),
-                ..Default::default()
-            }),
-            list::Item::Prefix(p) => prefixes.push(CommonPrefix {
-                prefix: Some(enc(&p, url)),
-            }),
-        }
-    }
-    (contents, prefixes)
 }
 
 fn no_such_bucket(bucket: &str) -> S3Error {
@@ -1696,33 +505,6 @@ mod tests {
         }
         for k in ["", "/a", "a/", "a//b", "./a", "a/../b", "a/.", "a\0b"] {
             assert!(!valid_key(k), "{k:?}");
-        }
-    }
-
-    #[test]
-    fn url_encoding_keeps_slashes() {
-        assert_eq!(enc("a b/c+d%é", true), "a%20b/c%2Bd%25%C3%A9");
-        assert_eq!(enc("a b", false), "a b");
-    }
-
-    #[test]
-    fn tokens_round_trip_and_reject_garbage() {
-        let t = encode_token("dir/ü x");
-        assert_eq!(decode_token(&t).unwrap(), "dir/ü x");
-        assert!(decode_token("!!!").is_err());
-    }
-
-    #[test]
-    fn ranges() {
-        let r = |s: &str, size| resolve_range(Some(&Range::parse(s).unwrap()), size);
-        assert_eq!(r("bytes=0-9", 100).unwrap().1.unwrap(), "bytes 0-9/100");
-        assert_eq!(r("bytes=-10", 100).unwrap().0, 90..100);
-        assert_eq!(r("bytes=-200", 100).unwrap().0, 0..100);
-        assert_eq!(r("bytes=90-", 100).unwrap().0, 90..100);
-        assert_eq!(r("bytes=95-200", 100).unwrap().0, 95..100);
-        for bad in [("bytes=100-", 100), ("bytes=0-0", 0), ("bytes=-1", 0)] {
-            let e = r(bad.0, bad.1).unwrap_err();
-            assert_eq!(*e.code(), S3ErrorCode::InvalidRange, "{bad:?}");
         }
     }
 }

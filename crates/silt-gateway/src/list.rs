@@ -17,10 +17,19 @@
 //!
 //! Every listing comes from the client's metadata cache (`Client::list`), revalidated by the
 //! mount's sync policy like any other lookup.
+//!
+//! The S3 answers are built here too: a page of a bucket (`Gateway::list_page`), the
+//! ListObjects and ListObjectsV2 responses, their continuation tokens, `max-keys` and
+//! `encoding-type=url`.
 
+use base64::Engine;
+use s3s::dto::*;
+use s3s::{s3_error, S3Request, S3Response, S3Result};
 use silt_client::{Client, Entry};
 use silt_common::Result;
 use silt_ufs::EntryKind;
+
+use crate::{bucket, etag_of, len_i64, to_s3, Gateway};
 
 /// One item of a listing page, in key order.
 #[derive(Debug, Clone)]
@@ -189,4 +198,208 @@ async fn children(client: &Client, root: &str, dir: &str) -> Result<Vec<(String,
         .collect();
     kids.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(kids)
+}
+
+/// Longest page of a listing (S3's).
+const MAX_KEYS: i32 = 1000;
+
+impl Gateway {
+    /// Lists one page of `bucket` (items in key order, up to `max + 1`).
+    pub(crate) async fn list_page(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        delimiter: Option<&str>,
+        after: Option<&str>,
+        max: usize,
+    ) -> S3Result<(Vec<Item>, bool)> {
+        let root = self.bucket_root(bucket).await?;
+        if max == 0 {
+            return Ok((Vec::new(), false));
+        }
+        let q = Query {
+            prefix,
+            delimiter: delimiter.filter(|d| !d.is_empty()),
+            after,
+            max,
+        };
+        let mut items = list(&self.client, &root, &q).await.map_err(to_s3)?;
+        let truncated = items.len() > max;
+        items.truncate(max);
+        Ok((items, truncated))
+    }
+
+    pub(crate) async fn list_objects_v2_impl(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let i = req.input;
+        let max = max_keys(i.max_keys)?;
+        let token = i
+            .continuation_token
+            .as_deref()
+            .map(decode_token)
+            .transpose()?;
+        // A continuation token carries on where the last page stopped; StartAfter applies to
+        // the first page only.
+        let after = token.as_deref().or(i.start_after.as_deref());
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let (items, truncated) = self
+            .list_page(&i.bucket, &prefix, i.delimiter.as_deref(), after, max)
+            .await?;
+        let url = is_url(i.encoding_type.as_ref());
+        let next = truncated
+            .then(|| items.last().map(|it| encode_token(it.marker())))
+            .flatten();
+        let key_count = items.len() as i32;
+        let (contents, common_prefixes) = split(items, url, i.fetch_owner == Some(true));
+        Ok(S3Response::new(ListObjectsV2Output {
+            name: Some(i.bucket),
+            prefix: Some(enc(&prefix, url)),
+            max_keys: Some(max as i32),
+            key_count: Some(key_count),
+            continuation_token: i.continuation_token,
+            is_truncated: Some(truncated),
+            next_continuation_token: next,
+            contents: Some(contents),
+            common_prefixes: Some(common_prefixes),
+            // An empty delimiter is no delimiter: S3 does not echo it.
+            delimiter: i.delimiter.filter(|d| !d.is_empty()).map(|d| enc(&d, url)),
+            encoding_type: i.encoding_type,
+            start_after: i.start_after.map(|s| enc(&s, url)),
+            ..Default::default()
+        }))
+    }
+
+    pub(crate) async fn list_objects_impl(
+        &self,
+        req: S3Request<ListObjectsInput>,
+    ) -> S3Result<S3Response<ListObjectsOutput>> {
+        let i = req.input;
+        let max = max_keys(i.max_keys)?;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let (items, truncated) = self
+            .list_page(
+                &i.bucket,
+                &prefix,
+                i.delimiter.as_deref(),
+                i.marker.as_deref(),
+                max,
+            )
+            .await?;
+        let url = is_url(i.encoding_type.as_ref());
+        // S3 returns NextMarker only with a delimiter (without one, the last key is the
+        // next marker, and clients use it).
+        let next_marker = (truncated && i.delimiter.as_deref().is_some_and(|d| !d.is_empty()))
+            .then(|| items.last().map(|it| enc(it.marker(), url)))
+            .flatten();
+        // V1 names every object's owner (V2 only when asked, FetchOwner).
+        let (contents, common_prefixes) = split(items, url, true);
+        Ok(S3Response::new(ListObjectsOutput {
+            name: Some(i.bucket),
+            // V1 encodes the keys, markers and delimiter but echoes the prefix as given (S3
+            // does; botocore decodes every V1 field but this one).
+            prefix: Some(prefix),
+            marker: Some(i.marker.map(|m| enc(&m, url)).unwrap_or_default()),
+            max_keys: Some(max as i32),
+            is_truncated: Some(truncated),
+            contents: Some(contents),
+            common_prefixes: Some(common_prefixes),
+            delimiter: i.delimiter.filter(|d| !d.is_empty()).map(|d| enc(&d, url)),
+            next_marker,
+            encoding_type: i.encoding_type,
+            ..Default::default()
+        }))
+    }
+}
+
+fn max_keys(asked: Option<i32>) -> S3Result<usize> {
+    match asked {
+        None => Ok(MAX_KEYS as usize),
+        Some(n) if n < 0 => Err(s3_error!(InvalidArgument, "max-keys must not be negative")),
+        Some(n) => Ok(n.min(MAX_KEYS) as usize),
+    }
+}
+
+/// Continuation tokens are the last key (or common prefix) of the page, base64url-encoded:
+/// opaque to clients, and the next page needs nothing else (no server-side state).
+fn encode_token(marker: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(marker.as_bytes())
+}
+
+fn decode_token(t: &str) -> S3Result<String> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(t.as_bytes())
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| {
+            s3_error!(
+                InvalidArgument,
+                "The continuation token provided is incorrect"
+            )
+        })
+}
+
+fn is_url(e: Option<&EncodingType>) -> bool {
+    e.is_some_and(|e| e.as_str() == EncodingType::URL)
+}
+
+/// `encoding-type=url`: keys and prefixes percent-encoded (all but unreserved characters
+/// and `/`), as S3 does.
+fn enc(s: &str, url: bool) -> String {
+    if !url {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A page's items as S3 answers them; `owner`: each object names its owner.
+fn split(items: Vec<Item>, url: bool, owner: bool) -> (Vec<Object>, Vec<CommonPrefix>) {
+    let mut contents = Vec::new();
+    let mut prefixes = Vec::new();
+    for it in items {
+        match it {
+            Item::Key(k, e) => contents.push(Object {
+                e_tag: Some(ETag::Strong(etag_of(&e))),
+                key: Some(enc(&k, url)),
+                last_modified: e.mtime.map(Timestamp::from),
+                owner: owner.then(bucket::owner),
+                size: Some(len_i64(e.size)),
+                storage_class: Some(ObjectStorageClass::from_static(
+                    ObjectStorageClass::STANDARD,
+                )),
+                ..Default::default()
+            }),
+            Item::Prefix(p) => prefixes.push(CommonPrefix {
+                prefix: Some(enc(&p, url)),
+            }),
+        }
+    }
+    (contents, prefixes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_encoding_keeps_slashes() {
+        assert_eq!(enc("a b/c+d%é", true), "a%20b/c%2Bd%25%C3%A9");
+        assert_eq!(enc("a b", false), "a b");
+    }
+
+    #[test]
+    fn tokens_round_trip_and_reject_garbage() {
+        let t = encode_token("dir/ü x");
+        assert_eq!(decode_token(&t).unwrap(), "dir/ü x");
+        assert!(decode_token("!!!").is_err());
+    }
 }

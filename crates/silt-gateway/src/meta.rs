@@ -2,15 +2,18 @@
 //! headers, user metadata, checksums and the parts of a multipart upload. Stored through the
 //! client's write path (`Client::set_headers`), read with `Client::headers`: the mount and
 //! the SDK see what the gateway stored, and the gateway what an S3 client stored behind Silt's
-//! back (`silt_ufs::Headers` says where each store keeps them).
+//! back (`silt_ufs::Headers` says where each store keeps them). GetObjectAttributes is
+//! answered here.
 
 use std::sync::Arc;
 
 use s3s::dto::*;
-use s3s::{S3Error, S3ErrorCode, S3Result};
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use silt_client::{Client, Entry};
 use silt_common::ErrorKind;
 use silt_ufs::Headers;
+
+use crate::{etag_of, len_i64, Gateway};
 
 /// The headers of an upload from its request's fields (PutObject, CreateMultipartUpload,
 /// CopyObject with `REPLACE`): the standard headers as given, `x-amz-meta-*` keys in lower
@@ -186,6 +189,90 @@ pub(crate) fn part_range(
     let start: u64 = parts[..n - 1].iter().sum();
     let count = i32::try_from(parts.len()).unwrap_or(i32::MAX);
     Ok((start..start + parts[n - 1], count))
+}
+
+impl Gateway {
+    pub(crate) async fn get_object_attributes_impl(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        let i = &req.input;
+        if i.version_id.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "object versions are not supported"
+            ));
+        }
+        let (entry, h) = self.object_and_headers(&i.bucket, &i.key).await?;
+        // One header, `x-amz-object-attributes: ETag,ObjectSize`: a list in one element.
+        let wants = |a: &str| {
+            i.object_attributes
+                .iter()
+                .flat_map(|x| x.as_str().split(','))
+                .any(|x| x.trim() == a)
+        };
+        if i.object_attributes.is_empty() {
+            return Err(s3_error!(
+                InvalidArgument,
+                "x-amz-object-attributes must name at least one attribute"
+            ));
+        }
+        let mut out = GetObjectAttributesOutput {
+            last_modified: entry.mtime.map(Timestamp::from),
+            ..Default::default()
+        };
+        if wants(ObjectAttributes::ETAG) {
+            out.e_tag = Some(ETag::Strong(etag_of(&entry)));
+        }
+        if wants(ObjectAttributes::CHECKSUM) && !h.checksums.is_empty() {
+            out.checksum = Some(checksum_of(&h));
+        }
+        if wants(ObjectAttributes::STORAGE_CLASS) {
+            out.storage_class = Some(StorageClass::from_static(StorageClass::STANDARD));
+        }
+        if wants(ObjectAttributes::OBJECT_SIZE) {
+            out.object_size = Some(len_i64(entry.size));
+        }
+        // Only an object uploaded in parts has parts to tell of.
+        if wants(ObjectAttributes::OBJECT_PARTS)
+            && !h.parts.is_empty()
+            && h.parts.iter().sum::<u64>() == entry.size
+        {
+            let max = match i.max_parts {
+                None => 1000,
+                Some(n) if n < 0 => {
+                    return Err(s3_error!(InvalidArgument, "max-parts must not be negative"))
+                }
+                Some(n) => n.min(1000),
+            };
+            let after = i.part_number_marker.unwrap_or(0).max(0);
+            let parts: Vec<ObjectPart> = h
+                .parts
+                .iter()
+                .enumerate()
+                .map(|(n, size)| (i32::try_from(n + 1).unwrap_or(i32::MAX), *size))
+                .filter(|(n, _)| *n > after)
+                .take(usize::try_from(max).unwrap_or(0))
+                .map(|(n, size)| ObjectPart {
+                    part_number: Some(n),
+                    size: Some(len_i64(size)),
+                    ..Default::default()
+                })
+                .collect();
+            let total = i32::try_from(h.parts.len()).unwrap_or(i32::MAX);
+            let last = parts.last().and_then(|p| p.part_number);
+            let truncated = last.is_some_and(|l| l < total);
+            out.object_parts = Some(GetObjectAttributesParts {
+                is_truncated: Some(truncated),
+                max_parts: Some(max),
+                next_part_number_marker: if truncated { last } else { None },
+                part_number_marker: Some(after),
+                parts: Some(parts),
+                total_parts_count: Some(total),
+            });
+        }
+        Ok(S3Response::new(out))
+    }
 }
 
 #[cfg(test)]

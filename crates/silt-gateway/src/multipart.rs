@@ -1,6 +1,7 @@
-//! Multipart uploads: parts are kept in the gateway's own directory until the upload is
-//! completed (their concatenation becomes the object, as one whole-object upload of the
-//! client: `write::finish`) or aborted (they are removed).
+//! Multipart uploads (CreateMultipartUpload, UploadPart, CompleteMultipartUpload,
+//! AbortMultipartUpload, ListParts, ListMultipartUploads): parts are kept in the gateway's
+//! own directory until the upload is completed (their concatenation becomes the object, as
+//! one whole-object upload of the client: `write::finish`) or aborted (they are removed).
 //!
 //! Layout under the uploads directory (owner-only):
 //!
@@ -26,11 +27,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
 use s3s::dto::*;
-use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use silt_client::{Client, Entry};
 use tokio::io::AsyncReadExt;
 
+use crate::conditions::write_condition;
 use crate::write::{self, Expected, Received, Sink};
+use crate::{etag_of, len_i64, meta, Gateway};
 
 /// S3's limits: part numbers 1..=10000, every part but the last at least 5 MiB.
 pub(crate) const MAX_PART_NUMBER: i32 = 10_000;
@@ -446,6 +449,253 @@ pub(crate) fn no_such_upload() -> S3Error {
         S3ErrorCode::NoSuchUpload,
         "The specified multipart upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
     )
+}
+
+impl Gateway {
+    pub(crate) async fn create_multipart_upload_impl(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let i = &req.input;
+        let path = self.write_path(&i.bucket, &i.key).await?;
+        // Refused now if it could never complete (read-only, a directory there).
+        self.client
+            .open_upload(&path, Default::default())
+            .await
+            .map_err(write::commit_error)?;
+        let m = meta::UploadMeta::new(
+            meta::request_headers!(i),
+            i.checksum_algorithm.as_ref(),
+            i.checksum_type.as_ref(),
+        )?;
+        let id = self.uploads.create(&i.bucket, &i.key).await?;
+        self.uploads.save_meta(&id, &m).await?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            checksum_algorithm: i.checksum_algorithm.clone(),
+            checksum_type: m.algorithm.as_ref().map(|_| {
+                ChecksumType::from(
+                    if m.full_object {
+                        ChecksumType::FULL_OBJECT
+                    } else {
+                        ChecksumType::COMPOSITE
+                    }
+                    .to_string(),
+                )
+            }),
+            bucket: Some(i.bucket.clone()),
+            key: Some(i.key.clone()),
+            upload_id: Some(id),
+            ..Default::default()
+        }))
+    }
+
+    pub(crate) async fn upload_part_impl(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let expected = write::expected_of!(req)?;
+        let i = req.input;
+        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
+        let (etag, got) = self
+            .uploads
+            .put_part(
+                &u,
+                i.part_number,
+                i.body,
+                i.content_length,
+                expected,
+                req.trailing_headers.as_ref(),
+            )
+            .await?;
+        Ok(S3Response::new(write::with_checksums!(
+            UploadPartOutput {
+                e_tag: Some(ETag::Strong(etag)),
+                ..Default::default()
+            },
+            got.checksums
+        )))
+    }
+
+    pub(crate) async fn complete_multipart_upload_impl(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let i = req.input;
+        let u = match self.uploads.get(&i.upload_id, &i.bucket, &i.key).await {
+            Ok(u) => u,
+            // Completed already: S3 answers with the result again.
+            Err(e) => match self
+                .uploads
+                .completed(&i.upload_id, &i.bucket, &i.key)
+                .await
+            {
+                Some(etag) => {
+                    return Ok(S3Response::new(CompleteMultipartUploadOutput {
+                        bucket: Some(i.bucket),
+                        key: Some(i.key),
+                        e_tag: Some(ETag::Strong(etag)),
+                        ..Default::default()
+                    }))
+                }
+                None => return Err(e),
+            },
+        };
+        let path = self.write_path(&i.bucket, &i.key).await?;
+        let condition = write_condition(i.if_match.as_ref(), i.if_none_match.as_ref())?;
+        let mut asked = Vec::new();
+        for p in i.multipart_upload.and_then(|m| m.parts).unwrap_or_default() {
+            let (Some(n), Some(etag)) = (p.part_number, p.e_tag) else {
+                return Err(s3_error!(
+                    MalformedXML,
+                    "every part needs its PartNumber and ETag"
+                ));
+            };
+            asked.push((n, etag.value().to_string()));
+        }
+        let m = self.uploads.meta(&u).await;
+        let entry = self
+            .uploads
+            .complete(&self.client, &u, &path, &asked, &m, condition)
+            .await?;
+        let h = meta::headers_of(&self.client, &entry)
+            .await?
+            .unwrap_or_default();
+        let c = meta::checksum_of(&h);
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(i.bucket),
+            key: Some(i.key),
+            e_tag: Some(ETag::Strong(etag_of(&entry))),
+            checksum_crc32: c.checksum_crc32,
+            checksum_crc32c: c.checksum_crc32c,
+            checksum_sha1: c.checksum_sha1,
+            checksum_sha256: c.checksum_sha256,
+            checksum_crc64nvme: c.checksum_crc64nvme,
+            checksum_type: c.checksum_type,
+            ..Default::default()
+        }))
+    }
+
+    pub(crate) async fn abort_multipart_upload_impl(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let i = &req.input;
+        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
+        self.uploads.abort(&u).await?;
+        Ok(S3Response::with_status(
+            AbortMultipartUploadOutput::default(),
+            hyper::StatusCode::NO_CONTENT,
+        ))
+    }
+
+    pub(crate) async fn list_parts_impl(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        let i = &req.input;
+        let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
+        let max = match i.max_parts {
+            None => 1000,
+            Some(n) if n < 0 => {
+                return Err(s3_error!(InvalidArgument, "max-parts must not be negative"))
+            }
+            Some(n) => n.min(1000) as usize,
+        };
+        let marker = i.part_number_marker.unwrap_or(0);
+        let mut parts: Vec<_> = self
+            .uploads
+            .parts(&u.id)
+            .await?
+            .into_iter()
+            .filter(|p| p.number > marker)
+            .collect();
+        let truncated = parts.len() > max;
+        parts.truncate(max);
+        let next = truncated.then(|| parts.last().map(|p| p.number)).flatten();
+        Ok(S3Response::new(ListPartsOutput {
+            bucket: Some(u.bucket),
+            key: Some(u.key),
+            upload_id: Some(u.id),
+            max_parts: Some(max as i32),
+            is_truncated: Some(truncated),
+            part_number_marker: i.part_number_marker,
+            next_part_number_marker: next,
+            parts: Some(
+                parts
+                    .into_iter()
+                    .map(|p| Part {
+                        e_tag: Some(ETag::Strong(p.etag)),
+                        last_modified: p.modified.map(Timestamp::from),
+                        part_number: Some(p.number),
+                        size: Some(len_i64(p.size)),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+            ..Default::default()
+        }))
+    }
+
+    pub(crate) async fn list_multipart_uploads_impl(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        let i = &req.input;
+        self.bucket_root(&i.bucket).await?;
+        let prefix = i.prefix.clone().unwrap_or_default();
+        let max = match i.max_uploads {
+            None => 1000,
+            Some(n) if n < 0 => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "max-uploads must not be negative"
+                ))
+            }
+            Some(n) => n.min(1000) as usize,
+        };
+        let key_marker = i.key_marker.clone().unwrap_or_default();
+        let id_marker = i.upload_id_marker.clone().unwrap_or_default();
+        let mut all: Vec<_> = self
+            .uploads
+            .list(&i.bucket, &prefix)
+            .await?
+            .into_iter()
+            .filter(|u| {
+                key_marker.is_empty()
+                    || u.key > key_marker
+                    || (u.key == key_marker && !id_marker.is_empty() && u.id > id_marker)
+            })
+            .collect();
+        let truncated = all.len() > max;
+        all.truncate(max);
+        let (next_key, next_id) = match (truncated, all.last()) {
+            (true, Some(u)) => (Some(u.key.clone()), Some(u.id.clone())),
+            _ => (None, None),
+        };
+        Ok(S3Response::new(ListMultipartUploadsOutput {
+            bucket: Some(i.bucket.clone()),
+            prefix: Some(prefix),
+            key_marker: i.key_marker.clone(),
+            upload_id_marker: i.upload_id_marker.clone(),
+            max_uploads: Some(max as i32),
+            is_truncated: Some(truncated),
+            next_key_marker: next_key,
+            next_upload_id_marker: next_id,
+            uploads: Some(
+                all.into_iter()
+                    .map(|u| MultipartUpload {
+                        initiated: Some(Timestamp::from(u.initiated)),
+                        key: Some(u.key),
+                        upload_id: Some(u.id),
+                        storage_class: Some(StorageClass::from_static(StorageClass::STANDARD)),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }))
+    }
 }
 
 #[cfg(test)]

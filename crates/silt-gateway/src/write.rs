@@ -1,5 +1,5 @@
-//! Writes through the gateway: PutObject, CopyObject, DeleteObject(s), and what a completed
-//! multipart upload shares with them.
+//! Writes through the gateway: PutObject and DeleteObject(s), and what CopyObject and a
+//! completed multipart upload share with them (the upload, its commit, the body's digests).
 //!
 //! - A PUT is a **whole-object upload** of the client (`Client::open_upload`): a session of
 //!   its own that nothing reads before its commit, which replaces the file whole; the mount's
@@ -16,11 +16,55 @@ use futures::StreamExt;
 use s3s::checksum::ChecksumHasher;
 use s3s::crypto::{Checksum as _, Md5};
 use s3s::dto::*;
-use s3s::{s3_error, S3Error, S3ErrorCode, S3Result};
+use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 use silt_client::{Client, Entry, FileWriter};
 use silt_common::{metrics, ErrorKind};
+use tracing::debug;
 
-use crate::to_s3;
+use crate::conditions::write_condition;
+use crate::{etag_of, len_i64, meta, to_s3, valid_key, Gateway};
+
+/// The `x-amz-checksum-*` fields of a request (PutObject, UploadPart) as one `Checksum`.
+macro_rules! checksums_of {
+    ($i:expr) => {
+        Checksum {
+            checksum_crc32: $i.checksum_crc32.clone(),
+            checksum_crc32c: $i.checksum_crc32c.clone(),
+            checksum_sha1: $i.checksum_sha1.clone(),
+            checksum_sha256: $i.checksum_sha256.clone(),
+            checksum_crc64nvme: $i.checksum_crc64nvme.clone(),
+            ..Default::default()
+        }
+    };
+}
+
+/// The digests a request's body must match (PutObject, UploadPart): Content-MD5, the
+/// `x-amz-checksum-*` headers, and a checksum trailer the request announces.
+macro_rules! expected_of {
+    ($req:expr) => {
+        $crate::write::Expected {
+            md5: $req.input.content_md5.clone(),
+            checksums: $crate::write::checksums_of!($req.input),
+            ..Default::default()
+        }
+        .with_trailer(&$req.headers)
+    };
+}
+
+/// An answer (PutObject, UploadPart) echoing the checksums `c` computed over the body.
+macro_rules! with_checksums {
+    ($out:expr, $c:expr) => {{
+        let mut out = $out;
+        let c = $c;
+        out.checksum_crc32 = c.checksum_crc32;
+        out.checksum_crc32c = c.checksum_crc32c;
+        out.checksum_sha1 = c.checksum_sha1;
+        out.checksum_sha256 = c.checksum_sha256;
+        out.checksum_crc64nvme = c.checksum_crc64nvme;
+        out
+    }};
+}
+pub(crate) use {checksums_of, expected_of, with_checksums};
 
 /// The digests a body must match, as the request gives them.
 #[derive(Default, Clone)]
@@ -269,7 +313,7 @@ pub(crate) fn commit_error(e: silt_common::Error) -> S3Error {
             err.set_status_code(hyper::StatusCode::CONFLICT);
             err
         }
-        ErrorKind::PreconditionFailed => crate::precondition_failed(),
+        ErrorKind::PreconditionFailed => crate::conditions::precondition_failed(),
         ErrorKind::ReadOnly => S3Error::with_message(
             S3ErrorCode::AccessDenied,
             format!("Access Denied: {e} (the mount's write rules allow no writes here)"),
@@ -401,4 +445,123 @@ async fn delete(client: &Client, root: &str, path: &str) -> S3Result<()> {
         }
     }
     Ok(())
+}
+
+impl Gateway {
+    pub(crate) async fn put_object_impl(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let expected = expected_of!(req)?;
+        let i = req.input;
+        if let Some(dir) = i.key.strip_suffix('/').filter(|d| valid_key(d)) {
+            // A "folder" marker (what s3a, the S3 consoles and s3fs-fuse make): a directory.
+            if i.content_length.is_some_and(|n| n > 0) {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "a key ending in / names a directory here: its body must be empty"
+                ));
+            }
+            let root = self.bucket_root(&i.bucket).await?;
+            let path = format!("{root}/{dir}");
+            make_dirs(&self.client, &root, &path).await?;
+            return Ok(S3Response::new(PutObjectOutput {
+                // The MD5 of no bytes, as S3 answers for an empty object.
+                e_tag: Some(ETag::Strong("d41d8cd98f00b204e9800998ecf8427e".into())),
+                size: Some(0),
+                ..Default::default()
+            }));
+        }
+        let path = self.write_path(&i.bucket, &i.key).await?;
+        let mut expected = expected;
+        expected.condition = write_condition(i.if_match.as_ref(), i.if_none_match.as_ref())?;
+        let headers = meta::request_headers!(i);
+        let (entry, got) = upload(
+            &self.client,
+            &path,
+            i.body,
+            i.content_length,
+            &expected,
+            req.trailing_headers.as_ref(),
+            headers,
+        )
+        .await?;
+        debug!(bucket = %i.bucket, key = %i.key, len = got.len, "PUT");
+        Ok(S3Response::new(with_checksums!(
+            PutObjectOutput {
+                e_tag: Some(ETag::Strong(etag_of(&entry))),
+                size: Some(len_i64(got.len)),
+                ..Default::default()
+            },
+            got.checksums
+        )))
+    }
+
+    pub(crate) async fn delete_object_impl(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        let i = &req.input;
+        if i.version_id.is_some() {
+            return Err(s3_error!(
+                NotImplemented,
+                "object versions are not supported"
+            ));
+        }
+        let root = self.bucket_root(&i.bucket).await?;
+        delete_key(&self.client, &root, &i.key).await?;
+        Ok(S3Response::with_status(
+            DeleteObjectOutput::default(),
+            hyper::StatusCode::NO_CONTENT,
+        ))
+    }
+
+    pub(crate) async fn delete_objects_impl(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let i = &req.input;
+        if i.delete.objects.len() > 1000 {
+            return Err(s3_error!(
+                MalformedXML,
+                "a DeleteObjects request names at most 1000 keys"
+            ));
+        }
+        let root = self.bucket_root(&i.bucket).await?;
+        let quiet = i.delete.quiet.unwrap_or(false);
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for o in &i.delete.objects {
+            let r = if o.version_id.is_some() {
+                Err(s3_error!(
+                    NotImplemented,
+                    "object versions are not supported"
+                ))
+            } else {
+                match delete_key(&self.client, &root, &o.key).await {
+                    Ok(Some(_)) => Ok(()),
+                    Ok(None) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            };
+            match r {
+                Ok(()) if quiet => {}
+                Ok(()) => deleted.push(DeletedObject {
+                    key: Some(o.key.clone()),
+                    ..Default::default()
+                }),
+                Err(e) => errors.push(s3s::dto::Error {
+                    code: Some(e.code().as_str().to_string()),
+                    key: Some(o.key.clone()),
+                    message: e.message().map(str::to_string),
+                    version_id: o.version_id.clone(),
+                }),
+            }
+        }
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: Some(errors),
+            ..Default::default()
+        }))
+    }
 }
