@@ -227,7 +227,7 @@ struct State {
     /// Wakes the background sealer, if one runs.
     sealer: Option<mpsc::Sender<()>>,
     /// By slot: the data file's `fstat` when `complete_file` last read it back and found every
-    /// page good. Only objects lent whole have one.
+    /// page good. Only objects leased whole have one.
     stamps: HashMap<u32, FileStamp>,
     /// [`STAMP_SETTLE`]; tests shorten it.
     settle: std::time::Duration,
@@ -249,7 +249,7 @@ struct FileStamp {
 
 /// A file whose ctime is younger than this when it is stamped could still change within the
 /// same timestamp tick unseen (kernel timestamps are coarse: a jiffy, or a second on some
-/// file systems), so its stamp is not trusted: it is read back again at its next lend.
+/// file systems), so its stamp is not trusted: it is read back again at its next lease.
 const STAMP_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl FileStamp {
@@ -647,7 +647,7 @@ impl State {
     }
 
     /// Counts a read of every page of `object` (slot `s`, whole in disk tier `t`) served
-    /// from its data file outside the store (passthrough, a lent file): for admission and
+    /// from its data file outside the store (passthrough, a leased file): for admission and
     /// recency as if each page were read with `get`, or a file read only that way would look
     /// cold next to the ones read through the store and be displaced by them.
     fn file_read(&mut self, t: usize, s: u32, object: ObjectId, pages: u64) {
@@ -1782,7 +1782,7 @@ impl PageStore {
 
     /// `Some(file)` iff every page of the object is in one disk tier's data file and every
     /// byte of it is verified: `file` is open on a regular local file whose bytes
-    /// `[0, object_size)` are exactly the object (for FUSE passthrough, or a worker's lend).
+    /// `[0, object_size)` are exactly the object (for FUSE passthrough, or a worker's lease).
     ///
     /// The file is read back and each page checked against its crc32c unless its `fstat`
     /// (inode, size, mtime, ctime) is what it was at the last such check in this process, made long enough
@@ -1829,7 +1829,7 @@ impl PageStore {
         if stamp == Some(seen) {
             return Some(done);
         }
-        // No stamp (the first lend since this process started, whatever the journal says of
+        // No stamp (the first lease since this process started, whatever the journal says of
         // the pages: a change made while Silt was stopped leaves no trace a restart can see)
         // or a changed one: every page is read back first.
         let crcs = self.shared.state.lock().committed_crcs(t, s, 0..pages)?;

@@ -35,7 +35,7 @@ use silt_common::metrics::{self, ReadFrom};
 use silt_common::sync::{SyncPolicy, SyncRules};
 use silt_common::write::{WriteRules, WriteType};
 use silt_common::{Error, ErrorKind, ObjectId, Result};
-use silt_reader::{BackingSource, HeldFile, ObjectRef, PageReader, ReadSource};
+use silt_reader::{BackingSource, LeasedCopy, ObjectRef, PageReader, ReadSource};
 use silt_ufs::{EntryKind, ObjectMeta};
 
 /// See `Client::pin_local_file`.
@@ -463,7 +463,7 @@ pub struct Client {
     change_sink: std::sync::OnceLock<Arc<dyn ChangeSink>>,
     opts: ClientOptions,
     rt: Handle,
-    /// Same-host workers that can lend their cache files (cluster clients).
+    /// Same-host workers that can lease their cache files (cluster clients).
     backing: Option<Arc<dyn BackingSource>>,
     /// How files written through this client are kept, per prefix (`write.rs`).
     writes: write::Writes,
@@ -643,7 +643,7 @@ impl Client {
         &self.writes.rules
     }
 
-    /// Lets opens use files lent by `source` (a same-host worker's cache) for passthrough.
+    /// Lets opens use files leased by `source` (a same-host worker's cache) for passthrough.
     pub fn with_backing_source(mut self, source: Arc<dyn BackingSource>) -> Self {
         self.backing = Some(source);
         self
@@ -694,7 +694,7 @@ impl Client {
 
     /// A reader of `obj`'s bytes straight from a file on this host, without the client: its
     /// version whole in this process's disk tier (verified when taken, its pages kept while
-    /// the reader lives), else a same-host worker's cache file lent for as long (each read
+    /// the reader lives), else a same-host worker's cache file leased for as long (each read
     /// checks the pages it touches). `None`: read through the client. Blocks (outside the
     /// runtime, like a FUSE thread or the Python SDK's reads).
     pub fn local_reader(&self, obj: &ObjectRef) -> Option<Box<dyn LocalRead>> {
@@ -709,11 +709,11 @@ impl Client {
         self.rt.block_on(source.local_reader(obj))
     }
 
-    /// A local file for `obj` held for the caller, if a backing source can lend one. Blocks
+    /// A local file for `obj` held for the caller, if a backing source can lease one. Blocks
     /// (for FUSE threads outside the runtime).
-    pub(crate) fn hold_backing_blocking(&self, obj: &ObjectRef) -> Option<HeldFile> {
+    pub(crate) fn lease_copy_blocking(&self, obj: &ObjectRef) -> Option<LeasedCopy> {
         let source = self.backing.as_ref()?;
-        self.rt.block_on(source.hold(obj))
+        self.rt.block_on(source.lease_copy(obj))
     }
 
     /// Saves the metadata cache to `path` (after a clean unmount) so the next start can reuse

@@ -30,7 +30,7 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use silt_common::{metrics, Error, ErrorKind, ObjectId, Result};
-use silt_reader::{BackingSource, Fetcher, HeldFile, ObjectRef};
+use silt_reader::{BackingSource, Fetcher, LeasedCopy, ObjectRef};
 
 use crate::membership::{Member, Membership};
 use crate::placement;
@@ -544,10 +544,12 @@ impl BackingSource for Router {
         Some(Box::new(lease))
     }
 
-    /// A file whole on one worker of this host is lent by it (a private copy) for passthrough.
-    async fn hold(&self, obj: &ObjectRef) -> Option<HeldFile> {
-        self.ask_sole_owner(obj, "file loan", |c| async move { c.hold(obj).await })
-            .await
+    /// A file whole on one worker of this host is leased by it (a private copy) for passthrough.
+    async fn lease_copy(&self, obj: &ObjectRef) -> Option<LeasedCopy> {
+        self.ask_sole_owner(obj, "file lease (a copy)", |c| async move {
+            c.lease_copy(obj).await
+        })
+        .await
     }
 }
 

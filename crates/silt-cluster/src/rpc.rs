@@ -19,7 +19,7 @@
 //! range with `pread` and then sends `done`, and only then is the pin released, so eviction
 //! can never punch a hole under a read in progress. Otherwise the worker sends bytes.
 //! For FUSE passthrough (`hold`) a client needs a file for the whole life of an open, so the
-//! worker lends a private copy instead (see `hold`).
+//! worker leases a private copy instead (see `lease_copy`).
 //!
 //! Replicated cache-only files (`crate::replica`): `rput` (the file's bytes follow the request
 //! as `Data` frames closed by `End`; answered `{"stored": size}`), `rget` (bytes of a range of
@@ -157,7 +157,7 @@ pub enum Request {
         object: WireObject,
     },
     /// A private copy of the object's cache file, for passthrough (Unix socket).
-    Hold {
+    LeaseCopy {
         object: WireObject,
     },
     /// Cached whatever the admission policy says (`silt load`).
@@ -262,7 +262,7 @@ impl Request {
             Request::Unpin { .. } => "unpin",
             Request::Read { .. } => "read",
             Request::Lease { .. } => "lease",
-            Request::Hold { .. } => "hold",
+            Request::LeaseCopy { .. } => "hold",
             Request::Load { .. } => "load",
             Request::Prefetch { .. } => "prefetch",
             Request::Forget { .. } => "forget",
@@ -286,7 +286,7 @@ impl Request {
             Request::Read { .. } => RpcOp::Read,
             // It lasts as long as the client holds the file.
             Request::Lease { .. } => return None,
-            Request::Hold { .. } => RpcOp::Hold,
+            Request::LeaseCopy { .. } => RpcOp::LeaseCopy,
             Request::Load { .. } => RpcOp::Load,
             Request::Prefetch { .. } => RpcOp::Prefetch,
             Request::Forget { .. } => RpcOp::Forget,
@@ -397,7 +397,7 @@ pub struct Service {
     /// What this service served (also counted in the process-wide `RPC_*` metrics).
     reads_served: AtomicU64,
     bytes_served: AtomicU64,
-    files_lent: AtomicU64,
+    files_leased: AtomicU64,
     /// Replicated cache-only files kept here (`None`: the `r*` ops are refused).
     resident: Option<Arc<ResidentTable>>,
     /// Every connection proves it holds this before it is served.
@@ -453,7 +453,7 @@ impl Service {
             identity,
             reads_served: AtomicU64::new(0),
             bytes_served: AtomicU64::new(0),
-            files_lent: AtomicU64::new(0),
+            files_leased: AtomicU64::new(0),
             resident: None,
             on_changed: None,
         }
@@ -564,7 +564,7 @@ impl Service {
             },
             reads_served: self.reads_served.load(Ordering::Relaxed),
             bytes_served: self.bytes_served.load(Ordering::Relaxed),
-            files_lent: self.files_lent.load(Ordering::Relaxed),
+            files_leased: self.files_leased.load(Ordering::Relaxed),
             ufs_read_bytes: metrics::UFS_READ_BYTES.get(),
             cache_only_files,
             cache_only_bytes,
@@ -792,10 +792,10 @@ async fn serve_one(
                 .into()),
             }
         }
-        Request::Hold { object } => {
+        Request::LeaseCopy { object } => {
             let obj = svc.object(object).await?;
             match s {
-                Conn::Unix(u) => hold(u, svc, &obj).await,
+                Conn::Unix(u) => lease_copy(u, svc, &obj).await,
                 Conn::Tcp(_) | Conn::Tls(_) => {
                     Err(Error::invalid("hold is only offered over the worker's Unix socket").into())
                 }
@@ -950,7 +950,7 @@ async fn serve_resident(
 /// system shares blocks). The copy belongs to the client alone, so nothing the worker does later
 /// — evicting, punching holes, restarting — can change bytes under the client's readers; it is
 /// freed when the client's last handle closes. Otherwise answers `{"fd": false}`.
-async fn hold(
+async fn lease_copy(
     u: &mut UnixStream,
     svc: &Service,
     obj: &ObjectRef,
@@ -961,17 +961,17 @@ async fn hold(
         let _pin = store.pin(id);
         let whole = store.complete_file(id, size)?;
         let copy = private_copy(&whole, size).ok()?;
-        // The source verified, but it could have been altered since: lend only good bytes.
+        // The source verified, but it could have been altered since: lease only good bytes.
         store.copy_verified(&whole, &copy).then_some(copy)
     })
     .await
     .map_err(|e| Error::internal(format!("copying a cache file: {e}")))?;
     let Some(copy) = copy else {
-        return reply(u, "hold", &answer::FileHead::none()).await;
+        return reply(u, "lease_copy", &answer::FileHead::none()).await;
     };
-    reply(u, "hold", &answer::FileHead::copy()).await?;
+    reply(u, "lease_copy", &answer::FileHead::copy()).await?;
     send_fd(u, copy.as_raw_fd()).await.map_err(broken)?;
-    count(&svc.files_lent, &metrics::RPC_FILES_LENT, 1);
+    count(&svc.files_leased, &metrics::RPC_FILES_LEASED, 1);
     Ok(())
 }
 
@@ -999,7 +999,7 @@ async fn lease(
     let head = answer::FileHead::pages(svc.worker.page_size(), 0, crcs);
     reply(u, "lease", &head).await?;
     send_fd(u, file.as_raw_fd()).await.map_err(broken)?;
-    count(&svc.files_lent, &metrics::RPC_FILES_LENT, 1);
+    count(&svc.files_leased, &metrics::RPC_FILES_LEASED, 1);
     // Held until the client is done with it: no time bound, the connection is the lease.
     let _ = read_frame(u).await;
     drop(pin);
@@ -1352,24 +1352,24 @@ impl WorkerClient {
 
     /// A private copy of the object's cache file from a same-host worker (see `hold` on the
     /// server), for passthrough: `None` if the worker does not hold the whole object on disk.
-    pub async fn hold(
+    pub async fn lease_copy(
         &self,
         obj: &ObjectRef,
-    ) -> std::result::Result<Option<silt_reader::HeldFile>, CallError> {
+    ) -> std::result::Result<Option<silt_reader::LeasedCopy>, CallError> {
         if !matches!(self.endpoint, Endpoint::Unix(_)) {
             return Ok(None);
         }
         self.with_conn(|mut c| async move {
-            let req = Request::Hold {
+            let req = Request::LeaseCopy {
                 object: WireObject::from_ref(obj),
             };
             write_json(&mut c, &req.envelope()).await?;
-            let head: answer::FileHead = expect_answer(&mut c, "hold").await?;
+            let head: answer::FileHead = expect_answer(&mut c, "lease_copy").await?;
             let file = passed_fd(&c, &head).await?.map(std::fs::File::from);
             expect_end(&mut c).await?;
             self.put_back(c);
             // The copy is the client's own: nothing to keep alive beside the file.
-            Ok(file.map(|file| silt_reader::HeldFile {
+            Ok(file.map(|file| silt_reader::LeasedCopy {
                 file,
                 guard: Box::new(()),
             }))
@@ -1899,7 +1899,7 @@ mod tests {
             Request::Lease {
                 object: object.clone(),
             },
-            Request::Hold {
+            Request::LeaseCopy {
                 object: object.clone(),
             },
             Request::Load {

@@ -150,7 +150,7 @@ async fn state(fx: &Fx) -> Value {
     let files = m.resident_list("/").await.unwrap();
     json!({
         "reads_served": s["reads_served"], "bytes_served": s["bytes_served"],
-        "files_lent": s["files_lent"], "used": s["used"], "page_misses": s["page_misses"],
+        "files_leased": s["files_leased"], "used": s["used"], "page_misses": s["page_misses"],
         "cache_only_files": s["cache_only_files"],
         "resident": files.iter().map(|(p, m)| format!("{p}:{}:{}", m.tag, m.size)).collect::<Vec<_>>(),
     })
@@ -178,7 +178,7 @@ fn requests(fx: &Fx) -> Vec<(&'static str, Value, Option<Vec<u8>>)> {
         ),
         (
             "hold",
-            json!({"v": 1, "op": "hold", "object": object, "fd": true}),
+            json!({"v": 1, "op": "lease_copy", "object": object, "fd": true}),
             None,
         ),
         ("load", req("load"), None),
@@ -293,7 +293,7 @@ async fn without_the_handshake_every_request_kind_is_refused() {
         );
         n += 3;
     }
-    // Nothing was read, fetched, lent, written or deleted.
+    // Nothing was read, fetched, leased, written or deleted.
     assert_eq!(state(&fx).await, before);
     assert!(silt_common::metrics::RPC_AUTH_FAILURES.get() >= failures + n);
 }
@@ -316,7 +316,7 @@ async fn a_wrong_secret_gets_nothing_and_the_right_one_everything() {
         };
         refused("read", c.read(&fx.obj, 0..size).await.map(drop));
         if matches!(ep, Endpoint::Unix(_)) {
-            refused("hold", c.hold(&fx.obj).await.map(drop));
+            refused("lease_copy", c.lease_copy(&fx.obj).await.map(drop));
         }
         for req in [
             Request::Stats,
@@ -366,10 +366,10 @@ async fn a_wrong_secret_gets_nothing_and_the_right_one_everything() {
         assert_eq!(c.resident_list("/data").await.unwrap().len(), 1);
     }
     let held = uds
-        .hold(&fx.obj)
+        .lease_copy(&fx.obj)
         .await
         .unwrap()
-        .expect("a same-host member is lent the file");
+        .expect("a same-host member is leased the file");
     let mut copy = vec![0u8; fx.data.len()];
     std::os::unix::fs::FileExt::read_exact_at(&held.file, &mut copy, 0).unwrap();
     assert_eq!(copy, fx.data);

@@ -149,7 +149,7 @@ fn requests() -> Vec<Vec<u8>> {
         json(
             serde_json::json!({"v": 1, "op": "read", "object": obj, "offset": 0, "len": 100, "fd": true}),
         ),
-        json(serde_json::json!({"v": 1, "op": "hold", "object": obj})),
+        json(serde_json::json!({"v": 1, "op": "lease_copy", "object": obj})),
         json(serde_json::json!({"v": 1, "op": "load", "object": obj})),
         json(serde_json::json!({"v": 1, "op": "forget", "object": obj})),
         json(serde_json::json!({"v": 1, "op": "prefetch", "object": obj, "offset": 0, "len": 100})),

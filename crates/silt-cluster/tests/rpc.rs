@@ -181,7 +181,7 @@ async fn passed_descriptors_are_read_and_checked() {
     }
 }
 
-/// A lease lends the worker's own cache file of a whole object (no copy) while it lives;
+/// A lease leases the worker's own cache file of a whole object (no copy) while it lives;
 /// every read through it checks the pages it touches, so a flipped byte is an error.
 #[tokio::test]
 async fn a_lease_reads_the_workers_file_and_checks_every_page() {
@@ -242,7 +242,7 @@ async fn a_lease_reads_the_workers_file_and_checks_every_page() {
     // Dropping the lease ends its connection; the worker goes on serving.
     drop(lease);
     let stats = c.call(Request::Stats).await.unwrap();
-    assert_eq!(stats["files_lent"], 1, "{stats}");
+    assert_eq!(stats["files_leased"], 1, "{stats}");
 }
 
 /// `prefetch` answers at once and starts fetching what the worker lacks; a read right after

@@ -100,7 +100,7 @@ define_metrics! {
     FAILOVER_UFS_READS = "silt_failover_ufs_reads_total", "Reads a client served from the under-store because no candidate worker answered.";
     RPC_READS_SERVED = "silt_rpc_reads_served_total", "Read requests a worker served to clients.";
     RPC_BYTES_SERVED = "silt_rpc_bytes_served_total", "Bytes a worker sent to clients (not counting passed file descriptors).";
-    RPC_FILES_LENT = "silt_rpc_files_lent_total", "Cache files a worker lent to same-host clients for FUSE passthrough (pinned until the client lets go).";
+    RPC_FILES_LEASED = "silt_rpc_files_leased_total", "Cache files a worker leased to same-host clients for FUSE passthrough (pinned until the client lets go).";
     RPC_AUTH_FAILURES = "silt_rpc_auth_failures_total", "Connections to a worker refused because they did not prove cluster membership (no, wrong or replayed proof of the cluster secret, or none in time).";
     WRITE_SPILLED_BYTES = "silt_write_spilled_bytes_total", "Bytes of write-buffer chunks placed on a spill disk (moved out of memory under pressure, or allocated there when memory was full), a whole chunk each.";
     WRITE_NOSPACE = "silt_write_nospace_total", "Write-buffer chunks refused with ENOSPC because neither memory nor any spill tier had room.";
@@ -330,7 +330,7 @@ define_histograms! {
     }
     WORKER_RPC_SECONDS: RpcOp = "silt_worker_rpc_seconds", "op", "Time a worker took to serve one request from a client, by operation (a `read` passing a file descriptor includes the client's read of it; `lease` is not timed: it lasts as long as the client holds the file)." {
         Read = "read", Load = "load", Prefetch = "prefetch", Pin = "pin", Unpin = "unpin",
-        Cached = "cached", Stats = "stats", Forget = "forget", Hold = "hold", Changed = "changed",
+        Cached = "cached", Stats = "stats", Forget = "forget", LeaseCopy = "lease_copy", Changed = "changed",
         Resident = "resident",
     }
     CSI_CALL_SECONDS: CsiCall = "silt_csi_call_seconds", "call", "Time the CSI plugin took to answer one call, by call (a stage includes starting the volume's mount process; identity and capability calls are `other`)." {

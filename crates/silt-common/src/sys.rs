@@ -1,5 +1,5 @@
 //! Operating-system helpers written once for every crate that needs them: passing a file
-//! descriptor over a Unix socket (`SCM_RIGHTS`: the worker lending a cache file, the FUSE
+//! descriptor over a Unix socket (`SCM_RIGHTS`: the worker leasing a cache file, the FUSE
 //! holder handing over `/dev/fuse`), waiting for a process by pidfd, reading
 //! `/proc/self/mountinfo`, and the client side of the FUSE holder (the process that keeps a
 //! mount's connection open across daemon restarts), which the mount and the CSI node both use.

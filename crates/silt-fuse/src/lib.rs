@@ -145,7 +145,7 @@ impl FuseState {
 /// `FUSE_DEV_IOC_BACKING_CLOSE`: `_IOW(229, 2, uint32_t)` (include/uapi/linux/fuse.h).
 const FUSE_DEV_IOC_BACKING_CLOSE: libc::c_ulong = 0x4004_E502;
 
-/// What the kernel lends the core: passthrough backings on the mount's connection, and the
+/// What the kernel gives the core: passthrough backings on the mount's connection, and the
 /// invalidation queue an open waits for.
 struct Kernel {
     state: Arc<FuseState>,
@@ -156,7 +156,7 @@ struct Kernel {
 }
 
 impl Frontend for Kernel {
-    fn lends_local_files(&self) -> bool {
+    fn reads_local_files(&self) -> bool {
         self.state.passthrough_enabled.load(Ordering::Relaxed)
     }
 

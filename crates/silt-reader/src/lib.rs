@@ -136,15 +136,15 @@ pub trait Fetcher: Send + Sync {
 }
 
 /// A local file holding an object's bytes at their own offsets, guaranteed to stay so while
-/// `guard` lives (a same-host worker lends a private copy of its cache file, so its guard
+/// `guard` lives (a same-host worker leases a private copy of its cache file, so its guard
 /// holds nothing).
-pub struct HeldFile {
+pub struct LeasedCopy {
     pub file: std::fs::File,
     pub guard: Box<dyn Send + Sync>,
 }
 
 /// Bytes of one whole object read from a file on this host, without the client (the SDK's
-/// local reads): the process's own cache file, or a same-host worker's, lent while this lives.
+/// local reads): the process's own cache file, or a same-host worker's, leased while this lives.
 pub trait LocalRead: Send + Sync {
     /// Fills `buf` with the bytes at `offset` (the range must lie inside the object). Blocks.
     fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
@@ -154,11 +154,11 @@ pub trait LocalRead: Send + Sync {
 /// `None`: not possible now (not on this host, not complete, no answer).
 #[async_trait::async_trait]
 pub trait BackingSource: Send + Sync {
-    /// A file of its own for FUSE passthrough (a private copy: nothing the lender does later
+    /// A file of its own for FUSE passthrough (a private copy: nothing the leasing worker does later
     /// changes it).
-    async fn hold(&self, obj: &ObjectRef) -> Option<HeldFile>;
+    async fn lease_copy(&self, obj: &ObjectRef) -> Option<LeasedCopy>;
 
-    /// The lender's own cache file, pinned there while the reader lives, each read checking
+    /// The leasing worker's own cache file, pinned there while the reader lives, each read checking
     /// the pages it touches (no copy).
     async fn local_reader(&self, _obj: &ObjectRef) -> Option<Box<dyn LocalRead>> {
         None

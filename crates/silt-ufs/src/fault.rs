@@ -196,7 +196,7 @@ impl Layer for Faults {
     }
 
     /// Never the inner store's file: a reader of it would meet none of the faults.
-    fn lends_local_files(&self) -> bool {
+    fn has_local_files(&self) -> bool {
         false
     }
 

@@ -65,7 +65,7 @@ pub trait Layer: Send + Sync + 'static {
 
     /// Whether `local_file` may hand out the inner store's own file. A reader of that file
     /// goes around the layer, so a layer that must see every read says no.
-    fn lends_local_files(&self) -> bool {
+    fn has_local_files(&self) -> bool {
         true
     }
 
@@ -109,7 +109,7 @@ pub trait Layer: Send + Sync + 'static {
     }
 
     async fn local_file(&self, path: &str, expected: &ObjectMeta) -> Option<std::fs::File> {
-        if !self.lends_local_files() {
+        if !self.has_local_files() {
             return None;
         }
         self.inner().local_file(path, expected).await

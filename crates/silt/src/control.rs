@@ -368,7 +368,7 @@ async fn cluster_report(router: &silt_cluster::Router) -> answer::ClusterReport 
                     page_misses: st.page_misses,
                     reads_served: st.reads_served,
                     bytes_served: st.bytes_served,
-                    files_lent: st.files_lent,
+                    files_leased: st.files_leased,
                     ufs_read_bytes: st.ufs_read_bytes,
                 }),
             },

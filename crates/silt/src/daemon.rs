@@ -413,7 +413,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
         tokio::net::UnixListener::bind(&uds_path)
             .with_context(|| format!("binding {}", uds_path.display()))?
     };
-    // Same-host clients run as this user (or root): the socket lends cache files.
+    // Same-host clients run as this user (or root): the socket leases cache files.
     silt_common::private::restrict(&uds_path)
         .with_context(|| format!("restricting {}", uds_path.display()))?;
     let me = Member {

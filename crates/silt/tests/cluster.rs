@@ -383,7 +383,7 @@ fn a_joining_worker_takes_only_its_share_and_a_restarted_one_keeps_its_cache() {
 
 /// A worker and a client in one network namespace (same host): files whole on the worker's
 /// disk, the 5 MiB one spread over five placement groups included (the only worker owns them
-/// all), open in FUSE passthrough from the worker's own cache file (lent over its Unix
+/// all), open in FUSE passthrough from the worker's own cache file (leased over its Unix
 /// socket); without passthrough, reads arrive as passed file descriptors; no byte is copied.
 #[test]
 fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
@@ -430,13 +430,13 @@ fn same_host_reads_use_the_unix_socket_and_passed_descriptors() {
     let passthrough = report["metrics"]["silt_fuse_opens_passthrough_total"]
         .as_u64()
         .unwrap_or(0);
-    let lent = worker_stat(&client, "local", "files_lent");
-    eprintln!("same host: {passthrough} passthrough opens on {lent} lent files");
+    let leased = worker_stat(&client, "local", "files_leased");
+    eprintln!("same host: {passthrough} passthrough opens on {leased} leased files");
     if report["passthrough"]["enabled"] == true {
         assert!(passthrough >= 11, "not every file opened in passthrough");
-        assert!(lent >= 11, "the worker lent {lent} files");
+        assert!(leased >= 11, "the worker leased {leased} files");
     } else {
-        eprintln!("kernel without FUSE passthrough: the file-loan checks are skipped");
+        eprintln!("kernel without FUSE passthrough: the file-lease checks are skipped");
     }
     assert_eq!(
         worker_stat(&client, "local", "bytes_served"),

@@ -246,7 +246,7 @@ fn tampered_cache_page_is_not_served_by_the_daemon() {
     tampered_cache_file_is_not_served(&["--passthrough", "off", "--memory-capacity", "0"]);
 }
 
-/// The same through a worker on the same host: the private copy it lends a client for
+/// The same through a worker on the same host: the private copy it leases a client for
 /// passthrough is never of a cache file altered on disk.
 #[test]
 fn tampered_cache_file_is_not_lent_by_a_same_host_worker() {
@@ -276,7 +276,7 @@ fn tampered_cache_file_is_not_lent_by_a_same_host_worker() {
     let client = Silt::spawn(cmd, Some(&mp), &cstate).unwrap_or_else(|e| panic!("client: {e}"));
     let path = client.path("data/a.bin");
     same(&std::fs::read(&path).unwrap(), &data, "first read");
-    // Whole in the worker's disk tier: this open is lent a copy where passthrough exists.
+    // Whole in the worker's disk tier: this open is leased a copy where passthrough exists.
     // The kernel sends the first handle's RELEASE after close(2) returned, so an open right
     // after may still find it open (and is then served by the daemon, correctly): open again
     // until one is passthrough.

@@ -1072,11 +1072,11 @@ fn reboot(dir: &Path) {
     let _ = fs::remove_file(dir.join("boot-id"));
 }
 
-/// A byte changed while the store was stopped is found at the first lend after the start,
+/// A byte changed while the store was stopped is found at the first lease after the start,
 /// whatever the journal says of the pages: after a crash of the process within the boot, after
 /// a clean shutdown, and after two clean restarts (the issue: a restart handed such files to
 /// the kernel unread, and readers of the mount got the changed bytes). Then, unchanged, the
-/// file is lent on its stamp.
+/// file is leased on its stamp.
 #[test]
 fn a_file_changed_while_stopped_is_read_back_at_its_first_lend() {
     for how in ["crash", "clean", "clean twice"] {
@@ -1100,7 +1100,7 @@ fn a_file_changed_while_stopped_is_read_back_at_its_first_lend() {
         store.shared.state.lock().settle = std::time::Duration::ZERO;
         assert!(
             whole(&store, ObjectId(o), size).is_none(),
-            "{how}: lent unread"
+            "{how}: leased unread"
         );
         assert_eq!(store.stats().checksum_failures, 1, "{how}");
         assert!(!store.contains(&key(o, 1)), "{how}: the changed page stays");
@@ -1179,7 +1179,7 @@ fn complete_file_trusts_an_unchanged_stamp_and_rereads_a_changed_file() {
     assert_eq!(fs::read(&path).unwrap(), object_bytes(ObjectId(o), size));
 }
 
-/// A file recovered as trusted is stamped at its first lend: a change while Silt runs is seen.
+/// A file recovered as trusted is stamped at its first lease: a change while Silt runs is seen.
 #[test]
 fn a_recovered_file_changed_while_running_is_read_back() {
     let dir = TempDir::new().unwrap();
@@ -1205,7 +1205,7 @@ fn a_recovered_file_changed_while_running_is_read_back() {
 }
 
 /// Cost of the tamper check (run by hand: `cargo test -p silt-cache --release --lib
-/// tamper_check_cost -- --ignored --nocapture`): a lend of an unchanged stamped file against a
+/// tamper_check_cost -- --ignored --nocapture`): a lease of an unchanged stamped file against a
 /// bare `open`, and the read-back of a changed one.
 #[test]
 #[ignore]

@@ -64,7 +64,7 @@ pub struct LoggedBacking {
     pub id: u32,
     pub object: silt_common::ObjectId,
     /// A file that needs no pin (a worker's private copy, or the store's own file).
-    pub lent: bool,
+    pub leased: bool,
     /// The store's own file (`source_passthrough`).
     pub source: bool,
 }
@@ -96,7 +96,7 @@ fn put_backing(out: &mut Vec<u8>, ino: u64, b: &LoggedBacking) {
     put_u64(out, u64::from(b.id));
     put_u64(out, b.object.0 as u64);
     put_u64(out, (b.object.0 >> 64) as u64);
-    put_u64(out, u64::from(b.lent) | (u64::from(b.source) << 1));
+    put_u64(out, u64::from(b.leased) | (u64::from(b.source) << 1));
 }
 
 /// Appended bytes below which the log is never rewritten while running.
@@ -365,7 +365,7 @@ impl Inodes {
                         let b = LoggedBacking {
                             id: id as u32,
                             object: silt_common::ObjectId(u128::from(lo) | (u128::from(hi) << 64)),
-                            lent: flags & 1 != 0,
+                            leased: flags & 1 != 0,
                             source: flags & 2 != 0,
                         };
                         t.backings.insert(ino, b);
@@ -635,13 +635,13 @@ mod tests {
         let ba = LoggedBacking {
             id: 7,
             object: silt_common::ObjectId(u128::MAX - 5),
-            lent: false,
+            leased: false,
             source: false,
         };
         let bb = LoggedBacking {
             id: 9,
             object: silt_common::ObjectId(42),
-            lent: true,
+            leased: true,
             source: true,
         };
         t.backing(a, Some(ba));

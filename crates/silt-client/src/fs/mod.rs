@@ -24,8 +24,8 @@
 //!   opened for writing (a takeover) lost its unwritten bytes: its flush, fsync and writes
 //!   fail (`EIO`).
 //! - **Local files.** When a front end can hand a reader a local file (FUSE passthrough:
-//!   [`Frontend::lends_local_files`]), an open of a version wholly on this host's disk (or
-//!   lent by a same-host worker, or the store's own file for `file://`) is served that way;
+//!   [`Frontend::reads_local_files`]), an open of a version wholly on this host's disk (or
+//!   leased by a same-host worker, or the store's own file for `file://`) is served that way;
 //!   a small file is fetched whole first where the cache takes it without evicting
 //!   (`fuse_open_fill_max`). An inode is read either through local files or through the
 //!   core, never both at once (Linux's FUSE io modes): an open for writing, or a truncate,
@@ -63,12 +63,12 @@ pub const NAME_MAX: usize = 255;
 /// reader to be released; past it, `EBUSY`.
 const LOCAL_RELEASE_WAIT: Duration = Duration::from_secs(2);
 
-/// What the front end lends the core: a way to hand readers local files, and a way to know
+/// What the front end gives the core: a way to hand readers local files, and a way to know
 /// its caches have caught up with Silt's changes.
 pub trait Frontend: Send + Sync {
     /// Whether readers can be handed local files now (FUSE: passthrough negotiated and on).
-    fn lends_local_files(&self) -> bool;
-    /// Why not, when [`Frontend::lends_local_files`] is false.
+    fn reads_local_files(&self) -> bool;
+    /// Why not, when [`Frontend::reads_local_files`] is false.
     fn why_no_local_files(&self) -> &'static str {
         "the front end reads no local files"
     }
@@ -85,7 +85,7 @@ pub trait Frontend: Send + Sync {
 pub struct NoLocalFiles;
 
 impl Frontend for NoLocalFiles {
-    fn lends_local_files(&self) -> bool {
+    fn reads_local_files(&self) -> bool {
         false
     }
     fn register_local_file(&self, _: &std::fs::File) -> std::io::Result<u32> {

@@ -187,7 +187,7 @@ impl LocalFiles {
 }
 
 /// Counts one more handle on the inode's local file and returns it, with where it came from,
-/// if there is one for this version the new handle may use: a lent copy, the store's own
+/// if there is one for this version the new handle may use: a leased copy, the store's own
 /// file, or a local file this open has pinned. `Err` when one exists that it may not use.
 fn share(
     s: &mut LocalState,
@@ -204,7 +204,7 @@ fn share(
     if b.logged.object != object {
         return Err("older version of the file still open");
     }
-    if !(b.logged.lent || pinned_locally) {
+    if !(b.logged.leased || pinned_locally) {
         return Err("not fully cached on local disk");
     }
     b.handles += 1;
@@ -624,7 +624,7 @@ impl FileSystem {
         let path = self.inodes.lock().path(ino).unwrap_or_default();
         let mut handles = self.handles.lock();
         for &fh in fhs {
-            let pin: Option<Box<dyn Send + Sync>> = (!b.lent)
+            let pin: Option<Box<dyn Send + Sync>> = (!b.leased)
                 .then(|| Box::new(self.client.keep_cached(b.object)) as Box<dyn Send + Sync>);
             metrics::FUSE_HANDLES.inc();
             handles.insert(
@@ -662,7 +662,7 @@ impl FileSystem {
         }
     }
 
-    /// A local file for the handle if the whole version is on this host's disk, or lent by a
+    /// A local file for the handle if the whole version is on this host's disk, or leased by a
     /// worker on this host: its id, the guard keeping its bytes in place while the handle
     /// lives, and where it came from. `Err`: why not.
     fn try_local_file(
@@ -670,7 +670,7 @@ impl FileSystem {
         ino: u64,
         file: &OpenFile,
     ) -> std::result::Result<LocalOpen, &'static str> {
-        if !self.frontend.lends_local_files() {
+        if !self.frontend.reads_local_files() {
             return Err(self.frontend.why_no_local_files());
         }
         if self.client.write_type_of(&file.entry.path).writable()
@@ -694,13 +694,13 @@ impl FileSystem {
             };
             return Ok((id, guard, origin));
         }
-        let (f, guard, lent, origin) = match local {
+        let (f, guard, leased, origin) = match local {
             Some(f) => (f, local_guard, false, "whole file in local disk tier"),
             None => {
                 drop(local_guard);
                 let held = self
                     .client
-                    .hold_backing_blocking(obj)
+                    .lease_copy_blocking(obj)
                     .ok_or("not fully cached on local disk")?;
                 let origin = "whole file in a same-host worker's disk tier";
                 (held.file, held.guard, true, origin)
@@ -708,7 +708,7 @@ impl FileSystem {
         };
         let mut s = self.local.state.lock();
         // Another open may have registered one while we borrowed: share it, drop ours.
-        if let Some((id, origin)) = share(&mut s, ino, obj.id, !lent)? {
+        if let Some((id, origin)) = share(&mut s, ino, obj.id, !leased)? {
             return Ok((id, guard, origin));
         }
         let id = self.frontend.register_local_file(&f).map_err(|e| {
@@ -722,7 +722,7 @@ impl FileSystem {
         let logged = LoggedBacking {
             id,
             object: obj.id,
-            lent,
+            leased,
             source: false,
         };
         self.insert_local_file(&mut s, ino, logged);
@@ -739,7 +739,7 @@ impl FileSystem {
             || size > self.opts.open_fill_max
             // Read through the core: the front end would refuse a local file anyway.
             || self.local.state.lock().core.get(&ino).is_some_and(|n| *n > 0)
-            || !self.frontend.lends_local_files()
+            || !self.frontend.reads_local_files()
             || self.client.write_type_of(&file.entry.path).writable()
             // In a full cache a fill could fetch a file the admission policy then refuses,
             // and the open's reads would fetch it again (B4 with a cache of half the data: hit
@@ -774,7 +774,7 @@ impl FileSystem {
     /// reads at the store's speed, and the cache is filled behind it for the next open.
     fn try_source_file(&self, ino: u64, file: &Arc<OpenFile>) -> Option<LocalOpen> {
         if !self.opts.source_passthrough
-            || !self.frontend.lends_local_files()
+            || !self.frontend.reads_local_files()
             || self.client.write_type_of(&file.entry.path).writable()
         {
             return None;
@@ -785,7 +785,7 @@ impl FileSystem {
             .block_on(self.client.source_file(file))?;
         let object = file.object().id;
         let mut s = self.local.state.lock();
-        // `lent`: the store's file needs no pin, so a registration of this version is shared.
+        // `leased`: the store's file needs no pin, so a registration of this version is shared.
         if let Some((id, origin)) = share(&mut s, ino, object, false).ok()? {
             return Some((id, Box::new(()), origin));
         }
@@ -804,7 +804,7 @@ impl FileSystem {
         let logged = LoggedBacking {
             id,
             object,
-            lent: true,
+            leased: true,
             source: true,
         };
         self.insert_local_file(&mut s, ino, logged);

@@ -79,7 +79,7 @@ pub struct Stats {
     pub hit_ratio: f64,
     pub reads_served: u64,
     pub bytes_served: u64,
-    pub files_lent: u64,
+    pub files_leased: u64,
     /// Bytes this worker's process read from under-stores.
     pub ufs_read_bytes: u64,
     pub cache_only_files: u64,
@@ -134,8 +134,8 @@ answers!(Forgot => "forget");
 
 /// `read`, `lease` and `hold`: whether a file descriptor follows (passed over the Unix
 /// socket, `SCM_RIGHTS`). Without one, `read`'s bytes follow as `Data` frames; `lease` and
-/// `hold` have nothing to lend. With one, `read` and `lease` say which pages of the file the
-/// client may read and their crc32c, which it checks every page against (`hold` lends a
+/// `lease_copy` have nothing to lease. With one, `read` and `lease` say which pages of the file the
+/// client may read and their crc32c, which it checks every page against (`lease_copy` leases a
 /// private copy, checked by the worker: no pages).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct FileHead {
@@ -148,7 +148,7 @@ pub struct FileHead {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crcs: Option<Vec<u32>>,
 }
-answers!(FileHead => "read", "lease", "hold");
+answers!(FileHead => "read", "lease", "lease_copy");
 
 impl FileHead {
     /// No descriptor follows.

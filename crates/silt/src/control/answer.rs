@@ -278,7 +278,7 @@ pub struct WorkerCounters {
     pub page_misses: u64,
     pub reads_served: u64,
     pub bytes_served: u64,
-    pub files_lent: u64,
+    pub files_leased: u64,
     pub ufs_read_bytes: u64,
 }
 
@@ -328,7 +328,7 @@ mod tests {
                 page_misses: 2,
                 reads_served: 3,
                 bytes_served: 4,
-                files_lent: 0,
+                files_leased: 0,
                 ufs_read_bytes: 6,
             }),
             ..down
