@@ -157,6 +157,7 @@ pub enum Request {
         object: WireObject,
     },
     /// A private copy of the object's cache file, for passthrough (Unix socket).
+    #[serde(rename = "lease_copy")]
     LeaseCopy {
         object: WireObject,
     },
@@ -262,7 +263,7 @@ impl Request {
             Request::Unpin { .. } => "unpin",
             Request::Read { .. } => "read",
             Request::Lease { .. } => "lease",
-            Request::LeaseCopy { .. } => "hold",
+            Request::LeaseCopy { .. } => "lease_copy",
             Request::Load { .. } => "load",
             Request::Prefetch { .. } => "prefetch",
             Request::Forget { .. } => "forget",

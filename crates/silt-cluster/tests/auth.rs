@@ -177,7 +177,7 @@ fn requests(fx: &Fx) -> Vec<(&'static str, Value, Option<Vec<u8>>)> {
             None,
         ),
         (
-            "hold",
+            "lease_copy",
             json!({"v": 1, "op": "lease_copy", "object": object, "fd": true}),
             None,
         ),
