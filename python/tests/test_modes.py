@@ -1,8 +1,10 @@
 """The three ways to connect (single, attached, cluster) against a real S3 server and real
 `silt` processes, a worker killed during reads, and clear errors for bad input."""
 
+import ctypes
 import hashlib
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -192,12 +194,13 @@ def test_a_second_process_attaches_to_the_embedded_owner(s3, workdir):
         fs.close()
 
 
-def silt_up(s3, workdir, procs):
+def silt_up(s3, workdir, procs, extra=()):
     state = os.path.join(workdir, "state")
     mnt = os.path.join(workdir, "mnt")
     os.makedirs(mnt)
     p = run_silt(
         ["up", "--mount", f"/data=s3://{s3.bucket}", "--mountpoint", mnt, "--state-dir", state, "--write-type", "through"]
+        + list(extra)
         + s3.flags(),
         procs,
     )
@@ -252,6 +255,46 @@ def test_attach_to_silt_up_shares_its_cache_and_reads_cached_files_locally(s3, w
         fs.pipe_file("/data/sdk.txt", b"from python")
         with open(os.path.join(mnt, "data", "sdk.txt"), "rb") as f:
             assert f.read() == b"from python"
+        fs.close()
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
+def resident_pages(f, size):
+    """How many pages of open file `f` the kernel's page cache holds (mincore(2) of a map)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
+    assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+    try:
+        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        vec = (ctypes.c_ubyte * pages)()
+        assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+        return sum(b & 1 for b in vec)
+    finally:
+        libc.munmap(addr, size)
+
+
+def test_a_free_from_an_attached_client_drops_the_owners_kernel_pages_too(s3, workdir, procs):
+    """`fs.free` from a process attached to `silt up` frees the owner's cache and its mount's
+    page cache: the next read through the mount is a cold one there too."""
+    data = os.urandom((3 << 20) + 5)
+    s3.put("f.bin", data)
+    # Without passthrough, so the mount's own page cache holds what was read.
+    up, state, mnt = silt_up(s3, workdir, procs, ["--passthrough", "off"])
+    try:
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True, **s3.options())
+        assert fs.client.mode == "attached"
+        with open(os.path.join(mnt, "data", "f.bin"), "rb") as f:
+            assert f.read() == data
+            assert resident_pages(f, len(data)) > 0, "nothing in the page cache"
+            fs.free("/data/f.bin")
+            assert resident_pages(f, len(data)) == 0, "the attached free left the owner's kernel pages"
+            assert fs.residency(["/data/f.bin"]) == [0.0]
         fs.close()
     finally:
         up.stop()

@@ -422,6 +422,11 @@ pub trait ChangeSink: Send + Sync {
     /// Something in directory `dir` changed through this client; returns once the sink
     /// revalidated it (or gave up: a sink's failure is not the change's).
     async fn changed_within(&self, dir: &str);
+
+    /// The cached bytes of the files at or below `path` were freed through this client
+    /// (`silt fs free`): the owner drops its mount's kernel copy too, so a read after the free
+    /// is a cold one there as well.
+    async fn freed(&self, _path: &str) {}
 }
 
 /// One Silt client: the namespace of mounts, read through a page reader (the cache), written
@@ -1725,13 +1730,22 @@ impl Client {
         for obj in files.iter().filter_map(|f| f.object.as_ref()) {
             self.worker.forget_object(obj);
         }
-        self.freed(&files);
+        self.freed(path, &files).await;
         Ok(before)
     }
 
-    /// Tells the listeners that the cached bytes of `files` are gone (`free`), so a mount
-    /// drops its kernel's copy too: a read after `silt fs free` is a cold one everywhere.
-    pub fn freed(&self, files: &[Entry]) {
+    /// Tells the listeners that the cached bytes of `files` (those at or below `path`) are
+    /// gone (`free`), so a mount drops its kernel's copy too, and the owner this client is
+    /// attached to, for its mount: a read after `silt fs free` is a cold one everywhere.
+    pub async fn freed(&self, path: &str, files: &[Entry]) {
+        self.freed_here(files);
+        if let Some(sink) = self.change_sink.get() {
+            sink.freed(path).await;
+        }
+    }
+
+    /// `freed` for this client's listeners only (the owner's side of an attached free).
+    pub fn freed_here(&self, files: &[Entry]) {
         let changes: Vec<Change> = files
             .iter()
             .map(|f| Change {

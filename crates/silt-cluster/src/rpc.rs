@@ -125,6 +125,10 @@ pub enum Request {
     /// the owner revalidates it before answering.
     Changed {
         path: String,
+        /// Not a change in the store: the cached bytes of the files at or below `path` were
+        /// freed (`silt fs free`); the owner drops its mount's kernel copy of them.
+        #[serde(default)]
+        freed: bool,
     },
     /// For each range: how many of its pages the worker holds, how many bytes are pinned.
     Cached {
@@ -409,7 +413,8 @@ pub struct Service {
 }
 
 /// Told the namespace directories another client changed (see `Service::with_changed`).
-pub type ChangedHook = Arc<dyn Fn(String) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+pub type ChangedHook =
+    Arc<dyn Fn(String, bool) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// Adds `n` to one of a service's own counters and to its process-wide metric.
 fn count(own: &AtomicU64, metric: &metrics::Counter, n: u64) {
@@ -710,7 +715,7 @@ async fn serve_one(
         | Request::Rlist { .. }
         | Request::Rdel { .. } => serve_resident(s, svc.resident_table()?, req).await,
         Request::Stats => reply(s, op, &svc.stats()).await,
-        Request::Changed { path } => {
+        Request::Changed { path, freed } => {
             let Some(hook) = &svc.on_changed else {
                 return Err(Error::new(
                     ErrorKind::Unsupported,
@@ -718,7 +723,7 @@ async fn serve_one(
                 )
                 .into());
             };
-            hook(path).await;
+            hook(path, freed).await;
             reply(s, op, &answer::Changed { ok: true }).await
         }
         Request::Cached { ranges } => {
@@ -1593,9 +1598,10 @@ impl WorkerClient {
     }
 
     /// Tells the worker that directory `path` of the namespace changed in the store.
-    pub async fn changed(&self, path: &str) -> std::result::Result<(), CallError> {
+    pub async fn changed(&self, path: &str, freed: bool) -> std::result::Result<(), CallError> {
         let req = Request::Changed {
             path: path.to_string(),
+            freed,
         };
         self.ask::<answer::Changed>(&req).await.map(drop)
     }
@@ -1875,7 +1881,10 @@ mod tests {
         };
         let all = vec![
             Request::Stats,
-            Request::Changed { path: "/d".into() },
+            Request::Changed {
+                path: "/d".into(),
+                freed: false,
+            },
             Request::Cached {
                 ranges: vec![PageRange {
                     object: "ab".into(),

@@ -109,7 +109,11 @@ struct OwnerSink(Arc<Router>);
 #[async_trait::async_trait]
 impl silt_client::ChangeSink for OwnerSink {
     async fn changed_within(&self, dir: &str) {
-        self.0.notify_changed(dir).await;
+        self.0.notify_changed(dir, false).await;
+    }
+
+    async fn freed(&self, path: &str) {
+        self.0.notify_changed(path, true).await;
     }
 }
 
@@ -489,7 +493,7 @@ impl Node {
             router.forget(obj)
         });
         futures::future::join_all(asks).await;
-        self.client.freed(&files);
+        self.client.freed(path, &files).await;
         Ok(before)
     }
 

@@ -153,12 +153,22 @@ impl LocalService {
         // answering, so this node and its mount list the new entries. Weak: the service must
         // not keep the client alive.
         let weak = Arc::downgrade(client);
-        let on_changed = move |dir: String| -> futures::future::BoxFuture<'static, ()> {
+        // An attached client's free: this node's mount drops its kernel's copy too.
+        let on_changed = move |dir: String,
+                               freed: bool|
+              -> futures::future::BoxFuture<'static, ()> {
             let client = weak.upgrade();
             let settled = settled.clone();
             Box::pin(async move {
                 let Some(client) = client else { return };
-                if let Err(e) = client.sync(&dir, false).await {
+                if freed {
+                    match client.walk_files(&dir).await {
+                        Ok(files) => client.freed_here(&files),
+                        Err(e) => {
+                            tracing::debug!(path = %dir, error = %e, "an attached free not passed to the mount")
+                        }
+                    }
+                } else if let Err(e) = client.sync(&dir, false).await {
                     tracing::debug!(dir = %dir, error = %e, "revalidation after an attached write failed");
                 }
                 if let Some(settled) = settled {
