@@ -298,8 +298,8 @@ impl HeadersCache {
     }
 }
 
-/// Progress of a preload.
-#[derive(Debug, Clone, Default)]
+/// Progress of a preload (also the control socket's `load` progress frame).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LoadProgress {
     pub files_total: u64,
     pub bytes_total: u64,

@@ -429,24 +429,10 @@ fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) {
     rt.shutdown_timeout(Duration::from_secs(5));
 }
 
-fn seeds() -> Vec<u64> {
-    match std::env::var("SILT_MODEL_SEED") {
-        Ok(s) => vec![s.parse().expect("SILT_MODEL_SEED: a number")],
-        Err(_) => vec![1, 2, 3],
-    }
-}
-
-fn ops() -> usize {
-    std::env::var("SILT_MODEL_OPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1500)
-}
-
 fn runs(make: impl Fn(&Path) -> DynStore, write_type: WriteType) {
-    for seed in seeds() {
+    for seed in common::model_seeds() {
         let dir = tempfile::tempdir().expect("tempdir");
-        run(make(dir.path()), write_type, seed, ops());
+        run(make(dir.path()), write_type, seed, common::model_ops());
     }
 }
 

@@ -623,25 +623,11 @@ async fn check_view(
     }
 }
 
-fn seeds() -> Vec<u64> {
-    match std::env::var("SILT_MODEL_SEED") {
-        Ok(s) => vec![s.parse().expect("SILT_MODEL_SEED: a number")],
-        Err(_) => vec![1, 2, 3],
-    }
-}
-
-fn ops() -> usize {
-    std::env::var("SILT_MODEL_OPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1500)
-}
-
 async fn runs(make: impl Fn(&Path) -> DynStore, write_type: WriteType) {
     let mut total = 0;
-    for seed in seeds() {
+    for seed in common::model_seeds() {
         let dir = tempfile::tempdir().expect("tempdir");
-        total += run(make(dir.path()), write_type, seed, ops()).await;
+        total += run(make(dir.path()), write_type, seed, common::model_ops()).await;
     }
     println!("write model ({write_type}): {total} operations");
 }

@@ -291,14 +291,7 @@ async fn load_stream(
             // At most ten progress frames a second.
             if last.elapsed() >= Duration::from_millis(100) || p.pages_done == p.pages_total {
                 last = Instant::now();
-                let _ = tx.send(answer::LoadEvent::Progress(answer::LoadProgress {
-                    files_total: p.files_total,
-                    bytes_total: p.bytes_total,
-                    pages_done: p.pages_done,
-                    pages_total: p.pages_total,
-                    bytes_done: p.bytes_done,
-                    bytes_cached: p.bytes_cached,
-                }));
+                let _ = tx.send(answer::LoadEvent::Progress(*p));
             }
         };
         // Every path in one job: pages of all of them in flight together.

@@ -274,16 +274,26 @@ impl FileSystem {
         self.inodes.lock().handle(fh, Some((ino, mode)));
     }
 
-    /// Opens `ino` for reading.
-    pub fn open_read(&self, ino: u64) -> Result<Opened> {
-        let path = self.path_of(ino)?;
-        // A file open for writing here is read from its session; it may not be stored yet.
-        let session = self.client.session(&path);
-        let file = match self.block(self.client.open(&path)) {
+    /// The write session of `path` if it is open for writing here (a reader reads it), and
+    /// the stored version (none when the file being written is not stored yet).
+    #[allow(clippy::type_complexity)]
+    fn session_and_version(
+        &self,
+        path: &str,
+    ) -> Result<(Option<Arc<Session>>, Option<Arc<OpenFile>>)> {
+        let session = self.client.session(path);
+        let file = match self.block(self.client.open(path)) {
             Ok(f) => Some(Arc::new(f)),
             Err(e) if session.is_some() && e.kind() == ErrorKind::NotFound => None,
             Err(e) => return Err(e),
         };
+        Ok((session, file))
+    }
+
+    /// Opens `ino` for reading.
+    pub fn open_read(&self, ino: u64) -> Result<Opened> {
+        let path = self.path_of(ino)?;
+        let (session, file) = self.session_and_version(&path)?;
         // Only a file the store has can be read from a local file.
         let file = match (file, session) {
             (Some(f), None) => f,
@@ -442,12 +452,7 @@ impl FileSystem {
             return Err(bad_handle(fh));
         }
         let path = self.path_of(ino)?;
-        let session = self.client.session(&path);
-        let file = match self.block(self.client.open(&path)) {
-            Ok(f) => Some(Arc::new(f)),
-            Err(e) if session.is_some() && e.kind() == ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
-        };
+        let (session, file) = self.session_and_version(&path)?;
         // A handle the log has was counted at the takeover; the count goes to this handle.
         let inherited = self.local.state.lock().inherited.remove(&fh).is_some();
         let counted = inherited || self.local.open_core(ino);

@@ -48,3 +48,19 @@ pub fn options(sync: SyncRules) -> ClientOptions {
         ..ClientOptions::from_config(&Config::default())
     }
 }
+
+/// The seeds a model test runs: `SILT_MODEL_SEED` runs one, else a fixed few.
+pub fn model_seeds() -> Vec<u64> {
+    match std::env::var("SILT_MODEL_SEED") {
+        Ok(s) => vec![s.parse().expect("SILT_MODEL_SEED: a number")],
+        Err(_) => vec![1, 2, 3],
+    }
+}
+
+/// Operations per model run: `SILT_MODEL_OPS`, else 1500.
+pub fn model_ops() -> usize {
+    std::env::var("SILT_MODEL_OPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1500)
+}

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+pub use silt_client::LoadProgress;
 use silt_client::{CacheUsage, FileState, PolicyInfo};
 
 /// `stat` (and each entry of `ls`): one namespace entry.
@@ -129,16 +130,6 @@ pub struct JobMemory {
 pub enum LoadEvent {
     Progress(LoadProgress),
     Done(LoadDone),
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-pub struct LoadProgress {
-    pub files_total: u64,
-    pub bytes_total: u64,
-    pub pages_done: u64,
-    pub pages_total: u64,
-    pub bytes_done: u64,
-    pub bytes_cached: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
