@@ -30,9 +30,10 @@ def _fs(fs, fs_options):
 
 class FileDataset:
     """Map-style: sample ``i`` is the bytes of the ``i``-th file (sorted) below ``root``, or
-    of ``files[i]``, passed through ``transform``."""
+    of ``files[i]``, passed through ``transform`` (a loader: bytes in, sample out); with
+    ``return_path=True`` the sample is ``(path, sample)``."""
 
-    def __init__(self, root=None, files=None, transform=None, fs=None, **fs_options):
+    def __init__(self, root=None, files=None, transform=None, return_path=False, fs=None, **fs_options):
         if (root is None) == (files is None):
             raise ValueError("give root= (a directory) or files= (a list of paths), not both")
         self.fs = _fs(fs, fs_options)
@@ -40,13 +41,89 @@ class FileDataset:
             files = sorted(self.fs.find(root))
         self.files = [self.fs._strip_protocol(f) for f in files]
         self.transform = transform
+        self.return_path = return_path
 
     def __len__(self):
         return len(self.files)
 
     def __getitem__(self, i):
         data = self.fs.cat_file(self.files[i])
-        return self.transform(data) if self.transform is not None else data
+        sample = self.transform(data) if self.transform is not None else data
+        return (self.files[i], sample) if self.return_path else sample
+
+
+class ImageFolderDataset:
+    """torchvision's ``ImageFolder`` layout over Silt: ``root/CLASS/.../FILE``; sample ``i`` is
+    ``(loader(bytes), class_index)`` (``transform``/``target_transform`` applied as there),
+    classes sorted by name (``classes``, ``class_to_idx``), files sorted within each
+    (``samples``: ``(path, class_index)``). ``extensions`` keeps only files ending so (any
+    case); ``loader`` defaults to the bytes themselves (e.g. ``lambda b:
+    PIL.Image.open(io.BytesIO(b)).convert("RGB")``)."""
+
+    def __init__(
+        self,
+        root,
+        loader=None,
+        transform=None,
+        target_transform=None,
+        extensions=None,
+        fs=None,
+        **fs_options,
+    ):
+        self.fs = _fs(fs, fs_options)
+        root = self.fs._strip_protocol(root).rstrip("/")
+        self.classes = sorted(
+            e["name"].rstrip("/").rsplit("/", 1)[-1]
+            for e in self.fs.ls(root, detail=True)
+            if e["type"] == "directory"
+        )
+        if not self.classes:
+            raise FileNotFoundError(f"no class directories in {root}")
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        exts = tuple(e.lower() for e in extensions) if extensions else None
+        self.samples = []
+        for c in self.classes:
+            for f in sorted(self.fs.find(f"{root}/{c}")):
+                f = self.fs._strip_protocol(f)
+                if exts is None or f.lower().endswith(exts):
+                    self.samples.append((f, self.class_to_idx[c]))
+        self.targets = [t for _, t in self.samples]
+        self.files = [f for f, _ in self.samples]
+        self.loader = loader
+        self.transform = transform
+        self.target_transform = target_transform
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        path, target = self.samples[i]
+        data = self.fs.cat_file(path)
+        sample = self.loader(data) if self.loader is not None else data
+        if self.transform is not None:
+            sample = self.transform(sample)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return sample, target
+
+
+def _files_of(dataset):
+    """``(fs, files)`` of a Silt dataset, seen through wrappers that keep it as ``.dataset``
+    (``torch.utils.data.Subset`` also maps ``.indices``)."""
+    d, pick = dataset, None
+    while not (hasattr(d, "files") and hasattr(d, "fs")):
+        inner = getattr(d, "dataset", None)
+        if inner is None:
+            raise TypeError(
+                f"{type(dataset).__name__} is not a Silt dataset (FileDataset, ImageFolderDataset, or one "
+                "wrapped as .dataset, e.g. torch's Subset)"
+            )
+        indices = getattr(d, "indices", None)
+        if indices is not None:
+            pick = list(indices) if pick is None else [indices[i] for i in pick]
+        d = inner
+    files = d.files if pick is None else [d.files[i] for i in pick]
+    return d.fs, files
 
 
 class ShardDataset(_IterableBase):
@@ -107,7 +184,8 @@ class ShardDataset(_IterableBase):
 
 
 class CacheAwareSampler:
-    """Yields every index of a ``FileDataset`` once per epoch: first, in a random order, the
+    """Yields every index of a Silt map-style dataset (``FileDataset``, ``ImageFolderDataset``,
+    or one wrapped as ``.dataset``, e.g. torch's ``Subset``) once per epoch: first, in a random order, the
     samples whose files Silt already holds whole (one batched residency question), then the
     rest in a random order.  While the indices are taken, Silt is asked to fetch the uncached
     files ``lookahead`` samples before they are due (``fs.prefetch``: fetched from the store
@@ -141,7 +219,8 @@ class CacheAwareSampler:
         order = list(range(n))
         if self.shuffle:
             random.Random(self.seed + self.epoch).shuffle(order)
-        resident = self.dataset.fs.residency(self.dataset.files)
+        fs, files = _files_of(self.dataset)
+        resident = fs.residency(files)
         cached = [i for i in order if (resident[i] or 0.0) >= 1.0]
         rest = [i for i in order if (resident[i] or 0.0) < 1.0]
         self.last_cached = len(cached)
@@ -153,7 +232,7 @@ class CacheAwareSampler:
         return self._take(order, self.last_cached)
 
     def _take(self, order, first_rest):
-        fs, files = self.dataset.fs, self.dataset.files
+        fs, files = _files_of(self.dataset)
         step = max(1, self.lookahead // 4)  # ask in a few calls per window, not one per sample
         asked = first_rest  # order[first_rest:asked] has been asked for
         for j, i in enumerate(order):

@@ -104,6 +104,79 @@ def test_cache_aware_sampler_yields_cached_samples_first_and_a_permutation(s3, w
         fs.close()
 
 
+def test_image_folder_dataset_paths_and_the_sampler_over_wrappers(s3, workdir):
+    files = {
+        "imgs/cat/2.jpg": b"cat two",
+        "imgs/cat/1.JPG": b"cat one",
+        "imgs/dog/a.jpg": b"dog a",
+        "imgs/dog/notes.txt": b"not an image",
+        "imgs/eel/deep/x.jpg": b"eel x",
+    }
+    for k, v in files.items():
+        s3.put(k, v)
+    fs = embedded(s3, workdir)
+    try:
+        ds = st.ImageFolderDataset("silt:///data/imgs", extensions=[".jpg"], fs=fs, target_transform=lambda t: t * 10)
+        assert ds.classes == ["cat", "dog", "eel"]
+        assert ds.class_to_idx == {"cat": 0, "dog": 1, "eel": 2}
+        assert ds.samples == [
+            ("/data/imgs/cat/1.JPG", 0),
+            ("/data/imgs/cat/2.jpg", 0),
+            ("/data/imgs/dog/a.jpg", 1),
+            ("/data/imgs/eel/deep/x.jpg", 2),
+        ]
+        assert [ds[i] for i in range(len(ds))] == [(b"cat one", 0), (b"cat two", 0), (b"dog a", 10), (b"eel x", 20)]
+        loaded = st.ImageFolderDataset("/data/imgs", loader=len, fs=fs)
+        assert loaded[3] == (len(b"not an image"), 1)
+        # A file dataset that says which file each sample is.
+        fd = st.FileDataset("/data/imgs/dog", return_path=True, transform=bytes.upper, fs=fs)
+        assert [fd[i] for i in range(len(fd))] == [("/data/imgs/dog/a.jpg", b"DOG A"), ("/data/imgs/dog/notes.txt", b"NOT AN IMAGE")]
+
+        # The sampler over a subset (torch's Subset keeps .dataset and .indices).
+        class Subset:
+            def __init__(self, dataset, indices):
+                self.dataset, self.indices = dataset, indices
+
+            def __len__(self):
+                return len(self.indices)
+
+        sub = Subset(ds, [3, 1])
+        fs.free(ds.files[1])  # ds[3] stays cached: the subset's index 0 comes first
+        order = list(st.CacheAwareSampler(sub, seed=2, prefetch=False))
+        assert order[0] == 0 and sorted(order) == [0, 1]
+        with pytest.raises(TypeError, match="not a Silt dataset"):
+            st.CacheAwareSampler([b"a", b"b"]).order()
+    finally:
+        fs.close()
+
+
+def _single_in_child(options, q):
+    try:
+        silt.SiltFileSystem(skip_instance_cache=True, mode="single", **options).ls("/data")
+        q.put("connected")
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        q.put(f"{type(e).__name__}: {e}")
+
+
+def test_an_explicit_single_node_in_a_worker_says_to_leave_mode_auto(s3, workdir):
+    fill(s3)
+    fs = embedded(s3, workdir)
+    try:
+        fs.ls("/data")
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        options = dict(mounts={"/data": f"s3://{s3.bucket}"}, cache_dir=os.path.join(workdir, "cache"), **s3.options())
+        p = ctx.Process(target=_single_in_child, args=(options, q))
+        p.start()
+        try:
+            got = q.get(timeout=HANG)
+        finally:
+            p.join(timeout=HANG)
+        assert "in use by another silt process" in got and "leave mode auto" in got, got
+    finally:
+        fs.close()
+
+
 def test_cache_aware_sampler_prefetches_only_a_window_ahead_of_the_loader():
     class Fs:  # records what the sampler asks; files 0, 5, 9 are cached
         def __init__(self):

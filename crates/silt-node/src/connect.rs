@@ -212,6 +212,16 @@ pub fn connect(cfg: &Config, opts: &Options, rt: &tokio::runtime::Runtime) -> Re
                 opts.owner_wait
             )))
         }
+        Err(e) if e.kind() == ErrorKind::Busy && want == Some(Role::Single) => {
+            // A DataLoader worker of a single-node parent asking for `single` itself.
+            Err(Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "{e}; a single node owns its state directory alone: leave {} auto (or attached) to share the cache of the process that owns it, as DataLoader workers do",
+                    w.role
+                ),
+            ))
+        }
         Err(e) => Err(e),
     }
 }
