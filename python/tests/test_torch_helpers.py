@@ -6,6 +6,7 @@ import hashlib
 import io
 import multiprocessing as mp
 import os
+import subprocess
 import tarfile
 import time
 
@@ -13,7 +14,7 @@ import pytest
 
 import silt
 import silt.torch as st
-from test_modes import DATA, embedded, fill
+from test_modes import DATA, embedded, fill, silt_up
 
 WORKERS = 4
 # A worker that has not finished by then hangs (the failure this test exists for).
@@ -33,10 +34,19 @@ def _worker(ds, indices, q):
         q.put(repr(e))
 
 
+@pytest.mark.parametrize("mode", ["single", "attached"])
 @pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
-def test_workers_read_a_dataset_made_in_the_parent(s3, workdir, method):
+def test_workers_read_a_dataset_made_in_the_parent(s3, workdir, procs, method, mode):
+    """Every start method, with the parent the single node owning the cache or attached to a
+    `silt up`: the workers' clients attach to that cache."""
     fill(s3)
-    fs = embedded(s3, workdir)
+    up = None
+    if mode == "single":
+        fs = embedded(s3, workdir)
+    else:
+        up, state, mnt = silt_up(s3, workdir, procs)
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True, **s3.options())
+        assert fs.client.mode == "attached"
     try:
         ds = st.FileDataset("/data/train", fs=fs)
         expected = {i: digest(DATA[f.removeprefix("/data/")]) for i, f in enumerate(ds.files)}
@@ -74,6 +84,9 @@ def test_workers_read_a_dataset_made_in_the_parent(s3, workdir, method):
         assert fs.residency(ds.files) == [1.0] * len(ds.files)
     finally:
         fs.close()
+        if up is not None:
+            up.stop()
+            subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
 
 
 def test_cache_aware_sampler_yields_cached_samples_first_and_a_permutation(s3, workdir):
