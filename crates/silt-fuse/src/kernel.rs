@@ -12,7 +12,10 @@ use parking_lot::Mutex;
 use silt_client::fs::Frontend;
 use silt_common::config::PassthroughMode;
 
+use fuser::{InitFlags, KernelConfig};
+
 use crate::inval::InvalQueue;
+use crate::FuseOptions;
 
 /// How one open was served.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -117,4 +120,56 @@ impl Frontend for Kernel {
     fn caught_up(&self) {
         self.state.wait_for_invalidations();
     }
+}
+
+/// `FUSE_INIT`: what the adapter asks of the kernel (readdirplus, atomic `O_TRUNC`, read-ahead,
+/// shared maps of direct-I/O files, passthrough), and what it got, in `state`.
+pub(crate) fn negotiate(
+    state: &FuseState,
+    opts: &FuseOptions,
+    config: &mut KernelConfig,
+) -> std::io::Result<()> {
+    let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
+    // O_TRUNC comes with the open (one empty writer) instead of a setattr after it (which
+    // would first copy the whole file in to cut it).
+    let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
+    // More parallel read-ahead requests in flight: the prefetcher and kernel read-ahead
+    // together keep the store busy.
+    let _ = config.set_max_background(64);
+    let _ = config.set_congestion_threshold(48);
+    let _ = config.set_max_readahead(opts.max_read as u32);
+    // Lets a file opened with FOPEN_DIRECT_IO be mapped shared (through the page cache, as
+    // any other); without it such an mmap fails with ENODEV.
+    let direct_mmap = config
+        .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+        .is_ok();
+    state
+        .cold_direct_io
+        .store(opts.cold_direct_io && direct_mmap, Ordering::Relaxed);
+    if opts.cold_direct_io && !direct_mmap {
+        tracing::warn!(
+                "fuse_cold_direct_io ignored: this kernel cannot map such files shared (needs Linux >= 6.6)"
+            );
+    }
+    let kernel_pt = config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH);
+    state.kernel_passthrough.store(kernel_pt, Ordering::Relaxed);
+    let want = opts.passthrough != PassthroughMode::Off;
+    if want && kernel_pt {
+        let ok = config.set_max_stack_depth(1).is_ok()
+            && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
+        state.passthrough_enabled.store(ok, Ordering::Relaxed);
+    }
+    if opts.passthrough == PassthroughMode::On && !state.passthrough_enabled.load(Ordering::Relaxed)
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "passthrough=on but this kernel does not offer FUSE passthrough (needs Linux >= 6.9)",
+        ));
+    }
+    tracing::info!(
+        kernel_passthrough = kernel_pt,
+        passthrough = state.passthrough_enabled.load(Ordering::Relaxed),
+        "FUSE session initialised"
+    );
+    Ok(())
 }

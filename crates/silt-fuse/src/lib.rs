@@ -28,6 +28,7 @@
 //! Errors beside the client's: a name over 255 bytes is `ENAMETOOLONG`; `RENAME_EXCHANGE` is
 //! `EINVAL`; `RENAME_NOREPLACE` onto an existing name is `EEXIST`.
 
+mod convert;
 mod inval;
 mod kernel;
 mod mount;
@@ -40,18 +41,21 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo,
-    InitFlags, IoctlFlags, KernelConfig, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    BsdFileFlags, Errno, FileHandle, FileType, FopenFlags, Generation, INodeNo, IoctlFlags,
+    KernelConfig, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use silt_client::fs::{Answer, Attr, FileSystem, FsOptions, OpenedAs, SetAttr};
+use silt_client::fs::{FileSystem, FsOptions, OpenedAs, SetAttr};
 use silt_client::OpenOptions;
 use silt_common::config::PassthroughMode;
+use silt_common::metrics;
 use silt_common::metrics::FuseOp;
-use silt_common::{metrics, Error};
-use silt_ufs::{EntryKind, SpecialKind};
 
+use convert::{
+    caller, errno, file_attr, file_type, process_of, reply_attr, reply_empty, reply_entry,
+    reply_xattr, time,
+};
 use kernel::Kernel;
 pub use kernel::{FuseState, OpenRecord};
 pub use mount::{check_mountpoint, mount, MountSetup, Mounted};
@@ -96,108 +100,6 @@ pub struct SiltFs {
     core: Arc<FileSystem>,
     opts: FuseOptions,
     state: Arc<FuseState>,
-}
-
-/// The credentials of a request: its uid and gid, and the supplementary groups of its
-/// process (from `/proc`; none if it is gone).
-fn caller(req: &Request) -> silt_client::attrs::Caller {
-    let groups = proc_status(req.pid(), "Groups:")
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|v| v.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    silt_client::attrs::Caller {
-        uid: req.uid(),
-        gid: req.gid(),
-        groups,
-    }
-}
-
-/// The process (thread group) of the request's thread, from `/proc`; `None` if unreadable.
-fn process_of(req: &Request) -> Option<u32> {
-    proc_status(req.pid(), "Tgid:").and_then(|v| v.trim().parse().ok())
-}
-
-/// The value of line `key` (e.g. `"Tgid:"`) of `/proc/PID/status`; `None` if it cannot be read.
-fn proc_status(pid: u32, key: &str) -> Option<String> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .map(str::to_string)
-}
-
-fn errno(e: &Error) -> Errno {
-    Errno::from_i32(e.errno())
-}
-
-/// The kernel's file type of an entry.
-fn file_type(kind: EntryKind) -> FileType {
-    match kind {
-        EntryKind::Dir => FileType::Directory,
-        EntryKind::File => FileType::RegularFile,
-        EntryKind::Symlink => FileType::Symlink,
-        EntryKind::Special(SpecialKind::Fifo) => FileType::NamedPipe,
-        EntryKind::Special(SpecialKind::Socket) => FileType::Socket,
-        EntryKind::Special(SpecialKind::CharDevice) => FileType::CharDevice,
-        EntryKind::Special(SpecialKind::BlockDevice) => FileType::BlockDevice,
-    }
-}
-
-fn file_attr(a: &Attr) -> FileAttr {
-    FileAttr {
-        ino: INodeNo(a.ino),
-        size: a.size,
-        blocks: a.blocks,
-        atime: a.atime,
-        mtime: a.mtime,
-        ctime: a.ctime,
-        crtime: a.mtime,
-        kind: file_type(a.kind),
-        perm: a.perm,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev,
-        blksize: a.blksize,
-        flags: 0,
-    }
-}
-
-fn reply_entry(reply: ReplyEntry, r: silt_common::Result<Answer>) {
-    match r {
-        Ok(a) => reply.entry_with_ttls(
-            &a.attr_ttl,
-            &a.entry_ttl,
-            &file_attr(&a.attr),
-            Generation(0),
-        ),
-        Err(e) => reply.error(errno(&e)),
-    }
-}
-
-fn reply_attr(reply: ReplyAttr, r: silt_common::Result<Answer>) {
-    match r {
-        Ok(a) => reply.attr(&a.attr_ttl, &file_attr(&a.attr)),
-        Err(e) => reply.error(errno(&e)),
-    }
-}
-
-fn reply_empty(reply: ReplyEmpty, r: silt_common::Result<()>) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
-    }
-}
-
-/// A `setattr` time: `Some(None)` for now.
-fn time(t: Option<TimeOrNow>) -> Option<Option<SystemTime>> {
-    t.map(|t| match t {
-        TimeOrNow::Now => None,
-        TimeOrNow::SpecificTime(t) => Some(t),
-    })
 }
 
 impl SiltFs {
@@ -248,52 +150,7 @@ impl SiltFs {
 
 impl fuser::Filesystem for SiltFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS);
-        // O_TRUNC comes with the open (one empty writer) instead of a setattr after it (which
-        // would first copy the whole file in to cut it).
-        let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
-        // More parallel read-ahead requests in flight: the prefetcher and kernel read-ahead
-        // together keep the store busy.
-        let _ = config.set_max_background(64);
-        let _ = config.set_congestion_threshold(48);
-        let _ = config.set_max_readahead(self.opts.max_read as u32);
-        // Lets a file opened with FOPEN_DIRECT_IO be mapped shared (through the page cache, as
-        // any other); without it such an mmap fails with ENODEV.
-        let direct_mmap = config
-            .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
-            .is_ok();
-        self.state
-            .cold_direct_io
-            .store(self.opts.cold_direct_io && direct_mmap, Ordering::Relaxed);
-        if self.opts.cold_direct_io && !direct_mmap {
-            tracing::warn!(
-                "fuse_cold_direct_io ignored: this kernel cannot map such files shared (needs Linux >= 6.6)"
-            );
-        }
-        let kernel_pt = config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH);
-        self.state
-            .kernel_passthrough
-            .store(kernel_pt, Ordering::Relaxed);
-        let want = self.opts.passthrough != PassthroughMode::Off;
-        if want && kernel_pt {
-            let ok = config.set_max_stack_depth(1).is_ok()
-                && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
-            self.state.passthrough_enabled.store(ok, Ordering::Relaxed);
-        }
-        if self.opts.passthrough == PassthroughMode::On
-            && !self.state.passthrough_enabled.load(Ordering::Relaxed)
-        {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                "passthrough=on but this kernel does not offer FUSE passthrough (needs Linux >= 6.9)",
-            ));
-        }
-        tracing::info!(
-            kernel_passthrough = kernel_pt,
-            passthrough = self.state.passthrough_enabled.load(Ordering::Relaxed),
-            "FUSE session initialised"
-        );
-        Ok(())
+        kernel::negotiate(&self.state, &self.opts, config)
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -794,17 +651,5 @@ impl fuser::Filesystem for SiltFs {
             return reply_empty(reply, self.core.check_writable(ino.0));
         }
         reply.ok()
-    }
-}
-
-/// Answers a getxattr or listxattr: the size asked for (`size` 0), the bytes, or `ERANGE`.
-fn reply_xattr(reply: ReplyXattr, size: u32, bytes: &[u8]) {
-    let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-    if size == 0 {
-        reply.size(len)
-    } else if len <= size {
-        reply.data(bytes)
-    } else {
-        reply.error(Errno::ERANGE)
     }
 }
