@@ -267,6 +267,11 @@ class SiltFileSystem(AbstractFileSystem):
         """Drops the cached pages (and pins) of the files at or below ``path`` now."""
         return self.client.free(self._strip_protocol(path))
 
+    def cache_space(self):
+        """``(capacity, used)`` in bytes of the cache holding this client's data (its disk tiers,
+        or the owner's or the workers' for an attached or cluster client)."""
+        return tuple(self.client.cache_space())
+
     def cache_usage(self, path):
         """{files, bytes, cached_bytes, pinned_bytes} of the files at or below ``path``."""
         return self.client.cache_usage(self._strip_protocol(path))

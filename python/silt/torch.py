@@ -185,25 +185,43 @@ class ShardDataset(_IterableBase):
 
 class CacheAwareSampler:
     """Yields every index of a Silt map-style dataset (``FileDataset``, ``ImageFolderDataset``,
-    or one wrapped as ``.dataset``, e.g. torch's ``Subset``) once per epoch: first, in a random order, the
-    samples whose files Silt already holds whole (one batched residency question), then the
-    rest in a random order.  While the indices are taken, Silt is asked to fetch the uncached
-    files ``lookahead`` samples before they are due (``fs.prefetch``: fetched from the store
-    in parallel, kept until read, not counted as reads), so the cached half of an epoch hides
-    the first fetches and the rest arrives ahead of the loader.  The window bounds what is
-    fetched but not yet read; with the loader's own samples in flight it is best kept under
-    the memory tier (beyond it, prefetched samples spill to disk).  The epoch stays a
-    permutation; which samples come early depends on the cache, so this trades a little
-    randomness for reading from cache while the rest arrives."""
+    or one wrapped as ``.dataset``, e.g. torch's ``Subset``) once per epoch: first, in a random
+    order, the samples whose files Silt already holds whole (one batched residency question),
+    then the rest in a random order.  The epoch stays a permutation; which samples come early
+    depends on the cache, so this trades a little randomness for reading from cache while the
+    rest arrives.
 
-    def __init__(self, dataset, shuffle=True, seed=0, prefetch=True, lookahead=256):
+    With ``prefetch``, Silt is asked to fetch the uncached files ahead of the loader
+    (``fs.prefetch``: fetched from the store in parallel, kept until read), never so early that
+    they evict cached samples the loader has still to read, which would make the epoch worse
+    than a random order:
+
+    - while the loader is still reading the cached part, only as many bytes as the cache holds
+      free (``fs.cache_space()``, below its eviction watermark) are asked for;
+    - once it has read past the cached part, ``lookahead`` samples ahead of where indices are
+      taken.
+
+    A loader takes indices ahead of what it has read (a DataLoader: ``num_workers ×
+    prefetch_factor × batch_size``); ``loader_ahead`` is that lead (default 512, a DataLoader
+    of 4 workers, prefetch factor 2, batches of 64; give yours), so the read position is
+    taken as ``loader_ahead`` behind the last index taken.  ``last_cached`` says how many
+    samples were cached at the start of the last epoch."""
+
+    # Eviction starts at this fraction of a tier's quota (`high_watermark`'s default, 0.95),
+    # with some margin: the free room a prefetch may fill without evicting.
+    ROOM = 0.9
+
+    def __init__(self, dataset, shuffle=True, seed=0, prefetch=True, lookahead=256, loader_ahead=512):
         if lookahead < 1:
             raise ValueError(f"lookahead must be at least 1, got {lookahead}")
+        if loader_ahead < 0:
+            raise ValueError(f"loader_ahead must be at least 0, got {loader_ahead}")
         self.dataset = dataset
         self.shuffle = shuffle
         self.seed = seed
         self.prefetch = prefetch
         self.lookahead = lookahead
+        self.loader_ahead = loader_ahead
         self.epoch = 0
         self.last_cached = 0
 
@@ -231,14 +249,35 @@ class CacheAwareSampler:
         self.epoch += 1
         return self._take(order, self.last_cached)
 
+    def _free_samples(self, fs, files, uncached):
+        """How many uncached samples fit in the cache's free room (0 if it cannot be told)."""
+        try:
+            capacity, used = fs.cache_space()
+        except Exception:  # noqa: BLE001 - an SDK without it: no room assumed
+            return 0
+        room = max(0, int(capacity * self.ROOM) - used)
+        if room == 0 or not uncached:
+            return 0
+        probe = uncached[:: max(1, len(uncached) // 16)][:16]
+        sizes = [fs.info(files[i]).get("size") or 0 for i in probe]
+        mean = max(1, sum(sizes) // max(1, len(sizes)))
+        return room // mean
+
     def _take(self, order, first_rest):
         fs, files = _files_of(self.dataset)
+        n = len(order)
         step = max(1, self.lookahead // 4)  # ask in a few calls per window, not one per sample
         asked = first_rest  # order[first_rest:asked] has been asked for
+        early = self._free_samples(fs, files, order[first_rest:]) if self.prefetch else 0
         for j, i in enumerate(order):
             if self.prefetch:
-                due = min(len(order), j + self.lookahead)
-                if due > asked and (due - asked >= step or due == len(order)):
+                if j - self.loader_ahead >= first_rest:
+                    # The loader has read the cached part: a window ahead of the takes.
+                    due = min(n, j + self.lookahead)
+                else:
+                    # Cached samples still to be read: only what the free room holds.
+                    due = min(n, first_rest + early)
+                if due > asked and (due - asked >= step or due == n or due == first_rest + early):
                     fs.prefetch([files[k] for k in order[asked:due]])
                     asked = due
             yield i

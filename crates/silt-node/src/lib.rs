@@ -387,6 +387,40 @@ impl Node {
     /// How much of the files at or below `path` is cached and pinned: here, and for a
     /// cluster (or attached) client also on the owning workers (one batched question each;
     /// a file counts as cached as far as the better of the two holds it).
+    /// The capacity and use, in bytes, of the cache that holds this client's data: its own
+    /// disk tiers (the memory tier where it has none), or the owner's or the workers' for an
+    /// attached or cluster client (summed over those that answer).
+    pub async fn cache_space(&self) -> (u64, u64) {
+        fn of<'a>(tiers: impl Iterator<Item = (&'a str, u64, u64)> + Clone) -> (u64, u64) {
+            let disk = tiers.clone().filter(|(name, _, _)| *name != "memory");
+            let pick: Vec<_> = if disk.clone().next().is_some() {
+                disk.collect()
+            } else {
+                tiers.collect()
+            };
+            pick.iter()
+                .fold((0, 0), |(c, u), (_, cap, used)| (c + cap, u + used))
+        }
+        let Some(router) = &self.cluster else {
+            let stats = self.client.cache_stats();
+            return of(stats
+                .tiers
+                .iter()
+                .map(|t| (t.name.as_str(), t.capacity, t.used)));
+        };
+        router
+            .worker_stats()
+            .await
+            .into_iter()
+            .filter_map(|(_, s)| s.ok())
+            .map(|s| {
+                of(s.tiers
+                    .iter()
+                    .map(|t| (t.name.as_str(), t.capacity, t.used)))
+            })
+            .fold((0, 0), |(c, u), (cap, used)| (c + cap, u + used))
+    }
+
     pub async fn cache_usage(&self, path: &str) -> Result<silt_client::CacheUsage> {
         let files = self.client.walk_files(path).await?;
         Ok(self.usage_of(&files).await)

@@ -558,6 +558,13 @@ impl PyClient {
         usage_dict(py, &u)
     }
 
+    /// `(capacity, used)` in bytes of the cache holding this client's data (its disk tiers, or
+    /// the owner's or the workers'): what a sampler may prefetch into without evicting.
+    fn cache_space(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
+        let inner = self.get()?;
+        Ok(py.detach(|| inner.block_on(inner.node().cache_space())))
+    }
+
     /// How much of the files at or below `path` is cached and pinned (here, and on the owner
     /// or workers for attached and cluster clients).
     fn cache_usage<'py>(&self, py: Python<'py>, path: &str) -> PyResult<Bound<'py, PyDict>> {
