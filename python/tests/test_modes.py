@@ -261,6 +261,41 @@ def test_attach_to_silt_up_shares_its_cache_and_reads_cached_files_locally(s3, w
         subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
 
 
+def test_attached_client_needs_no_store_endpoint_or_credentials(s3, workdir, procs, monkeypatch):
+    """Attached means served by the owner: with no S3 option and no credential anywhere in this
+    process, a client attached to `silt up` lists, stats, reads and writes through the owner's
+    store."""
+    fill(s3)
+    up, state, mnt = silt_up(s3, workdir, procs)
+    try:
+        for k in list(os.environ):
+            if k.startswith(("AWS_", "SILT_S3_")):
+                monkeypatch.delenv(k)
+        monkeypatch.setenv("AWS_CONFIG_FILE", os.path.join(workdir, "no-aws-config"))
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.path.join(workdir, "no-aws-credentials"))
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
+        assert fs.client.mode == "attached"
+        listed = sorted(p.rsplit("/", 1)[-1] for p in fs.ls("/data/train", detail=False))
+        assert listed == sorted(rel.split("/", 1)[1] for rel in DATA)
+        assert fs.info("/data/train/003.bin")["size"] == len(DATA["train/003.bin"])
+        assert fs.isdir("/data/train")
+        check_all(fs)
+        # Written by the owner's store: in the bucket and seen through the mount.
+        fs.pipe_file("/data/out/new.txt", b"attached, without keys")
+        with open(s3.path("out/new.txt"), "rb") as f:
+            assert f.read() == b"attached, without keys"
+        with open(os.path.join(mnt, "data", "out", "new.txt"), "rb") as f:
+            assert f.read() == b"attached, without keys"
+        assert fs.cat_file("/data/out/new.txt") == b"attached, without keys"
+        fs.rm("/data/out/new.txt")
+        assert not os.path.exists(s3.path("out/new.txt"))
+        assert not fs.exists("/data/out/new.txt")
+        fs.close()
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
 def resident_pages(f, size):
     """How many pages of open file `f` the kernel's page cache holds (mincore(2) of a map)."""
     libc = ctypes.CDLL(None, use_errno=True)

@@ -25,6 +25,10 @@
 //! as `Data` frames closed by `End`; answered `{"stored": size}`), `rget` (bytes of a range of
 //! one version, by path and tag), `rstat`, `rlist` (every file below a directory) and `rdel`.
 //! They name files by namespace path; a worker keeps them in its own resident table.
+//!
+//! The worker's own under-stores (`store_*`, Unix socket only; see [`store`]): a same-host
+//! client (a process attached to a `silt up`) makes every call of its stores through the
+//! owner, so it needs no store endpoint or credentials of its own.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
@@ -45,7 +49,7 @@ use silt_proto::{
 };
 use silt_reader::{ObjectRef, PageReader};
 use silt_resident::RemoteMeta;
-use silt_ufs::{DynStore, EntryKind, ObjectMeta};
+use silt_ufs::{DynStore, EntryKind, Headers, ObjectMeta, SetAttrs, SpecialKind};
 
 use crate::auth::{self, ClusterKey};
 use crate::replica::ResidentTable;
@@ -54,6 +58,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 pub mod answer;
+pub mod store;
 
 /// Largest range one request may ask for (placement groups are at most this large).
 pub const MAX_RANGE: u64 = 64 << 20;
@@ -110,6 +115,29 @@ impl WireObject {
         };
         ObjectRef::new(store, meta)
     }
+}
+
+/// The pattern of every `store_*` request.
+macro_rules! store_request {
+    () => {
+        Request::StoreInfo { .. }
+            | Request::StoreStat { .. }
+            | Request::StoreList { .. }
+            | Request::StoreListTree { .. }
+            | Request::StoreHeaders { .. }
+            | Request::StoreRead { .. }
+            | Request::StoreWrite { .. }
+            | Request::StoreDelete { .. }
+            | Request::StoreCreateDir { .. }
+            | Request::StoreRemoveDir { .. }
+            | Request::StoreRename { .. }
+            | Request::StoreCopy { .. }
+            | Request::StoreSymlink { .. }
+            | Request::StoreReadLink { .. }
+            | Request::StoreSetAttrs { .. }
+            | Request::StoreMknod { .. }
+            | Request::StoreHardLink { .. }
+    };
 }
 
 /// A request of the worker protocol, decoded once, whole, into what its operation needs. On
@@ -209,6 +237,121 @@ pub enum Request {
     Rdel {
         path: String,
     },
+    /// The `store_*` operations (Unix socket only, see [`store`]): a call of the worker's own
+    /// under-store `store` (a URI of its mount table), so a same-host client needs no store
+    /// credentials. `store_info`: the store's URI and capabilities.
+    #[serde(rename = "store_info")]
+    StoreInfo {
+        store: String,
+    },
+    #[serde(rename = "store_stat")]
+    StoreStat {
+        store: String,
+        path: String,
+    },
+    #[serde(rename = "store_list")]
+    StoreList {
+        store: String,
+        path: String,
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// `list_tree`: every entry below `path`, or none if there are more than `max`.
+    #[serde(rename = "store_list_tree")]
+    StoreListTree {
+        store: String,
+        path: String,
+        max: u64,
+    },
+    #[serde(rename = "store_headers")]
+    StoreHeaders {
+        store: String,
+        path: String,
+        expected: ObjectMeta,
+    },
+    /// Bytes `[offset, offset + len)` of the version `expected`, as `Data` frames.
+    #[serde(rename = "store_read")]
+    StoreRead {
+        store: String,
+        path: String,
+        expected: ObjectMeta,
+        #[serde(default)]
+        offset: u64,
+        #[serde(default)]
+        len: u64,
+    },
+    /// A whole object of `size` bytes, which follow as `Data` frames closed by `End`, with
+    /// the attributes `attrs` and, where given, the S3 `headers`.
+    #[serde(rename = "store_write")]
+    StoreWrite {
+        store: String,
+        path: String,
+        size: u64,
+        #[serde(default)]
+        attrs: SetAttrs,
+        #[serde(default)]
+        headers: Option<Headers>,
+    },
+    #[serde(rename = "store_delete")]
+    StoreDelete {
+        store: String,
+        path: String,
+    },
+    #[serde(rename = "store_create_dir")]
+    StoreCreateDir {
+        store: String,
+        path: String,
+    },
+    #[serde(rename = "store_remove_dir")]
+    StoreRemoveDir {
+        store: String,
+        path: String,
+    },
+    #[serde(rename = "store_rename")]
+    StoreRename {
+        store: String,
+        from: String,
+        to: String,
+    },
+    #[serde(rename = "store_copy")]
+    StoreCopy {
+        store: String,
+        from: String,
+        to: String,
+    },
+    #[serde(rename = "store_symlink")]
+    StoreSymlink {
+        store: String,
+        path: String,
+        target: String,
+    },
+    #[serde(rename = "store_read_link")]
+    StoreReadLink {
+        store: String,
+        path: String,
+    },
+    #[serde(rename = "store_set_attrs")]
+    StoreSetAttrs {
+        store: String,
+        path: String,
+        attrs: SetAttrs,
+    },
+    #[serde(rename = "store_mknod")]
+    StoreMknod {
+        store: String,
+        path: String,
+        kind: SpecialKind,
+        #[serde(default)]
+        rdev: u32,
+        #[serde(default)]
+        attrs: SetAttrs,
+    },
+    #[serde(rename = "store_hard_link")]
+    StoreHardLink {
+        store: String,
+        from: String,
+        to: String,
+    },
 }
 
 impl Request {
@@ -276,6 +419,23 @@ impl Request {
             Request::Rstat { .. } => "rstat",
             Request::Rlist { .. } => "rlist",
             Request::Rdel { .. } => "rdel",
+            Request::StoreInfo { .. } => "store_info",
+            Request::StoreStat { .. } => "store_stat",
+            Request::StoreList { .. } => "store_list",
+            Request::StoreListTree { .. } => "store_list_tree",
+            Request::StoreHeaders { .. } => "store_headers",
+            Request::StoreRead { .. } => "store_read",
+            Request::StoreWrite { .. } => "store_write",
+            Request::StoreDelete { .. } => "store_delete",
+            Request::StoreCreateDir { .. } => "store_create_dir",
+            Request::StoreRemoveDir { .. } => "store_remove_dir",
+            Request::StoreRename { .. } => "store_rename",
+            Request::StoreCopy { .. } => "store_copy",
+            Request::StoreSymlink { .. } => "store_symlink",
+            Request::StoreReadLink { .. } => "store_read_link",
+            Request::StoreSetAttrs { .. } => "store_set_attrs",
+            Request::StoreMknod { .. } => "store_mknod",
+            Request::StoreHardLink { .. } => "store_hard_link",
         }
     }
 
@@ -300,7 +460,13 @@ impl Request {
             | Request::Rstat { .. }
             | Request::Rlist { .. }
             | Request::Rdel { .. } => RpcOp::Resident,
+            store_request!() => RpcOp::Store,
         })
+    }
+
+    /// One of the `store_*` operations (a call of the worker's own under-store).
+    pub fn is_store(&self) -> bool {
+        matches!(self, store_request!())
     }
 
     /// Decodes one request frame (`silt_proto::decode_request`): its version first, then
@@ -714,6 +880,20 @@ async fn serve_one(
         | Request::Rstat { .. }
         | Request::Rlist { .. }
         | Request::Rdel { .. } => serve_resident(s, svc.resident_table()?, req).await,
+        store_request!() => match s {
+            Conn::Unix(u) => return store::serve(u, svc.stores.as_ref(), req).await,
+            Conn::Tcp(_) | Conn::Tls(_) => {
+                if matches!(req, Request::StoreWrite { .. }) {
+                    // Past the write's bytes, so the connection stays usable.
+                    store::skip_bytes(s).await?;
+                }
+                Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!("{op} is only offered over the worker's Unix socket"),
+                )
+                .into())
+            }
+        },
         Request::Stats => reply(s, op, &svc.stats()).await,
         Request::Changed { path, freed } => {
             let Some(hook) = &svc.on_changed else {
@@ -1879,7 +2059,7 @@ mod tests {
             mtime_ns: None,
             expires_in_ms: Some(9),
         };
-        let all = vec![
+        let mut all = vec![
             Request::Stats,
             Request::Changed {
                 path: "/d".into(),
@@ -1943,6 +2123,7 @@ mod tests {
                 path: "/c/f".into(),
             },
         ];
+        all.extend(store_requests());
         for req in all {
             let wire = serde_json::to_value(req.envelope()).unwrap();
             assert_eq!(wire["v"], PROTOCOL_VERSION, "{wire}");
@@ -1963,6 +2144,135 @@ mod tests {
         for key in ["object", "offset", "len", "fd"] {
             assert!(read.get(key).is_some(), "{key} missing from {read}");
         }
+    }
+
+    /// One of each `store_*` request, with every field set.
+    fn store_requests() -> Vec<Request> {
+        let store = || "s3://b/p".to_string();
+        let path = || "d/f".to_string();
+        let mut expected = ObjectMeta::empty_file("d/f");
+        expected.size = 9;
+        expected.etag = Some("e".into());
+        expected.mtime = Some(SystemTime::UNIX_EPOCH + Duration::from_nanos(1_500_000_123));
+        expected.posix.uid = Some(7);
+        let attrs = SetAttrs {
+            mode: Some(0o640),
+            uid: Some(1),
+            gid: None,
+            atime: None,
+            mtime: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(3)),
+        };
+        let headers = Headers {
+            content_type: Some("text/plain".into()),
+            ..Headers::default()
+        };
+        vec![
+            Request::StoreInfo { store: store() },
+            Request::StoreStat {
+                store: store(),
+                path: path(),
+            },
+            Request::StoreList {
+                store: store(),
+                path: path(),
+                recursive: true,
+            },
+            Request::StoreListTree {
+                store: store(),
+                path: path(),
+                max: 5,
+            },
+            Request::StoreHeaders {
+                store: store(),
+                path: path(),
+                expected: expected.clone(),
+            },
+            Request::StoreRead {
+                store: store(),
+                path: path(),
+                expected,
+                offset: 1,
+                len: 2,
+            },
+            Request::StoreWrite {
+                store: store(),
+                path: path(),
+                size: 3,
+                attrs,
+                headers: Some(headers),
+            },
+            Request::StoreDelete {
+                store: store(),
+                path: path(),
+            },
+            Request::StoreCreateDir {
+                store: store(),
+                path: path(),
+            },
+            Request::StoreRemoveDir {
+                store: store(),
+                path: path(),
+            },
+            Request::StoreRename {
+                store: store(),
+                from: path(),
+                to: "g".into(),
+            },
+            Request::StoreCopy {
+                store: store(),
+                from: path(),
+                to: "g".into(),
+            },
+            Request::StoreSymlink {
+                store: store(),
+                path: path(),
+                target: "../t".into(),
+            },
+            Request::StoreReadLink {
+                store: store(),
+                path: path(),
+            },
+            Request::StoreSetAttrs {
+                store: store(),
+                path: path(),
+                attrs,
+            },
+            Request::StoreMknod {
+                store: store(),
+                path: path(),
+                kind: SpecialKind::CharDevice,
+                rdev: 259,
+                attrs,
+            },
+            Request::StoreHardLink {
+                store: store(),
+                from: path(),
+                to: "g".into(),
+            },
+        ]
+    }
+
+    /// Every `store_*` request is one, timed as `store`, and answered by a type naming it.
+    #[test]
+    fn store_requests_are_named_timed_and_answered() {
+        use answer::*;
+        for req in store_requests() {
+            let op = req.name();
+            assert!(req.is_store() && op.starts_with("store_"), "{op}");
+            assert_eq!(req.metric(), Some(metrics::RpcOp::Store), "{op}");
+            let answered = [
+                StoreInfo::answers(op),
+                StoreMeta::answers(op),
+                StoreEntries::answers(op),
+                StoreTree::answers(op),
+                StoreHeaders::answers(op),
+                StoreLink::answers(op),
+                StoreDone::answers(op),
+                Sending::answers(op),
+            ];
+            assert_eq!(answered.iter().filter(|a| **a).count(), 1, "{op}");
+        }
+        assert!(!Request::Stats.is_store());
     }
 
     /// Answers keep the JSON the protocol always had, so older peers read them (and the

@@ -148,7 +148,17 @@ async fn state(fx: &Fx) -> Value {
     let m = WorkerClient::new(Endpoint::Unix(fx.uds.clone()), key(SECRET));
     let s = m.call(Request::Stats).await.unwrap();
     let files = m.resident_list("/").await.unwrap();
+    let mut stored: Vec<String> = fx
+        .store
+        .list("", true)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| format!("{}:{}", e.path, e.size))
+        .collect();
+    stored.sort();
     json!({
+        "store": stored,
         "reads_served": s["reads_served"], "bytes_served": s["bytes_served"],
         "files_leased": s["files_leased"], "used": s["used"], "page_misses": s["page_misses"],
         "cache_only_files": s["cache_only_files"],
@@ -164,6 +174,14 @@ fn requests(fx: &Fx) -> Vec<(&'static str, Value, Option<Vec<u8>>)> {
     let whole = fx.obj.size();
     let req = |op: &str| json!({"v": 1, "op": op, "object": object, "offset": 0, "len": whole});
     let res = |op: &str, file: Value| json!({"v": 1, "op": op, "path": "/data/private", "file": file, "offset": 0, "len": 5});
+    let uri = fx.store.uri().to_string();
+    let st = |op: &str, mut args: Value| {
+        args["v"] = json!(1);
+        args["op"] = json!(op);
+        args["store"] = json!(uri);
+        args
+    };
+    let expected = serde_json::to_value(&fx.obj.meta).unwrap();
     vec![
         ("stats", json!({"v": 1, "op": "stats"}), None),
         ("read", req("read"), None),
@@ -195,6 +213,92 @@ fn requests(fx: &Fx) -> Vec<(&'static str, Value, Option<Vec<u8>>)> {
             json!({"v": 1, "op": "rput", "path": "/data/private",
                 "file": {"path": "/data/private", "size": 4, "tag": "evil"}}),
             Some(b"evil".to_vec()),
+        ),
+        ("store_info", st("store_info", json!({})), None),
+        ("store_stat", st("store_stat", json!({"path": "obj"})), None),
+        (
+            "store_list",
+            st("store_list", json!({"path": "", "recursive": true})),
+            None,
+        ),
+        (
+            "store_list_tree",
+            st("store_list_tree", json!({"path": "", "max": 10})),
+            None,
+        ),
+        (
+            "store_headers",
+            st(
+                "store_headers",
+                json!({"path": "obj", "expected": expected}),
+            ),
+            None,
+        ),
+        (
+            "store_read",
+            st(
+                "store_read",
+                json!({"path": "obj", "expected": expected, "offset": 0, "len": 5}),
+            ),
+            None,
+        ),
+        (
+            "store_write",
+            st("store_write", json!({"path": "evil", "size": 4})),
+            Some(b"evil".to_vec()),
+        ),
+        (
+            "store_delete",
+            st("store_delete", json!({"path": "obj"})),
+            None,
+        ),
+        (
+            "store_create_dir",
+            st("store_create_dir", json!({"path": "evil"})),
+            None,
+        ),
+        (
+            "store_remove_dir",
+            st("store_remove_dir", json!({"path": "evil"})),
+            None,
+        ),
+        (
+            "store_rename",
+            st("store_rename", json!({"from": "obj", "to": "evil"})),
+            None,
+        ),
+        (
+            "store_copy",
+            st("store_copy", json!({"from": "obj", "to": "evil"})),
+            None,
+        ),
+        (
+            "store_symlink",
+            st("store_symlink", json!({"path": "evil", "target": "obj"})),
+            None,
+        ),
+        (
+            "store_read_link",
+            st("store_read_link", json!({"path": "obj"})),
+            None,
+        ),
+        (
+            "store_set_attrs",
+            st(
+                "store_set_attrs",
+                json!({"path": "obj", "attrs": {"mode": 511}}),
+            ),
+            None,
+        ),
+        (
+            "store_mknod",
+            st("store_mknod", json!({"path": "evil", "kind": "fifo"})),
+            None,
+        ),
+        (
+            "store_hard_link",
+            st("store_hard_link", json!({"from": "obj", "to": "evil"})),
+            None,
         ),
         ("unknown op", json!({"v": 1, "op": "ping"}), None),
     ]
@@ -331,6 +435,29 @@ async fn a_wrong_secret_gets_nothing_and_the_right_one_everything() {
             c.resident_get("/data/private", "v1", 0..5).await.map(drop),
         );
         refused("rstat", c.resident_stat("/data/private").await.map(drop));
+        let uri = fx.store.uri().to_string();
+        refused(
+            "store_stat",
+            c.call(Request::StoreStat {
+                store: uri.clone(),
+                path: "obj".into(),
+            })
+            .await
+            .map(drop),
+        );
+        refused(
+            "store_write",
+            c.store_write(
+                &uri,
+                "evil",
+                &BytesSrc("evil".into()),
+                4,
+                &Default::default(),
+                None,
+            )
+            .await
+            .map(drop),
+        );
         refused("rlist", c.resident_list("/").await.map(drop));
         refused("rdel", c.resident_delete("/data/private").await.map(drop));
         let evil = BytesSrc("evil".into());
@@ -737,5 +864,122 @@ async fn handshake_cost() {
         println!(
             "tls={tls}: stats on a pooled connection: {per_request:?}; on a new connection (connect + handshake + stats): {per_connection:?}"
         );
+    }
+}
+
+/// The `store_*` calls (a same-host client's calls of the worker's own store) are served to a
+/// member over the Unix socket only: over TCP they are `Unsupported` and change nothing.
+#[tokio::test]
+async fn store_calls_are_served_over_the_unix_socket_only() {
+    let fx = fixture().await;
+    let uri = fx.store.uri().to_string();
+    let tcp = WorkerClient::new(Endpoint::Tcp(fx.tcp.clone()), key(SECRET));
+    let before = state(&fx).await;
+    for req in [
+        Request::StoreInfo { store: uri.clone() },
+        Request::StoreStat {
+            store: uri.clone(),
+            path: "obj".into(),
+        },
+        Request::StoreDelete {
+            store: uri.clone(),
+            path: "obj".into(),
+        },
+    ] {
+        match tcp.call(req.clone()).await {
+            Err(CallError::Worker(e)) => {
+                assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+                assert!(e.to_string().contains("Unix socket"), "{e}");
+            }
+            other => panic!("{} over TCP: {other:?}", req.name()),
+        }
+    }
+    match tcp
+        .store_write(
+            &uri,
+            "evil",
+            &BytesSrc("evil".into()),
+            4,
+            &Default::default(),
+            None,
+        )
+        .await
+    {
+        Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}"),
+        other => panic!("store_write over TCP: {other:?}"),
+    }
+    // A refused write changed nothing, and the worker serves on.
+    assert_eq!(
+        tcp.call(Request::Stats).await.unwrap()["identity"]["id"],
+        "t"
+    );
+    assert_eq!(state(&fx).await, before);
+
+    let uds = WorkerClient::new(Endpoint::Unix(fx.uds.clone()), key(SECRET));
+    let info: rpc::answer::StoreInfo = uds
+        .ask(&Request::StoreInfo { store: uri.clone() })
+        .await
+        .unwrap();
+    assert_eq!(info.uri, uri);
+    let rpc::answer::StoreMeta { meta } = uds
+        .ask(&Request::StoreStat {
+            store: uri.clone(),
+            path: "obj".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(meta, fx.obj.meta);
+    assert_eq!(
+        &uds.store_read(&uri, "obj", &meta, 3..9).await.unwrap()[..],
+        &fx.data[3..9]
+    );
+    let big: bytes::Bytes = (0..(9u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let written = uds
+        .store_write(
+            &uri,
+            "dir/big",
+            &BytesSrc(big.clone()),
+            big.len() as u64,
+            &Default::default(),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(written.size, big.len() as u64);
+    assert_eq!(
+        fx.store
+            .read("dir/big", 0..u64::MAX, &written)
+            .await
+            .unwrap(),
+        big
+    );
+    let rpc::answer::StoreEntries { entries } = uds
+        .ask(&Request::StoreList {
+            store: uri.clone(),
+            path: "dir".into(),
+            recursive: false,
+        })
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1);
+    // Errors keep their kind; a store not in the worker's table is not served.
+    match uds
+        .ask::<rpc::answer::StoreMeta>(&Request::StoreStat {
+            store: uri.clone(),
+            path: "missing".into(),
+        })
+        .await
+    {
+        Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::NotFound, "{e}"),
+        other => panic!("stat of a missing file: {other:?}"),
+    }
+    match uds
+        .ask::<rpc::answer::StoreInfo>(&Request::StoreInfo {
+            store: "s3://elsewhere".into(),
+        })
+        .await
+    {
+        Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}"),
+        other => panic!("another store: {other:?}"),
     }
 }

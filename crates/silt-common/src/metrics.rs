@@ -328,10 +328,10 @@ define_histograms! {
     CLIENT_READ_SECONDS: ReadFrom = "silt_client_read_seconds", "source", "Time of one read through the client (FUSE, SDK, gateway), by where its bytes came from: all pages in memory, some on a local disk tier, some from workers (cluster clients) or from the under-store (single nodes), or a file resident only in Silt." {
         Memory = "memory", Disk = "disk", Worker = "worker", Store = "store", Resident = "resident",
     }
-    WORKER_RPC_SECONDS: RpcOp = "silt_worker_rpc_seconds", "op", "Time a worker took to serve one request from a client, by operation (a `read` passing a file descriptor includes the client's read of it; `lease` is not timed: it lasts as long as the client holds the file)." {
+    WORKER_RPC_SECONDS: RpcOp = "silt_worker_rpc_seconds", "op", "Time a worker took to serve one request from a client, by operation (a `read` passing a file descriptor includes the client's read of it; `lease` is not timed: it lasts as long as the client holds the file; `store` is every call of the worker's own under-store for a same-host client)." {
         Read = "read", Load = "load", Prefetch = "prefetch", Pin = "pin", Unpin = "unpin",
         Cached = "cached", Stats = "stats", Forget = "forget", LeaseCopy = "lease_copy", Changed = "changed",
-        Resident = "resident",
+        Resident = "resident", Store = "store",
     }
     CSI_CALL_SECONDS: CsiCall = "silt_csi_call_seconds", "call", "Time the CSI plugin took to answer one call, by call (a stage includes starting the volume's mount process; identity and capability calls are `other`)." {
         Stage = "stage", Unstage = "unstage", Publish = "publish", Unpublish = "unpublish",

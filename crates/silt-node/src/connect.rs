@@ -435,6 +435,79 @@ mod tests {
         assert!(state.join(crate::METADATA_SNAPSHOT).exists());
     }
 
+    /// An attached client opens no store: every call of its stores is one of the owner's
+    /// (`store_*` on the owner's socket), reads, writes and directory changes alike, and the
+    /// owner's store holds the result.
+    #[test]
+    fn an_attached_client_calls_the_owners_store() {
+        use silt_common::metrics::RpcOp;
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        std::fs::create_dir_all(store.join("d")).unwrap();
+        std::fs::write(store.join("d/f"), b"in the store").unwrap();
+        let state = dir.path().join("state");
+        let rt = runtime();
+        let mut cfg = config(&state, Some(&store));
+        cfg.set("write_type", "through").unwrap();
+        let mut owner = connect(&cfg, &options(None, OwnDir::Temporary, true), &rt).unwrap();
+
+        let mut acfg = config(&state, None);
+        acfg.set("write_type", "through").unwrap();
+        let own = dir.path().join("own");
+        let attached = connect(&acfg, &options(None, OwnDir::Given(own), true), &rt).unwrap();
+        assert_eq!(attached.role(), Role::Attached);
+        let ns = attached.node.client.namespace();
+        let uri = format!("file://{}", store.display());
+        assert_eq!(ns.mounts()[0].store.uri(), uri);
+
+        let calls = || RpcOp::Store.histogram().snapshot().count();
+        let before = calls();
+        let c = attached.node.client.clone();
+        let s = ns.mounts()[0].store.clone();
+        rt.block_on(async move {
+            let names: Vec<String> = c
+                .list("/data/d")
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| e.name().to_string())
+                .collect();
+            assert_eq!(names, ["f"]);
+            assert_eq!(c.stat("/data/d/f").await.unwrap().size, 12);
+            let f = c.open("/data/d/f").await.unwrap();
+            assert_eq!(&c.read(&f, 0, 100).await.unwrap()[..], b"in the store");
+
+            let w = c.create("/data/d/new", true).await.unwrap();
+            c.write_at(&w, 0, b"written attached").unwrap();
+            c.commit(&w).await.unwrap();
+            c.mkdir("/data/e").await.unwrap();
+            c.rename("/data/d/new", "/data/e/moved").await.unwrap();
+
+            // The store itself, as the client sees it: the owner's answers, kinds kept.
+            let m = s.stat("e/moved").await.unwrap();
+            assert_eq!(m.size, 16);
+            let e = s.stat("nothing").await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+            assert_eq!(&s.read("e/moved", 0..7, &m).await.unwrap()[..], b"written");
+            let tree = s.list_tree("", 100).await.unwrap().unwrap();
+            assert!(tree.iter().any(|e| e.path == "e/moved"), "{tree:?}");
+            assert!(s.list_tree("", 1).await.unwrap().is_none());
+            s.symlink("e/link", "moved").await.unwrap();
+            assert_eq!(s.read_link("e/link").await.unwrap(), "moved");
+            s.copy("e/moved", "e/copy").await.unwrap();
+            s.delete("e/copy").await.unwrap();
+            s.delete("e/link").await.unwrap();
+        });
+        assert_eq!(
+            std::fs::read(store.join("e/moved")).unwrap(),
+            b"written attached"
+        );
+        assert!(!store.join("d/new").exists() && !store.join("e/copy").exists());
+        assert!(calls() > before, "no call reached the owner's store");
+        drop(attached);
+        owner.close();
+    }
+
     #[test]
     fn an_unshared_single_node_serves_no_one_and_a_busy_directory_is_refused() {
         let dir = tempfile::tempdir().unwrap();

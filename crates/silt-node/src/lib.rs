@@ -10,6 +10,7 @@
 pub mod connect;
 pub mod local;
 pub mod logging;
+pub mod owner;
 
 pub use logging::{init_logging, set_log_worker_id};
 
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{Client, ClientOptions, MountPoint, Namespace, WriteSetup};
+use silt_cluster::rpc::{Endpoint, WorkerClient};
 use silt_cluster::{
     auth::cluster_key, local_host_id, ClusterKey, EtcdMembership, Member, Membership, Replicas,
     Router, RouterOptions, StaticMembership,
@@ -138,7 +140,8 @@ impl Node {
                 cluster_key(&cfg.cluster_secret, &cfg.state_dir, false)?.with_tls(cfg.cluster_tls);
             let m = rt.block_on(membership(cfg))?;
             let mounts = rt.block_on(cluster_mounts(cfg, m.as_ref()))?;
-            return Self::cluster_client(cfg, rt, m, &mounts, router_options(cfg, key));
+            let ns = rt.block_on(open_namespace(cfg, &mounts))?;
+            return Self::cluster_client(cfg, rt, m, ns, router_options(cfg, key));
         }
         // A single node serves no worker port; it generates a secret into its state dir at
         // its first start, so the state dir is ready to join a cluster later
@@ -195,11 +198,26 @@ impl Node {
             ClusterKey::new(&cfg.cluster_secret)?
         };
         let m: Arc<dyn Membership> = Arc::new(StaticMembership::new(vec![info.member()]));
+        // No store is opened here and no credential read: every call of a store goes to the
+        // owner's (`owner::OwnerStore`), as every page fetch does.
+        let to_owner = Arc::new(WorkerClient::new(
+            Endpoint::Unix(info.uds.clone().into()),
+            key.clone(),
+        ));
+        let ns = rt
+            .block_on(owner::owner_namespace(to_owner, &mounts))
+            .map_err(|e| {
+                e.context(format!(
+                    "the Silt serving {} (pid {})",
+                    owner_dir.display(),
+                    info.pid
+                ))
+            })?;
         let mut opts = router_options(cfg, key);
         // The owner is reached only over its socket.
         opts.unix_socket = true;
         opts.host_id = local_host_id();
-        let mut node = Self::cluster_client(cfg, rt, m, &mounts, opts)?;
+        let mut node = Self::cluster_client(cfg, rt, m, ns, opts)?;
         node.role = Role::Attached;
         // Every change this client makes is told to the owner, whichever front end made it.
         if let Some(router) = &node.cluster {
@@ -213,10 +231,9 @@ impl Node {
         cfg: &Config,
         rt: &tokio::runtime::Runtime,
         m: Arc<dyn Membership>,
-        mounts: &[MountSpec],
+        ns: Namespace,
         opts: RouterOptions,
     ) -> Result<Node> {
-        let ns = rt.block_on(open_namespace(cfg, mounts))?;
         let router = Arc::new(Router::new(m, opts));
         // The near cache is memory only: the workers' disk tiers hold the data.
         let fetcher: Arc<dyn Fetcher> = router.clone();

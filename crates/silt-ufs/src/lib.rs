@@ -17,6 +17,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use serde::{Deserialize, Serialize};
 use silt_common::bufpool::BufferPool;
 use silt_common::io::ReadAt;
 use silt_common::{Error, Result};
@@ -44,7 +45,8 @@ pub use s3::{redact_uri, S3Flavor, S3Options, S3Store, S3UriOptions};
 pub use uri::{open_store, open_store_as, StoreUri};
 
 /// File, directory, symbolic link or special file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EntryKind {
     File,
     Dir,
@@ -57,7 +59,8 @@ pub enum EntryKind {
 }
 
 /// The kinds of special file `mknod(2)` makes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SpecialKind {
     Fifo,
     Socket,
@@ -104,8 +107,9 @@ impl EntryKind {
     }
 }
 
-/// What a store knows about one entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a store knows about one entry. Serializable: an attached client asks the owner's
+/// store for it over the worker socket (`silt_cluster::rpc`'s `store_*` operations).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectMeta {
     /// Path relative to the store root.
     pub path: String,
@@ -127,7 +131,8 @@ pub struct ObjectMeta {
 /// POSIX attributes beyond the permission bits: on a local directory the real ones, on S3
 /// the object's user metadata in the conventions s3fs-fuse uses (`x-amz-meta-uid`, `-gid`,
 /// `-atime`, `-ctime`; see `user_meta.rs`). `None`: the store has no value.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Posix {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
@@ -149,7 +154,8 @@ impl Posix {
 }
 
 /// A change of attributes (`UnderStore::set_attrs`); `None` leaves one as it is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SetAttrs {
     /// Permission bits (`0o7777`).
     pub mode: Option<u32>,
@@ -266,7 +272,8 @@ impl ObjectMeta {
 }
 
 /// What a store can do; callers pick strategies from it.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Capabilities {
     /// `list(dir, recursive = true)` is one paginated sweep rather than a walk.
     pub native_recursive_list: bool,

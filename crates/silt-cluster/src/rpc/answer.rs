@@ -194,12 +194,12 @@ pub struct Stored {
 }
 answers!(Stored => "rput");
 
-/// `rget`: this many bytes follow as `Data` frames.
+/// `rget` and `store_read`: this many bytes follow as `Data` frames.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Sending {
     pub size: u64,
 }
-answers!(Sending => "rget");
+answers!(Sending => "rget", "store_read");
 
 /// `rstat`: the replicated file, if the worker holds one.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -221,3 +221,54 @@ pub struct Deleted {
     pub deleted: bool,
 }
 answers!(Deleted => "rdel");
+
+/// `store_info`: the worker's under-store, as its clients see it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StoreInfo {
+    pub uri: String,
+    pub capabilities: silt_ufs::Capabilities,
+}
+answers!(StoreInfo => "store_info");
+
+/// The metadata a store call answered with (of the entry it stats, makes or changes).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StoreMeta {
+    pub meta: silt_ufs::ObjectMeta,
+}
+answers!(StoreMeta => "store_stat", "store_write", "store_create_dir", "store_rename",
+    "store_copy", "store_symlink", "store_set_attrs", "store_mknod", "store_hard_link");
+
+/// `store_list`: the entries listed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StoreEntries {
+    pub entries: Vec<silt_ufs::ObjectMeta>,
+}
+answers!(StoreEntries => "store_list");
+
+/// `store_list_tree`: the tree, or `None` when it has more entries than asked for.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StoreTree {
+    pub entries: Option<Vec<silt_ufs::ObjectMeta>>,
+}
+answers!(StoreTree => "store_list_tree");
+
+/// `store_headers`: the S3 headers of the version asked about.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StoreHeaders {
+    pub headers: silt_ufs::Headers,
+}
+answers!(StoreHeaders => "store_headers");
+
+/// `store_read_link`: the link's target.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StoreLink {
+    pub target: String,
+}
+answers!(StoreLink => "store_read_link");
+
+/// `store_delete` and `store_remove_dir`: done.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StoreDone {
+    pub ok: bool,
+}
+answers!(StoreDone => "store_delete", "store_remove_dir");
