@@ -209,7 +209,8 @@ def test_cache_aware_sampler_prefetches_only_a_window_ahead_of_the_loader():
             return len(self.files)
 
     ds = Files()
-    sampler = st.CacheAwareSampler(ds, seed=3, lookahead=8)
+    # A loader that reads each index as it takes it.
+    sampler = st.CacheAwareSampler(ds, seed=3, lookahead=8, loader_ahead=0)
     it = iter(sampler)
     assert ds.fs.asked == []  # nothing before the loader takes an index
     taken = []
@@ -222,6 +223,47 @@ def test_cache_aware_sampler_prefetches_only_a_window_ahead_of_the_loader():
     assert ds.fs.asked == [f"f{i}" for i in taken[3:]]
     with pytest.raises(ValueError):
         st.CacheAwareSampler(ds, lookahead=0)
+
+
+def test_cache_aware_sampler_keeps_its_prefetch_out_of_cached_samples_still_to_be_read():
+    """A loader takes indices ahead of its reads: until it has read the cached part, only what
+    the cache's free room holds is prefetched (here two files' worth); then a window."""
+
+    class Fs:
+        def __init__(self):
+            self.asked = []
+
+        def residency(self, files):
+            return [1.0 if int(f[1:]) < 10 else 0.0 for f in files]  # f0..f9 cached
+
+        def cache_space(self):
+            return (1000, 900 - 2 * 100)  # room (90 % of capacity) for two files of 100 bytes
+
+        def info(self, path):
+            return {"size": 100}
+
+        def prefetch(self, paths):
+            self.asked += paths
+
+    class Files:
+        def __init__(self):
+            self.fs, self.files = Fs(), [f"f{i}" for i in range(40)]
+
+        def __len__(self):
+            return len(self.files)
+
+    ds = Files()
+    sampler = st.CacheAwareSampler(ds, seed=5, lookahead=4, loader_ahead=16)
+    taken = []
+    for i in sampler:
+        taken.append(i)
+        read_to = len(taken) - 16  # what the loader has read, at most
+        if read_to <= 10:
+            assert len(ds.fs.asked) <= 2, (len(taken), ds.fs.asked)
+    assert sorted(taken) == list(range(40)) and set(taken[:10]) == set(range(10))
+    # Each uncached file asked for at most once, in the order it is read.
+    assert ds.fs.asked == [f"f{i}" for i in taken[10 : 10 + len(ds.fs.asked)]]
+    assert len(ds.fs.asked) > 2
 
 
 def shard(samples):
