@@ -1028,8 +1028,102 @@ async fn serve_one(
     })
 }
 
-/// Bytes of a replicated file travel in frames of this size.
+/// Bytes of a replicated file or of a store call travel in frames of this size.
 const RESIDENT_CHUNK: usize = 1 << 20;
+
+/// Sends the first `len` bytes of `src` as `Data` frames closed by `End` (a client's `rput`,
+/// `store_write`). A failure to read `src` is the caller's (`CallError::Worker`: final).
+async fn send_bytes<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    src: &dyn ReadAt,
+    len: u64,
+) -> std::result::Result<(), CallError> {
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(RESIDENT_CHUNK as u64) as usize;
+        let b = src.read_at(at, n).map_err(CallError::Worker)?;
+        write_frame(w, FrameKind::Data, &b).await?;
+        at += n as u64;
+    }
+    write_frame(w, FrameKind::End, &[]).await?;
+    Ok(())
+}
+
+/// Reads the `size` bytes a worker announced (`Sending`) from `Data` frames to their `End`
+/// (a client's `rget`, `store_read`): exactly `size`, else `Corrupted`; `what` names them.
+async fn read_sent<R: AsyncRead + Unpin>(
+    r: &mut R,
+    size: u64,
+    what: &str,
+) -> std::result::Result<Bytes, CallError> {
+    let mut out = BytesMut::with_capacity(size as usize);
+    loop {
+        match read_frame(r).await? {
+            Some((FrameKind::Data, p)) if (out.len() + p.len()) as u64 <= size => {
+                out.extend_from_slice(&p)
+            }
+            Some((FrameKind::End, _)) => break,
+            Some((FrameKind::Error, p)) => return Err(worker_error(&p)),
+            _ => {
+                return Err(
+                    Error::new(ErrorKind::Corrupted, format!("worker sent garbled {what}")).into(),
+                )
+            }
+        }
+    }
+    if out.len() as u64 != size {
+        return Err(Error::new(
+            ErrorKind::Corrupted,
+            format!(
+                "worker sent {} bytes of {what}, announced {size}",
+                out.len()
+            ),
+        )
+        .into());
+    }
+    Ok(out.freeze())
+}
+
+/// Reads the `size` bytes of a client's `rput` or `store_write` from `Data` frames to their
+/// `End` whatever happens (so the connection stays usable), giving each piece to `keep` at its
+/// offset; more or fewer than `size`, or `keep`'s first failure, is the call's error.
+async fn receive_bytes<S: AsyncRead + Unpin>(
+    s: &mut S,
+    path: &str,
+    size: u64,
+    mut keep: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> std::result::Result<(), ServeError> {
+    let (mut at, mut failed) = (0u64, None);
+    loop {
+        match read_frame(s).await.map_err(broken)? {
+            Some((FrameKind::Data, p)) => {
+                if failed.is_none() {
+                    if at + p.len() as u64 > size {
+                        failed = Some(Error::invalid(format!(
+                            "{path}: more bytes than the {size} announced"
+                        )));
+                    } else if let Err(e) = keep(at, &p) {
+                        failed = Some(e.context(path));
+                    }
+                }
+                at += p.len() as u64;
+            }
+            Some((FrameKind::End, _)) => break,
+            _ => {
+                return Err(broken(Error::invalid(format!(
+                    "{path}: the bytes ended early"
+                ))))
+            }
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    if at != size {
+        return Err(Error::invalid(format!("{path}: {at} bytes arrived, {size} announced")).into());
+    }
+    Ok(())
+}
 
 /// The `r*` ops: replicated cache-only files (see the module docs).
 async fn serve_resident(
@@ -1042,39 +1136,7 @@ async fn serve_resident(
         Request::Rput { path, file } => {
             let size = file.size;
             let buf = t.buffer(&path);
-            let (mut at, mut failed) = (0u64, None);
-            // Read to the end of the bytes whatever happens, so the connection stays usable.
-            loop {
-                match read_frame(s).await.map_err(broken)? {
-                    Some((FrameKind::Data, p)) => {
-                        if failed.is_none() {
-                            if at + p.len() as u64 > size {
-                                failed = Some(Error::invalid(format!(
-                                    "{path}: more bytes than the {size} announced"
-                                )));
-                            } else if let Err(e) = buf.write_at(at, &p) {
-                                failed = Some(e.context(&path));
-                            }
-                        }
-                        at += p.len() as u64;
-                    }
-                    Some((FrameKind::End, _)) => break,
-                    _ => {
-                        return Err(broken(Error::invalid(format!(
-                            "{path}: the file's bytes ended early"
-                        ))))
-                    }
-                }
-            }
-            if let Some(e) = failed {
-                return Err(e.into());
-            }
-            if at != size {
-                return Err(Error::invalid(format!(
-                    "{path}: {at} bytes arrived, {size} announced"
-                ))
-                .into());
-            }
+            receive_bytes(s, &path, size, |at, p| buf.write_at(at, p)).await?;
             buf.set_len(size)?;
             t.insert(path, file, buf);
             reply(s, op, &answer::Stored { stored: size }).await
@@ -1632,14 +1694,7 @@ impl WorkerClient {
             let req = &req;
             async move {
                 write_json(&mut c, &req.envelope()).await?;
-                let mut at = 0u64;
-                while at < meta.size {
-                    let n = (meta.size - at).min(RESIDENT_CHUNK as u64) as usize;
-                    let b = data.read_at(at, n).map_err(CallError::Worker)?;
-                    write_frame(&mut c, FrameKind::Data, &b).await?;
-                    at += n as u64;
-                }
-                write_frame(&mut c, FrameKind::End, &[]).await?;
+                send_bytes(&mut c, data, meta.size).await?;
                 let answer::Stored { stored } = expect_answer(&mut c, "rput").await?;
                 expect_end(&mut c).await?;
                 self.put_back(c);
@@ -1688,32 +1743,9 @@ impl WorkerClient {
                     )
                     .into());
                 }
-                let mut out = BytesMut::with_capacity(len);
-                loop {
-                    match read_frame(&mut c).await? {
-                        Some((FrameKind::Data, p)) if out.len() + p.len() <= len => {
-                            out.extend_from_slice(&p)
-                        }
-                        Some((FrameKind::End, _)) => break,
-                        Some((FrameKind::Error, p)) => return Err(worker_error(&p)),
-                        _ => {
-                            return Err(Error::new(
-                                ErrorKind::Corrupted,
-                                "worker sent a garbled replicated file",
-                            )
-                            .into())
-                        }
-                    }
-                }
+                let out = read_sent(&mut c, size, "a replicated file").await?;
                 self.put_back(c);
-                if out.len() != len {
-                    return Err(Error::new(
-                        ErrorKind::Corrupted,
-                        format!("worker sent {} bytes, expected {len}", out.len()),
-                    )
-                    .into());
-                }
-                Ok(out.freeze())
+                Ok(out)
             }
         })
         .await

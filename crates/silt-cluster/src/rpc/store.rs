@@ -13,9 +13,6 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
 use super::*;
 
-/// Bytes of a store call travel in frames of this size.
-const CHUNK: usize = 1 << 20;
-
 /// A write at most this large is received into memory; a larger one into an unnamed file.
 const MEMORY_SPOOL: u64 = 8 << 20;
 
@@ -114,7 +111,7 @@ pub(super) async fn serve(
                 },
             )
             .await?;
-            for piece in bytes.chunks(CHUNK) {
+            for piece in bytes.chunks(RESIDENT_CHUNK) {
                 write_frame(u, FrameKind::Data, piece)
                     .await
                     .map_err(broken)?;
@@ -220,45 +217,29 @@ async fn receive(
     path: &str,
     size: u64,
 ) -> std::result::Result<Spool, ServeError> {
-    let mut spool = if size <= MEMORY_SPOOL {
+    let spool = if size <= MEMORY_SPOOL {
         Ok(Spool::Memory(BytesMut::with_capacity(size as usize)))
     } else {
         unnamed_file()
             .map(Spool::File)
             .map_err(|e| Error::from(e).context("a file for the bytes of a store write"))
     };
-    let mut at = 0u64;
-    loop {
-        match read_frame(u).await.map_err(broken)? {
-            Some((FrameKind::Data, p)) => {
-                if at + p.len() as u64 > size {
-                    spool = Err(Error::invalid(format!(
-                        "{path}: more bytes than the {size} announced"
-                    )));
-                }
-                match &mut spool {
-                    Ok(Spool::Memory(b)) => b.extend_from_slice(&p),
-                    Ok(Spool::File(f)) => {
-                        if let Err(e) = f.write_all_at(&p, at) {
-                            spool = Err(Error::from(e).context(path.to_string()));
-                        }
-                    }
-                    Err(_) => {}
-                }
-                at += p.len() as u64;
-            }
-            Some((FrameKind::End, _)) => break,
-            _ => {
-                return Err(broken(Error::invalid(format!(
-                    "{path}: the bytes of a store write ended early"
-                ))))
-            }
+    let mut spool = match spool {
+        Ok(spool) => spool,
+        Err(e) => {
+            // No place for them: read past the bytes, then say why.
+            skip_bytes(u).await?;
+            return Err(e.into());
         }
-    }
-    let spool = spool?;
-    if at != size {
-        return Err(Error::invalid(format!("{path}: {at} bytes arrived, {size} announced")).into());
-    }
+    };
+    receive_bytes(u, path, size, |at, p| match &mut spool {
+        Spool::Memory(b) => {
+            b.extend_from_slice(p);
+            Ok(())
+        }
+        Spool::File(f) => f.write_all_at(p, at).map_err(Error::from),
+    })
+    .await?;
     Ok(spool)
 }
 
@@ -309,32 +290,9 @@ impl WorkerClient {
                     )
                     .into());
                 }
-                let mut out = BytesMut::with_capacity(size as usize);
-                loop {
-                    match read_frame(&mut c).await? {
-                        Some((FrameKind::Data, p)) if (out.len() + p.len()) as u64 <= size => {
-                            out.extend_from_slice(&p)
-                        }
-                        Some((FrameKind::End, _)) => break,
-                        Some((FrameKind::Error, p)) => return Err(worker_error(&p)),
-                        _ => {
-                            return Err(Error::new(
-                                ErrorKind::Corrupted,
-                                "worker sent garbled bytes of a store read",
-                            )
-                            .into())
-                        }
-                    }
-                }
+                let out = read_sent(&mut c, size, "bytes of a store read").await?;
                 self.put_back(c);
-                if out.len() as u64 != size {
-                    return Err(Error::new(
-                        ErrorKind::Corrupted,
-                        format!("worker sent {} bytes, announced {size}", out.len()),
-                    )
-                    .into());
-                }
-                Ok(out.freeze())
+                Ok(out)
             }
         })
         .await
@@ -363,14 +321,7 @@ impl WorkerClient {
             let req = &req;
             async move {
                 write_json(&mut c, &req.envelope()).await?;
-                let mut at = 0u64;
-                while at < len {
-                    let n = (len - at).min(CHUNK as u64) as usize;
-                    let b = src.read_at(at, n).map_err(CallError::Worker)?;
-                    write_frame(&mut c, FrameKind::Data, &b).await?;
-                    at += n as u64;
-                }
-                write_frame(&mut c, FrameKind::End, &[]).await?;
+                send_bytes(&mut c, src, len).await?;
                 let answer::StoreMeta { meta } = expect_answer(&mut c, "store_write").await?;
                 expect_end(&mut c).await?;
                 self.put_back(c);
