@@ -516,13 +516,12 @@ impl fuser::Filesystem for SiltFs {
         reply: ReplyEntry,
     ) {
         let _timer = FuseOp::Link.timer();
-        let linked = self.core.link(ino.0, newparent.0, newname).map(|(a, src)| {
+        let linked = self.core.link(ino.0, newparent.0, newname).inspect(|_| {
             // The kernel keeps the source's cached attributes, link count 1 included: drop
             // them before the reply (offset -1: attributes only, no page locks).
             if let Some(n) = self.state.notifier.get() {
-                let _ = n.inval_inode(INodeNo(src), -1, 0);
+                let _ = n.inval_inode(ino, -1, 0);
             }
-            a
         });
         reply_entry(reply, linked);
     }

@@ -578,7 +578,7 @@ impl FileSystem {
             inodes.handle(fh, Some((ino, HandleMode::Daemon)));
         }
         // The front end's cached pages of this inode are not a stored version any more.
-        self.local.not_cached(ino);
+        self.local.forget(ino);
         Ok(fh)
     }
 
@@ -810,13 +810,13 @@ impl FileSystem {
     }
 
     /// `link(2)`: a real hard link where the store has them, `EPERM` elsewhere. Each name is
-    /// an inode of its own here; returns the source's inode too, whose cached attributes (its
-    /// link count) the front end drops.
-    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<(Answer, u64)> {
+    /// an inode of its own here, so a front end caching attributes drops those of `ino` (its
+    /// link count changed).
+    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Answer> {
         let from = self.path_of(ino)?;
         let to = self.new_child_path(newparent, newname)?;
         let e = self.block(self.client.link(&from, &to))?;
-        Ok((self.entry_answer(&to, &e, false), ino))
+        Ok(self.entry_answer(&to, &e, false))
     }
 
     /// `mknod(2)`: the store keeps the FIFO, socket or device node; a regular file asked

@@ -125,12 +125,10 @@ impl LocalFiles {
         s.inherited = handles.into_iter().collect();
     }
 
+    /// The front end holds no page of a stored version of `ino` any more (it forgot the
+    /// inode, or the inode is being written here): its next open gets no `keep_cache`.
     pub(super) fn forget(&self, ino: u64) {
         self.state.lock().cached.remove(&ino);
-    }
-
-    pub(super) fn not_cached(&self, ino: u64) {
-        self.forget(ino);
     }
 
     /// Counts a handle read through the core; `false` if the inode has a local file, which
