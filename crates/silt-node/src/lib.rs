@@ -205,7 +205,11 @@ impl Node {
             key.clone(),
         ));
         let ns = rt
-            .block_on(owner::owner_namespace(to_owner, &mounts))
+            .block_on(owner::owner_namespace(
+                to_owner,
+                &mounts,
+                owner::owner_deadline(cfg),
+            ))
             .map_err(|e| {
                 e.context(format!(
                     "the Silt serving {} (pid {})",

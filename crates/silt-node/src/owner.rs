@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -11,7 +12,7 @@ use silt_client::{MountPoint, Namespace};
 use silt_cluster::rpc::{answer, CallError, Request, WorkerClient, MAX_RANGE};
 use silt_common::config::MountSpec;
 use silt_common::io::ReadAt;
-use silt_common::Result;
+use silt_common::{Error, ErrorKind, Result};
 use silt_ufs::{Capabilities, Headers, ObjectMeta, SetAttrs, SpecialKind, UnderStore};
 
 /// One of the owner's under-stores, reached through its worker socket. Its URI and
@@ -21,21 +22,51 @@ pub struct OwnerStore {
     owner: Arc<WorkerClient>,
     uri: String,
     caps: Capabilities,
+    /// The longest a call but a write waits for the owner (`owner_deadline`): an owner that
+    /// stopped answering (a stopped process) fails its attached clients' calls with
+    /// `ETIMEDOUT` instead of hanging them.
+    deadline: Duration,
+}
+
+/// How long an attached client waits for its owner's answer to a store call: as long as the
+/// owner's own store may take to fail it (`ufs_timeout × (ufs_retries + 1)`), twice over for
+/// backoff and queueing, at least 10 s. A write is not bounded (its bytes may take longer).
+pub fn owner_deadline(cfg: &silt_common::config::Config) -> Duration {
+    let store = cfg.ufs_timeout.saturating_mul(cfg.ufs_retries as u32 + 1);
+    store.saturating_mul(2).max(Duration::from_secs(10))
+}
+
+/// `call`, or `ETIMEDOUT` once `deadline` passed without the owner's answer.
+async fn bounded<T>(
+    deadline: Duration,
+    what: &str,
+    call: impl std::future::Future<Output = std::result::Result<T, CallError>>,
+) -> Result<T> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(r) => r.map_err(CallError::into_error),
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!("the owner did not answer {what} within {deadline:?}"),
+        )),
+    }
 }
 
 impl OwnerStore {
     /// The owner's store `uri` (one of its mount table), checked to be there.
-    pub async fn open(owner: Arc<WorkerClient>, uri: &str) -> Result<OwnerStore> {
-        let info: answer::StoreInfo = owner
-            .ask(&Request::StoreInfo {
-                store: uri.to_string(),
-            })
-            .await
-            .map_err(CallError::into_error)?;
+    pub async fn open(
+        owner: Arc<WorkerClient>,
+        uri: &str,
+        deadline: Duration,
+    ) -> Result<OwnerStore> {
+        let req = Request::StoreInfo {
+            store: uri.to_string(),
+        };
+        let info: answer::StoreInfo = bounded(deadline, "store_info", owner.ask(&req)).await?;
         Ok(OwnerStore {
             owner,
             uri: info.uri,
             caps: info.capabilities,
+            deadline,
         })
     }
 
@@ -45,7 +76,17 @@ impl OwnerStore {
     }
 
     async fn ask<A: answer::Answer>(&self, req: Request) -> Result<A> {
-        self.owner.ask(&req).await.map_err(CallError::into_error)
+        bounded(self.deadline, req.name(), self.owner.ask(&req)).await
+    }
+
+    async fn read_piece(
+        &self,
+        path: &str,
+        expected: &ObjectMeta,
+        range: Range<u64>,
+    ) -> Result<Bytes> {
+        let call = self.owner.store_read(&self.uri, path, expected, range);
+        bounded(self.deadline, "store_read", call).await
     }
 
     fn store(&self) -> String {
@@ -54,10 +95,14 @@ impl OwnerStore {
 }
 
 /// The namespace of `mounts` (the owner's mount table) over the owner's stores.
-pub async fn owner_namespace(owner: Arc<WorkerClient>, mounts: &[MountSpec]) -> Result<Namespace> {
+pub async fn owner_namespace(
+    owner: Arc<WorkerClient>,
+    mounts: &[MountSpec],
+    deadline: Duration,
+) -> Result<Namespace> {
     let mut points = Vec::new();
     for m in mounts {
-        let store = OwnerStore::open(owner.clone(), &m.uri)
+        let store = OwnerStore::open(owner.clone(), &m.uri, deadline)
             .await
             .map_err(|e| e.context(format!("mount {} (through the owner)", m.path)))?;
         points.push(MountPoint {
@@ -113,20 +158,12 @@ impl UnderStore for OwnerStore {
         let end = range.end.min(expected.size);
         let mut at = range.start.min(end);
         if at + MAX_RANGE >= end {
-            return self
-                .owner
-                .store_read(&self.uri, path, expected, at..end)
-                .await
-                .map_err(CallError::into_error);
+            return self.read_piece(path, expected, at..end).await;
         }
         let mut out = bytes::BytesMut::with_capacity((end - at) as usize);
         while at < end {
             let stop = (at + MAX_RANGE).min(end);
-            let b = self
-                .owner
-                .store_read(&self.uri, path, expected, at..stop)
-                .await
-                .map_err(CallError::into_error)?;
+            let b = self.read_piece(path, expected, at..stop).await?;
             if b.is_empty() {
                 break;
             }
@@ -270,5 +307,46 @@ impl UnderStore for OwnerStore {
             to: to.to_string(),
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use silt_cluster::auth::ClusterKey;
+    use silt_cluster::rpc::Endpoint;
+    use silt_common::secret::Secret;
+
+    /// An owner that proves the client's membership, then answers nothing (a process stopped
+    /// between two calls): the attached client's store call fails with ETIMEDOUT instead of
+    /// hanging.
+    #[tokio::test]
+    async fn an_owner_that_stops_answering_times_the_call_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("worker.sock");
+        let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+        let key = ClusterKey::new(&Secret::new("a secret of the test".to_string())).unwrap();
+        let owner_key = key.clone();
+        let held = tokio::spawn(async move {
+            let mut kept = Vec::new();
+            while let Ok((mut c, _)) = listener.accept().await {
+                let accepted = silt_cluster::auth::accept(
+                    &mut c,
+                    &owner_key,
+                    "test",
+                    silt_cluster::auth::Channel::Unix,
+                )
+                .await;
+                assert!(accepted.is_ok(), "the client's proof was refused");
+                kept.push(c); // then read nothing, answer nothing
+            }
+        });
+        let owner = Arc::new(WorkerClient::new(Endpoint::Unix(sock), key));
+        let e = OwnerStore::open(owner, "s3://bucket", Duration::from_millis(200))
+            .await
+            .err()
+            .expect("an answer from an owner that gives none");
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        held.abort();
     }
 }
