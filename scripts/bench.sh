@@ -9,4 +9,6 @@ cd "$root"
 "$root/scripts/install-deps.sh"
 export SILT_VERSITYGW="$root/.deps/bin/versitygw"
 cargo build --release --locked -p silt --bin silt --example direct_read -p silt-bench --bin silt-bench
+# The SDK scenario (and B4's sampler) import the release wheel from the project's venv.
+"$root/scripts/python-wheel.sh" --release
 exec python3 "$root/bench/run" "$@"

@@ -109,8 +109,8 @@ fi
 # (`scripts/test.sh` builds the `silt` wheel with maturin and installs it there). boto3: the
 # S3 gateway's tests (crates/silt/tests/gateway.rs) drive the gateway with it.
 pyvenv="$deps/pyvenv"
-py_tools=(maturin==1.16.0 fsspec==2026.9.0 pytest==9.2.0 boto3==1.44.5)
-if ! "$pyvenv/bin/python" -c 'import fsspec, pytest, boto3' >/dev/null 2>&1 || [ ! -x "$pyvenv/bin/maturin" ]; then
+py_tools=(maturin==1.16.0 fsspec==2026.9.0 pytest==9.2.0 boto3==1.44.5 pyarrow==26.0.1)
+if ! "$pyvenv/bin/python" -c 'import fsspec, pytest, boto3, pyarrow' >/dev/null 2>&1 || [ ! -x "$pyvenv/bin/maturin" ]; then
   echo "install-deps: python venv $pyvenv (${py_tools[*]})" >&2
   python3 -m venv "$pyvenv" || { echo "install-deps: python3 -m venv failed (apt-get install python3-venv)" >&2; exit 1; }
   "$pyvenv/bin/python" -m pip install -q "${py_tools[@]}"

@@ -28,9 +28,9 @@ import statistics
 import subprocess
 import time
 
-from . import generators, mech, stats, train
+from . import generators, mech, sdk, stats, train
 
-SCENARIOS = ("B1", "B1F", "B2", "B3", "B3P", "B4", "B5", "B6", "G")
+SCENARIOS = ("B1", "B1F", "B2", "B3", "B3P", "B4", "B5", "B6", "G", "SDK")
 UFS_REQUESTS = "silt_ufs_requests_total"
 META_SWEEPS = "silt_meta_sweeps_total"
 UFS_READ_BYTES = "silt_ufs_read_bytes_total"
@@ -92,8 +92,10 @@ def generate(ctx, wanted):
     root = ctx.store.local_dir
     if {"B1", "B1F", "B6", "G"} & wanted:
         ctx.manifests["large"] = generators.large(root, count=n_large, size=large_size, seed=ctx.seed)
-    if {"B2", "B4", "G"} & wanted:
+    if {"B2", "B4", "G", "SDK"} & wanted:
         ctx.manifests["small"] = generators.imagenet_like(root, files=n_small, dirs=100, seed=ctx.seed)
+    if "SDK" in wanted:
+        sdk.generate(ctx)
     if {"B3", "B3P", "G"} & wanted:
         ctx.manifests["tree"] = generators.tree(root, depth=depth, fanout=10, seed=ctx.seed)
     if "B6" in wanted:
@@ -1114,6 +1116,7 @@ def ratios(ctx):
     r("G list ÷ direct list", "g_gateway_list", "g_direct_list")
     r("G first list ÷ direct list", "g_gateway_list_first", "g_direct_list")
     r("G list ÷ unshaped local list", "g_gateway_list", "g_local_s3_list")
+    sdk.ratios(R, out)
     if ctx.compare:
         r("B2 warm peer", "b2_warm", "peer_b2_warm")
         r("B1 warm ÷ peer warm", "b1_warm_4", "peer_b1_warm_4")

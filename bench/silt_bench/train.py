@@ -39,6 +39,13 @@ def _sdk():
     return _SDK
 
 
+def _batched():
+    """Whether the SDK's datasets read a batch at once (`__getitems__`, issue 42): a loader
+    over an SDK without it read sample by sample, as this one then does."""
+    import silt.torch
+    return hasattr(silt.torch.FileDataset, "__getitems__")
+
+
 def load_sample(path, size, synthetic):
     if synthetic:
         return len(bytearray(size))
@@ -50,6 +57,10 @@ def load_sample(path, size, synthetic):
 
 def _load_batch(args):
     items, synthetic = args
+    if not synthetic and items and items[0][0].startswith("silt://") and _batched():
+        # A batch at once, as silt.torch's datasets give a DataLoader (`__getitems__`).
+        paths = [p for p, _ in items]
+        return sum(len(b) for b in _sdk().cat_ranges(paths, [0] * len(paths), [None] * len(paths), on_error="raise"))
     return sum(load_sample(p, s, synthetic) for p, s in items)
 
 

@@ -9,6 +9,7 @@ parent owns one), and a filesystem unpickled in a spawned process does the same.
 import atexit
 import errno
 import io
+import mmap
 import os
 import threading
 
@@ -458,6 +459,39 @@ class SiltReadFile(AbstractBufferedFile):
     def _fetch_range(self, start, end):
         return self._reader.read(start, end - start)
 
+    def read_buffer(self, length=-1):
+        """Like ``read``, but a read-only buffer (``memoryview``) over the cache file itself
+        where the file is whole in a cache on this host: no copy. pyarrow's Python files
+        read through it (``pyarrow.PythonFile`` calls ``read_buffer``), so Parquet and Arrow
+        files read through ``silt://`` as from a local file. The view keeps the cache file's
+        pages pinned while it lives; each page is checked once before it is given out."""
+        if length is None or length < 0:
+            length = self.size - self.loc
+        end = min(self.loc + length, self.size)
+        mapped = self._mapped()
+        if mapped is None or self.closed:
+            return self.read(length)
+        try:
+            mapped.pin.check(self.loc, end - self.loc)
+        except OSError:
+            # A page changed under the map: no views from it any more (those given out were
+            # checked), and these bytes come through the client, which fetches good ones.
+            self._map = None
+            return self.read(length)
+        view = memoryview(mapped)[self.loc : end]
+        self.loc = end
+        return view
+
+    def _mapped(self):
+        if getattr(self, "_map", False) is False:
+            m = self._reader.map()
+            self._map = None if m is None else _PinnedMap.of(m)
+        return self._map
+
+    def close(self):
+        self._map = None  # views given out keep their map (and its pin) themselves
+        super().close()
+
     def read(self, length=-1):
         # Large reads skip fsspec's buffer (one copy less): the client reads ahead for
         # sequential readers itself, and a file cached on this host is read in place.
@@ -468,6 +502,17 @@ class SiltReadFile(AbstractBufferedFile):
         data = self._fetch_range(self.loc, min(self.loc + length, self.size))
         self.loc += len(data)
         return data
+
+
+class _PinnedMap(mmap.mmap):
+    """A read-only map of a local cache file that holds its native ``Mapping`` (the pin on the
+    file) for as long as any view of it lives."""
+
+    @classmethod
+    def of(cls, mapping):
+        m = cls(mapping.fileno(), mapping.size, access=mmap.ACCESS_READ)
+        m.pin = mapping
+        return m
 
 
 class _SiltRawWriter(io.RawIOBase):

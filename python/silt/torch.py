@@ -47,7 +47,14 @@ class FileDataset:
         return len(self.files)
 
     def __getitem__(self, i):
-        data = self.fs.cat_file(self.files[i])
+        return self._sample(i, self.fs.cat_file(self.files[i]))
+
+    def __getitems__(self, indices):
+        """A batch's samples, their files read side by side in one call (a DataLoader with
+        automatic batching asks for a batch this way)."""
+        return [self._sample(i, data) for i, data in zip(indices, _read_all(self.fs, [self.files[i] for i in indices]))]
+
+    def _sample(self, i, data):
         sample = self.transform(data) if self.transform is not None else data
         return (self.files[i], sample) if self.return_path else sample
 
@@ -97,14 +104,26 @@ class ImageFolderDataset:
         return len(self.samples)
 
     def __getitem__(self, i):
-        path, target = self.samples[i]
-        data = self.fs.cat_file(path)
+        return self._sample(i, self.fs.cat_file(self.samples[i][0]))
+
+    def __getitems__(self, indices):
+        """A batch's samples, their files read side by side in one call (as ``FileDataset``)."""
+        return [self._sample(i, data) for i, data in zip(indices, _read_all(self.fs, [self.files[i] for i in indices]))]
+
+    def _sample(self, i, data):
+        target = self.samples[i][1]
         sample = self.loader(data) if self.loader is not None else data
         if self.transform is not None:
             sample = self.transform(sample)
         if self.target_transform is not None:
             target = self.target_transform(target)
         return sample, target
+
+
+def _read_all(fs, paths):
+    """The bytes of each path, read side by side; the first failure is raised."""
+    n = len(paths)
+    return fs.cat_ranges(list(paths), [0] * n, [None] * n, on_error="raise")
 
 
 def _files_of(dataset):

@@ -474,3 +474,34 @@ def test_headers_an_s3_client_stored_show_through_the_sdk(s3, workdir):
             fs.headers("/data/img/missing.png")
     finally:
         fs.close()
+
+
+def store_requests(state):
+    report = subprocess.run([SILT, "report", "--json", "--state-dir", state], capture_output=True, text=True, check=True)
+    return json.loads(report.stdout)["metrics"].get("silt_ufs_requests_total", 0)
+
+
+def test_an_attached_client_sees_the_files_its_owner_knows_without_asking_the_store(s3, workdir, procs):
+    """A new attached process (a DataLoader worker) stats files through its owner's metadata
+    cache: no store request for files the owner has listed; a file put in the store since is
+    seen after a sync (the owner revalidates), by the attached client and the owner's mount."""
+    fill(s3)
+    up, state, mnt = silt_up(s3, workdir, procs)
+    try:
+        os.listdir(os.path.join(mnt, "data", "train"))  # the owner lists (and knows) them
+        s3.put("train/new.bin", b"put after the listing")
+        before = store_requests(state)
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
+        for rel, data in DATA.items():
+            assert fs.info(f"/data/{rel}")["size"] == len(data)
+        assert store_requests(state) == before
+        # A file put behind Silt's back after the owner listed: seen once the owner's sync
+        # policy or a sync says so, for the attached client as for the owner.
+        fs.sync("/data/train")
+        assert store_requests(state) > before
+        assert fs.cat_file("/data/train/new.bin") == b"put after the listing"
+        assert os.path.exists(os.path.join(mnt, "data", "train", "new.bin"))
+        fs.close()
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)

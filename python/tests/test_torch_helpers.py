@@ -144,6 +144,11 @@ def test_image_folder_dataset_paths_and_the_sampler_over_wrappers(s3, workdir):
         # A file dataset that says which file each sample is.
         fd = st.FileDataset("/data/imgs/dog", return_path=True, transform=bytes.upper, fs=fs)
         assert [fd[i] for i in range(len(fd))] == [("/data/imgs/dog/a.jpg", b"DOG A"), ("/data/imgs/dog/notes.txt", b"NOT AN IMAGE")]
+        # A batch at once (a DataLoader's automatic batching calls __getitems__): the same
+        # samples as one by one, in the order asked, repeats included.
+        assert ds.__getitems__([3, 0, 3, 2]) == [ds[3], ds[0], ds[3], ds[2]]
+        assert fd.__getitems__([1, 0]) == [fd[1], fd[0]]
+        assert fd.__getitems__([]) == []
 
         # The sampler over a subset (torch's Subset keeps .dataset and .indices).
         class Subset:
@@ -159,6 +164,11 @@ def test_image_folder_dataset_paths_and_the_sampler_over_wrappers(s3, workdir):
         assert order[0] == 0 and sorted(order) == [0, 1]
         with pytest.raises(TypeError, match="not a Silt dataset"):
             st.CacheAwareSampler([b"a", b"b"]).order()
+        # A batch with a file gone fails with its error, not with a short batch.
+        os.remove(s3.path("imgs/dog/a.jpg"))
+        fs.invalidate_cache("/data/imgs/dog")
+        with pytest.raises(FileNotFoundError):
+            fd.__getitems__([1, 0])
     finally:
         fs.close()
 

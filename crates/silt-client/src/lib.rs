@@ -57,7 +57,7 @@ use prefetch::SeqState;
 pub use session::{FileWriter, OpenOptions, Session};
 pub use silt_common::clock::Clock;
 use silt_common::config::is_at_or_under;
-pub use silt_reader::LocalRead;
+pub use silt_reader::{LocalRead, MapSource};
 pub use write::{WriteSetup, WriteStats};
 
 /// Client tuning (from `Config`).
@@ -398,6 +398,7 @@ pub type ChangeListener = Arc<dyn Fn(&[Change]) + Send + Sync>;
 /// (`Client::local_reader`).
 struct OwnCacheFile {
     file: std::fs::File,
+    size: u64,
     _guard: Box<dyn Send + Sync>,
 }
 
@@ -407,6 +408,14 @@ impl LocalRead for OwnCacheFile {
         self.file
             .read_exact_at(buf, offset)
             .map_err(|e| Error::from(e).context("reading a local cache file"))
+    }
+
+    fn map_source(&self) -> Option<silt_reader::MapSource<'_>> {
+        Some(silt_reader::MapSource {
+            file: &self.file,
+            size: self.size,
+            pages: None,
+        })
     }
 }
 
@@ -707,6 +716,7 @@ impl Client {
         if let Some(file) = own.file {
             return Some(Box::new(OwnCacheFile {
                 file,
+                size: obj.size(),
                 _guard: own.guard,
             }));
         }
@@ -1339,6 +1349,9 @@ impl Client {
     /// whole, so on failure the cached view is left as it was and the error returned.
     pub async fn sync(&self, path: &str, recursive: bool) -> Result<SyncReport> {
         let path = Self::normalize(path)?;
+        // An attached client's store answers from its owner's metadata: the owner
+        // revalidates first (the path itself, not the tree below it).
+        self.tell_changed_within(&path).await;
         let mut report = SyncReport::default();
         let (mount, rel) = match self.ns.resolve(&path)? {
             Resolved::Synthetic { .. } => {
@@ -1401,6 +1414,8 @@ impl Client {
     /// file not in the metadata cache is asked about (one HEAD) to find its cached pages.
     pub async fn invalidate(&self, path: &str) -> Result<SyncReport> {
         let path = Self::normalize(path)?;
+        // As in `sync`: what is asked next is asked of an owner that revalidated.
+        self.tell_changed_within(&path).await;
         let mut changes = self.meta.invalidate(&path);
         self.too_big.lock().retain(|d| !is_at_or_under(d, &path));
         self.dir_times.forget_under(&path);

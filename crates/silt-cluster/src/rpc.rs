@@ -538,6 +538,21 @@ impl WireResident {
 #[async_trait]
 pub trait StoreResolver: Send + Sync {
     async fn store(&self, uri: &str) -> Result<DynStore>;
+
+    /// The metadata of `path` of store `uri` as this process's own namespace has it
+    /// (cached, asked again when its sync policy says so), for a same-host client's
+    /// `store_stat`: so a client attached to this node sees what it sees, and a new process
+    /// (a DataLoader worker) does not ask the store again for every file. `None`: nothing to
+    /// say (no namespace, not an entry it knows, a file being written): the store is asked.
+    async fn known_file(&self, _uri: &str, _path: &str) -> Option<ObjectMeta> {
+        None
+    }
+
+    /// The entries of directory `dir` of store `uri` as this process's namespace has them
+    /// listed, for a same-host client's `store_list` (not recursive), as `known_file`.
+    async fn known_listing(&self, _uri: &str, _dir: &str) -> Option<Vec<ObjectMeta>> {
+        None
+    }
 }
 
 /// A fixed set of stores.
@@ -1998,6 +2013,14 @@ pub struct Lease {
 impl silt_reader::LocalRead for Lease {
     fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         Lease::read_into(self, offset, buf)
+    }
+
+    fn map_source(&self) -> Option<silt_reader::MapSource<'_>> {
+        Some(silt_reader::MapSource {
+            file: &self.file,
+            size: self.size,
+            pages: Some((self.page_size, &self.crcs)),
+        })
     }
 }
 

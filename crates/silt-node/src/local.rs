@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use silt_client::Client;
-use silt_cluster::rpc::{FixedStores, Service};
+use silt_cluster::rpc::{FixedStores, Service, StoreResolver};
 use silt_cluster::{local_host_id, ClusterKey, Member};
 use silt_common::{Error, ErrorKind, Result};
 
@@ -120,6 +120,70 @@ pub struct LocalService {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// The stores this node serves to attached clients, with what its namespace knows of files.
+struct OwnerStores {
+    stores: FixedStores,
+    /// Weak: the service must not keep the client alive.
+    client: std::sync::Weak<Client>,
+}
+
+#[async_trait::async_trait]
+impl StoreResolver for OwnerStores {
+    async fn store(&self, uri: &str) -> Result<silt_ufs::DynStore> {
+        self.stores.store(uri).await
+    }
+
+    async fn known_file(&self, uri: &str, path: &str) -> Option<silt_ufs::ObjectMeta> {
+        let client = self.client.upgrade()?;
+        let entry = client
+            .stat(&namespace_path(&client, uri, path)?)
+            .await
+            .ok()?;
+        let meta = stored_meta(&entry)?;
+        (meta.path.trim_matches('/') == path.trim_matches('/')).then_some(meta)
+    }
+
+    async fn known_listing(&self, uri: &str, dir: &str) -> Option<Vec<silt_ufs::ObjectMeta>> {
+        let client = self.client.upgrade()?;
+        let ns_dir = namespace_path(&client, uri, dir)?;
+        let entries = client.list(&ns_dir).await.ok()?;
+        // All or nothing: one entry the store would not list as it is (a file being written,
+        // a name the namespace made) and the store is asked.
+        entries.iter().map(stored_meta).collect()
+    }
+}
+
+/// The namespace path of the mount whose store is `uri`.
+fn mount_of(client: &Client, uri: &str) -> Option<String> {
+    let ns = client.namespace();
+    Some(
+        ns.mounts()
+            .iter()
+            .find(|m| m.store.uri() == uri)?
+            .path
+            .clone(),
+    )
+}
+
+/// The namespace path of `path` in the store `uri`.
+fn namespace_path(client: &Client, uri: &str, path: &str) -> Option<String> {
+    let mount = mount_of(client, uri)?;
+    match (mount.as_str(), path.trim_matches('/')) {
+        (m, "") => Some(m.to_string()),
+        ("/", rel) => Some(format!("/{rel}")),
+        (m, rel) => Some(format!("{m}/{rel}")),
+    }
+}
+
+/// What the store holds for `entry`, if the entry is the stored object as it is (a file being
+/// written here shows its live size, not the stored one).
+fn stored_meta(entry: &silt_client::Entry) -> Option<silt_ufs::ObjectMeta> {
+    let obj = entry.object.as_ref()?;
+    (entry.kind == obj.meta.kind
+        && (entry.kind != silt_ufs::EntryKind::File || entry.size == obj.meta.size))
+        .then(|| obj.meta.clone())
+}
+
 impl LocalService {
     /// Serves `client`'s page store (a single node's) on `STATE_DIR/worker.sock` and writes
     /// the attach file. The caller holds the state directory's lock. An attached client's
@@ -141,14 +205,17 @@ impl LocalService {
         silt_common::private::restrict(&uds)
             .map_err(|e| Error::from(e).context(format!("restricting {}", uds.display())))?;
         let id = format!("local-{}", std::process::id());
-        let stores = FixedStores(
-            client
-                .namespace()
-                .mounts()
-                .iter()
-                .map(|m| m.store.clone())
-                .collect(),
-        );
+        let stores = OwnerStores {
+            stores: FixedStores(
+                client
+                    .namespace()
+                    .mounts()
+                    .iter()
+                    .map(|m| m.store.clone())
+                    .collect(),
+            ),
+            client: Arc::downgrade(client),
+        };
         // An attached client's write: revalidate the directory (one listing) before
         // answering, so this node and its mount list the new entries. Weak: the service must
         // not keep the client alive.

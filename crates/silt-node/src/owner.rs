@@ -62,10 +62,17 @@ impl OwnerStore {
             store: uri.to_string(),
         };
         let info: answer::StoreInfo = bounded(deadline, "store_info", owner.ask(&req)).await?;
+        // Listed directory by directory, each answered from the owner's own listings (its
+        // metadata cache, `store_list`), not by bulk sweeps of the store: a new attached
+        // process (a DataLoader worker) then asks the store nothing the owner knows.
+        let caps = Capabilities {
+            native_recursive_list: false,
+            ..info.capabilities
+        };
         Ok(OwnerStore {
             owner,
             uri: info.uri,
-            caps: info.capabilities,
+            caps,
             deadline,
         })
     }

@@ -148,6 +148,23 @@ pub struct LeasedCopy {
 pub trait LocalRead: Send + Sync {
     /// Fills `buf` with the bytes at `offset` (the range must lie inside the object). Blocks.
     fn read_into(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// The file itself, for a reader that maps it (zero-copy views): `None` where it cannot.
+    /// The file stays as it is while `self` lives (its pages are pinned where it is cached).
+    fn map_source(&self) -> Option<MapSource<'_>> {
+        None
+    }
+}
+
+/// A whole object's local file for mapping (see [`LocalRead::map_source`]).
+pub struct MapSource<'a> {
+    pub file: &'a std::fs::File,
+    /// The object's size: the file holds exactly its bytes from offset 0.
+    pub size: u64,
+    /// Page size and each page's CRC-32C: every mapped page must be checked before its bytes
+    /// are handed out. `None`: the file was verified when it was taken (this process's own
+    /// cache file, as the kernel reads it in passthrough).
+    pub pages: Option<(u64, &'a [u32])>,
 }
 
 /// Where a client without the object on its own disk can still get a local file for it.

@@ -57,7 +57,10 @@ pub(super) async fn serve(
             reply(u, op, &info).await
         }
         Request::StoreStat { store, path } => {
-            let m = stores.store(&store).await?.stat(&path).await?;
+            let m = match stores.known_file(&store, &path).await {
+                Some(m) => m,
+                None => stores.store(&store).await?.stat(&path).await?,
+            };
             reply(u, op, &meta(m)).await
         }
         Request::StoreList {
@@ -65,7 +68,14 @@ pub(super) async fn serve(
             path,
             recursive,
         } => {
-            let entries = stores.store(&store).await?.list(&path, recursive).await?;
+            let known = match recursive {
+                false => stores.known_listing(&store, &path).await,
+                true => None,
+            };
+            let entries = match known {
+                Some(entries) => entries,
+                None => stores.store(&store).await?.list(&path, recursive).await?,
+            };
             reply(u, op, &answer::StoreEntries { entries }).await
         }
         Request::StoreListTree { store, path, max } => {
