@@ -1116,7 +1116,7 @@ def ratios(ctx):
     r("G list ÷ direct list", "g_gateway_list", "g_direct_list")
     r("G first list ÷ direct list", "g_gateway_list_first", "g_direct_list")
     r("G list ÷ unshaped local list", "g_gateway_list", "g_local_s3_list")
-    sdk.ratios(R, out)
+    sdk.ratios(r)
     if ctx.compare:
         r("B2 warm peer", "b2_warm", "peer_b2_warm")
         r("B1 warm ÷ peer warm", "b1_warm_4", "peer_b1_warm_4")

@@ -212,14 +212,8 @@ def sdk(ctx):
         print(f"SDK rep {rep + 1}/{ctx.reps} done", flush=True)
 
 
-def ratios(R, out):
-    """The SDK scenario's ratios (issue 42's goals), into `out`."""
-    from . import stats
-
-    def r(name, a, b):
-        if a in R and b in R:
-            out[name] = stats.ratio_of_medians(R[a], R[b])
-
+def ratios(r):
+    """The SDK scenario's ratios (issue 42's goals), through scenarios.ratios' `r(name, a, b)`."""
     r("SDK epoch warm ÷ mount", "sdk_epoch_sdk_warm", "sdk_epoch_mount_warm")
     r("SDK epoch warm ÷ local", "sdk_epoch_sdk_warm", "sdk_epoch_local")
     r("SDK mount epoch warm ÷ local", "sdk_epoch_mount_warm", "sdk_epoch_local")
