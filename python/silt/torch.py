@@ -216,7 +216,7 @@ class CacheAwareSampler:
     than a random order:
 
     - while the loader is still reading the cached part, only as many bytes as the cache holds
-      free (``fs.cache_space()``, below its eviction watermark) are asked for;
+      free (``fs.cache_space()``, below 0.9 of it: under the default eviction watermark) are asked for;
     - once it has read past the cached part, ``lookahead`` samples ahead of where indices are
       taken.
 

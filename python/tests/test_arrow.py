@@ -126,9 +126,16 @@ def test_views_are_checked_pinned_and_fall_back_when_a_page_changed(s3, workdir,
         got = f.read_buffer(1 << 20)
         assert not isinstance(got, memoryview)
         assert got == big[2 << 20 : 3 << 20]
+        # And no more views from that file, even of a page that would check.
+        f.seek(1 << 20)
+        again = f.read_buffer(1 << 20)
+        assert not isinstance(again, memoryview) and again == big[1 << 20 : 2 << 20]
         # The view given out before still holds the bytes it was checked with, after the file
-        # is closed and the client let go of it (the view keeps the map, and its pin).
+        # is closed, its cached pages freed and forgotten on the owner, and the client closed
+        # (the view keeps the map, and its pin).
         f.close()
+        fs.free("/data/big.bin")
+        fs.invalidate_cache("/data/big.bin")
         fs.close()
         assert first == big[: 1 << 20]
         with pytest.raises(TypeError):
@@ -151,3 +158,29 @@ def test_a_file_not_whole_in_a_cache_reads_as_bytes(s3, workdir, procs):
         up.stop()
         subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
 
+
+
+def test_a_single_nodes_views_are_not_of_a_cache_file_changed_on_disk(s3, workdir):
+    """A single node's views are of its own cache file, trusted as its passthrough opens are:
+    a byte flipped in that file since it was verified makes the next open read it back, so
+    no view shows the flipped byte."""
+    big = os.urandom((2 << 20) + 99)
+    s3.put("big.bin", big)
+    fs = embedded(s3, workdir)
+    try:
+        fs.load("/data/big.bin")
+        with fs.open("/data/big.bin", "rb") as f:
+            assert bytes(f.read_buffer(len(big))) == big
+        cache = os.path.join(workdir, "cache")
+        files = [os.path.join(d, n) for d, _, ns in os.walk(cache) for n in ns if n.endswith(".data")]
+        found = [p for p in files if os.path.getsize(p) == len(big)]
+        assert len(found) == 1, files
+        with open(found[0], "r+b") as c:
+            c.seek(1 << 20)
+            b = c.read(1)
+            c.seek(1 << 20)
+            c.write(bytes([b[0] ^ 0xFF]))
+        with fs.open("/data/big.bin", "rb") as f:
+            assert bytes(f.read_buffer(len(big))) == big
+    finally:
+        fs.close()

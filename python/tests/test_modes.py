@@ -496,11 +496,30 @@ def test_an_attached_client_sees_the_files_its_owner_knows_without_asking_the_st
             assert fs.info(f"/data/{rel}")["size"] == len(data)
         assert store_requests(state) == before
         # A file put behind Silt's back after the owner listed: seen once the owner's sync
-        # policy or a sync says so, for the attached client as for the owner.
+        # policy (an hour here) or a sync says so, for the attached client as for the owner.
+        assert not fs.exists("/data/train/new.bin")
         fs.sync("/data/train")
         assert store_requests(state) > before
         assert fs.cat_file("/data/train/new.bin") == b"put after the listing"
         assert os.path.exists(os.path.join(mnt, "data", "train", "new.bin"))
+        fs.close()
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
+def test_an_attached_client_follows_its_owners_sync_policy(s3, workdir, procs):
+    """The owner's policy holds for its attached clients, whatever theirs would be: under
+    `always` on the owner, a file put behind Silt's back is seen at the next stat of a client
+    that had already listed the directory (its own default, an hour, would hide it)."""
+    fill(s3)
+    up, state, mnt = silt_up(s3, workdir, procs, extra=["--sync-policy", "always"])
+    try:
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
+        assert "new.bin" not in [p.rsplit("/", 1)[-1] for p in fs.ls("/data/train", detail=False)]
+        s3.put("train/new.bin", b"put after the listing")
+        assert fs.cat_file("/data/train/new.bin") == b"put after the listing"
+        assert "new.bin" in [p.rsplit("/", 1)[-1] for p in fs.ls("/data/train", detail=False)]
         fs.close()
     finally:
         up.stop()

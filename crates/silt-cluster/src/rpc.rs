@@ -18,7 +18,7 @@
 //! file holds each page at its own offset), the worker pins the object, answers `{"fd": true}` and passes the open data file (SCM_RIGHTS); the client reads its
 //! range with `pread` and then sends `done`, and only then is the pin released, so eviction
 //! can never punch a hole under a read in progress. Otherwise the worker sends bytes.
-//! For FUSE passthrough (`hold`) a client needs a file for the whole life of an open, so the
+//! For FUSE passthrough (`lease_copy`) a client needs a file for the whole life of an open, so the
 //! worker leases a private copy instead (see `lease_copy`).
 //!
 //! Replicated cache-only files (`crate::replica`): `rput` (the file's bytes follow the request
@@ -189,7 +189,8 @@ pub enum Request {
         object: WireObject,
     },
     /// A private copy of the object's cache file, for passthrough (Unix socket).
-    #[serde(rename = "lease_copy")]
+    /// `hold` from clients before the rename.
+    #[serde(rename = "lease_copy", alias = "hold")]
     LeaseCopy {
         object: WireObject,
     },
@@ -591,6 +592,9 @@ pub struct Service {
     /// `changed`: a same-host client changed this namespace path in the store (`None`: the
     /// op is refused; only a single node serving its own namespace takes it).
     on_changed: Option<ChangedHook>,
+    /// The `store_*` calls (`with_store_calls`): off unless this node serves its own
+    /// namespace to attached clients (a cluster worker's socket serves reads only).
+    store_calls: bool,
 }
 
 /// Told the namespace directories another client changed (see `Service::with_changed`).
@@ -607,6 +611,22 @@ fn count(own: &AtomicU64, metric: &metrics::Counter, n: u64) {
 /// not empty, at most [`MAX_RANGE`] bytes, inside the object. The object's size comes from the
 /// client: this bounds the work one request can ask for.
 fn checked_end(obj: &ObjectRef, offset: u64, len: u64) -> Result<u64> {
+    let outside = || {
+        Error::invalid(format!(
+            "range {offset}+{len} is outside {} ({} bytes)",
+            obj.meta.path,
+            obj.size()
+        ))
+    };
+    match range_end(offset, len)? {
+        end if end <= obj.size() && len > 0 => Ok(end),
+        _ => Err(outside()),
+    }
+}
+
+/// The end of the range `offset + len` a peer asked for: at most [`MAX_RANGE`] bytes, not
+/// past the largest offset.
+fn range_end(offset: u64, len: u64) -> Result<u64> {
     if len > MAX_RANGE {
         return Err(Error::invalid(format!(
             "range of {len} bytes is larger than a worker serves at once ({MAX_RANGE})"
@@ -614,14 +634,7 @@ fn checked_end(obj: &ObjectRef, offset: u64, len: u64) -> Result<u64> {
     }
     offset
         .checked_add(len)
-        .filter(|&e| e <= obj.size() && len > 0)
-        .ok_or_else(|| {
-            Error::invalid(format!(
-                "range {offset}+{len} is outside {} ({} bytes)",
-                obj.meta.path,
-                obj.size()
-            ))
-        })
+        .ok_or_else(|| Error::invalid(format!("range {offset}+{len} overflows")))
 }
 
 impl Service {
@@ -643,7 +656,15 @@ impl Service {
             files_leased: AtomicU64::new(0),
             resident: None,
             on_changed: None,
+            store_calls: false,
         }
+    }
+
+    /// Serves the `store_*` calls on the Unix socket: same-host clients attached to this
+    /// node (which opens no store of its own) call its stores through it, write calls too.
+    pub fn with_store_calls(mut self) -> Service {
+        self.store_calls = true;
+        self
     }
 
     /// Takes `changed` notes (a directory whose entries a same-host client changed in the
@@ -896,17 +917,21 @@ async fn serve_one(
         | Request::Rlist { .. }
         | Request::Rdel { .. } => serve_resident(s, svc.resident_table()?, req).await,
         store_request!() => match s {
-            Conn::Unix(u) => return store::serve(u, svc.stores.as_ref(), req).await,
-            Conn::Tcp(_) | Conn::Tls(_) => {
+            Conn::Unix(u) if svc.store_calls => {
+                return store::serve(u, svc.stores.as_ref(), req).await
+            }
+            _ => {
                 if matches!(req, Request::StoreWrite { .. }) {
                     // Past the write's bytes, so the connection stays usable.
                     store::skip_bytes(s).await?;
                 }
-                Err(Error::new(
-                    ErrorKind::Unsupported,
-                    format!("{op} is only offered over the worker's Unix socket"),
-                )
-                .into())
+                let why = match s {
+                    Conn::Unix(_) => {
+                        "served by a node to its attached clients only, not by this worker"
+                    }
+                    Conn::Tcp(_) | Conn::Tls(_) => "only offered over the worker's Unix socket",
+                };
+                Err(Error::new(ErrorKind::Unsupported, format!("{op} is {why}")).into())
             }
         },
         Request::Stats => reply(s, op, &svc.stats()).await,
@@ -997,9 +1022,11 @@ async fn serve_one(
             let obj = svc.object(object).await?;
             match s {
                 Conn::Unix(u) => lease_copy(u, svc, &obj).await,
-                Conn::Tcp(_) | Conn::Tls(_) => {
-                    Err(Error::invalid("hold is only offered over the worker's Unix socket").into())
-                }
+                Conn::Tcp(_) | Conn::Tls(_) => Err(Error::new(
+                    ErrorKind::Unsupported,
+                    "lease_copy is only offered over the worker's Unix socket",
+                )
+                .into()),
             }
         }
         Request::Load {
@@ -1163,14 +1190,7 @@ async fn serve_resident(
             len,
         } => {
             let f = t.get(&path, &want.tag)?;
-            if len > MAX_RANGE {
-                return Err(Error::invalid(format!(
-                    "range of {len} bytes is larger than a worker serves at once ({MAX_RANGE})"
-                ))
-                .into());
-            }
-            let end = offset
-                .checked_add(len)
+            let end = Some(range_end(offset, len)?)
                 .filter(|&e| e <= f.meta.size)
                 .ok_or_else(|| {
                     Error::invalid(format!(
@@ -1243,7 +1263,7 @@ async fn lease_copy(
 /// and the descriptor, then the object stays pinned (not evicted) until the client closes the
 /// connection or sends anything. The client checks every page it reads against `crcs`, so a
 /// file changed under it anyway (this worker restarted) gives an error, never wrong bytes.
-/// Otherwise answers `{"fd": false}`. No copy, unlike `hold`: for readers that can check.
+/// Otherwise answers `{"fd": false}`. No copy, unlike `lease_copy`: for readers that can check.
 async fn lease(
     u: &mut UnixStream,
     svc: &Service,
@@ -1613,7 +1633,7 @@ impl WorkerClient {
         Ok(finish(bytes, len)?)
     }
 
-    /// A private copy of the object's cache file from a same-host worker (see `hold` on the
+    /// A private copy of the object's cache file from a same-host worker (see `lease_copy` on the
     /// server), for passthrough: `None` if the worker does not hold the whole object on disk.
     pub async fn lease_copy(
         &self,
@@ -1676,7 +1696,7 @@ impl WorkerClient {
     }
 
     /// The answer to `req`, a request answered with one JSON frame (not `read`, `lease`,
-    /// `hold`, `rput` or `rget`), as the type that answers it.
+    /// `lease_copy`, `rput` or `rget`), as the type that answers it.
     pub async fn ask<A: Answer>(&self, req: &Request) -> std::result::Result<A, CallError> {
         self.with_conn(|mut c| async move {
             write_json(&mut c, &req.envelope()).await?;
@@ -1745,23 +1765,32 @@ impl WorkerClient {
             offset: range.start,
             len: range.end.saturating_sub(range.start),
         };
-        let len = range.end.saturating_sub(range.start) as usize;
-        self.with_conn(|mut c| {
-            let req = &req;
-            async move {
-                write_json(&mut c, &req.envelope()).await?;
-                let answer::Sending { size } = expect_answer(&mut c, "rget").await?;
-                if size != len as u64 {
-                    return Err(Error::new(
-                        ErrorKind::Corrupted,
-                        format!("worker announced {size} bytes, {len} asked for"),
-                    )
-                    .into());
-                }
-                let out = read_sent(&mut c, size, "a replicated file").await?;
-                self.put_back(c);
-                Ok(out)
+        let len = range.end.saturating_sub(range.start);
+        self.ask_bytes(&req, len, true, "a replicated file").await
+    }
+
+    /// The bytes `req` is answered with (`Sending { size }`, then `Data` frames): `size`
+    /// must be `asked` (`exact`) or at most that.
+    pub(crate) async fn ask_bytes(
+        &self,
+        req: &Request,
+        asked: u64,
+        exact: bool,
+        what: &str,
+    ) -> std::result::Result<Bytes, CallError> {
+        self.with_conn(|mut c| async move {
+            write_json(&mut c, &req.envelope()).await?;
+            let answer::Sending { size } = expect_answer(&mut c, req.name()).await?;
+            if size > asked || (exact && size != asked) {
+                return Err(Error::new(
+                    ErrorKind::Corrupted,
+                    format!("worker announced {size} bytes, {asked} asked for"),
+                )
+                .into());
             }
+            let out = read_sent(&mut c, size, what).await?;
+            self.put_back(c);
+            Ok(out)
         })
         .await
     }
@@ -1989,15 +2018,9 @@ fn passed_pages(head: &answer::FileHead) -> Result<(u64, u64, Vec<u32>)> {
     Ok((ps, first, crcs))
 }
 
-/// Checks consecutive pages of `buf` (whole pages but maybe the file's last) against `crcs`.
+/// `silt_reader::check_pages`, its failure said to be the passed descriptor's.
 fn check_pages(buf: &[u8], ps: u64, crcs: &[u32]) -> Result<()> {
-    for (page, crc) in buf.chunks(ps as usize).zip(crcs) {
-        if crc32c::crc32c(page) != *crc {
-            metrics::CHECKSUM_FAILURES.inc();
-            return Err(bad_fd("page checksum mismatch"));
-        }
-    }
-    Ok(())
+    silt_reader::check_pages(buf, ps, crcs).map_err(|_| bad_fd("page checksum mismatch"))
 }
 
 /// A same-host worker's cache file of one whole object, pinned there until this is dropped
@@ -2402,6 +2425,20 @@ mod tests {
         assert_eq!(id, Identity::new("w0").at("h:1"));
         let head: FileHead = serde_json::from_value(json!({"fd": true})).unwrap();
         assert_eq!(head, FileHead::copy());
+        // An older worker's stats (its leased files were `files_lent`) and an older client's
+        // `hold` (now `lease_copy`) still decode.
+        let old_stats = json!({
+            "identity": {"id": "w0"}, "page_size": 4096, "capacity": 8, "used": 0,
+            "tiers": [], "page_hits": 0, "page_misses": 0, "hit_ratio": 0.0,
+            "reads_served": 0, "bytes_served": 0, "files_lent": 3, "ufs_read_bytes": 0,
+            "cache_only_files": 0, "cache_only_bytes": 0
+        });
+        let stats: Stats = serde_json::from_value(old_stats).unwrap();
+        assert_eq!(stats.files_leased, 3);
+        let obj = json!({"store": "mem://", "path": "a", "size": 1, "etag": "e"});
+        let hold = json!({"v": 1, "op": "hold", "object": obj});
+        let req = Request::decode(FrameKind::Json, &serde_json::to_vec(&hold).unwrap()).unwrap();
+        assert_eq!(req.name(), "lease_copy");
         assert!(Held::answers("load") && Held::answers("pin") && !Held::answers("read"));
         assert!(FileHead::answers("read") && FileHead::answers("lease"));
     }

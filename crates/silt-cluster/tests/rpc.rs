@@ -330,3 +330,48 @@ async fn cached_counts_held_pages_and_refuses_hostile_asks() {
         other => panic!("expected a refusal, got {other:?}"),
     }
 }
+
+/// A cluster worker's socket (no `with_store_calls`) serves reads only: a member on the same
+/// host cannot write, delete or even stat through the worker's store credentials; a refused
+/// write's bytes are skipped, so the connection serves on.
+#[tokio::test]
+async fn a_worker_without_store_calls_refuses_them_on_its_unix_socket() {
+    let mem = Arc::new(MemStore::new("mem://rpc"));
+    mem.put("x", b"kept".to_vec()).unwrap();
+    let store: DynStore = mem.clone();
+    let (ep, _dir) = worker(store.clone()).await;
+    let c = WorkerClient::new(ep, key());
+    for req in [
+        Request::StoreStat {
+            store: "mem://rpc".into(),
+            path: "x".into(),
+        },
+        Request::StoreDelete {
+            store: "mem://rpc".into(),
+            path: "x".into(),
+        },
+    ] {
+        match c.call(req.clone()).await {
+            Err(CallError::Worker(e)) => {
+                assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+                assert!(e.to_string().contains("attached clients only"), "{e}");
+            }
+            other => panic!("{} on a worker's socket: {other:?}", req.name()),
+        }
+    }
+    struct Src;
+    impl silt_common::io::ReadAt for Src {
+        fn read_at(&self, _: u64, len: usize) -> silt_common::Result<bytes::Bytes> {
+            Ok(bytes::Bytes::from(vec![b'z'; len]))
+        }
+    }
+    match c
+        .store_write("mem://rpc", "x", &Src, 3 << 20, &Default::default(), None)
+        .await
+    {
+        Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}"),
+        other => panic!("store_write on a worker's socket: {other:?}"),
+    }
+    assert_eq!(mem.get("x").unwrap(), b"kept".to_vec());
+    assert!(c.call(Request::Stats).await.is_ok());
+}

@@ -221,7 +221,16 @@ impl Node {
         // The owner is reached only over its socket.
         opts.unix_socket = true;
         opts.host_id = local_host_id();
-        let mut node = Self::cluster_client(cfg, rt, m, ns, opts)?;
+        // Its metadata is kept by the owner's sync policy: the owner answers stats and
+        // listings from its cache, and this client trusts them no longer than it does.
+        let mut cfg = cfg.clone();
+        if let Some(p) = &info.sync_policy {
+            cfg.set("sync_policy", p)?;
+        }
+        if let Some(r) = &info.sync_rules {
+            cfg.set("sync_rules", r)?;
+        }
+        let mut node = Self::cluster_client(&cfg, rt, m, ns, opts)?;
         node.role = Role::Attached;
         // Every change this client makes is told to the owner, whichever front end made it.
         if let Some(router) = &node.cluster {

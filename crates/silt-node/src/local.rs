@@ -34,6 +34,13 @@ pub struct AttachInfo {
     /// The namespace it serves, `PATH=URI,...`.
     pub mounts: String,
     pub pid: u32,
+    /// Its sync policy and rules when it started serving (`sync_policy`, `sync_rules`
+    /// syntax): an attached client keeps its own metadata by them too, so the owner's policy
+    /// holds for it (absent in an older owner's file).
+    #[serde(default)]
+    pub sync_policy: Option<String>,
+    #[serde(default)]
+    pub sync_rules: Option<String>,
 }
 
 impl AttachInfo {
@@ -250,7 +257,8 @@ impl LocalService {
                 silt_cluster::rpc::answer::Identity::new(id.clone()).at(uds.display().to_string()),
                 key,
             )
-            .with_changed(Arc::new(on_changed)),
+            .with_changed(Arc::new(on_changed))
+            .with_store_calls(),
         );
         let task = rt.spawn(silt_cluster::rpc::serve_unix(listener, svc));
         let info = AttachInfo {
@@ -259,6 +267,15 @@ impl LocalService {
             host: local_host_id(),
             mounts: crate::mount_table_text(&crate::client_mounts(client)),
             pid: std::process::id(),
+            sync_policy: Some(client.sync_rules().default_policy().to_string()),
+            sync_rules: Some(
+                client
+                    .sync_rules()
+                    .rules()
+                    .map(|r| format!("{}={}", r.prefix, r.policy))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
         };
         let service = LocalService {
             dir: state_dir.to_path_buf(),

@@ -211,6 +211,18 @@ fn entry_dict<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyDict>> {
 }
 
 /// `bytes` holding `chunks` one after another: the one copy from the cache into Python.
+/// Bytes `[start, end)` of the version of `path` open now (`end` None: to its end).
+async fn read_range(
+    c: &silt_client::Client,
+    path: &str,
+    start: u64,
+    end: Option<u64>,
+) -> Result<Vec<Bytes>> {
+    let f = c.open(path).await?;
+    let end = end.unwrap_or(u64::MAX).min(f.size());
+    c.read_chunks(&f, start, end.saturating_sub(start)).await
+}
+
 fn concat<'py>(py: Python<'py>, chunks: &[Bytes]) -> PyResult<Bound<'py, PyBytes>> {
     let total = chunks.iter().map(Bytes::len).sum();
     PyBytes::new_with(py, total, |buf| {
@@ -340,14 +352,7 @@ impl PyClient {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let inner = self.get()?;
         let chunks = py
-            .detach(|| {
-                inner.block_on(async {
-                    let c = &inner.node().client;
-                    let f = c.open(path).await?;
-                    let end = end.unwrap_or(u64::MAX).min(f.size());
-                    c.read_chunks(&f, start, end.saturating_sub(start)).await
-                })
-            })
+            .detach(|| inner.block_on(read_range(&inner.node().client, path, start, end)))
             .map_err(py_err)?;
         concat(py, &chunks)
     }
@@ -364,12 +369,7 @@ impl PyClient {
         let results: Vec<Result<Vec<Bytes>>> = py.detach(|| {
             inner.block_on(
                 stream::iter(ranges.iter())
-                    .map(|(path, start, end)| async {
-                        let c = &inner.node().client;
-                        let f = c.open(path).await?;
-                        let end = end.unwrap_or(u64::MAX).min(f.size());
-                        c.read_chunks(&f, *start, end.saturating_sub(*start)).await
-                    })
+                    .map(|(path, start, end)| read_range(&inner.node().client, path, *start, *end))
                     .buffered(64)
                     .collect(),
             )
@@ -706,10 +706,11 @@ impl Reader {
 /// pinned file.
 #[pyclass(module = "silt._native", frozen)]
 struct Mapping {
+    /// The reader of the file: it keeps the file (and the owner's pin on it) while it lives.
     source: Arc<dyn LocalRead>,
     addr: usize,
     size: u64,
-    pages: Option<(u64, Vec<u32>)>,
+    /// The pages checked so far (each one once), when the file has checksums to check.
     checked: Vec<AtomicBool>,
 }
 
@@ -725,8 +726,7 @@ impl Mapping {
         if len == 0 {
             return Ok(None);
         }
-        let pages = ms.pages.map(|(ps, crcs)| (ps, crcs.to_vec()));
-        let count = pages.as_ref().map_or(0, |(_, c)| c.len());
+        let pages = ms.pages.map_or(0, |(_, crcs)| crcs.len());
         // SAFETY: a read-only shared map of a file we hold open; unmapped in `drop`.
         let addr = unsafe {
             libc::mmap(
@@ -747,8 +747,7 @@ impl Mapping {
         Ok(Some(Mapping {
             addr: addr as usize,
             size,
-            pages,
-            checked: (0..count).map(|_| AtomicBool::new(false)).collect(),
+            checked: (0..pages).map(|_| AtomicBool::new(false)).collect(),
             source,
         }))
     }
@@ -787,29 +786,33 @@ impl Mapping {
     /// Verifies the pages of `[offset, offset + len)` not verified yet; `OSError` (EIO) when
     /// one does not hold its checksum (nothing of it may be used).
     fn check(&self, py: Python<'_>, offset: u64, len: u64) -> PyResult<()> {
-        let Some((ps, crcs)) = &self.pages else {
+        let Some(ms) = self.source.map_source() else {
+            return Ok(());
+        };
+        let Some((ps, _)) = ms.pages else {
             return Ok(());
         };
         let end = offset.saturating_add(len).min(self.size);
         if offset >= end {
             return Ok(());
         }
-        let (first, last) = (offset / ps, (end - 1) / ps);
         py.detach(|| {
-            for page in first..=last {
-                let i = page as usize;
-                if self.checked[i].load(Ordering::Acquire) {
+            for page in offset / ps..=(end - 1) / ps {
+                let Some(done) = self.checked.get(page as usize) else {
+                    break;
+                };
+                if done.load(Ordering::Acquire) {
                     continue;
                 }
                 let start = (page * ps) as usize;
                 let stop = ((page + 1) * ps).min(self.size) as usize;
-                if crc32c::crc32c(&self.bytes()[start..stop]) != crcs[i] {
-                    return Err(PyOSError::new_err((
+                ms.check(page, &self.bytes()[start..stop]).map_err(|e| {
+                    PyOSError::new_err((
                         libc::EIO,
-                        format!("page {page} of a mapped cache file does not hold its checksum"),
-                    )));
-                }
-                self.checked[i].store(true, Ordering::Release);
+                        format!("page {page} of a mapped cache file: {e}"),
+                    ))
+                })?;
+                done.store(true, Ordering::Release);
             }
             Ok(())
         })

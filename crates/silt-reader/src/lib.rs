@@ -156,6 +156,29 @@ pub trait LocalRead: Send + Sync {
     }
 }
 
+/// Checks consecutive pages of `buf` (whole pages but maybe the file's last) against `crcs`,
+/// one per page: `Corrupted` at the first that differs (counted in
+/// `silt_checksum_failures_total`), or when `crcs` has fewer entries than `buf` has pages.
+pub fn check_pages(buf: &[u8], page_size: u64, crcs: &[u32]) -> Result<()> {
+    let ps = usize::try_from(page_size)
+        .ok()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| Error::invalid(format!("page size {page_size}")))?;
+    if buf.len().div_ceil(ps) > crcs.len() {
+        return Err(Error::new(
+            ErrorKind::Corrupted,
+            "more pages than checksums to check them against",
+        ));
+    }
+    for (page, crc) in buf.chunks(ps).zip(crcs) {
+        if crc32c::crc32c(page) != *crc {
+            silt_common::metrics::CHECKSUM_FAILURES.inc();
+            return Err(Error::new(ErrorKind::Corrupted, "page checksum mismatch"));
+        }
+    }
+    Ok(())
+}
+
 /// A whole object's local file for mapping (see [`LocalRead::map_source`]).
 pub struct MapSource<'a> {
     pub file: &'a std::fs::File,
@@ -165,6 +188,18 @@ pub struct MapSource<'a> {
     /// are handed out. `None`: the file was verified when it was taken (this process's own
     /// cache file, as the kernel reads it in passthrough).
     pub pages: Option<(u64, &'a [u32])>,
+}
+
+impl MapSource<'_> {
+    /// Checks `bytes`, the file's whole pages from page `first` on (the last may be the
+    /// file's short one), against their checksums; nothing to check without `pages`.
+    pub fn check(&self, first: u64, bytes: &[u8]) -> Result<()> {
+        let Some((ps, crcs)) = self.pages else {
+            return Ok(());
+        };
+        let from = usize::try_from(first).unwrap_or(usize::MAX).min(crcs.len());
+        check_pages(bytes, ps, &crcs[from..])
+    }
 }
 
 /// Where a client without the object on its own disk can still get a local file for it.

@@ -79,6 +79,8 @@ pub struct Stats {
     pub hit_ratio: f64,
     pub reads_served: u64,
     pub bytes_served: u64,
+    /// Called `files_lent` by workers before the op was renamed `lease_copy`.
+    #[serde(alias = "files_lent")]
     pub files_leased: u64,
     /// Bytes this worker's process read from under-stores.
     pub ufs_read_bytes: u64,
@@ -132,7 +134,7 @@ pub struct Forgot {
 }
 answers!(Forgot => "forget");
 
-/// `read`, `lease` and `hold`: whether a file descriptor follows (passed over the Unix
+/// `read`, `lease` and `lease_copy`: whether a file descriptor follows (passed over the Unix
 /// socket, `SCM_RIGHTS`). Without one, `read`'s bytes follow as `Data` frames; `lease` and
 /// `lease_copy` have nothing to lease. With one, `read` and `lease` say which pages of the file the
 /// client may read and their crc32c, which it checks every page against (`lease_copy` leases a
@@ -161,7 +163,7 @@ impl FileHead {
         }
     }
 
-    /// A private copy follows (`hold`).
+    /// A private copy follows (`lease_copy`).
     pub fn copy() -> FileHead {
         FileHead {
             fd: true,

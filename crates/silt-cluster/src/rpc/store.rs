@@ -35,14 +35,14 @@ pub(super) async fn serve(
             // The bytes first, whatever happens: the connection stays usable.
             let spool = receive(u, &path, size).await?;
             let st = stores.store(&store).await?;
-            let m = match &spool {
+            let m = match spool {
                 Spool::Memory(b) => {
-                    let b = b.clone().freeze();
+                    let b = b.freeze();
                     st.write_from_attrs(&path, &b, size, &attrs, headers.as_ref())
                         .await?
                 }
                 Spool::File(f) => {
-                    st.write_from_attrs(&path, f, size, &attrs, headers.as_ref())
+                    st.write_from_attrs(&path, &f, size, &attrs, headers.as_ref())
                         .await?
                 }
             };
@@ -102,15 +102,7 @@ pub(super) async fn serve(
             offset,
             len,
         } => {
-            if len > MAX_RANGE {
-                return Err(Error::invalid(format!(
-                    "range of {len} bytes is larger than a worker serves at once ({MAX_RANGE})"
-                ))
-                .into());
-            }
-            let end = offset
-                .checked_add(len)
-                .ok_or_else(|| Error::invalid(format!("range {offset}+{len} overflows")))?;
+            let end = range_end(offset, len)?;
             let st = stores.store(&store).await?;
             let bytes = st.read(&path, offset..end, &expected).await?;
             reply(
@@ -288,24 +280,8 @@ impl WorkerClient {
             len: range.end.saturating_sub(range.start),
         };
         let asked = range.end.saturating_sub(range.start);
-        self.with_conn(|mut c| {
-            let req = &req;
-            async move {
-                write_json(&mut c, &req.envelope()).await?;
-                let answer::Sending { size } = expect_answer(&mut c, "store_read").await?;
-                if size > asked {
-                    return Err(Error::new(
-                        ErrorKind::Corrupted,
-                        format!("worker announced {size} bytes, {asked} asked for"),
-                    )
-                    .into());
-                }
-                let out = read_sent(&mut c, size, "bytes of a store read").await?;
-                self.put_back(c);
-                Ok(out)
-            }
-        })
-        .await
+        self.ask_bytes(&req, asked, false, "bytes of a store read")
+            .await
     }
 
     /// Writes the first `len` bytes of `src` as the object `path` of the worker's store
