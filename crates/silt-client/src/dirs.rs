@@ -92,7 +92,7 @@ impl Client {
     }
 
     /// `stat`, with "does not exist" as `None`.
-    async fn stat_opt(&self, path: &str) -> Result<Option<Entry>> {
+    pub(crate) async fn stat_opt(&self, path: &str) -> Result<Option<Entry>> {
         match self.stat(path).await {
             Ok(e) => Ok(Some(e)),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),

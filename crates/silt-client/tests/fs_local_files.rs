@@ -163,7 +163,7 @@ fn local_files_are_shared_exclusive_and_given_up_for_writers() {
         r.how
     );
     assert_eq!(&fs.read(ino, r.fh, 0, 3).expect("read")[..], b"NEW");
-    fs.flush(w, None).expect("commit");
+    fs.flush(w, || None).expect("commit");
     fs.release(w);
     fs.release(r.fh);
     let again = fs.open_read(ino).expect("open after the write");

@@ -200,7 +200,8 @@ fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) {
     let rig = Rig::new(&rt, store, write_type, &dirs);
     let fs = &rig.fs;
     let (root, x) = rig.parent_and_name("/d/x");
-    fs.mkdir(root, x, &rig.who, 0o755).expect("mkdir /d/x");
+    fs.mkdir(root, x, (&rig.who).into(), 0o755)
+        .expect("mkdir /d/x");
     let mut m = Model::default();
     let mut rng = StdRng::seed_from_u64(seed);
     let mut next_id = 0usize;
@@ -227,10 +228,10 @@ fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) {
                     ..Default::default()
                 };
                 let (a, fh) = fs
-                    .create(parent, name, &rig.who, Some(1), 0o644, opts)
+                    .create(parent, name, (&rig.who).into(), Some(1), 0o644, opts)
                     .unwrap_or_else(|e| panic!("{desc}: {e}"));
                 fs.write(fh, 0, &data).expect("write");
-                fs.flush(fh, Some(1)).expect("flush");
+                fs.flush(fh, || Some(1)).expect("flush");
                 fs.release(fh);
                 let file = match m.names.get(&path) {
                     Some(f) => *f,
@@ -324,7 +325,7 @@ fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) {
             (73..=80, Some(id)) => {
                 let h = m.handles.remove(&id).expect("a handle");
                 desc = format!("close handle {id}");
-                fs.flush(h.fh, Some(1))
+                fs.flush(h.fh, || Some(1))
                     .unwrap_or_else(|e| panic!("{desc}: {e}"));
                 fs.release(h.fh);
             }
@@ -380,7 +381,7 @@ fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) {
                     ..Default::default()
                 };
                 let a = fs
-                    .setattr(ino, None, &rig.who, &set)
+                    .setattr(ino, None, || rig.who.clone(), &set)
                     .unwrap_or_else(|e| panic!("{desc}: {e}"));
                 assert_eq!(a.attr.size, size, "{desc}");
                 m.bytes[file].resize(size as usize, 0);
@@ -403,7 +404,7 @@ fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) {
     }
     // Names and bytes as the model has them, after every handle closed.
     for (_, h) in std::mem::take(&mut m.handles) {
-        fs.flush(h.fh, Some(1)).expect("flush at the end");
+        fs.flush(h.fh, || Some(1)).expect("flush at the end");
         fs.release(h.fh);
     }
     for (path, file) in &m.names {
@@ -422,7 +423,7 @@ fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) {
         Some(ErrorKind::NameTooLong)
     );
     assert_eq!(
-        kind(fs.mkdir(root, OsStr::new(&long), &rig.who, 0o755)).err(),
+        kind(fs.mkdir(root, OsStr::new(&long), (&rig.who).into(), 0o755)).err(),
         Some(ErrorKind::NameTooLong)
     );
     drop(rig);
@@ -432,7 +433,14 @@ fn run(store: DynStore, write_type: WriteType, seed: u64, ops: usize) {
 fn runs(make: impl Fn(&Path) -> DynStore, write_type: WriteType) {
     for seed in common::model_seeds() {
         let dir = tempfile::tempdir().expect("tempdir");
-        run(make(dir.path()), write_type, seed, common::model_ops());
+        let store = make(dir.path());
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run(store, write_type, seed, common::model_ops())
+        }));
+        // The failure above says what broke; this says how to run it again alone.
+        if ran.is_err() {
+            panic!("failed at seed {seed} ({write_type}): SILT_MODEL_SEED={seed} reruns it");
+        }
     }
 }
 

@@ -28,6 +28,14 @@ pub(crate) fn caller(req: &Request) -> silt_client::attrs::Caller {
     }
 }
 
+/// Who a creating request makes the owner of the new entry (its uid and gid; no `/proc`).
+pub(crate) fn owner(req: &Request) -> silt_client::fs::Owner {
+    silt_client::fs::Owner {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
 /// The process (thread group) of the request's thread, from `/proc`; `None` if unreadable.
 pub(crate) fn process_of(req: &Request) -> Option<u32> {
     proc_status(req.pid(), "Tgid:").and_then(|v| v.trim().parse().ok())

@@ -1,32 +1,23 @@
-//! The FUSE adapter: a thin layer mapping kernel requests onto `silt-client`.
+//! The FUSE adapter: each kernel request mapped onto the file-system core,
+//! `silt_client::fs::FileSystem` (inode numbers and their lookup counts, read and write
+//! handles, the version each read handle sees, the local-file decision, the write rules,
+//! name limits: see its contract), and the core's answers onto kernel replies.
 //!
-//! The mount is read-write when the client's write rules make any path writable (else `ro`).
-//! What it adds over the client:
-//! - inode numbers (path ↔ ino, with the kernel's lookup counts),
-//! - kernel caching: long entry/attr TTLs, `readdirplus` so a walk needs no per-file lookup,
-//!   and `FOPEN_KEEP_CACHE` whenever the kernel's cached pages belong to the version being
-//!   opened (a changed object is opened without it, which drops the stale page cache); with
-//!   `fuse_cold_direct_io`, the first open of a version gets `FOPEN_DIRECT_IO` instead (a
-//!   cold scan's bytes go to the reader without filling the mount's page cache),
-//! - FUSE passthrough: when a file is wholly present in a local disk-tier file and the kernel
-//!   supports passthrough (Linux ≥ 6.9), the open hands the kernel that file so reads bypass
-//!   the daemon. Support is detected in `init`; without it every open falls back to the
-//!   daemon's read path. Each open's mode is recorded for `silt report`,
-//! - writes: every handle open for writing holds one of the client's `FileWriter`s, and all
-//!   handles of a file share the client's write session of it (`silt_client::Session`: one
-//!   buffer, live size, commit, unlink and rename rules — the adapter adds none of its own).
-//!   `write` goes to it, `flush` (every `close(2)` by the opening process) and `fsync`
-//!   commit, `release` closes (the last close commits), so `close` reports a failed upload.
-//!   Lookups, `getattr` and listings answer from the client's live view (`stat_live`,
-//!   `list_live`), and a reader of a file open for writing here reads the session's bytes.
-//!   `unlink`, `mkdir`, `rmdir` and `rename` call the client and keep the inode table in
-//!   step (a renamed path and everything below it keep their numbers).
-//! - `setattr` of a size truncates (through the handle's session, or `Client::truncate_path`
-//!   for `truncate(2)`); mode, owner and times go to `Client::set_attrs` (POSIX rules, kept
-//!   by the store). Created files and directories get the caller's uid/gid and mode.
+//! What only a kernel front end has, and so stays here:
+//! - INIT: what is negotiated with the kernel (readdirplus, atomic `O_TRUNC`, read-ahead,
+//!   shared maps of direct-I/O files, passthrough; `kernel.rs`); the mount is read-only when
+//!   no path is writable;
+//! - kernel caching: entry/attr TTLs and `FOPEN_KEEP_CACHE` / `FOPEN_DIRECT_IO` on the
+//!   flags the core's `Opened` asks for; the invalidations the client's changes cause
+//!   (`inval.rs`);
+//! - passthrough: the backing files the kernel reads a local file through, registered and
+//!   closed for the core (`kernel.rs`, the core's `Frontend`), and each open's mode recorded
+//!   for `silt report`;
+//! - the request's credentials: uid/gid, the process (thread group) and supplementary groups
+//!   from `/proc`, read only by the calls that use them (`convert.rs`);
+//! - mounting, unmounting and the takeover of a live mount (`mount.rs`, `takeover.rs`).
 //!
-//! Errors beside the client's: a name over 255 bytes is `ENAMETOOLONG`; `RENAME_EXCHANGE` is
-//! `EINVAL`; `RENAME_NOREPLACE` onto an existing name is `EEXIST`.
+//! Errors beside the core's: `RENAME_EXCHANGE` is `EINVAL`.
 
 mod convert;
 mod inval;
@@ -53,7 +44,7 @@ use silt_common::metrics;
 use silt_common::metrics::FuseOp;
 
 use convert::{
-    caller, errno, file_attr, file_type, process_of, reply_attr, reply_empty, reply_entry,
+    caller, errno, file_attr, file_type, owner, process_of, reply_attr, reply_empty, reply_entry,
     reply_xattr, time,
 };
 use kernel::Kernel;
@@ -221,7 +212,7 @@ impl fuser::Filesystem for SiltFs {
         reply_attr(
             reply,
             self.core
-                .setattr(ino.0, fh.map(|f| f.0), &caller(req), &set),
+                .setattr(ino.0, fh.map(|f| f.0), || caller(req), &set),
         );
     }
 
@@ -265,11 +256,15 @@ impl fuser::Filesystem for SiltFs {
                 reply.opened_passthrough(fh, FopenFlags::empty(), &id);
                 let _ = id.into_raw();
             }
-            OpenedAs::Core { keep_cache, reason } => {
+            OpenedAs::Core {
+                keep_cache,
+                new_version,
+                reason,
+            } => {
                 metrics::FUSE_OPENS_DAEMON.inc();
                 // The kernel holds no page of this version: this open's reads go straight to
                 // the reader (no page-cache fill); the next open of it caches as usual.
-                let direct = !keep_cache && self.state.cold_direct_io.load(Ordering::Relaxed);
+                let direct = new_version && self.state.cold_direct_io.load(Ordering::Relaxed);
                 let mode = if direct { "direct" } else { "daemon" };
                 self.state.record(&opened.path, mode, reason);
                 let flags = if direct {
@@ -329,7 +324,7 @@ impl fuser::Filesystem for SiltFs {
         reply: ReplyEmpty,
     ) {
         let _timer = FuseOp::Flush.timer();
-        self.committed(reply, self.core.flush(fh.0, process_of(req)));
+        self.committed(reply, self.core.flush(fh.0, || process_of(req)));
     }
 
     fn fsync(
@@ -386,7 +381,7 @@ impl fuser::Filesystem for SiltFs {
         };
         let made = self
             .core
-            .create(parent.0, name, &caller(req), process_of(req), mode, opts);
+            .create(parent.0, name, owner(req), process_of(req), mode, opts);
         match made {
             Ok((a, fh)) => reply.created(
                 &a.entry_ttl,
@@ -414,7 +409,7 @@ impl fuser::Filesystem for SiltFs {
         reply: ReplyEntry,
     ) {
         let _timer = FuseOp::Mkdir.timer();
-        reply_entry(reply, self.core.mkdir(parent.0, name, &caller(req), mode));
+        reply_entry(reply, self.core.mkdir(parent.0, name, owner(req), mode));
     }
 
     fn symlink(
@@ -426,7 +421,7 @@ impl fuser::Filesystem for SiltFs {
         reply: ReplyEntry,
     ) {
         let _timer = FuseOp::Symlink.timer();
-        let made = self.core.symlink(parent.0, link_name, target, &caller(req));
+        let made = self.core.symlink(parent.0, link_name, target, owner(req));
         reply_entry(reply, made);
     }
 
@@ -540,7 +535,7 @@ impl fuser::Filesystem for SiltFs {
         let _timer = FuseOp::Mknod.timer();
         reply_entry(
             reply,
-            self.core.mknod(parent.0, name, &caller(req), mode, rdev),
+            self.core.mknod(parent.0, name, owner(req), mode, rdev),
         );
     }
 
@@ -613,9 +608,9 @@ impl fuser::Filesystem for SiltFs {
                     let attr = file_attr(&attr);
                     let full =
                         reply.add(INodeNo(child), i + 1, e.name(), &ttl, &attr, Generation(0));
-                    if !full {
-                        // Every entry the kernel receives counts as one lookup.
-                        self.core.count_lookup(&e.path);
+                    if full {
+                        // Every entry the kernel receives counts as one lookup; not this one.
+                        self.core.not_handed_on(child);
                     }
                     full
                 }

@@ -54,7 +54,7 @@ use silt_ufs::EntryKind;
 use crate::attrs::Caller;
 use crate::{Client, Entry, FileWriter, OpenOptions};
 use inodes::{HandleMode, Inodes};
-pub use read::{LocalFiles, Opened, OpenedAs};
+pub use read::{Opened, OpenedAs};
 
 /// Longest name of one path component.
 pub const NAME_MAX: usize = 255;
@@ -192,13 +192,34 @@ fn stale(ino: u64) -> Error {
     Error::new(ErrorKind::Stale, format!("inode {ino} names nothing here"))
 }
 
+fn read_only(path: &str) -> Error {
+    Error::new(ErrorKind::ReadOnly, format!("{path}: not writable here"))
+}
+
 fn bad_handle(fh: u64) -> Error {
     Error::new(ErrorKind::BadHandle, format!("no open handle {fh}"))
 }
 
+/// Who creates an entry: its owner (unless the store's default owner). Only the ids: a
+/// creation checks no group membership, so a front end need not look the caller's groups up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl From<&Caller> for Owner {
+    fn from(c: &Caller) -> Owner {
+        Owner {
+            uid: c.uid,
+            gid: c.gid,
+        }
+    }
+}
+
 /// What a file or directory created by `who` gets: `mode` (the umask applied) and the
 /// caller's owner and group where they differ from Silt's own.
-fn new_attrs(who: &Caller, mode: u32) -> silt_ufs::SetAttrs {
+fn new_attrs(who: Owner, mode: u32) -> silt_ufs::SetAttrs {
     let (uid, gid) = crate::attrs::default_owner();
     silt_ufs::SetAttrs {
         mode: Some(mode & 0o7777),
@@ -240,10 +261,6 @@ impl FileSystem {
         }
         self.local.inherit_core_handles(daemon_handles);
         self
-    }
-
-    pub fn client(&self) -> &Arc<Client> {
-        &self.client
     }
 
     /// The inode table (the front end's invalidations map paths to numbers with it).
@@ -360,11 +377,7 @@ impl FileSystem {
     }
 
     fn stat_opt(&self, path: &str) -> Result<Option<Entry>> {
-        match self.block(self.client.stat(path)) {
-            Ok(e) => Ok(Some(e)),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+        self.block(self.client.stat_opt(path))
     }
 
     fn stat_live(&self, path: &str) -> Result<(Entry, bool)> {
@@ -439,12 +452,13 @@ impl FileSystem {
 
     /// `setattr`: a size truncates (through the handle's session if `fh` is open for
     /// writing, else the path's), mode, owner and times go to `Client::set_attrs` (POSIX
-    /// rules); outside writable prefixes those are `EROFS`.
+    /// rules, for the caller `who` gives, asked only then); outside writable prefixes those
+    /// are `EROFS`.
     pub fn setattr(
         &self,
         ino: u64,
         fh: Option<u64>,
-        who: &Caller,
+        who: impl FnOnce() -> Caller,
         set: &SetAttr,
     ) -> Result<Answer> {
         let path = self.path_of(ino)?;
@@ -458,10 +472,7 @@ impl FileSystem {
             || set.mtime.is_some();
         if changes {
             if !self.client.write_rules().writable_at_or_below(&path) {
-                return Err(Error::new(
-                    ErrorKind::ReadOnly,
-                    format!("{path}: not writable here"),
-                ));
+                return Err(read_only(&path));
             }
             let now = SystemTime::now();
             let time = |t: Option<Option<SystemTime>>| t.map(|t| t.unwrap_or(now));
@@ -476,7 +487,7 @@ impl FileSystem {
                 },
                 times_now: is_now(&set.atime) && is_now(&set.mtime),
             };
-            self.block(self.client.set_attrs(&path, who, &change))?;
+            self.block(self.client.set_attrs(&path, &who(), &change))?;
         }
         if let Some(attr) = self.detached_attr(ino, fh, &path) {
             return Ok(Answer {
@@ -536,10 +547,7 @@ impl FileSystem {
     pub fn open_write(&self, ino: u64, opener: Option<u32>, opts: OpenOptions) -> Result<u64> {
         let path = self.path_of(ino)?;
         if !self.client.write_type_of(&path).writable() {
-            return Err(Error::new(
-                ErrorKind::ReadOnly,
-                format!("{path}: not writable here"),
-            ));
+            return Err(read_only(&path));
         }
         self.open_writer(ino, &path, opener, opts)
     }
@@ -588,17 +596,14 @@ impl FileSystem {
         &self,
         parent: u64,
         name: &OsStr,
-        who: &Caller,
+        who: Owner,
         opener: Option<u32>,
         mode: u32,
         opts: OpenOptions,
     ) -> Result<(Answer, u64)> {
         let path = self.new_child_path(parent, name)?;
         if !self.client.write_type_of(&path).writable() {
-            return Err(Error::new(
-                ErrorKind::ReadOnly,
-                format!("{path}: not writable here"),
-            ));
+            return Err(read_only(&path));
         }
         let opts = OpenOptions {
             create: true,
@@ -670,14 +675,18 @@ impl FileSystem {
     /// nearly always a forked child closing its inherited copy at `exec` or exit, in the
     /// middle of the opener's writes: the opener's own close, or the release, commits then.
     /// `Ok(Some(dir))`: a directory whose listing the front end should read again.
-    pub fn flush(&self, fh: u64, closer: Option<u32>) -> Result<Option<String>> {
+    pub fn flush(&self, fh: u64, closer: impl FnOnce() -> Option<u32>) -> Result<Option<String>> {
         if self.lost_writer(fh) {
             return Err(Self::lost(fh));
         }
-        let handle = self.write_handle(fh).filter(|h| match (h.opener, closer) {
-            (Some(opener), Some(closer)) => opener == closer,
-            _ => true,
-        });
+        // The closing process is asked only of a write handle (every close of every read
+        // handle flushes).
+        let handle = self
+            .write_handle(fh)
+            .filter(|h| match (h.opener, closer()) {
+                (Some(opener), Some(closer)) => opener == closer,
+                _ => true,
+            });
         match handle {
             Some(h) => self.commit_handle(&h).inspect_err(|e| {
                 tracing::warn!("commit at close failed: {e}");
@@ -745,7 +754,7 @@ impl FileSystem {
         Ok(())
     }
 
-    pub fn mkdir(&self, parent: u64, name: &OsStr, who: &Caller, mode: u32) -> Result<Answer> {
+    pub fn mkdir(&self, parent: u64, name: &OsStr, who: Owner, mode: u32) -> Result<Answer> {
         let path = self.new_child_path(parent, name)?;
         let e = self.block(self.client.mkdir_attrs(&path, &new_attrs(who, mode)))?;
         Ok(self.entry_answer(&path, &e, false))
@@ -757,7 +766,7 @@ impl FileSystem {
         parent: u64,
         name: &OsStr,
         target: &std::path::Path,
-        who: &Caller,
+        who: Owner,
     ) -> Result<Answer> {
         let path = self.new_child_path(parent, name)?;
         // Store paths and keys are UTF-8; so are the targets they can keep.
@@ -825,7 +834,7 @@ impl FileSystem {
         &self,
         parent: u64,
         name: &OsStr,
-        who: &Caller,
+        who: Owner,
         mode: u32,
         rdev: u32,
     ) -> Result<Answer> {
@@ -878,8 +887,10 @@ impl FileSystem {
         self.inodes.lock().peek_or_assign(path)
     }
 
-    /// A listed entry with its attributes (`readdirplus`), counted as a lookup if `counted`
-    /// (the front end could hand it on).
+    /// A listed entry with its attributes and inode number (`readdirplus`), counted as one
+    /// lookup at once (under the same lock that gave the number, so nothing in between can
+    /// drop or move it); an entry the front end could not hand on gives it back
+    /// (`not_handed_on`).
     pub fn listed(&self, e: &Entry) -> (Attr, Duration, u64) {
         // A file being written (its live size is in the listing) is never cached.
         let ttl = if !e.is_dir() && self.client.session(&e.path).is_some() {
@@ -887,13 +898,14 @@ impl FileSystem {
         } else {
             self.ttls(e).1
         };
-        let ino = self.peek_ino(&e.path);
+        let ino = self.inodes.lock().lookup(&e.path);
         (self.attr(ino, e), ttl, ino)
     }
 
-    /// Counts one lookup of a listed entry's inode (a `readdirplus` entry handed on).
-    pub fn count_lookup(&self, path: &str) {
-        self.inodes.lock().lookup(path);
+    /// The entry `listed` gave `ino` for did not reach the kernel (its buffer was full): its
+    /// lookup is given back.
+    pub fn not_handed_on(&self, ino: u64) {
+        self.forget(ino, 1);
     }
 
     /// A directory's mtime tells a kernel whether its readdir cache is still current (it
@@ -934,10 +946,7 @@ impl FileSystem {
         if self.client.write_rules().writable_at_or_below(&path) {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorKind::ReadOnly,
-                format!("{path}: not writable here"),
-            ))
+            Err(read_only(&path))
         }
     }
 }

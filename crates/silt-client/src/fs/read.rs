@@ -61,9 +61,12 @@ pub enum OpenedAs {
         from_store: bool,
     },
     /// Reads come to the core (`FileSystem::read`). `keep_cache`: pages the front end cached
-    /// of this inode are of the version opened; `reason`: why no local file.
+    /// of this inode are of the version opened; `new_version`: the first open of a stored
+    /// version here (not a file open for writing, which has none); `reason`: why no local
+    /// file.
     Core {
         keep_cache: bool,
+        new_version: bool,
         reason: &'static str,
     },
 }
@@ -304,6 +307,7 @@ impl FileSystem {
                 self.insert_reader(fh, h);
                 let how = OpenedAs::Core {
                     keep_cache: false,
+                    new_version: false,
                     reason: "file open for writing here",
                 };
                 return Ok(Opened { fh, path, how });
@@ -357,7 +361,11 @@ impl FileSystem {
                 let h =
                     ReadHandle::new(ino, path.clone(), (Some(file), commits), None, None, false);
                 self.insert_reader(fh, h);
-                let how = OpenedAs::Core { keep_cache, reason };
+                let how = OpenedAs::Core {
+                    keep_cache,
+                    new_version: !keep_cache,
+                    reason,
+                };
                 Ok(Opened { fh, path, how })
             }
         }
