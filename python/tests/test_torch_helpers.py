@@ -200,25 +200,36 @@ def test_an_explicit_single_node_in_a_worker_says_to_leave_mode_auto(s3, workdir
         fs.close()
 
 
+class FakeFs:
+    """What a sampler asks of a filesystem, recorded: `cached` says which files are cached,
+    `room` how many 100-byte files the cache's free room holds (None: no `cache_space`)."""
+
+    def __init__(self, cached, room=None):
+        self.cached, self.asked = cached, []
+        if room is not None:
+            self.cache_space = lambda: (1000, 900 - room * 100)  # room below 90 % of 1000
+            self.info = lambda path: {"size": 100}
+
+    def residency(self, files):
+        return [1.0 if self.cached(int(f[1:])) else 0.0 for f in files]
+
+    def prefetch(self, paths):
+        self.asked += paths
+
+
+class FakeFiles:
+    """A Silt-like dataset of 40 files `f0`..`f39` over `fs`."""
+
+    def __init__(self, fs):
+        self.fs, self.files = fs, [f"f{i}" for i in range(40)]
+
+    def __len__(self):
+        return len(self.files)
+
+
 def test_cache_aware_sampler_prefetches_only_a_window_ahead_of_the_loader():
-    class Fs:  # records what the sampler asks; files 0, 5, 9 are cached
-        def __init__(self):
-            self.asked = []
-
-        def residency(self, files):
-            return [1.0 if f in ("f0", "f5", "f9") else 0.0 for f in files]
-
-        def prefetch(self, paths):
-            self.asked += paths
-
-    class Files:
-        def __init__(self):
-            self.fs, self.files = Fs(), [f"f{i}" for i in range(40)]
-
-        def __len__(self):
-            return len(self.files)
-
-    ds = Files()
+    # Files 0, 5, 9 are cached.
+    ds = FakeFiles(FakeFs(lambda i: i in (0, 5, 9)))
     # A loader that reads each index as it takes it.
     sampler = st.CacheAwareSampler(ds, seed=3, lookahead=8, loader_ahead=0)
     it = iter(sampler)
@@ -239,30 +250,8 @@ def test_cache_aware_sampler_keeps_its_prefetch_out_of_cached_samples_still_to_b
     """A loader takes indices ahead of its reads: until it has read the cached part, only what
     the cache's free room holds is prefetched (here two files' worth); then a window."""
 
-    class Fs:
-        def __init__(self):
-            self.asked = []
-
-        def residency(self, files):
-            return [1.0 if int(f[1:]) < 10 else 0.0 for f in files]  # f0..f9 cached
-
-        def cache_space(self):
-            return (1000, 900 - 2 * 100)  # room (90 % of capacity) for two files of 100 bytes
-
-        def info(self, path):
-            return {"size": 100}
-
-        def prefetch(self, paths):
-            self.asked += paths
-
-    class Files:
-        def __init__(self):
-            self.fs, self.files = Fs(), [f"f{i}" for i in range(40)]
-
-        def __len__(self):
-            return len(self.files)
-
-    ds = Files()
+    # f0..f9 cached; free room for two files.
+    ds = FakeFiles(FakeFs(lambda i: i < 10, room=2))
     sampler = st.CacheAwareSampler(ds, seed=5, lookahead=4, loader_ahead=16)
     taken = []
     for i in sampler:

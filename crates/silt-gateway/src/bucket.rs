@@ -145,10 +145,8 @@ impl Gateway {
             return Err(bucket_not_empty());
         }
         self.remove_empty_tree(&root).await?;
-        Ok(S3Response::with_status(
-            DeleteBucketOutput::default(),
-            hyper::StatusCode::NO_CONTENT,
-        ))
+        // 204: s3s answers DeleteBucket so (a status set here would not be used).
+        Ok(S3Response::new(DeleteBucketOutput::default()))
     }
 
     /// Removes the directory `dir` and the empty directories below it, deepest first.

@@ -65,21 +65,29 @@ pub(crate) fn check_conditions(
     Ok(())
 }
 
-/// The conditions of a copy's source (`x-amz-copy-source-if-*`), evaluated as GET's.
-pub(crate) fn check_copy_conditions(
-    entry: &Entry,
-    etag: &str,
-    i: &CopyObjectInput,
-) -> S3Result<()> {
-    check_conditions(
-        entry,
-        etag,
-        i.copy_source_if_match.as_ref(),
-        i.copy_source_if_none_match.as_ref(),
-        i.copy_source_if_modified_since.as_ref(),
-        i.copy_source_if_unmodified_since.as_ref(),
-    )
+/// Checks the conditions of a copy's source (`x-amz-copy-source-if-*` of `$i`, a
+/// CopyObject's or UploadPartCopy's input, which name them alike) on `$entry` (ETag `$etag`),
+/// as GET's, except that any failure is 412 (S3 answers no 304 to a copy).
+macro_rules! check_copy_source {
+    ($entry:expr, $etag:expr, $i:expr) => {
+        $crate::conditions::check_conditions(
+            $entry,
+            $etag,
+            $i.copy_source_if_match.as_ref(),
+            $i.copy_source_if_none_match.as_ref(),
+            $i.copy_source_if_modified_since.as_ref(),
+            $i.copy_source_if_unmodified_since.as_ref(),
+        )
+        .map_err(|e| {
+            if *e.code() == s3s::S3ErrorCode::NotModified {
+                $crate::conditions::precondition_failed()
+            } else {
+                e
+            }
+        })
+    };
 }
+pub(crate) use check_copy_source;
 
 /// A write's conditions (`If-None-Match: *`: only if the key is free; `If-Match`: only over
 /// that version) as the client checks them at the commit (`Client::set_precondition`), so a

@@ -29,13 +29,22 @@ pub const OWN_DIR: &str = "gateway";
 pub const UPLOADS_DIR: &str = "gateway-uploads";
 
 /// A client for the gateway, and what must live as long as it.
-pub struct Connected {
-    pub node: Node,
+pub struct Connected(silt_node::connect::Connected);
+
+impl Connected {
+    pub fn node(&self) -> &Node {
+        &self.0.node
+    }
+
     /// How its client reaches its cache.
-    pub role: Role,
+    pub fn role(&self) -> Role {
+        self.0.role()
+    }
+
     /// Where the gateway keeps multipart uploads.
-    pub uploads_dir: PathBuf,
-    _connected: silt_node::connect::Connected,
+    pub fn uploads_dir(&self) -> PathBuf {
+        self.0.state_dir().join(UPLOADS_DIR)
+    }
 }
 
 /// Builds the gateway's client from `cfg` (see the module docs) on runtime `rt`.
@@ -53,11 +62,5 @@ pub fn connect(cfg: &Config, rt: &tokio::runtime::Runtime) -> Result<Connected, 
             own_dir: "--state-dir",
         },
     };
-    let c = silt_node::connect::connect(cfg, &opts, rt)?;
-    Ok(Connected {
-        node: c.node.clone(),
-        role: c.role(),
-        uploads_dir: c.state_dir().join(UPLOADS_DIR),
-        _connected: c,
-    })
+    Ok(Connected(silt_node::connect::connect(cfg, &opts, rt)?))
 }

@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use s3s::dto::*;
 use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result};
 
-use crate::conditions::{check_conditions, check_copy_conditions, precondition_failed};
+use crate::conditions::check_copy_source;
 use crate::read::Body;
 use crate::{etag_of, meta, multipart, read, to_s3, write, Gateway};
 
@@ -129,14 +129,7 @@ impl Gateway {
             headers.checksum_type = None;
         }
         let etag = etag_of(&file.entry);
-        check_copy_conditions(&file.entry, &etag, i).map_err(|e| {
-            // A copy's source conditions fail with 412 whichever header failed.
-            if *e.code() == S3ErrorCode::NotModified {
-                precondition_failed()
-            } else {
-                e
-            }
-        })?;
+        check_copy_source!(&file.entry, &etag, i)?;
         let w = self
             .client
             .open_upload(&dst, Default::default())
@@ -182,22 +175,7 @@ impl Gateway {
         self.may_read(req.credentials.as_ref(), &src_bucket)?;
         let file = self.open(&src_bucket, &src_key).await?;
         let etag = etag_of(&file.entry);
-        check_conditions(
-            &file.entry,
-            &etag,
-            i.copy_source_if_match.as_ref(),
-            i.copy_source_if_none_match.as_ref(),
-            i.copy_source_if_modified_since.as_ref(),
-            i.copy_source_if_unmodified_since.as_ref(),
-        )
-        .map_err(|e| {
-            // A copy's source conditions fail with 412 whichever header failed.
-            if *e.code() == S3ErrorCode::NotModified {
-                precondition_failed()
-            } else {
-                e
-            }
-        })?;
+        check_copy_source!(&file.entry, &etag, i)?;
         let range = copy_range(i.copy_source_range.as_deref(), file.size())?;
         let len = range.end - range.start;
         if len > MAX_COPY_PART {

@@ -177,24 +177,36 @@ impl Gateway {
     /// The file `key` names in `bucket`.
     async fn object(&self, bucket: &str, key: &str) -> S3Result<Entry> {
         let path = self.key_path(bucket, key).await?;
-        self.learn_mtime(&path).await;
-        match self.client.stat(&path).await {
-            Ok(e) if e.kind == EntryKind::File => Ok(e),
-            Ok(_) => Err(no_such_key(key)),
-            Err(e) if is_missing(e.kind()) => Err(no_such_key(key)),
-            Err(e) => Err(to_s3(e)),
+        let stat = || async {
+            match self.client.stat(&path).await {
+                Ok(e) if e.kind == EntryKind::File => Ok(e),
+                Ok(_) => Err(no_such_key(key)),
+                Err(e) if is_missing(e.kind()) => Err(no_such_key(key)),
+                Err(e) => Err(to_s3(e)),
+            }
+        };
+        let e = stat().await?;
+        if self.learned_mtime(&e).await {
+            return stat().await;
         }
+        Ok(e)
     }
 
     /// The file `key` names, opened (pinned to the version it has now).
     async fn open(&self, bucket: &str, key: &str) -> S3Result<OpenFile> {
         let path = self.key_path(bucket, key).await?;
-        self.learn_mtime(&path).await;
-        match self.client.open(&path).await {
-            Ok(f) => Ok(f),
-            Err(e) if is_missing(e.kind()) => Err(no_such_key(key)),
-            Err(e) => Err(to_s3(e)),
+        let open = || async {
+            match self.client.open(&path).await {
+                Ok(f) => Ok(f),
+                Err(e) if is_missing(e.kind()) => Err(no_such_key(key)),
+                Err(e) => Err(to_s3(e)),
+            }
+        };
+        let f = open().await?;
+        if self.learned_mtime(&f.entry).await {
+            return open().await;
         }
+        Ok(f)
     }
 
     /// The file `key` names with its headers. The headers are of a version: one replaced
@@ -230,13 +242,17 @@ impl Gateway {
 
     /// An S3 store's answer to a PUT names no Last-Modified, so a file just written through
     /// Silt has no time until it is revalidated; S3 always answers one (the aws CLI's
-    /// bucket-to-bucket `cp` needs it): such a file is asked about once (one HEAD).
-    async fn learn_mtime(&self, path: &str) {
-        if let Ok(e) = self.client.stat(path).await {
-            if e.kind == EntryKind::File && e.mtime.is_none() && e.object.is_some() {
-                if let Err(err) = self.client.sync(path, false).await {
-                    debug!(%path, error = %err, "gateway: no modification time learned");
-                }
+    /// bucket-to-bucket `cp` needs it): such a file is asked about once (one HEAD), and
+    /// `true` says to look it up again. Other files cost nothing more than the one lookup.
+    async fn learned_mtime(&self, e: &Entry) -> bool {
+        if e.kind != EntryKind::File || e.mtime.is_some() || e.object.is_none() {
+            return false;
+        }
+        match self.client.sync(&e.path, false).await {
+            Ok(_) => true,
+            Err(err) => {
+                debug!(path = %e.path, error = %err, "gateway: no modification time learned");
+                false
             }
         }
     }

@@ -234,7 +234,7 @@ impl Gateway {
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
         let i = req.input;
-        let max = max_keys(i.max_keys)?;
+        let max = page_size(i.max_keys, "max-keys")?;
         let token = i
             .continuation_token
             .as_deref()
@@ -276,7 +276,7 @@ impl Gateway {
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
         let i = req.input;
-        let max = max_keys(i.max_keys)?;
+        let max = page_size(i.max_keys, "max-keys")?;
         let prefix = i.prefix.clone().unwrap_or_default();
         let (items, truncated) = self
             .list_page(
@@ -313,10 +313,16 @@ impl Gateway {
     }
 }
 
-fn max_keys(asked: Option<i32>) -> S3Result<usize> {
+/// How many entries a page of a listing holds: what the request asked for (`what`: its
+/// parameter, `max-keys`, `max-parts`, `max-uploads`) up to S3's 1,000, 1,000 when it did not
+/// ask; a negative count is `InvalidArgument`.
+pub(crate) fn page_size(asked: Option<i32>, what: &str) -> S3Result<usize> {
     match asked {
         None => Ok(MAX_KEYS as usize),
-        Some(n) if n < 0 => Err(s3_error!(InvalidArgument, "max-keys must not be negative")),
+        Some(n) if n < 0 => Err(s3s::S3Error::with_message(
+            s3s::S3ErrorCode::InvalidArgument,
+            format!("{what} must not be negative"),
+        )),
         Some(n) => Ok(n.min(MAX_KEYS) as usize),
     }
 }

@@ -238,13 +238,7 @@ impl Gateway {
             && !h.parts.is_empty()
             && h.parts.iter().sum::<u64>() == entry.size
         {
-            let max = match i.max_parts {
-                None => 1000,
-                Some(n) if n < 0 => {
-                    return Err(s3_error!(InvalidArgument, "max-parts must not be negative"))
-                }
-                Some(n) => n.min(1000),
-            };
+            let max = crate::list::page_size(i.max_parts, "max-parts")?;
             let after = i.part_number_marker.unwrap_or(0).max(0);
             let parts: Vec<ObjectPart> = h
                 .parts
@@ -252,7 +246,7 @@ impl Gateway {
                 .enumerate()
                 .map(|(n, size)| (i32::try_from(n + 1).unwrap_or(i32::MAX), *size))
                 .filter(|(n, _)| *n > after)
-                .take(usize::try_from(max).unwrap_or(0))
+                .take(max)
                 .map(|(n, size)| ObjectPart {
                     part_number: Some(n),
                     size: Some(len_i64(size)),
@@ -264,7 +258,7 @@ impl Gateway {
             let truncated = last.is_some_and(|l| l < total);
             out.object_parts = Some(GetObjectAttributesParts {
                 is_truncated: Some(truncated),
-                max_parts: Some(max),
+                max_parts: Some(max as i32),
                 next_part_number_marker: if truncated { last } else { None },
                 part_number_marker: Some(after),
                 parts: Some(parts),

@@ -582,10 +582,7 @@ impl Gateway {
         let i = &req.input;
         let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
         self.uploads.abort(&u).await?;
-        Ok(S3Response::with_status(
-            AbortMultipartUploadOutput::default(),
-            hyper::StatusCode::NO_CONTENT,
-        ))
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
     }
 
     pub(crate) async fn list_parts_impl(
@@ -594,13 +591,7 @@ impl Gateway {
     ) -> S3Result<S3Response<ListPartsOutput>> {
         let i = &req.input;
         let u = self.uploads.get(&i.upload_id, &i.bucket, &i.key).await?;
-        let max = match i.max_parts {
-            None => 1000,
-            Some(n) if n < 0 => {
-                return Err(s3_error!(InvalidArgument, "max-parts must not be negative"))
-            }
-            Some(n) => n.min(1000) as usize,
-        };
+        let max = crate::list::page_size(i.max_parts, "max-parts")?;
         let marker = i.part_number_marker.unwrap_or(0);
         let mut parts: Vec<_> = self
             .uploads
@@ -644,16 +635,7 @@ impl Gateway {
         let i = &req.input;
         self.bucket_root(&i.bucket).await?;
         let prefix = i.prefix.clone().unwrap_or_default();
-        let max = match i.max_uploads {
-            None => 1000,
-            Some(n) if n < 0 => {
-                return Err(s3_error!(
-                    InvalidArgument,
-                    "max-uploads must not be negative"
-                ))
-            }
-            Some(n) => n.min(1000) as usize,
-        };
+        let max = crate::list::page_size(i.max_uploads, "max-uploads")?;
         let key_marker = i.key_marker.clone().unwrap_or_default();
         let id_marker = i.upload_id_marker.clone().unwrap_or_default();
         let mut all: Vec<_> = self

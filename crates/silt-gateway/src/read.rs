@@ -25,6 +25,44 @@ pub(crate) const READ_PIECE: u64 = 4 << 20;
 /// Pieces read ahead of the connection.
 const BODY_PIECES: usize = 2;
 
+/// What a GET and a HEAD answer alike (S3 gives a HEAD the headers the GET would have).
+struct Shape {
+    etag: String,
+    range: std::ops::Range<u64>,
+    content_range: Option<String>,
+    parts_count: Option<i32>,
+    /// The object's checksums go with the answer.
+    checksums: bool,
+}
+
+/// The `Shape` of the answer to `$i` (a `GetObjectInput` or `HeadObjectInput`, which name
+/// their fields alike) for `$entry` of `$size` bytes with headers `$h`: its conditions
+/// checked first (a failed one is the request's error).
+macro_rules! shape {
+    ($i:expr, $entry:expr, $h:expr, $size:expr) => {{
+        let etag = etag_of($entry);
+        check_conditions(
+            $entry,
+            &etag,
+            $i.if_match.as_ref(),
+            $i.if_none_match.as_ref(),
+            $i.if_modified_since.as_ref(),
+            $i.if_unmodified_since.as_ref(),
+        )?;
+        let size = $size;
+        let (range, content_range, parts_count) =
+            ranged($i.range.as_ref(), $i.part_number, $h, size)?;
+        let checksums = wants_checksums($i.checksum_mode.as_ref(), &range, size, $i.part_number);
+        Shape {
+            etag,
+            range,
+            content_range,
+            parts_count,
+            checksums,
+        }
+    }};
+}
+
 impl Gateway {
     pub(crate) async fn head_object_impl(
         &self,
@@ -32,34 +70,23 @@ impl Gateway {
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let i = &req.input;
         let (entry, h) = self.object_and_headers(&i.bucket, &i.key).await?;
-        let etag = etag_of(&entry);
-        check_conditions(
-            &entry,
-            &etag,
-            i.if_match.as_ref(),
-            i.if_none_match.as_ref(),
-            i.if_modified_since.as_ref(),
-            i.if_unmodified_since.as_ref(),
-        )?;
-        let (range, content_range, parts_count) =
-            ranged(i.range.as_ref(), i.part_number, &h, entry.size)?;
-        let checksums =
-            wants_checksums(i.checksum_mode.as_ref(), &range, entry.size, i.part_number);
+        let sh = shape!(i, &entry, &h, entry.size);
         let out = HeadObjectOutput {
             accept_ranges: Some("bytes".into()),
-            content_length: Some(len_i64(range.end - range.start)),
-            content_range,
-            e_tag: Some(ETag::Strong(etag)),
+            content_length: Some(len_i64(sh.range.end - sh.range.start)),
+            content_range: sh.content_range,
+            e_tag: Some(ETag::Strong(sh.etag)),
             last_modified: entry.mtime.map(Timestamp::from),
-            parts_count,
+            parts_count: sh.parts_count,
             ..Default::default()
         };
-        let status = partial_status(i.part_number, &h);
-        let out = meta::with_headers!(out, &h, i, checksums);
-        Ok(match status {
-            Some(s) => S3Response::with_status(out, s),
-            None => S3Response::new(out),
-        })
+        // A part (or range) is 206 by `serve.rs`'s rule for HEADs with a Content-Range.
+        Ok(S3Response::new(meta::with_headers!(
+            out,
+            &h,
+            i,
+            sh.checksums
+        )))
     }
 
     pub(crate) async fn get_object_impl(
@@ -69,39 +96,28 @@ impl Gateway {
         let i = &req.input;
         let (file, h) = self.open_and_headers(&i.bucket, &i.key).await?;
         let entry = &file.entry;
-        let etag = etag_of(entry);
-        check_conditions(
-            entry,
-            &etag,
-            i.if_match.as_ref(),
-            i.if_none_match.as_ref(),
-            i.if_modified_since.as_ref(),
-            i.if_unmodified_since.as_ref(),
-        )?;
-        let (range, content_range, parts_count) =
-            ranged(i.range.as_ref(), i.part_number, &h, file.size())?;
-        let checksums =
-            wants_checksums(i.checksum_mode.as_ref(), &range, file.size(), i.part_number);
+        let sh = shape!(i, entry, &h, file.size());
         let last_modified = entry.mtime.map(Timestamp::from);
-        let len = range.end - range.start;
-        debug!(bucket = %i.bucket, key = %i.key, start = range.start, len, "GET");
-        let status = partial_status(i.part_number, &h);
-        let body = Body::start(self.client.clone(), file, range);
+        let len = sh.range.end - sh.range.start;
+        debug!(bucket = %i.bucket, key = %i.key, start = sh.range.start, len, "GET");
+        let body = Body::start(self.client.clone(), file, sh.range);
         let out = GetObjectOutput {
             accept_ranges: Some("bytes".into()),
             body: Some(StreamingBlob::new(body)),
             content_length: Some(len_i64(len)),
-            content_range,
-            e_tag: Some(ETag::Strong(etag)),
+            content_range: sh.content_range,
+            e_tag: Some(ETag::Strong(sh.etag)),
             last_modified,
-            parts_count,
+            parts_count: sh.parts_count,
             ..Default::default()
         };
-        let out = meta::with_headers!(out, &h, i, checksums);
-        Ok(match status {
-            Some(s) => S3Response::with_status(out, s),
-            None => S3Response::new(out),
-        })
+        // A part (or range) is 206: s3s answers a GET with a Content-Range so.
+        Ok(S3Response::new(meta::with_headers!(
+            out,
+            &h,
+            i,
+            sh.checksums
+        )))
     }
 }
 
@@ -249,11 +265,6 @@ fn ranged(
     }
     let cr = (!r.is_empty()).then(|| format!("bytes {}-{}/{size}", r.start, r.end - 1));
     Ok((r, cr, Some(count)))
-}
-
-/// 206 for a part of an object uploaded in parts (S3 answers a part GET so).
-fn partial_status(part_number: Option<i32>, h: &silt_ufs::Headers) -> Option<hyper::StatusCode> {
-    (part_number.is_some() && !h.parts.is_empty()).then_some(hyper::StatusCode::PARTIAL_CONTENT)
 }
 
 /// Whether an answer carries the object's checksums: asked for with `ChecksumMode=ENABLED`,

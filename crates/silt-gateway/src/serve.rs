@@ -115,6 +115,9 @@ where
             if status == hyper::StatusCode::FORBIDDEN {
                 metrics::GATEWAY_DENIED.inc();
             }
+            // s3s answers a GET with a Content-Range 206 but a HEAD 200, whatever status the
+            // handler set: a HEAD of a range or of one part of an object is 206 here, as S3
+            // answers it.
             if head
                 && resp.status() == hyper::StatusCode::OK
                 && resp.headers().contains_key(hyper::header::CONTENT_RANGE)

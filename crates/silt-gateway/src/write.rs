@@ -510,10 +510,7 @@ impl Gateway {
         }
         let root = self.bucket_root(&i.bucket).await?;
         delete_key(&self.client, &root, &i.key).await?;
-        Ok(S3Response::with_status(
-            DeleteObjectOutput::default(),
-            hyper::StatusCode::NO_CONTENT,
-        ))
+        Ok(S3Response::new(DeleteObjectOutput::default()))
     }
 
     pub(crate) async fn delete_objects_impl(

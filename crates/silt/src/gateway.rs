@@ -135,21 +135,21 @@ pub fn run(cfg: Config, m: &ArgMatches) -> Result<ExitCode> {
         .clone();
     let rt = crate::daemon::runtime()?;
     let connected = silt_gateway::connect::connect(&cfg, &rt)?;
-    let client = connected.node.client.clone();
+    let client = connected.node().client.clone();
     let url = start(
         client.clone(),
         settings,
         &listen,
-        connected.uploads_dir.clone(),
+        connected.uploads_dir(),
         &rt,
     )?;
-    let ops = silt_ops::Ops::new(connected.node.clone(), "gateway");
+    let ops = silt_ops::Ops::new(connected.node().clone(), "gateway");
     for line in silt_ops::start(&cfg, false, Arc::new(ops), &rt)?.announce() {
         eprintln!("{line}");
     }
     eprintln!(
         "silt: serving S3 gateway at {url} ({} of {}; buckets: the top-level directories of {})",
-        connected.role,
+        connected.role(),
         cfg.state_dir.display(),
         silt_node::mount_table_text(&silt_node::client_mounts(&client)),
     );
