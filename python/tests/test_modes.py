@@ -6,6 +6,7 @@ import hashlib
 import json
 import mmap
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -524,3 +525,74 @@ def test_an_attached_client_follows_its_owners_sync_policy(s3, workdir, procs):
     finally:
         up.stop()
         subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
+def test_an_attached_client_of_a_stopped_owner_times_out_and_goes_on_once_it_resumes(s3, workdir, procs):
+    """An owner that stops answering (SIGSTOP: a process frozen between two calls) fails its
+    attached clients' calls with TimeoutError after the bound (at least 10 s), not a hang; once
+    it resumes, the same client is served again."""
+    fill(s3)
+    up, state, mnt = silt_up(s3, workdir, procs)
+    try:
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True, ufs_timeout="1s", ufs_retries=0)
+        assert fs.cat_file("/data/train/001.bin") == DATA["train/001.bin"]
+        s3.put("late/new.bin", b"asked while the owner is stopped")
+        os.kill(up.p.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(TimeoutError):
+                fs.info("/data/late/new.bin")
+        finally:
+            os.kill(up.p.pid, signal.SIGCONT)
+        assert fs.cat_file("/data/late/new.bin") == b"asked while the owner is stopped"
+        fs.close()
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
+def test_cache_space_is_the_cache_holding_the_clients_data(s3, workdir, procs):
+    """`fs.cache_space()`: a single node's own disk tiers, an attached client's owner's."""
+    fill(s3)
+    single = embedded(s3, workdir, disk_tiers=f"{os.path.join(workdir, 'cache', 'tier')}:64MiB")
+    try:
+        cap, used = single.cache_space()
+        assert cap == 64 << 20 and used == 0, (cap, used)
+        single.load("/data/train")
+        cap2, used2 = single.cache_space()
+        assert cap2 == cap and used2 >= sum(len(v) for v in DATA.values()), (cap2, used2)
+    finally:
+        single.close()
+    up, state, mnt = silt_up(s3, os.path.join(workdir, "up"), procs, extra=["--disk-tiers", f"{workdir}/up-tier:32MiB"])
+    try:
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
+        assert fs.cache_space()[0] == 32 << 20
+        fs.load("/data/train/003.bin")
+        assert fs.cache_space()[1] >= len(DATA["train/003.bin"])
+        fs.close()
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
+ALLOC = """
+import ctypes, silt
+libc = ctypes.CDLL(None)
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+libc.malloc.restype = ctypes.c_void_p
+before = libc.mallinfo2().hblks
+p = libc.malloc(2 << 20)
+print(libc.mallinfo2().hblks - before)
+"""
+
+
+@pytest.mark.parametrize("env, mapped", [({}, "0"), ({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=65536"}, "1")])
+def test_the_sdk_tunes_malloc_unless_the_process_chose_its_own(env, mapped):
+    """Importing the SDK takes 2 MiB buffers from the heap (not a fresh mmap each); a process
+    that set its own threshold keeps it (a 2 MiB buffer over its 64 KiB threshold is mapped)."""
+    run = subprocess.run([sys.executable, "-c", ALLOC], capture_output=True, text=True,
+                         env=dict({k: v for k, v in os.environ.items() if not k.startswith(("GLIBC_", "MALLOC_"))}, **env))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == mapped, (env, run.stdout)

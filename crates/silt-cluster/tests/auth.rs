@@ -1056,4 +1056,52 @@ async fn store_calls_are_served_over_the_unix_socket_only() {
         Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}"),
         other => panic!("another store: {other:?}"),
     }
+    // Nor by a member: no read, write or delete through a store outside the table (a local
+    // directory this process could reach, here), and the connection serves on.
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(elsewhere.path().join("kept"), b"not the worker's").unwrap();
+    let foreign = format!("file://{}", elsewhere.path().display());
+    let expected = silt_ufs::ObjectMeta {
+        path: "kept".into(),
+        size: 16,
+        ..fx.obj.meta.clone()
+    };
+    for req in [
+        Request::StoreDelete {
+            store: foreign.clone(),
+            path: "kept".into(),
+        },
+        Request::StoreRead {
+            store: foreign.clone(),
+            path: "kept".into(),
+            expected,
+            offset: 0,
+            len: 16,
+        },
+    ] {
+        match uds.call(req.clone()).await {
+            Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}"),
+            other => panic!("{} through another store: {other:?}", req.name()),
+        }
+    }
+    match uds
+        .store_write(
+            &foreign,
+            "planted",
+            &BytesSrc("planted".into()),
+            7,
+            &Default::default(),
+            None,
+        )
+        .await
+    {
+        Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}"),
+        other => panic!("store_write through another store: {other:?}"),
+    }
+    assert_eq!(
+        std::fs::read(elsewhere.path().join("kept")).unwrap(),
+        b"not the worker's"
+    );
+    assert!(!elsewhere.path().join("planted").exists());
+    assert!(uds.call(Request::Stats).await.is_ok());
 }
