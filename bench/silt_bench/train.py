@@ -146,6 +146,7 @@ def run(items, epochs=3, batch_size=64, workers=4, prefetch=2, compute_s=0.05, s
     iterated inside the timed part; the default is a seeded random permutation per epoch."""
     out = []
     pool = None if torch is not None else mp.get_context("fork").Pool(workers)
+    done = False
     try:
         for e in range(epochs):
             if before_epoch:
@@ -160,8 +161,16 @@ def run(items, epochs=3, batch_size=64, workers=4, prefetch=2, compute_s=0.05, s
             if after_epoch:
                 after_epoch(e)
             out.append({"samples": len(items), "bytes": nbytes, "seconds": secs, "samples_per_s": len(items) / secs})
+        done = True
     finally:
         if pool is not None:
-            pool.terminate()
+            # Every batch answered: the workers are told to stop and exit on their own.
+            # `terminate` (kept for a failed run) kills them wherever they are, and one killed
+            # while holding the task queue's lock left a sibling blocked on it for ever (a
+            # stall seen at the end of an epoch).
+            if done:
+                pool.close()
+            else:
+                pool.terminate()
             pool.join()
     return out
