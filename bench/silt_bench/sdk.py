@@ -4,7 +4,8 @@ Per repetition, each from a fresh cache (`silt up` over the bench store):
 
 - **epoch**: B2's files read whole (bytes only) by 4 loader processes in B4's loop (batch 64,
   no compute, new loader processes each epoch): epoch 1 is cold, the median of the next
-  `WARM_EPOCHS` warm; through the SDK
+  `WARM_EPOCHS` warm, and the median of warm epochs read by loader processes kept across
+  epochs (`persistent_workers=True`); through the SDK
   (`silt://`, an attached client in each loader process, no store options) and through the
   mount, and from the store's own directory (the local disk, page cache warm);
 - **parquet**: `pyarrow.parquet.read_table` of one Parquet file, whole and two of its eight
@@ -123,6 +124,15 @@ def _epochs(items, seed):
     return mb[0], statistics.median(mb[1:])
 
 
+def _persistent(items, seed):
+    """MB/s of a warm epoch read by loader processes kept from the epoch before (a DataLoader
+    with `persistent_workers=True`): the median of `WARM_EPOCHS` epochs after the first, in one
+    pool."""
+    p = dict(epochs=1 + WARM_EPOCHS, batch_size=64, workers=4, prefetch=2, compute_s=0.0)
+    runs = train.run(items, seed=seed * 100 + 50, **p)
+    return statistics.median(r["bytes"] / r["seconds"] / 1e6 for r in runs[1:])
+
+
 def _tar_walk(path):
     """ShardDataset's walk over one shard, opened as a local file (stream mode, every member
     read): bytes read."""
@@ -191,6 +201,7 @@ def sdk(ctx):
             cold, warm = _epochs([("silt://data/" + rel, size) for rel, size, _ in small], rep)
             ctx.add("sdk_epoch_sdk_cold", cold, "MB/s")
             ctx.add("sdk_epoch_sdk_warm", warm, "MB/s")
+            ctx.add("sdk_epoch_sdk_persistent", _persistent([("silt://data/" + rel, size) for rel, size, _ in small], rep), "MB/s")
             fs = silt.SiltFileSystem(skip_instance_cache=True, **options)
             try:
                 parquet_reads("sdk", "/data/" + parquet[0][0] if parquet else None, fs)
@@ -207,6 +218,7 @@ def sdk(ctx):
             cold, warm = _epochs([(s.path(rel), size) for rel, size, _ in small], rep)
             ctx.add("sdk_epoch_mount_cold", cold, "MB/s")
             ctx.add("sdk_epoch_mount_warm", warm, "MB/s")
+            ctx.add("sdk_epoch_mount_persistent", _persistent([(s.path(rel), size) for rel, size, _ in small], rep), "MB/s")
             parquet_reads("mount", s.path(parquet[0][0]) if parquet else None)
             shard_reads("mount", lambda: sum(_tar_walk(s.path(rel)) for rel, _, _ in shards))
         print(f"SDK rep {rep + 1}/{ctx.reps} done", flush=True)
@@ -217,6 +229,8 @@ def ratios(r):
     r("SDK epoch warm ÷ mount", "sdk_epoch_sdk_warm", "sdk_epoch_mount_warm")
     r("SDK epoch warm ÷ local", "sdk_epoch_sdk_warm", "sdk_epoch_local")
     r("SDK mount epoch warm ÷ local", "sdk_epoch_mount_warm", "sdk_epoch_local")
+    r("SDK epoch warm, persistent loaders ÷ mount", "sdk_epoch_sdk_persistent", "sdk_epoch_mount_persistent")
+    r("SDK epoch warm, persistent loaders ÷ local", "sdk_epoch_sdk_persistent", "sdk_epoch_local")
     r("SDK epoch cold ÷ mount", "sdk_epoch_sdk_cold", "sdk_epoch_mount_cold")
     r("SDK Parquet read_table ÷ mount", "sdk_parquet_sdk", "sdk_parquet_mount")
     r("SDK Parquet read_table ÷ local", "sdk_parquet_sdk", "sdk_parquet_local")

@@ -48,20 +48,28 @@ def _batched():
 
 def load_sample(path, size, synthetic):
     if synthetic:
-        return len(bytearray(size))
+        return bytearray(size)
     if path.startswith("silt://"):
-        return len(_sdk().cat_file(path))
+        return _sdk().cat_file(path)
     with open(path, "rb") as f:
-        return len(f.read())
+        return f.read()
+
+
+def _batch_bytes(batch):
+    return sum(len(b) for b in batch)
 
 
 def _load_batch(args):
+    """A batch's bytes: every sample is held until the batch is whole, as a DataLoader's
+    fetcher holds them for its collate function (each loader pays for a batch's memory)."""
     items, synthetic = args
     if not synthetic and items and items[0][0].startswith("silt://") and _batched():
         # A batch at once, as silt.torch's datasets give a DataLoader (`__getitems__`).
         paths = [p for p, _ in items]
-        return sum(len(b) for b in _sdk().cat_ranges(paths, [0] * len(paths), [None] * len(paths), on_error="raise"))
-    return sum(load_sample(p, s, synthetic) for p, s in items)
+        batch = _sdk().cat_ranges(paths, [0] * len(paths), [None] * len(paths), on_error="raise")
+    else:
+        batch = [load_sample(p, s, synthetic) for p, s in items]
+    return _batch_bytes(batch)
 
 
 def epoch_order(n, seed, epoch):
@@ -99,7 +107,7 @@ if torch is not None:  # pragma: no cover - depends on the machine
 
 def _epoch_torch(items, order, batch_size, workers, prefetch, compute_s, synthetic):
     dl = DataLoader(_Files(items, synthetic), batch_size=batch_size, sampler=_Order(order),
-                    num_workers=workers, prefetch_factor=prefetch, collate_fn=sum)
+                    num_workers=workers, prefetch_factor=prefetch, collate_fn=_batch_bytes)
     total = 0
     for nbytes in dl:
         total += nbytes

@@ -11,6 +11,7 @@ cache when this process owns one).
 """
 
 import io
+import mmap
 import random
 import tarfile
 
@@ -180,7 +181,7 @@ class ShardDataset(_IterableBase):
 
     def __iter__(self):
         for shard in self._my_shards():
-            with self.fs.open(shard, "rb") as f, tarfile.open(fileobj=f, mode="r|") as tar:
+            with self.fs.open(shard, "rb") as f, tarfile.open(fileobj=_whole(f), mode="r|") as tar:
                 sample, key = {}, None
                 for m in tar:
                     if not m.isfile():
@@ -200,6 +201,28 @@ class ShardDataset(_IterableBase):
     def _out(self, key, sample):
         sample["__key__"] = key
         return self.decode(sample) if self.decode is not None else sample
+
+
+def _whole(f):
+    """What a tar walk reads ``f`` through: where the file is whole in a cache on this host,
+    its map, checked whole once (the map keeps the cache file's pages pinned while it lives,
+    and its ``read`` is C, where tarfile's 10 KB reads through fsspec's buffer were Python);
+    else ``f``."""
+    mapped = f._mapped() if hasattr(f, "_mapped") else None
+    if mapped is None:
+        return f
+    try:
+        mapped.pin.check(0, len(mapped))
+    except OSError:
+        return f
+    try:
+        # Map every page now, in one call (MADV_POPULATE_READ, Linux 5.14), instead of a fault
+        # per 4 KiB as tarfile reads on; older kernels fault them in as before.
+        mapped.madvise(getattr(mmap, "MADV_POPULATE_READ", 22))
+    except (OSError, ValueError):
+        pass
+    mapped.seek(0)
+    return mapped
 
 
 class CacheAwareSampler:

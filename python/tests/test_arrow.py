@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 import silt
-from test_modes import embedded, silt_up
+from test_modes import embedded, owner_cache_file, silt_up
 
 pa = pytest.importorskip("pyarrow", reason="pyarrow is installed by scripts/install-deps.sh")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -91,13 +91,6 @@ def test_parquet_through_a_single_node_equals_the_local_file(s3, workdir):
         check_reads(fs, "/data/t.parquet", local)
     finally:
         fs.close()
-
-
-def owner_cache_file(state, size):
-    files = [os.path.join(d, f) for d, _, fs_ in os.walk(os.path.join(state, "cache")) for f in fs_ if f.endswith(".data")]
-    found = [p for p in files if os.path.getsize(p) == size]
-    assert len(found) == 1, files
-    return found[0]
 
 
 def test_views_are_checked_pinned_and_fall_back_when_a_page_changed(s3, workdir, procs):

@@ -209,6 +209,14 @@ def silt_up(s3, workdir, procs, extra=()):
     return p, state, mnt
 
 
+def owner_cache_file(state, size):
+    """The one data file of `size` bytes in the disk tier of the Silt whose state is `state`."""
+    files = [os.path.join(d, f) for d, _, fs_ in os.walk(os.path.join(state, "cache")) for f in fs_ if f.endswith(".data")]
+    found = [p for p in files if os.path.getsize(p) == size]
+    assert len(found) == 1, files
+    return found[0]
+
+
 def test_attach_to_silt_up_shares_its_cache_and_reads_cached_files_locally(s3, workdir, procs):
     fill(s3)
     up, state, mnt = silt_up(s3, workdir, procs)

@@ -14,7 +14,7 @@ import pytest
 
 import silt
 import silt.torch as st
-from test_modes import DATA, embedded, fill, silt_up
+from test_modes import DATA, embedded, fill, owner_cache_file, silt_up
 
 WORKERS = 4
 # A worker that has not finished by then hangs (the failure this test exists for).
@@ -292,6 +292,46 @@ def test_shard_dataset_groups_members_by_key(s3, workdir):
         assert decoded == [i % 7 for i in range(30)]
     finally:
         fs.close()
+
+
+def test_a_cached_shard_is_walked_in_its_cache_file_and_a_flipped_byte_is_never_read(s3, workdir, procs):
+    """An attached client walks a shard whole in the owner's cache through the cache file's
+    map (checked whole first); a byte flipped in that file since makes the walk read through
+    the client, which gives the store's bytes."""
+    samples = [(f"s{i:04d}", {"jpg": os.urandom(60_000 + i), "cls": str(i % 5).encode()}) for i in range(40)]
+    data = shard(samples)
+    assert len(data) > 2 << 20  # several pages
+    s3.put("shards/a.tar", data)
+    up, state, mnt = silt_up(s3, workdir, procs)
+    try:
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
+        assert fs.client.mode == "attached"
+
+        def walk():
+            got = list(st.ShardDataset(["/data/shards/a.tar"], fs=fs))
+            assert [s["__key__"] for s in got] == [k for k, _ in samples]
+            assert all(s["jpg"] == f["jpg"] and s["cls"] == f["cls"] for s, (_, f) in zip(got, samples))
+
+        with fs.open("/data/shards/a.tar", "rb") as f:
+            assert st._whole(f) is f  # not cached yet: read through the client
+        walk()
+        fs.load("/data/shards/a.tar")
+        with fs.open("/data/shards/a.tar", "rb") as f:
+            whole = st._whole(f)
+            assert whole is not f and whole.read(len(data)) == data
+        walk()
+        at = len(data) // 2
+        with open(owner_cache_file(state, len(data)), "r+b") as c:
+            c.seek(at)
+            b = c.read(1)
+            c.seek(at)
+            c.write(bytes([b[0] ^ 0xFF]))
+        with fs.open("/data/shards/a.tar", "rb") as f:
+            assert st._whole(f) is f
+        walk()
+        fs.close()
+    finally:
+        up.stop()
 
 
 def test_checkpoint_buffer_and_torch_helpers(s3, workdir):

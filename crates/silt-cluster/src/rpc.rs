@@ -2077,6 +2077,10 @@ impl Lease {
     }
 }
 
+/// Reads of a passed file up to this size are made on the calling task, larger ones on a
+/// blocking thread.
+const INLINE_PREAD: usize = 1 << 20;
+
 async fn pread_checked(
     fd: OwnedFd,
     head: &answer::FileHead,
@@ -2097,12 +2101,18 @@ async fn pread_checked(
         return Err(bad("pages do not cover the range"));
     }
     let file = std::fs::File::from(fd);
-    let buf = tokio::task::spawn_blocking(move || {
-        let mut buf = vec![0u8; (stop - start) as usize];
-        file.read_exact_at(&mut buf, start).map(|_| buf)
-    })
-    .await
-    .map_err(|e| Error::internal(format!("reading a passed file: {e}")))??;
+    let want = (stop - start) as usize;
+    let buf = if want <= INLINE_PREAD {
+        // A page-cache copy of this size costs less than handing it to a blocking thread (and
+        // a loader process starting dozens of them for a batch of small files).
+        silt_common::sys::read_exact_at_fresh(&file, want, start)?
+    } else {
+        tokio::task::spawn_blocking(move || {
+            silt_common::sys::read_exact_at_fresh(&file, want, start)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("reading a passed file: {e}")))??
+    };
     check_pages(&buf, ps, &crcs)?;
     let from = (offset - start) as usize;
     Ok(Bytes::from(buf).slice(from..from + len as usize))

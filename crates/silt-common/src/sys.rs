@@ -103,6 +103,48 @@ pub fn recv_with_fd(sock: RawFd, max: usize) -> std::io::Result<(Vec<u8>, Option
     }
 }
 
+/// `len` bytes of `file` from `offset`, read into a buffer that is not zeroed first (the read
+/// writes every byte of it): a fresh buffer's pages are touched once, by the kernel's copy,
+/// not twice. `UnexpectedEof` when the file ends before `len` bytes.
+pub fn read_exact_at_fresh(
+    file: &std::fs::File,
+    len: usize,
+    offset: u64,
+) -> std::io::Result<Vec<u8>> {
+    let mut buf: Vec<u8> = Vec::with_capacity(len);
+    while buf.len() < len {
+        let at = buf.len();
+        let pos = offset
+            .checked_add(at as u64)
+            .and_then(|p| libc::off_t::try_from(p).ok())
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        // SAFETY: the pointer and length name the vector's spare capacity, which pread only
+        // writes; `set_len` below counts only the bytes it wrote.
+        let n = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                buf.as_mut_ptr().add(at).cast(),
+                len - at,
+                pos,
+            )
+        };
+        match n {
+            n if n > 0 => {
+                // SAFETY: pread wrote `n` bytes after the first `at`, within the capacity.
+                unsafe { buf.set_len(at + n as usize) }
+            }
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(buf)
+}
+
 /// A pidfd of process `pid` (`pidfd_open(2)`): it polls readable once the process has
 /// exited, whoever its parent is. `ESRCH`: no such process (gone already).
 pub fn open_pidfd(pid: i32) -> std::io::Result<OwnedFd> {
@@ -240,6 +282,22 @@ pub fn release_holder(state_dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every byte asked for, from the offset asked; a file that ends first is an error,
+    /// not a short buffer.
+    #[test]
+    fn a_fresh_read_is_exact_or_fails() {
+        let path = std::env::temp_dir().join(format!("silt-fresh-{}", std::process::id()));
+        std::fs::write(&path, (0..=255u8).cycle().take(10_000).collect::<Vec<_>>()).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let got = read_exact_at_fresh(&f, 5000, 300).unwrap();
+        let want: Vec<u8> = (0..=255u8).cycle().skip(300).take(5000).collect();
+        assert_eq!(got, want);
+        assert!(read_exact_at_fresh(&f, 0, 10_000).unwrap().is_empty());
+        let e = read_exact_at_fresh(&f, 101, 9_900).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+        std::fs::remove_file(&path).unwrap();
+    }
 
     #[test]
     fn an_fd_and_its_bytes_cross_a_socket_pair() {

@@ -105,8 +105,16 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     let mut head = [0u8; 5];
     head[..4].copy_from_slice(&len.to_be_bytes());
     head[4] = kind as u8;
-    w.write_all(&head).await?;
-    w.write_all(payload).await?;
+    if payload.len() <= ONE_WRITE {
+        // Head and payload in one write: one system call, and a peer woken once.
+        let mut frame = Vec::with_capacity(head.len() + payload.len());
+        frame.extend_from_slice(&head);
+        frame.extend_from_slice(payload);
+        w.write_all(&frame).await?;
+    } else {
+        w.write_all(&head).await?;
+        w.write_all(payload).await?;
+    }
     Ok(())
 }
 
@@ -133,13 +141,20 @@ pub async fn read_frame_max<R: AsyncRead + Unpin>(
     r: &mut R,
     max: usize,
 ) -> Result<Option<(FrameKind, Bytes)>> {
+    // The head is read exactly (never past the frame: a descriptor passed after it rides on
+    // the next byte), in one call when it has arrived whole.
     let mut head = [0u8; 5];
-    match r.read_exact(&mut head[..1]).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let first = loop {
+        match r.read(&mut head).await {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if first == 0 {
+        return Ok(None);
     }
-    r.read_exact(&mut head[1..]).await?;
+    r.read_exact(&mut head[first..]).await?;
     let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
     if len == 0 || len > max.min(MAX_FRAME) {
         return Err(Error::new(
@@ -166,6 +181,9 @@ pub async fn read_frame_max<R: AsyncRead + Unpin>(
     }
     Ok(Some((kind, Bytes::from(payload))))
 }
+
+/// Frames up to this size are written with one call (the head copied in front of the payload).
+const ONE_WRITE: usize = 64 << 10;
 
 /// Most a frame's buffer is allocated ahead of its bytes: a page frame (1 MiB by default)
 /// gets its whole buffer at once instead of growing (and copying) its way there.
@@ -240,6 +258,40 @@ mod tests {
                 }
             }
         })
+    }
+
+    /// Frames small and large cross a pipe that passes one byte at a time (a head that
+    /// arrives in pieces is read whole), and the reader stops at each frame's end.
+    #[test]
+    fn frames_cross_a_byte_at_a_time() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (mut w, mut r) = tokio::io::duplex(1);
+            let big = vec![7u8; ONE_WRITE + 3];
+            let sent = big.clone();
+            let writer = tokio::spawn(async move {
+                write_frame(&mut w, FrameKind::Json, b"{}").await.unwrap();
+                write_frame(&mut w, FrameKind::Data, &sent).await.unwrap();
+                write_frame(&mut w, FrameKind::End, b"").await.unwrap();
+            });
+            let got = |f: Option<(FrameKind, Bytes)>| f.map(|(k, p)| (k as u8, p.to_vec()));
+            assert_eq!(
+                got(read_frame(&mut r).await.unwrap()),
+                Some((FrameKind::Json as u8, b"{}".to_vec()))
+            );
+            assert_eq!(
+                got(read_frame(&mut r).await.unwrap()),
+                Some((FrameKind::Data as u8, big))
+            );
+            assert_eq!(
+                got(read_frame(&mut r).await.unwrap()),
+                Some((FrameKind::End as u8, Vec::new()))
+            );
+            writer.await.unwrap();
+            assert!(read_frame(&mut r).await.unwrap().is_none());
+        });
     }
 
     /// A stream of valid frames: JSON requests like the ones peers send, and data.

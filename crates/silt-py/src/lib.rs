@@ -223,16 +223,28 @@ async fn read_range(
     c.read_chunks(&f, start, end.saturating_sub(start)).await
 }
 
+/// One `bytes` of the chunks, copied once (`PyBytes::new_with` would zero it first: for a
+/// batch of files in a fresh loader process, a second pass over memory touched the first
+/// time).
 fn concat<'py>(py: Python<'py>, chunks: &[Bytes]) -> PyResult<Bound<'py, PyBytes>> {
-    let total = chunks.iter().map(Bytes::len).sum();
-    PyBytes::new_with(py, total, |buf| {
-        let mut at = 0;
+    if let [one] = chunks {
+        return Ok(PyBytes::new(py, one));
+    }
+    let total: usize = chunks.iter().map(Bytes::len).sum();
+    let len = pyo3::ffi::Py_ssize_t::try_from(total)
+        .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("read too large for bytes"))?;
+    // SAFETY: a bytes object of `total` bytes is made with its contents unset and filled
+    // whole below, before any Python code can see it.
+    unsafe {
+        let ptr = pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), len);
+        let bytes = Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked::<PyBytes>();
+        let mut at = pyo3::ffi::PyBytes_AsString(ptr).cast::<u8>();
         for c in chunks {
-            buf[at..at + c.len()].copy_from_slice(c);
-            at += c.len();
+            std::ptr::copy_nonoverlapping(c.as_ptr(), at, c.len());
+            at = at.add(c.len());
         }
-        Ok(())
-    })
+        Ok(bytes)
+    }
 }
 
 #[pymethods]
