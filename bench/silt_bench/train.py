@@ -4,7 +4,8 @@
 With `torch` importable the loader is PyTorch's `DataLoader` (CPU, `num_workers` processes);
 otherwise a pool of worker processes with the same access pattern: the same shuffled order,
 whole batches per worker, at most `workers * prefetch` batches in flight, results consumed in
-order. `LOADER` says which one runs.
+order. `LOADER` says which one runs. Either way the loader processes of one `run` are kept
+across its epochs (the pool's; the DataLoader's with `persistent_workers`).
 
 Synthetic (`synthetic=True`): the same loop, the same sample sizes, no I/O (each sample is a
 buffer of the file's size made in memory): the upper bound of the loop.
@@ -59,17 +60,18 @@ def _batch_bytes(batch):
     return sum(len(b) for b in batch)
 
 
-def _load_batch(args):
-    """A batch's bytes: every sample is held until the batch is whole, as a DataLoader's
-    fetcher holds them for its collate function (each loader pays for a batch's memory)."""
-    items, synthetic = args
+def _read_batch(items, synthetic):
+    """A batch's samples, every one held until the batch is whole, as a DataLoader's fetcher
+    holds them for its collate function (each loader pays for a batch's memory)."""
     if not synthetic and items and items[0][0].startswith("silt://") and _batched():
         # A batch at once, as silt.torch's datasets give a DataLoader (`__getitems__`).
         paths = [p for p, _ in items]
-        batch = _sdk().cat_ranges(paths, [0] * len(paths), [None] * len(paths), on_error="raise")
-    else:
-        batch = [load_sample(p, s, synthetic) for p, s in items]
-    return _batch_bytes(batch)
+        return _sdk().cat_ranges(paths, [0] * len(paths), [None] * len(paths), on_error="raise")
+    return [load_sample(p, s, synthetic) for p, s in items]
+
+
+def _load_batch(args):
+    return _batch_bytes(_read_batch(*args))
 
 
 def epoch_order(n, seed, epoch):
@@ -94,6 +96,10 @@ if torch is not None:  # pragma: no cover - depends on the machine
             p, s = self.items[i]
             return load_sample(p, s, self.synthetic)
 
+        def __getitems__(self, indices):
+            # A batch at once, as silt.torch's datasets give a DataLoader.
+            return _read_batch([self.items[i] for i in indices], self.synthetic)
+
     class _Order(torch.utils.data.Sampler):
         def __init__(self, order):
             self.order = order
@@ -105,9 +111,19 @@ if torch is not None:  # pragma: no cover - depends on the machine
             return len(self.order)
 
 
-def _epoch_torch(items, order, batch_size, workers, prefetch, compute_s, synthetic):
-    dl = DataLoader(_Files(items, synthetic), batch_size=batch_size, sampler=_Order(order),
-                    num_workers=workers, prefetch_factor=prefetch, collate_fn=_batch_bytes)
+def _torch_loader(items, batch_size, workers, prefetch, synthetic):
+    """One DataLoader for a run, its workers kept across the run's epochs (as the pool's are);
+    each epoch sets the order its sampler gives."""
+    sampler = _Order([])
+    dl = DataLoader(_Files(items, synthetic), batch_size=batch_size, sampler=sampler,
+                    num_workers=workers, prefetch_factor=prefetch, collate_fn=_batch_bytes,
+                    persistent_workers=workers > 0)
+    return dl, sampler
+
+
+def _epoch_torch(loader, order, compute_s):
+    dl, sampler = loader
+    sampler.order = order
     total = 0
     for nbytes in dl:
         total += nbytes
@@ -154,6 +170,7 @@ def run(items, epochs=3, batch_size=64, workers=4, prefetch=2, compute_s=0.05, s
     iterated inside the timed part; the default is a seeded random permutation per epoch."""
     out = []
     pool = None if torch is not None else mp.get_context("fork").Pool(workers)
+    loader = _torch_loader(items, batch_size, workers, prefetch, synthetic) if pool is None else None
     done = False
     try:
         for e in range(epochs):
@@ -162,7 +179,7 @@ def run(items, epochs=3, batch_size=64, workers=4, prefetch=2, compute_s=0.05, s
             t = time.perf_counter()
             order = epoch_order(len(items), seed, e) if sampler is None else _Lazy(sampler, len(items))
             if pool is None:
-                nbytes = _epoch_torch(items, order, batch_size, workers, prefetch, compute_s, synthetic)
+                nbytes = _epoch_torch(loader, order, compute_s)
             else:
                 nbytes = _epoch_pool(pool, items, order, batch_size, workers, prefetch, compute_s, synthetic)
             secs = time.perf_counter() - t
@@ -171,6 +188,7 @@ def run(items, epochs=3, batch_size=64, workers=4, prefetch=2, compute_s=0.05, s
             out.append({"samples": len(items), "bytes": nbytes, "seconds": secs, "samples_per_s": len(items) / secs})
         done = True
     finally:
+        del loader  # a persistent DataLoader's workers stop with it
         if pool is not None:
             # Every batch answered: the workers are told to stop and exit on their own.
             # `terminate` (kept for a failed run) kills them wherever they are, and one killed

@@ -11,7 +11,6 @@ cache when this process owns one).
 """
 
 import io
-import mmap
 import random
 import tarfile
 
@@ -150,7 +149,8 @@ class ShardDataset(_IterableBase):
     """Iterable over tar shards (WebDataset layout: members ``KEY.EXT`` grouped by key):
     yields ``{"__key__": KEY, EXT: bytes, ...}`` per sample, through ``decode`` if given.
     Shards are split between DataLoader workers (and, with ``shuffle``, visited in a new order
-    each epoch); each shard is read sequentially, so Silt's read-ahead streams it."""
+    each epoch); each shard is read sequentially, so Silt's read-ahead streams it, and the next
+    one is opened while one is walked."""
 
     def __init__(self, shards, decode=None, shuffle=False, seed=0, fs=None, **fs_options):
         self.fs = _fs(fs, fs_options)
@@ -180,49 +180,61 @@ class ShardDataset(_IterableBase):
         return shards
 
     def __iter__(self):
-        for shard in self._my_shards():
-            with self.fs.open(shard, "rb") as f, tarfile.open(fileobj=_whole(f), mode="r|") as tar:
-                sample, key = {}, None
-                for m in tar:
-                    if not m.isfile():
-                        continue
-                    base = m.name.rsplit("/", 1)[-1]
-                    k, _, ext = base.partition(".")
-                    prefix = m.name[: len(m.name) - len(base)]
-                    k = prefix + k
-                    if key is not None and k != key:
-                        yield self._out(key, sample)
-                        sample = {}
-                    key = k
-                    sample[ext] = tar.extractfile(m).read()
-                if key is not None:
+        shards = self._my_shards()
+        ahead = None
+        try:
+            for i, shard in enumerate(shards):
+                f, pending = ahead if ahead is not None else self._open(shard)
+                # The next shard's cache file is mapped and checked on Silt's threads while
+                # this one is walked.
+                ahead = self._open(shards[i + 1]) if i + 1 < len(shards) else None
+                with f:
+                    yield from self._walk(_whole(f, pending))
+        finally:
+            if ahead is not None:
+                ahead[0].close()  # left early (the loader stopped): not read
+
+    def _open(self, shard):
+        f = self.fs.open(shard, "rb")
+        reader = getattr(f, "_reader", None)
+        return f, (reader.map_ahead() if reader is not None else None)
+
+    def _walk(self, src):
+        with tarfile.open(fileobj=src, mode="r|") as tar:
+            sample, key = {}, None
+            for m in tar:
+                if not m.isfile():
+                    continue
+                base = m.name.rsplit("/", 1)[-1]
+                k, _, ext = base.partition(".")
+                prefix = m.name[: len(m.name) - len(base)]
+                k = prefix + k
+                if key is not None and k != key:
                     yield self._out(key, sample)
+                    sample = {}
+                key = k
+                sample[ext] = tar.extractfile(m).read()
+            if key is not None:
+                yield self._out(key, sample)
 
     def _out(self, key, sample):
         sample["__key__"] = key
         return self.decode(sample) if self.decode is not None else sample
 
 
-def _whole(f):
+def _whole(f, pending=None):
     """What a tar walk reads ``f`` through: where the file is whole in a cache on this host,
-    its map, checked whole once (the map keeps the cache file's pages pinned while it lives,
-    and its ``read`` is C, where tarfile's 10 KB reads through fsspec's buffer were Python);
-    else ``f``."""
-    mapped = f._mapped() if hasattr(f, "_mapped") else None
-    if mapped is None:
-        return f
-    try:
-        mapped.pin.check(0, len(mapped))
-    except OSError:
-        return f
-    try:
-        # Map every page now, in one call (MADV_POPULATE_READ, Linux 5.14), instead of a fault
-        # per 4 KiB as tarfile reads on; older kernels fault them in as before.
-        mapped.madvise(getattr(mmap, "MADV_POPULATE_READ", 22))
-    except (OSError, ValueError):
-        pass
-    mapped.seek(0)
-    return mapped
+    the cache file's map read as a stream (``Mapping.read``, C speed, where tarfile's 10 KB
+    reads through fsspec's buffer were Python), every page mapped at once and checked before
+    the walk begins (the map keeps the cache file's pages pinned while it lives); else ``f``.
+    ``pending``: ``f``'s ``Reader.map_ahead()``, made earlier."""
+    if pending is None:
+        reader = getattr(f, "_reader", None)
+        if reader is None:
+            return f
+        pending = reader.map_ahead()
+    mapped = pending.wait()
+    return f if mapped is None else mapped
 
 
 class CacheAwareSampler:

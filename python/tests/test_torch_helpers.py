@@ -319,6 +319,13 @@ def test_a_cached_shard_is_walked_in_its_cache_file_and_a_flipped_byte_is_never_
         with fs.open("/data/shards/a.tar", "rb") as f:
             whole = st._whole(f)
             assert whole is not f and whole.read(len(data)) == data
+            # Read as a binary file: at the end, nothing; seeks from each end; no negative place.
+            assert whole.read(5) == b"" and whole.tell() == len(data)
+            assert whole.seek(-7, 2) == len(data) - 7 and whole.read() == data[-7:]
+            whole.seek(3)
+            assert whole.read(4) == data[3:7] and whole.seek(2, 1) == 9
+            with pytest.raises(ValueError):
+                whole.seek(-1)
         walk()
         at = len(data) // 2
         with open(owner_cache_file(state, len(data)), "r+b") as c:

@@ -103,6 +103,53 @@ pub fn recv_with_fd(sock: RawFd, max: usize) -> std::io::Result<(Vec<u8>, Option
     }
 }
 
+/// A value that belongs to the process that made it: dropped there, and left as the fork left
+/// it (not dropped) in a forked child. For what a child may come to free without having made
+/// it (the Python SDK's objects: garbage its GC finds, as in a DataLoader worker importing
+/// numpy) but whose threads, I/O registrations (an epoll set the child shares with its parent)
+/// and connections are the parent's: a tokio runtime dropped in a child detached threads the
+/// child does not have (a crash seen under PyTorch's DataLoader).
+pub struct ForkLocal<T> {
+    value: std::mem::ManuallyDrop<T>,
+    pid: u32,
+}
+
+impl<T> ForkLocal<T> {
+    pub fn new(value: T) -> Self {
+        ForkLocal {
+            value: std::mem::ManuallyDrop::new(value),
+            pid: std::process::id(),
+        }
+    }
+
+    /// Whether this is the process that made it.
+    pub fn here(&self) -> bool {
+        std::process::id() == self.pid
+    }
+}
+
+impl<T> std::ops::Deref for ForkLocal<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> std::ops::DerefMut for ForkLocal<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
+}
+
+impl<T> Drop for ForkLocal<T> {
+    fn drop(&mut self) {
+        if self.here() {
+            // SAFETY: dropped once, here; the wrapper is gone after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.value) }
+        }
+    }
+}
+
 /// `len` bytes of `file` from `offset`, read into a buffer that is not zeroed first (the read
 /// writes every byte of it): a fresh buffer's pages are touched once, by the kernel's copy,
 /// not twice. `UnexpectedEof` when the file ends before `len` bytes.
@@ -282,6 +329,42 @@ pub fn release_holder(state_dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Dropped in the process that made it, not in a forked child.
+    #[test]
+    fn a_fork_local_value_is_dropped_only_where_it_was_made() {
+        struct Says(RawFd);
+        impl Drop for Says {
+            fn drop(&mut self) {
+                // SAFETY: a write of one byte from a live buffer to a pipe we hold.
+                unsafe { libc::write(self.0, b"x".as_ptr().cast(), 1) };
+            }
+        }
+        let (r, w) = UnixStream::pair().unwrap();
+        let made = ForkLocal::new(Says(w.as_raw_fd()));
+        assert!(made.here());
+        // SAFETY: the child only drops the value, asks `here` and exits (async-signal-safe
+        // calls and a getpid); nothing in it allocates or takes a lock.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let code = if made.here() { 1 } else { 0 };
+            drop(made);
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child made above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child: {status}"
+        );
+        drop(made);
+        drop(w);
+        let mut said = Vec::new();
+        (&r).read_to_end(&mut said).unwrap();
+        assert_eq!(said, b"x", "dropped once, in the parent");
+    }
 
     /// Every byte asked for, from the offset asked; a file that ends first is an error,
     /// not a short buffer.

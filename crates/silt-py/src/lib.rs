@@ -28,6 +28,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use silt_client::{Entry, FileWriter, LocalRead, OpenFile, OpenOptions};
 use silt_common::config::Config;
+use silt_common::sys::ForkLocal;
 use silt_common::{Error, ErrorKind};
 use silt_node::connect::{Connected, OwnDir, Words};
 use silt_node::Node;
@@ -81,8 +82,8 @@ const WORDS: Words = Words {
 };
 
 struct Inner {
-    conn: Connected,
-    rt: Option<tokio::runtime::Runtime>,
+    conn: ForkLocal<Connected>,
+    rt: ForkLocal<Option<tokio::runtime::Runtime>>,
 }
 
 impl Inner {
@@ -102,6 +103,9 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if !self.rt.here() {
+            return; // a forked child's: see `ForkLocal`
+        }
         // Stop serving first (attached processes fail over to reading the store) and save
         // what the next single-node start can reuse, then stop the runtime; the state
         // directory's lock and the client's temporary directory go last, with `conn`.
@@ -160,7 +164,10 @@ fn connect(options: HashMap<String, String>, mode: &str) -> Result<Inner> {
         words: WORDS,
     };
     let conn = silt_node::connect::connect(&cfg, &opts, &rt)?;
-    Ok(Inner { conn, rt: Some(rt) })
+    Ok(Inner {
+        conn: ForkLocal::new(conn),
+        rt: ForkLocal::new(Some(rt)),
+    })
 }
 
 /// The client: one per process and configuration (the Python layer keeps them, and makes a
@@ -403,10 +410,10 @@ impl PyClient {
             .detach(|| inner.block_on(inner.node().client.open(path)))
             .map_err(py_err)?;
         Ok(Reader {
-            local: Default::default(),
+            local: ForkLocal::new(Default::default()),
             tried_local: AtomicBool::new(false),
             inner,
-            file,
+            file: ForkLocal::new(file),
         })
     }
 
@@ -447,7 +454,7 @@ impl PyClient {
             pos: AtomicU64::new(w.len()),
             closed: AtomicBool::new(false),
             inner,
-            w,
+            w: ForkLocal::new(w),
         })
     }
 
@@ -622,8 +629,8 @@ fn usage_dict<'py>(py: Python<'py>, u: &silt_client::CacheUsage) -> PyResult<Bou
 #[pyclass(module = "silt._native", frozen)]
 struct Reader {
     inner: Arc<Inner>,
-    file: OpenFile,
-    local: RwLock<Option<Arc<dyn LocalRead>>>,
+    file: ForkLocal<OpenFile>,
+    local: ForkLocal<RwLock<Option<Arc<dyn LocalRead>>>>,
     tried_local: AtomicBool,
 }
 
@@ -694,6 +701,39 @@ impl Reader {
         self.local.read().map(|l| l.is_some()).unwrap_or(false)
     }
 
+    /// [`map`] begun now on the client's threads, every page mapped and checked there too: a
+    /// `PendingMap` whose `wait()` gives the `Mapping`, or `None` where `map` would, or where
+    /// a page does not hold its checksum (the caller reads through the client then). For a
+    /// reader that wants the next file ready while it works on this one, without the GIL.
+    fn map_ahead(slf: Py<Reader>) -> PendingMap {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let rt = slf.get().inner.rt().handle().clone();
+        rt.spawn_blocking(move || {
+            let r = slf.get();
+            r.try_local();
+            let source = r.local.read().ok().and_then(|l| l.clone());
+            let mapped = match source.map(Mapping::new) {
+                Some(Ok(Some(m))) => {
+                    m.populate_now();
+                    match m.check_range(0, m.size) {
+                        Ok(()) => Ok(Some(m)),
+                        Err(why) => {
+                            tracing::warn!(path = %r.file.object().meta.path, why, "mapped cache file failed its check; reading through Silt");
+                            Ok(None)
+                        }
+                    }
+                }
+                Some(Err(e)) => Err(e),
+                _ => Ok(None),
+            };
+            let _ = tx.send(mapped);
+            // `slf` is let go here, off the GIL: pyo3 defers the reference count.
+        });
+        PendingMap {
+            rx: std::sync::Mutex::new(Some(rx)),
+        }
+    }
+
     /// The local cache file mapped for zero-copy views (`None`: no local file, or an empty
     /// one): it keeps the file's pages pinned while it lives (see `Mapping`).
     fn map(&self, py: Python<'_>) -> PyResult<Option<Mapping>> {
@@ -719,11 +759,13 @@ impl Reader {
 #[pyclass(module = "silt._native", frozen)]
 struct Mapping {
     /// The reader of the file: it keeps the file (and the owner's pin on it) while it lives.
-    source: Arc<dyn LocalRead>,
+    source: ForkLocal<Arc<dyn LocalRead>>,
     addr: usize,
     size: u64,
     /// The pages checked so far (each one once), when the file has checksums to check.
     checked: Vec<AtomicBool>,
+    /// Where `read` goes on from (the map read as a stream).
+    pos: AtomicU64,
 }
 
 impl Mapping {
@@ -760,8 +802,66 @@ impl Mapping {
             addr: addr as usize,
             size,
             checked: (0..pages).map(|_| AtomicBool::new(false)).collect(),
-            source,
+            pos: AtomicU64::new(0),
+            source: ForkLocal::new(source),
         }))
+    }
+
+    /// See the Python method `populate`.
+    fn populate_now(&self) {
+        // SAFETY: advice on the map made in `new`; it changes no byte of it.
+        unsafe {
+            libc::madvise(
+                self.addr as *mut libc::c_void,
+                self.size as usize,
+                libc::MADV_POPULATE_READ,
+            );
+        }
+    }
+
+    /// Checks the pages of `[offset, offset + len)` not checked yet (each once); the message
+    /// names the first page that does not hold its checksum.
+    fn check_range(&self, offset: u64, len: u64) -> std::result::Result<(), String> {
+        let Some(ms) = self.source.map_source() else {
+            return Ok(());
+        };
+        let Some((ps, _)) = ms.pages else {
+            return Ok(());
+        };
+        let end = offset.saturating_add(len).min(self.size);
+        if offset >= end {
+            return Ok(());
+        }
+        for page in offset / ps..=(end - 1) / ps {
+            let Some(done) = self.checked.get(page as usize) else {
+                break;
+            };
+            if done.load(Ordering::Acquire) {
+                continue;
+            }
+            let start = (page * ps) as usize;
+            let stop = ((page + 1) * ps).min(self.size) as usize;
+            ms.check(page, &self.bytes()[start..stop])
+                .map_err(|e| format!("page {page} of a mapped cache file: {e}"))?;
+            done.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Whether every page of `[offset, offset + len)` was checked already (or needs none).
+    fn all_checked(&self, offset: u64, len: u64) -> bool {
+        let Some((ps, _)) = self.source.map_source().and_then(|ms| ms.pages) else {
+            return true;
+        };
+        if len == 0 || ps == 0 {
+            return true;
+        }
+        let last = (offset + len - 1) / ps;
+        (offset / ps..=last).all(|p| {
+            self.checked
+                .get(p as usize)
+                .is_some_and(|c| c.load(Ordering::Acquire))
+        })
     }
 
     fn bytes(&self) -> &[u8] {
@@ -795,39 +895,90 @@ impl Mapping {
         self.size
     }
 
+    /// Maps every page now, in one call, instead of a fault per 4 KiB as they are first read
+    /// (`MADV_POPULATE_READ`; a kernel older than 5.14 faults them in as before).
+    fn populate(&self, py: Python<'_>) {
+        py.detach(|| self.populate_now());
+    }
+
+    /// Up to `n` bytes from the stream position (all the rest: `n` < 0), their pages checked
+    /// first, as `bytes`: the map read as a binary file (tarfile's stream mode reads through
+    /// it).
+    #[pyo3(signature = (n = -1))]
+    fn read<'py>(&self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyBytes>> {
+        let at = self.pos.load(Ordering::Acquire).min(self.size);
+        let rest = self.size - at;
+        let len = if n < 0 { rest } else { (n as u64).min(rest) };
+        if !self.all_checked(at, len) {
+            self.check(py, at, len)?;
+        }
+        self.pos.store(at + len, Ordering::Release);
+        Ok(PyBytes::new(
+            py,
+            &self.bytes()[at as usize..(at + len) as usize],
+        ))
+    }
+
+    /// Moves the stream position (`whence` 0: from the start, 1: from here, 2: from the end);
+    /// returns it.
+    #[pyo3(signature = (offset, whence = 0))]
+    fn seek(&self, offset: i64, whence: i32) -> PyResult<u64> {
+        let base = match whence {
+            0 => 0,
+            1 => self.pos.load(Ordering::Acquire) as i64,
+            2 => self.size as i64,
+            w => {
+                return Err(PyValueError::new_err(format!(
+                    "whence {w}: expected 0, 1 or 2"
+                )))
+            }
+        };
+        let to = base
+            .checked_add(offset)
+            .filter(|&p| p >= 0)
+            .ok_or_else(|| PyValueError::new_err("negative seek position"))?;
+        self.pos.store(to as u64, Ordering::Release);
+        Ok(to as u64)
+    }
+
+    fn tell(&self) -> u64 {
+        self.pos.load(Ordering::Acquire)
+    }
+
+    fn readable(&self) -> bool {
+        true
+    }
+
     /// Verifies the pages of `[offset, offset + len)` not verified yet; `OSError` (EIO) when
     /// one does not hold its checksum (nothing of it may be used).
     fn check(&self, py: Python<'_>, offset: u64, len: u64) -> PyResult<()> {
-        let Some(ms) = self.source.map_source() else {
-            return Ok(());
-        };
-        let Some((ps, _)) = ms.pages else {
-            return Ok(());
-        };
-        let end = offset.saturating_add(len).min(self.size);
-        if offset >= end {
-            return Ok(());
+        py.detach(|| self.check_range(offset, len))
+            .map_err(|e| PyOSError::new_err((libc::EIO, e)))
+    }
+}
+
+/// A `Mapping` being made (`Reader.map_ahead`).
+#[pyclass(module = "silt._native", frozen)]
+struct PendingMap {
+    rx: std::sync::Mutex<Option<std::sync::mpsc::Receiver<Result<Option<Mapping>>>>>,
+}
+
+#[pymethods]
+impl PendingMap {
+    /// The `Mapping` (or `None`), once made; the second call is an error.
+    fn wait(&self, py: Python<'_>) -> PyResult<Option<Mapping>> {
+        let rx = self
+            .rx
+            .lock()
+            .ok()
+            .and_then(|mut rx| rx.take())
+            .ok_or_else(|| PyValueError::new_err("PendingMap.wait called twice"))?;
+        match py.detach(move || rx.recv()) {
+            Ok(r) => r.map_err(py_err),
+            Err(_) => Err(PyOSError::new_err(
+                "the map was dropped unmade (client closed)",
+            )),
         }
-        py.detach(|| {
-            for page in offset / ps..=(end - 1) / ps {
-                let Some(done) = self.checked.get(page as usize) else {
-                    break;
-                };
-                if done.load(Ordering::Acquire) {
-                    continue;
-                }
-                let start = (page * ps) as usize;
-                let stop = ((page + 1) * ps).min(self.size) as usize;
-                ms.check(page, &self.bytes()[start..stop]).map_err(|e| {
-                    PyOSError::new_err((
-                        libc::EIO,
-                        format!("page {page} of a mapped cache file: {e}"),
-                    ))
-                })?;
-                done.store(true, Ordering::Release);
-            }
-            Ok(())
-        })
     }
 }
 
@@ -835,7 +986,7 @@ impl Mapping {
 #[pyclass(module = "silt._native", frozen)]
 struct Writer {
     inner: Arc<Inner>,
-    w: FileWriter,
+    w: ForkLocal<FileWriter>,
     pos: AtomicU64,
     closed: AtomicBool,
 }
@@ -912,6 +1063,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyClient>()?;
     m.add_class::<Reader>()?;
     m.add_class::<Mapping>()?;
+    m.add_class::<PendingMap>()?;
     m.add_class::<Writer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
