@@ -598,13 +598,15 @@ def b4_params(quick):
 def B4_CACHES(data_bytes):
     """(label, disk tier size, eviction policy) of each B4 run: a cache larger than the
     dataset, the curve at 1/4, 1/2, 3/4 of it with the default policy, LRU at 1/2, and the
-    default at 1/2 with silt.torch's CacheAwareSampler ordering each epoch."""
+    default at 1/4, 1/2 and 3/4 with silt.torch's CacheAwareSampler ordering each epoch."""
     every = (("full", str(2 * data_bytes), "tinylfu"),
              ("quarter", str(data_bytes // 4), "tinylfu"),
              ("half", str(data_bytes // 2), "tinylfu"),
              ("threeq", str(data_bytes * 3 // 4), "tinylfu"),
              ("half_lru", str(data_bytes // 2), "lru"),
-             ("half_sampler", str(data_bytes // 2), "tinylfu"))
+             ("quarter_sampler", str(data_bytes // 4), "tinylfu"),
+             ("half_sampler", str(data_bytes // 2), "tinylfu"),
+             ("threeq_sampler", str(data_bytes * 3 // 4), "tinylfu"))
     # SILT_B4_CACHES=half,half_lru runs only those (a shorter run).
     wanted = os.environ.get("SILT_B4_CACHES")
     return tuple(c for c in every if not wanted or c[0] in wanted.split(","))
@@ -1087,7 +1089,16 @@ def ratios(ctx):
         out["B4 hit ratio"] = min(stats.median(R["b4_half_hit_e2"]), stats.median(R["b4_half_hit_e3"]))
     if "b4_half_e2" in R and "b4_half_sampler_e2" in R:
         out["B4 sampler"] = stats.ratio_of_medians(epochs23("half_sampler"), epochs23("half"))
-    for label, frac in B4_CURVE + (("half_lru", 0.5), ("half_sampler", 0.5)):
+    for label, _ in B4_CURVE:
+        # The sampler against the seeded random order at each cache size (issue 42: never
+        # worse): samples/s of epochs 2-3, and the hit ratio's difference.
+        if f"b4_{label}_e2" in R and f"b4_{label}_sampler_e2" in R:
+            out[f"B4 sampler ÷ random, cache {label}"] = stats.ratio_of_medians(
+                epochs23(f"{label}_sampler"), epochs23(label))
+            hit = lambda lb: min(stats.median(R[f"b4_{lb}_hit_e2"]), stats.median(R[f"b4_{lb}_hit_e3"]))
+            out[f"B4 sampler hit ratio − random, cache {label}"] = hit(f"{label}_sampler") - hit(label)
+    for label, frac in B4_CURVE + (("half_lru", 0.5), ("quarter_sampler", 0.25), ("half_sampler", 0.5),
+                                   ("threeq_sampler", 0.75)):
         if f"b4_{label}_hit_e2" in R:
             out[f"B4 hit ratio, cache {label}"] = min(
                 stats.median(R[f"b4_{label}_hit_e2"]), stats.median(R[f"b4_{label}_hit_e3"]))

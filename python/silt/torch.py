@@ -185,17 +185,25 @@ class ShardDataset(_IterableBase):
         try:
             for i, shard in enumerate(shards):
                 f, pending = ahead if ahead is not None else self._open(shard)
+                if f is None:
+                    ahead = None
+                    raise pending
                 # The next shard's cache file is mapped and checked on Silt's threads while
                 # this one is walked.
                 ahead = self._open(shards[i + 1]) if i + 1 < len(shards) else None
                 with f:
                     yield from self._walk(_whole(f, pending))
         finally:
-            if ahead is not None:
+            if ahead is not None and ahead[0] is not None:
                 ahead[0].close()  # left early (the loader stopped): not read
 
     def _open(self, shard):
-        f = self.fs.open(shard, "rb")
+        """``(file, its map_ahead())``; a shard that fails to open gives ``(None, error)``,
+        raised when the walk reaches it (after the shards before it are yielded)."""
+        try:
+            f = self.fs.open(shard, "rb")
+        except OSError as e:
+            return None, e
         reader = getattr(f, "_reader", None)
         return f, (reader.map_ahead() if reader is not None else None)
 

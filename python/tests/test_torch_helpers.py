@@ -290,6 +290,16 @@ def test_shard_dataset_groups_members_by_key(s3, workdir):
         assert all(s["jpg"] == f["jpg"] and s["cls"] == f["cls"] for s, (_, f) in zip(got, samples))
         decoded = list(st.ShardDataset("/data/shards", fs=fs, decode=lambda s: int(s["cls"])))
         assert decoded == [i % 7 for i in range(30)]
+        # A shard that is not there fails when the walk reaches it (the next shard is opened
+        # ahead), after every sample of the shards before it.
+        it = iter(st.ShardDataset(["/data/shards/a-000.tar", "/data/shards/gone.tar"], fs=fs))
+        assert [next(it)["__key__"] for _ in range(17)] == [k for k, _ in samples[:17]]
+        with pytest.raises(FileNotFoundError):
+            next(it)
+        # Left early: the shard opened ahead is closed with the iterator.
+        it = iter(st.ShardDataset("/data/shards", fs=fs))
+        assert next(it)["__key__"] == samples[0][0]
+        it.close()
     finally:
         fs.close()
 

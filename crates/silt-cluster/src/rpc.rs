@@ -2077,9 +2077,10 @@ impl Lease {
     }
 }
 
-/// Reads of a passed file up to this size are made on the calling task, larger ones on a
-/// blocking thread.
-const INLINE_PREAD: usize = 1 << 20;
+/// Reads of a passed file up to this size (a small file's pages) are made on the calling task,
+/// larger ones on a blocking thread: a read from a cold disk tier blocks a runtime thread for
+/// at most this much.
+const INLINE_PREAD: usize = 256 << 10;
 
 async fn pread_checked(
     fd: OwnedFd,

@@ -903,7 +903,7 @@ impl Mapping {
 
     /// Up to `n` bytes from the stream position (all the rest: `n` < 0), their pages checked
     /// first, as `bytes`: the map read as a binary file (tarfile's stream mode reads through
-    /// it).
+    /// it), by one reader at a time, as a file object is.
     #[pyo3(signature = (n = -1))]
     fn read<'py>(&self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyBytes>> {
         let at = self.pos.load(Ordering::Acquire).min(self.size);
