@@ -241,7 +241,10 @@ def _whole(f, pending=None):
         if reader is None:
             return f
         pending = reader.map_ahead()
-    mapped = pending.wait()
+    try:
+        mapped = pending.wait()
+    except OSError:
+        return f  # the map could not be made: the client reads it
     return f if mapped is None else mapped
 
 
