@@ -217,6 +217,41 @@ def owner_cache_file(state, size):
     return found[0]
 
 
+def test_a_process_in_its_own_pid_and_network_namespaces_attaches_through_the_state_dir(s3, workdir, procs):
+    """As a pod given the node's state directory would: in a PID namespace of its own (the
+    owner's PID is not there to see) and a network namespace of its own (another host id), with
+    no store option or credential, a client attaches through the socket and reads the owner's
+    bytes, a large file's through the passed cache file."""
+    fill(s3)
+    big = os.urandom((3 << 20) + 5)
+    s3.put("big.bin", big)
+    up, state, mnt = silt_up(s3, workdir, procs)
+    try:
+        with open(os.path.join(mnt, "data", "big.bin"), "rb") as f:
+            assert f.read() == big  # cached whole by the owner
+        code = (
+            "import hashlib, silt, sys\n"
+            f"fs = silt.SiltFileSystem(cache_dir={state!r}, skip_instance_cache=True)\n"
+            "assert fs.client.mode == 'attached', fs.client.mode\n"
+            "r = fs.client.open('/data/big.bin')\n"
+            "big = r.read(0, r.size)\n"
+            "print(hashlib.sha256(fs.cat_file('/data/train/003.bin')).hexdigest(),"
+            " hashlib.sha256(big).hexdigest(), r.is_local)\n"
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SILT_S3_"))}
+        r = subprocess.run(
+            ["unshare", "--pid", "--net", "--fork", "--mount-proc", sys.executable, "-c", code],
+            capture_output=True, text=True, timeout=120, env=env,
+        )
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert r.stdout.split() == [
+            hashlib.sha256(DATA["train/003.bin"]).hexdigest(), hashlib.sha256(big).hexdigest(), "True",
+        ], r.stdout
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
 def test_attach_to_silt_up_shares_its_cache_and_reads_cached_files_locally(s3, workdir, procs):
     fill(s3)
     up, state, mnt = silt_up(s3, workdir, procs)

@@ -233,6 +233,15 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
     let (why, tell) = match outcome {
         Ok(Ok(Verdict::Accepted(a))) => return Ok(a),
         Ok(Ok(Verdict::Refused { why, tell })) => (why, tell),
+        Ok(Ok(Verdict::Gone)) => {
+            // Closed without a byte: a liveness probe (an attaching process in another PID
+            // namespace asks the socket whether its owner lives), not a failed proof.
+            tracing::debug!(peer, "connection closed before the handshake");
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "the peer closed the connection before the handshake",
+            ));
+        }
         Ok(Err(_)) => ("broken or malformed handshake", REFUSED),
         Err(_) => ("no handshake within the time allowed", REFUSED),
     };
@@ -250,6 +259,8 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
 
 enum Verdict {
     Accepted(Accepted),
+    /// The peer closed the connection before sending anything.
+    Gone,
     /// `why` goes to the log, `tell` to the peer.
     Refused {
         why: &'static str,
@@ -269,7 +280,13 @@ async fn accept_inner<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<Verdict> {
     let server = random_bytes::<NONCE_LEN>()?;
     write_json(s, &json!({"auth": SCHEME, "nonce": b64(&server)})).await?;
-    let Some(answer) = read_json(s).await? else {
+    let answer = match read_frame_max(s, MAX_HANDSHAKE_FRAME).await {
+        Ok(None) => return Ok(Verdict::Gone),
+        Ok(Some((FrameKind::Json, p))) => decode_json::<Value>(&p).ok(),
+        Ok(Some(_)) => None,
+        Err(e) => return Err(e),
+    };
+    let Some(answer) = answer else {
         return Ok(WRONG_PROOF);
     };
     if answer["v"] != PROTOCOL_VERSION {

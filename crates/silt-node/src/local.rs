@@ -59,13 +59,26 @@ impl AttachInfo {
                 format!("{}: not an attach file: {e}", path.display()),
             )
         })?;
+        if !Path::new(&info.uds).exists() {
+            return Ok(None);
+        }
         // SAFETY: kill with signal 0 only checks that the process exists.
         let alive = unsafe { libc::kill(info.pid as libc::pid_t, 0) } == 0
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if !alive || info.host != local_host_id() || !Path::new(&info.uds).exists() {
-            return Ok(None);
+        let here = local_host_id();
+        if alive && info.host == here {
+            return Ok(Some(info));
         }
-        Ok(Some(info))
+        // Another PID or network namespace than the owner's (a container given the state
+        // directory: its PID is not ours to see, its host id names another namespace): the
+        // owner is alive, and on this kernel, if its socket takes a connection (a socket file
+        // left by a dead owner, or one on a file system shared with another host, refuses).
+        // It is then served as on its own host: over that socket, descriptors passed. The
+        // connection's handshake still proves the state directory's secret.
+        match std::os::unix::net::UnixStream::connect(&info.uds) {
+            Ok(_) => Ok(Some(AttachInfo { host: here, ..info })),
+            Err(_) => Ok(None),
+        }
     }
 
     /// The owner as the one member of a static cluster.
