@@ -570,6 +570,30 @@ def test_an_attached_client_follows_its_owners_sync_policy(s3, workdir, procs):
         subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
 
 
+def test_an_attached_recursive_sync_revalidates_the_owners_tree(s3, workdir, procs):
+    """A recursive `sync` through an attached client revalidates the tree on the owner too
+    (before, the top directory only): files put behind Silt's back two levels down are listed
+    by the owner's mount when the call returns, under the default policy (an hour)."""
+    s3.put("deep/a/b/old.bin", b"old")
+    up, state, mnt = silt_up(s3, workdir, procs)
+    try:
+        below = os.path.join(mnt, "data", "deep", "a", "b")
+        assert os.listdir(below) == ["old.bin"]  # listed: cached for an hour
+        s3.put("deep/a/b/new.bin", b"put behind Silt's back")
+        s3.put("deep/a/c/other.bin", b"a new directory too")
+        assert os.listdir(below) == ["old.bin"]
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
+        fs.sync("/data/deep", recursive=True)
+        assert sorted(os.listdir(below)) == ["new.bin", "old.bin"]
+        assert sorted(os.listdir(os.path.join(mnt, "data", "deep", "a"))) == ["b", "c"]
+        with open(os.path.join(below, "new.bin"), "rb") as f:
+            assert f.read() == b"put behind Silt's back"
+        fs.close()
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
 def test_an_attached_client_of_a_stopped_owner_times_out_and_goes_on_once_it_resumes(s3, workdir, procs):
     """An owner that stops answering (SIGSTOP: a process frozen between two calls) fails its
     attached clients' calls with TimeoutError after the bound (at least 10 s), not a hang; once

@@ -432,6 +432,12 @@ pub trait ChangeSink: Send + Sync {
     /// revalidated it (or gave up: a sink's failure is not the change's).
     async fn changed_within(&self, dir: &str);
 
+    /// Anything below directory `dir` may have changed (a recursive `sync` through this
+    /// client); returns once the sink revalidated the tree. By default, `dir` alone.
+    async fn changed_below(&self, dir: &str) {
+        self.changed_within(dir).await
+    }
+
     /// The cached bytes of the files at or below `path` were freed through this client
     /// (`silt fs free`): the owner drops its mount's kernel copy too, so a read after the free
     /// is a cold one there as well.
@@ -682,6 +688,13 @@ impl Client {
     pub(crate) async fn tell_changed_within(&self, dir: &str) {
         if let Some(sink) = self.change_sink.get() {
             sink.changed_within(dir).await;
+        }
+    }
+
+    /// Tells the change sink, if any, that anything below directory `dir` may have changed.
+    async fn tell_changed_below(&self, dir: &str) {
+        if let Some(sink) = self.change_sink.get() {
+            sink.changed_below(dir).await;
         }
     }
 
@@ -1350,8 +1363,12 @@ impl Client {
     pub async fn sync(&self, path: &str, recursive: bool) -> Result<SyncReport> {
         let path = Self::normalize(path)?;
         // An attached client's store answers from its owner's metadata: the owner
-        // revalidates first (the path itself, not the tree below it).
-        self.tell_changed_within(&path).await;
+        // revalidates first (the path, or with `recursive` the tree below it).
+        if recursive {
+            self.tell_changed_below(&path).await;
+        } else {
+            self.tell_changed_within(&path).await;
+        }
         let mut report = SyncReport::default();
         let (mount, rel) = match self.ns.resolve(&path)? {
             Resolved::Synthetic { .. } => {

@@ -438,12 +438,12 @@ impl Router {
     /// (an attached client's write: the single node it attached to revalidates the
     /// directory). Best effort: a worker that does not answer revalidates when its sync
     /// policy says.
-    pub async fn notify_changed(&self, dir: &str, freed: bool) {
+    pub async fn notify_changed(&self, dir: &str, change: crate::rpc::Change) {
         let view = self.membership.view();
         let calls = view.members.iter().map(|m| async move {
             let client = self.client(m);
             if let Err(e) = self
-                .attempt(m, self.opts.timeout, client.changed(dir, freed))
+                .attempt(m, self.opts.timeout, client.changed(dir, change))
                 .await
             {
                 tracing::debug!(worker = %m.id, error = %e.into_error(), "change not passed on");

@@ -157,6 +157,11 @@ pub enum Request {
         /// freed (`silt fs free`); the owner drops its mount's kernel copy of them.
         #[serde(default)]
         freed: bool,
+        /// The whole tree below `path` may have changed (a recursive `sync`): the owner
+        /// revalidates it with one recursive listing (an older owner, which does not read
+        /// this, revalidates `path` alone).
+        #[serde(default)]
+        recursive: bool,
     },
     /// For each range: how many of its pages the worker holds, how many bytes are pinned.
     Cached {
@@ -599,7 +604,18 @@ pub struct Service {
 
 /// Told the namespace directories another client changed (see `Service::with_changed`).
 pub type ChangedHook =
-    Arc<dyn Fn(String, bool) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+    Arc<dyn Fn(String, Change) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
+/// What an attached client tells its owner of a path (`changed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Something in directory `path` changed in the store: revalidate its listing.
+    Within,
+    /// Anything below `path` may have changed: revalidate the tree.
+    Below,
+    /// The cached bytes at or below `path` were freed (not a change in the store).
+    Freed,
+}
 
 /// Adds `n` to one of a service's own counters and to its process-wide metric.
 fn count(own: &AtomicU64, metric: &metrics::Counter, n: u64) {
@@ -935,7 +951,11 @@ async fn serve_one(
             }
         },
         Request::Stats => reply(s, op, &svc.stats()).await,
-        Request::Changed { path, freed } => {
+        Request::Changed {
+            path,
+            freed,
+            recursive,
+        } => {
             let Some(hook) = &svc.on_changed else {
                 return Err(Error::new(
                     ErrorKind::Unsupported,
@@ -943,7 +963,12 @@ async fn serve_one(
                 )
                 .into());
             };
-            hook(path, freed).await;
+            let change = match (freed, recursive) {
+                (true, _) => Change::Freed,
+                (false, true) => Change::Below,
+                (false, false) => Change::Within,
+            };
+            hook(path, change).await;
             reply(s, op, &answer::Changed { ok: true }).await
         }
         Request::Cached { ranges } => {
@@ -1854,10 +1879,11 @@ impl WorkerClient {
     }
 
     /// Tells the worker that directory `path` of the namespace changed in the store.
-    pub async fn changed(&self, path: &str, freed: bool) -> std::result::Result<(), CallError> {
+    pub async fn changed(&self, path: &str, change: Change) -> std::result::Result<(), CallError> {
         let req = Request::Changed {
             path: path.to_string(),
-            freed,
+            freed: change == Change::Freed,
+            recursive: change == Change::Below,
         };
         self.ask::<answer::Changed>(&req).await.map(drop)
     }
@@ -2153,6 +2179,7 @@ mod tests {
             Request::Changed {
                 path: "/d".into(),
                 freed: false,
+                recursive: true,
             },
             Request::Cached {
                 ranges: vec![PageRange {

@@ -325,7 +325,7 @@ async fn cached_counts_held_pages_and_refuses_hostile_asks() {
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
-    match c.changed("/data", false).await {
+    match c.changed("/data", silt_cluster::rpc::Change::Within).await {
         Err(CallError::Worker(e)) => assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}"),
         other => panic!("expected a refusal, got {other:?}"),
     }

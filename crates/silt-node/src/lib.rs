@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use silt_cache::{PageStore, PageStoreConfig};
 use silt_client::{Client, ClientOptions, MountPoint, Namespace, WriteSetup};
-use silt_cluster::rpc::{Endpoint, WorkerClient};
+use silt_cluster::rpc::{Change, Endpoint, WorkerClient};
 use silt_cluster::{
     auth::cluster_key, local_host_id, ClusterKey, EtcdMembership, Member, Membership, Replicas,
     Router, RouterOptions, StaticMembership,
@@ -111,11 +111,15 @@ struct OwnerSink(Arc<Router>);
 #[async_trait::async_trait]
 impl silt_client::ChangeSink for OwnerSink {
     async fn changed_within(&self, dir: &str) {
-        self.0.notify_changed(dir, false).await;
+        self.0.notify_changed(dir, Change::Within).await;
+    }
+
+    async fn changed_below(&self, dir: &str) {
+        self.0.notify_changed(dir, Change::Below).await;
     }
 
     async fn freed(&self, path: &str) {
-        self.0.notify_changed(path, true).await;
+        self.0.notify_changed(path, Change::Freed).await;
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use silt_client::Client;
-use silt_cluster::rpc::{FixedStores, Service, StoreResolver};
+use silt_cluster::rpc::{Change, FixedStores, Service, StoreResolver};
 use silt_cluster::{local_host_id, ClusterKey, Member};
 use silt_common::{Error, ErrorKind, Result};
 
@@ -241,22 +241,23 @@ impl LocalService {
         // not keep the client alive.
         let weak = Arc::downgrade(client);
         // An attached client's free: this node's mount drops its kernel's copy too.
+        // An attached recursive sync: the tree, in one recursive listing.
         let on_changed = move |dir: String,
-                               freed: bool|
+                               change: Change|
               -> futures::future::BoxFuture<'static, ()> {
             let client = weak.upgrade();
             let settled = settled.clone();
             Box::pin(async move {
                 let Some(client) = client else { return };
-                if freed {
+                if change == Change::Freed {
                     match client.walk_files(&dir).await {
                         Ok(files) => client.freed_here(&files),
                         Err(e) => {
                             tracing::debug!(path = %dir, error = %e, "an attached free not passed to the mount")
                         }
                     }
-                } else if let Err(e) = client.sync(&dir, false).await {
-                    tracing::debug!(dir = %dir, error = %e, "revalidation after an attached write failed");
+                } else if let Err(e) = client.sync(&dir, change == Change::Below).await {
+                    tracing::debug!(dir = %dir, error = %e, "revalidation after an attached change failed");
                 }
                 if let Some(settled) = settled {
                     let _ = tokio::task::spawn_blocking(move || settled()).await;
