@@ -261,6 +261,12 @@ pub enum Request {
         path: String,
         #[serde(default)]
         recursive: bool,
+        /// Answer in pages (one JSON frame of at most `LIST_PAGE` entries each, then the end):
+        /// a listing past one frame's 64 MiB (some 200,000 entries) is not refused. An older
+        /// worker, which does not read this, answers in one frame, which a reader of pages
+        /// takes as the one page.
+        #[serde(default)]
+        paged: bool,
     },
     /// `list_tree`: every entry below `path`, or none if there are more than `max`.
     #[serde(rename = "store_list_tree")]
@@ -1733,6 +1739,40 @@ impl WorkerClient {
         .await
     }
 
+    /// The answers to `req`, a request answered with any number of JSON frames before its
+    /// end (a paged `store_list`), as the type that answers each.
+    pub async fn ask_pages<A: Answer>(
+        &self,
+        req: &Request,
+    ) -> std::result::Result<Vec<A>, CallError> {
+        self.with_conn(|mut c| async move {
+            write_json(&mut c, &req.envelope()).await?;
+            let mut pages = Vec::new();
+            loop {
+                match read_frame(&mut c).await? {
+                    Some((FrameKind::Json, p)) => pages.push(decode_json(&p).map_err(|e| {
+                        Error::new(ErrorKind::Corrupted, format!("garbled worker answer: {e}"))
+                    })?),
+                    Some((FrameKind::End, _)) => break,
+                    Some((FrameKind::Error, p)) => {
+                        self.put_back(c);
+                        return Err(worker_error(&p));
+                    }
+                    _ => {
+                        return Err(Error::new(
+                            ErrorKind::Unavailable,
+                            "worker response ended early",
+                        )
+                        .into())
+                    }
+                }
+            }
+            self.put_back(c);
+            Ok(pages)
+        })
+        .await
+    }
+
     /// The worker's identity, cache and counters.
     pub async fn stats(&self) -> std::result::Result<answer::Stats, CallError> {
         self.ask(&Request::Stats).await
@@ -2292,6 +2332,7 @@ mod tests {
                 store: store(),
                 path: path(),
                 recursive: true,
+                paged: true,
             },
             Request::StoreListTree {
                 store: store(),

@@ -1032,10 +1032,40 @@ async fn store_calls_are_served_over_the_unix_socket_only() {
             store: uri.clone(),
             path: "dir".into(),
             recursive: false,
+            paged: false,
         })
         .await
         .unwrap();
     assert_eq!(entries.len(), 1);
+    // A listing of more than a page comes in pages when asked so, whole, in order; in one
+    // frame when not (as an older worker answers either way).
+    let n = 2 * rpc::store::LIST_PAGE + 5;
+    for i in 0..n {
+        fx.store
+            .write(&format!("many/f{i:06}"), bytes::Bytes::from_static(b"x"))
+            .await
+            .unwrap();
+    }
+    let list = |paged| Request::StoreList {
+        store: uri.clone(),
+        path: "many".into(),
+        recursive: false,
+        paged,
+    };
+    let names = |pages: Vec<rpc::answer::StoreEntries>| -> Vec<String> {
+        pages
+            .into_iter()
+            .flat_map(|p| p.entries)
+            .map(|e| e.path)
+            .collect()
+    };
+    let paged: Vec<rpc::answer::StoreEntries> = uds.ask_pages(&list(true)).await.unwrap();
+    assert_eq!(paged.len(), 3);
+    let whole: Vec<rpc::answer::StoreEntries> = uds.ask_pages(&list(false)).await.unwrap();
+    assert_eq!(whole.len(), 1);
+    let want: Vec<String> = (0..n).map(|i| format!("many/f{i:06}")).collect();
+    assert_eq!(names(paged), want);
+    assert_eq!(names(whole), want);
     // Errors keep their kind; a store not in the worker's table is not served.
     match uds
         .ask::<rpc::answer::StoreMeta>(&Request::StoreStat {

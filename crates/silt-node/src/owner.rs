@@ -139,14 +139,15 @@ impl UnderStore for OwnerStore {
     }
 
     async fn list(&self, dir: &str, recursive: bool) -> Result<Vec<ObjectMeta>> {
-        let answer::StoreEntries { entries } = self
-            .ask(Request::StoreList {
-                store: self.store(),
-                path: dir.to_string(),
-                recursive,
-            })
-            .await?;
-        Ok(entries)
+        let req = Request::StoreList {
+            store: self.store(),
+            path: dir.to_string(),
+            recursive,
+            paged: true,
+        };
+        let pages: Vec<answer::StoreEntries> =
+            bounded(self.deadline, req.name(), self.owner.ask_pages(&req)).await?;
+        Ok(pages.into_iter().flat_map(|p| p.entries).collect())
     }
 
     async fn list_tree(&self, dir: &str, max: usize) -> Result<Option<Vec<ObjectMeta>>> {

@@ -13,6 +13,10 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
 use super::*;
 
+/// Entries in one page of a paged `store_list` answer: a few MiB of JSON, far below a frame's
+/// limit.
+pub const LIST_PAGE: usize = 10_000;
+
 /// A write at most this large is received into memory; a larger one into an unnamed file.
 const MEMORY_SPOOL: u64 = 8 << 20;
 
@@ -67,6 +71,7 @@ pub(super) async fn serve(
             store,
             path,
             recursive,
+            paged,
         } => {
             let known = match recursive {
                 false => stores.known_listing(&store, &path).await,
@@ -76,7 +81,16 @@ pub(super) async fn serve(
                 Some(entries) => entries,
                 None => stores.store(&store).await?.list(&path, recursive).await?,
             };
-            reply(u, op, &answer::StoreEntries { entries }).await
+            if !paged || entries.len() <= LIST_PAGE {
+                return reply(u, op, &answer::StoreEntries { entries }).await;
+            }
+            for page in entries.chunks(LIST_PAGE) {
+                let page = answer::StoreEntries {
+                    entries: page.to_vec(),
+                };
+                reply(u, op, &page).await?;
+            }
+            Ok(())
         }
         Request::StoreListTree { store, path, max } => {
             let max = usize::try_from(max).unwrap_or(usize::MAX);
