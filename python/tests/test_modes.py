@@ -219,9 +219,10 @@ def owner_cache_file(state, size):
 
 def test_a_process_in_its_own_pid_and_network_namespaces_attaches_through_the_state_dir(s3, workdir, procs):
     """As a pod given the node's state directory would: in a PID namespace of its own (the
-    owner's PID is not there to see) and a network namespace of its own (another host id), with
-    no store option or credential, a client attaches through the socket and reads the owner's
-    bytes, a large file's through the passed cache file."""
+    owner's PID is not there to see), a network namespace of its own (another host id) and a
+    mount namespace where the state directory is at another path (a hostPath mounted
+    elsewhere), with no store option or credential, a client attaches through the socket and
+    reads the owner's bytes, a large file's through the passed cache file."""
     fill(s3)
     big = os.urandom((3 << 20) + 5)
     s3.put("big.bin", big)
@@ -229,9 +230,14 @@ def test_a_process_in_its_own_pid_and_network_namespaces_attaches_through_the_st
     try:
         with open(os.path.join(mnt, "data", "big.bin"), "rb") as f:
             assert f.read() == big  # cached whole by the owner
+        elsewhere = os.path.join(workdir, "given")
+        os.makedirs(elsewhere)
         code = (
-            "import hashlib, silt, sys\n"
-            f"fs = silt.SiltFileSystem(cache_dir={state!r}, skip_instance_cache=True)\n"
+            "import hashlib, silt, subprocess, sys\n"
+            f"subprocess.run(['mount', '--bind', {state!r}, {elsewhere!r}], check=True)\n"
+            # The owner's own path is hidden here, as it is not in a pod.
+            f"subprocess.run(['mount', '-t', 'tmpfs', 'none', {state!r}], check=True)\n"
+            f"fs = silt.SiltFileSystem(cache_dir={elsewhere!r}, skip_instance_cache=True)\n"
             "assert fs.client.mode == 'attached', fs.client.mode\n"
             "r = fs.client.open('/data/big.bin')\n"
             "big = r.read(0, r.size)\n"
@@ -240,6 +246,7 @@ def test_a_process_in_its_own_pid_and_network_namespaces_attaches_through_the_st
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SILT_S3_"))}
         r = subprocess.run(
+            # --mount-proc: a mount namespace of its own too, so the bind mount goes with it.
             ["unshare", "--pid", "--net", "--fork", "--mount-proc", sys.executable, "-c", code],
             capture_output=True, text=True, timeout=120, env=env,
         )

@@ -45,7 +45,8 @@ pub struct AttachInfo {
 
 impl AttachInfo {
     /// The owner of `state_dir`, if one serves it now: the file names a live process on this
-    /// host whose socket exists. `Ok(None)` when nothing serves it.
+    /// host (or its socket takes a connection) whose socket exists. `Ok(None)` when nothing
+    /// serves it.
     pub fn read(state_dir: &Path) -> Result<Option<AttachInfo>> {
         let path = state_dir.join(ATTACH_FILE);
         let text = match std::fs::read_to_string(&path) {
@@ -59,9 +60,16 @@ impl AttachInfo {
                 format!("{}: not an attach file: {e}", path.display()),
             )
         })?;
-        if !Path::new(&info.uds).exists() {
+        // The socket is always the state directory's own, named as this process sees that
+        // directory: a container may be given it at another path than the owner's.
+        let uds = state_dir.join(LOCAL_SOCKET);
+        if !uds.exists() {
             return Ok(None);
         }
+        let info = AttachInfo {
+            uds: uds.display().to_string(),
+            ..info
+        };
         // SAFETY: kill with signal 0 only checks that the process exists.
         let alive = unsafe { libc::kill(info.pid as libc::pid_t, 0) } == 0
             || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
