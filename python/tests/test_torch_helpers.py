@@ -345,6 +345,11 @@ def test_a_cached_shard_is_walked_in_its_cache_file_and_a_flipped_byte_is_never_
             c.write(bytes([b[0] ^ 0xFF]))
         with fs.open("/data/shards/a.tar", "rb") as f:
             assert st._whole(f) is f
+            # The map read as a stream checks what it reads: the flipped page is refused.
+            m = f._reader.map()
+            assert m.read(1000) == data[:1000]
+            with pytest.raises(OSError):
+                m.read()
         walk()
         fs.close()
     finally:

@@ -259,7 +259,8 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
 
 enum Verdict {
     Accepted(Accepted),
-    /// The peer closed the connection before sending anything.
+    /// The peer closed the connection before sending anything (or before the challenge
+    /// reached it).
     Gone,
     /// `why` goes to the log, `tell` to the peer.
     Refused {
@@ -279,7 +280,13 @@ async fn accept_inner<S: AsyncRead + AsyncWrite + Unpin>(
     channel: Channel<'_>,
 ) -> Result<Verdict> {
     let server = random_bytes::<NONCE_LEN>()?;
-    write_json(s, &json!({"auth": SCHEME, "nonce": b64(&server)})).await?;
+    if write_json(s, &json!({"auth": SCHEME, "nonce": b64(&server)}))
+        .await
+        .is_err()
+    {
+        // The peer went before the challenge could be sent: nothing was proved or tried.
+        return Ok(Verdict::Gone);
+    }
     let answer = match read_frame_max(s, MAX_HANDSHAKE_FRAME).await {
         Ok(None) => return Ok(Verdict::Gone),
         Ok(Some((FrameKind::Json, p))) => decode_json::<Value>(&p).ok(),
@@ -419,4 +426,36 @@ fn warn_refused(peer: &str, why: &str) {
         peer,
         reason = why
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that closes before sending a byte is gone, not refused (a liveness probe); one
+    /// that sends anything but a right proof is refused, as before.
+    #[tokio::test]
+    async fn a_peer_that_closes_at_once_is_gone_and_a_wrong_one_refused() {
+        let key = ClusterKey::new(&Secret::new("a cluster secret of enough length")).unwrap();
+        let (mut server, client) = tokio::io::duplex(1 << 16);
+        drop(client);
+        let e = accept(&mut server, &key, "probe", Channel::Unix)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+
+        let (mut server, mut client) = tokio::io::duplex(1 << 16);
+        let peer = tokio::spawn(async move {
+            let _ = read_json(&mut client).await; // the challenge
+            write_json(&mut client, &json!({"v": PROTOCOL_VERSION, "op": "auth"}))
+                .await
+                .unwrap();
+            let _ = read_json(&mut client).await;
+        });
+        let e = accept(&mut server, &key, "wrong", Channel::Unix)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+        peer.await.unwrap();
+    }
 }

@@ -1750,9 +1750,7 @@ impl WorkerClient {
             let mut pages = Vec::new();
             loop {
                 match read_frame(&mut c).await? {
-                    Some((FrameKind::Json, p)) => pages.push(decode_json(&p).map_err(|e| {
-                        Error::new(ErrorKind::Corrupted, format!("garbled worker answer: {e}"))
-                    })?),
+                    Some((FrameKind::Json, p)) => pages.push(answer_json(&p)?),
                     Some((FrameKind::End, _)) => break,
                     Some((FrameKind::Error, p)) => {
                         self.put_back(c);
@@ -2041,9 +2039,7 @@ async fn expect_json<T: serde::de::DeserializeOwned>(
     c: &mut Conn,
 ) -> std::result::Result<T, CallError> {
     match read_frame(c).await? {
-        Some((FrameKind::Json, p)) => Ok(decode_json(&p).map_err(|e| {
-            Error::new(ErrorKind::Corrupted, format!("garbled worker answer: {e}"))
-        })?),
+        Some((FrameKind::Json, p)) => Ok(answer_json(&p)?),
         Some((FrameKind::Error, p)) => Err(worker_error(&p)),
         _ => Err(Error::new(
             ErrorKind::Unavailable,
@@ -2051,6 +2047,12 @@ async fn expect_json<T: serde::de::DeserializeOwned>(
         )
         .into()),
     }
+}
+
+/// A worker's JSON answer frame, decoded.
+fn answer_json<T: serde::de::DeserializeOwned>(p: &[u8]) -> Result<T> {
+    decode_json(p)
+        .map_err(|e| Error::new(ErrorKind::Corrupted, format!("garbled worker answer: {e}")))
 }
 
 async fn expect_end(c: &mut Conn) -> std::result::Result<(), CallError> {

@@ -807,7 +807,8 @@ impl Mapping {
         }))
     }
 
-    /// See the Python method `populate`.
+    /// Maps every page now, in one call, instead of a fault per 4 KiB as they are first read
+    /// (`MADV_POPULATE_READ`; a kernel older than 5.14 faults them in as before).
     fn populate_now(&self) {
         // SAFETY: advice on the map made in `new`; it changes no byte of it.
         unsafe {
@@ -848,22 +849,6 @@ impl Mapping {
         Ok(())
     }
 
-    /// Whether every page of `[offset, offset + len)` was checked already (or needs none).
-    fn all_checked(&self, offset: u64, len: u64) -> bool {
-        let Some((ps, _)) = self.source.map_source().and_then(|ms| ms.pages) else {
-            return true;
-        };
-        if len == 0 || ps == 0 {
-            return true;
-        }
-        let last = (offset + len - 1) / ps;
-        (offset / ps..=last).all(|p| {
-            self.checked
-                .get(p as usize)
-                .is_some_and(|c| c.load(Ordering::Acquire))
-        })
-    }
-
     fn bytes(&self) -> &[u8] {
         // SAFETY: `addr` maps `size` bytes for as long as `self` lives.
         unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.size as usize) }
@@ -895,12 +880,6 @@ impl Mapping {
         self.size
     }
 
-    /// Maps every page now, in one call, instead of a fault per 4 KiB as they are first read
-    /// (`MADV_POPULATE_READ`; a kernel older than 5.14 faults them in as before).
-    fn populate(&self, py: Python<'_>) {
-        py.detach(|| self.populate_now());
-    }
-
     /// Up to `n` bytes from the stream position (all the rest: `n` < 0), their pages checked
     /// first, as `bytes`: the map read as a binary file (tarfile's stream mode reads through
     /// it), by one reader at a time, as a file object is.
@@ -909,9 +888,10 @@ impl Mapping {
         let at = self.pos.load(Ordering::Acquire).min(self.size);
         let rest = self.size - at;
         let len = if n < 0 { rest } else { (n as u64).min(rest) };
-        if !self.all_checked(at, len) {
-            self.check(py, at, len)?;
-        }
+        // Checked here, holding the GIL: a page's check is once (a CRC of one page), every
+        // later read of it a look at its flag, cheaper than letting go of the GIL.
+        self.check_range(at, len)
+            .map_err(|e| PyOSError::new_err((libc::EIO, e)))?;
         self.pos.store(at + len, Ordering::Release);
         Ok(PyBytes::new(
             py,
