@@ -265,7 +265,10 @@ class SiltFileSystem(AbstractFileSystem):
         return self.client.unpin(self._strip_protocol(path))
 
     def free(self, path):
-        """Drops the cached pages (and pins) of the files at or below ``path`` now."""
+        """Drops the cached pages (and pins) of the files at or below ``path`` now (a list of
+        paths: each, many at once); what was cached before, as ``cache_usage`` says it."""
+        if isinstance(path, (list, tuple)):
+            return self.client.free_all([self._strip_protocol(p) for p in path])
         return self.client.free(self._strip_protocol(path))
 
     def cache_space(self):

@@ -263,6 +263,11 @@ class CacheAwareSampler:
 
     - while the loader is still reading the cached part, only as many bytes as the cache holds
       free (``fs.cache_space()``, below 0.9 of it: under the default eviction watermark) are asked for;
+    - before the loader reaches the first uncached sample, the ones it will have taken by the
+      time the window below starts (``loader_ahead + lookahead``) are asked for, their room made
+      by freeing as many cached samples the loader read first this epoch (the cache would
+      evict those next anyway; a cache full of samples still to be read would lose those
+      instead).  Without it, the loader reads those samples from the store one by one;
     - once it has read past the cached part, ``lookahead`` samples ahead of where indices are
       taken.
 
@@ -270,7 +275,14 @@ class CacheAwareSampler:
     prefetch_factor × batch_size``); ``loader_ahead`` is that lead (default 512, a DataLoader
     of 4 workers, prefetch factor 2, batches of 64; give yours), so the read position is
     taken as ``loader_ahead`` behind the last index taken.  ``last_cached`` says how many
-    samples were cached at the start of the last epoch."""
+    samples were cached at the start of the last epoch.
+
+    On a data set so small that the loader takes every uncached sample before it has read a
+    cached one (``last_cached + loader_ahead`` ≥ the data set), nothing beyond the free room can
+    be prefetched without evicting cached samples still to be read; the epoch is then the
+    shuffled order itself, its uncached samples spread through it as a random order has them
+    (a few in each batch, read by every worker) rather than left to the last batches, which
+    fewer workers read."""
 
     # Eviction starts at this fraction of a tier's quota (`high_watermark`'s default, 0.95),
     # with some margin: the free room a prefetch may fill without evicting.
@@ -297,7 +309,8 @@ class CacheAwareSampler:
         return len(self.dataset)
 
     def order(self):
-        """This epoch's order (cached first); sets ``last_cached``.  Prefetches nothing."""
+        """This epoch's order (cached first, but see the class on small data sets); sets
+        ``last_cached``.  Prefetches nothing."""
         n = len(self.dataset)
         order = list(range(n))
         if self.shuffle:
@@ -307,12 +320,25 @@ class CacheAwareSampler:
         cached = [i for i in order if (resident[i] or 0.0) >= 1.0]
         rest = [i for i in order if (resident[i] or 0.0) < 1.0]
         self.last_cached = len(cached)
-        return cached + rest
+        self._uncached = rest
+        # The loader would take every uncached sample before reading a cached one.
+        self._spread = self.prefetch and bool(cached) and bool(rest) and len(cached) + self.loader_ahead >= n
+        return order if self._spread else cached + rest
 
     def __iter__(self):
         order = self.order()
         self.epoch += 1
+        if self._spread:
+            return self._take_spread(order, self._uncached)
         return self._take(order, self.last_cached)
+
+    def _take_spread(self, order, uncached):
+        """The shuffled order, the first uncached samples the free room holds asked for."""
+        fs, files = _files_of(self.dataset)
+        early = self._free_samples(fs, files, uncached)
+        if early:
+            fs.prefetch([files[k] for k in uncached[:early]])
+        yield from order
 
     def _free_samples(self, fs, files, uncached):
         """How many uncached samples fit in the cache's free room (0 if it cannot be told)."""
@@ -328,14 +354,41 @@ class CacheAwareSampler:
         mean = max(1, sum(sizes) // max(1, len(sizes)))
         return room // mean
 
+    def _bridge(self, fs, n, first_rest, early):
+        """``(take index, count)``: when to free the first ``count`` samples of the order and
+        prefetch as many uncached ones after the ``early`` ones; ``(None, 0)`` for none.  The
+        freed samples must be read by then (``loader_ahead`` and half as much again behind the
+        take), and the bridge starts ``2 × loader_ahead`` before the first uncached sample is
+        taken where it can, at the latest when it is taken; a smaller cached part makes it
+        shorter."""
+        if not hasattr(fs, "free"):
+            return None, 0
+        ahead = self.loader_ahead
+        count = min(n - first_rest, ahead + self.lookahead) - early
+        start = max(count + ahead + ahead // 2 + 1, first_rest - 2 * ahead)
+        if start > first_rest:
+            count -= start - first_rest
+            start = first_rest
+        return (start, count) if count > 0 else (None, 0)
+
     def _take(self, order, first_rest):
         fs, files = _files_of(self.dataset)
         n = len(order)
         step = max(1, self.lookahead // 4)  # ask in a few calls per window, not one per sample
         asked = first_rest  # order[first_rest:asked] has been asked for
         early = self._free_samples(fs, files, order[first_rest:]) if self.prefetch else 0
+        bridge_at, bridge = self._bridge(fs, n, first_rest, early) if self.prefetch else (None, 0)
         for j, i in enumerate(order):
             if self.prefetch:
+                if j == bridge_at:
+                    # Room first (read long ago), then what the loader takes next.
+                    try:
+                        fs.free([files[k] for k in order[:bridge]])
+                    except Exception:  # noqa: BLE001 - a hint: the loader reads them anyway
+                        pass
+                    due = max(asked, first_rest + early + bridge)
+                    fs.prefetch([files[k] for k in order[asked:due]])
+                    asked = due
                 if j - self.loader_ahead >= first_rest:
                     # The loader has read the cached part: a window ahead of the takes.
                     due = min(n, j + self.lookahead)

@@ -6,6 +6,7 @@ import hashlib
 import io
 import multiprocessing as mp
 import os
+import random
 import subprocess
 import tarfile
 import time
@@ -97,7 +98,9 @@ def test_cache_aware_sampler_yields_cached_samples_first_and_a_permutation(s3, w
         warm = {3, 7, 11, 20}
         for i in warm:
             assert ds[i] == len(DATA[ds.files[i].removeprefix("/data/")])
-        sampler = st.CacheAwareSampler(ds, seed=1)
+        # A loader reading what it takes (taking 512 ahead, the default, it would take all 24
+        # at once: the shuffled order, see the spreading test below).
+        sampler = st.CacheAwareSampler(ds, seed=1, loader_ahead=0)
         order = list(sampler)
         assert sorted(order) == list(range(len(ds)))
         assert set(order[: len(warm)]) == warm and sampler.last_cached == len(warm)
@@ -205,7 +208,8 @@ class FakeFs:
     `room` how many 100-byte files the cache's free room holds (None: no `cache_space`)."""
 
     def __init__(self, cached, room=None):
-        self.cached, self.asked = cached, []
+        self.cached, self.asked, self.freed = cached, [], []
+        self.taken = lambda: 0  # a test sets how many indices the loader has taken
         if room is not None:
             self.cache_space = lambda: (1000, 900 - room * 100)  # room below 90 % of 1000
             self.info = lambda path: {"size": 100}
@@ -215,6 +219,10 @@ class FakeFs:
 
     def prefetch(self, paths):
         self.asked += paths
+
+    def free(self, paths):
+        """Records which files were freed and how many indices the sampler had given then."""
+        self.freed.append((list(paths), self.taken()))
 
 
 class FakeFiles:
@@ -263,6 +271,56 @@ def test_cache_aware_sampler_keeps_its_prefetch_out_of_cached_samples_still_to_b
     # Each uncached file asked for at most once, in the order it is read.
     assert ds.fs.asked == [f"f{i}" for i in taken[10 : 10 + len(ds.fs.asked)]]
     assert len(ds.fs.asked) > 2
+    # The cached part is too short to free samples already read before the uncached come.
+    assert ds.fs.freed == []
+
+
+def test_cache_aware_sampler_makes_room_for_the_first_uncached_samples_before_they_are_read():
+    """A full cache (no free room) and a loader taking 4 ahead of its reads: before the
+    loader reaches the first uncached sample, the samples it takes before the window starts
+    are prefetched, into room made by freeing cached samples it has read (never one still
+    to be read)."""
+
+    ds = FakeFiles(FakeFs(lambda i: i < 30, room=0))
+    sampler = st.CacheAwareSampler(ds, seed=7, lookahead=4, loader_ahead=4)
+    taken = []
+    ds.fs.taken = lambda: len(taken)
+    asked_when = {}
+    for i in sampler:
+        for f in ds.fs.asked:
+            asked_when.setdefault(f, len(taken))
+        taken.append(i)
+    assert sorted(taken) == list(range(40)) and set(taken[:30]) == set(range(30))
+    [(freed, at)] = ds.fs.freed
+    # loader_ahead + lookahead samples' room, from the first cached samples given, each read
+    # (at least loader_ahead behind the takes) when freed.
+    assert freed == [f"f{i}" for i in taken[:8]]
+    assert at - 4 > 8
+    # The first uncached samples were asked for before the loader read the first of them
+    # (taken at 30, read when 34 are taken), after the room was made.
+    first = [f"f{i}" for i in taken[30:38]]
+    assert ds.fs.asked[:8] == first
+    assert all(asked_when[f] >= at and asked_when[f] < 30 for f in first), (asked_when, at)
+    # Every uncached file asked for once, in the order it is read.
+    assert ds.fs.asked == [f"f{i}" for i in taken[30:]]
+
+
+def test_cache_aware_sampler_spreads_the_uncached_samples_when_the_loader_takes_them_all_at_once():
+    """A loader taking more indices ahead than the uncached samples that follow the cached ones
+    (here 16 ahead of 10): none may be prefetched but the free room's, and left to the end they
+    would be read by the last batch's worker alone. The shuffled order is given instead."""
+
+    ds = FakeFiles(FakeFs(lambda i: i < 30, room=2))
+    sampler = st.CacheAwareSampler(ds, seed=11, lookahead=4, loader_ahead=16)
+    taken = list(sampler)
+    shuffled = list(range(40))
+    random.Random(11).shuffle(shuffled)
+    assert taken == shuffled and sampler.last_cached == 30
+    # Only the free room's worth asked for: the first two uncached samples of the order.
+    assert ds.fs.asked == [f"f{i}" for i in taken if i >= 30][:2] and ds.fs.freed == []
+    # Without prefetching it is the plain reorder, cached first.
+    plain = list(st.CacheAwareSampler(ds, seed=11, prefetch=False, loader_ahead=16))
+    assert set(plain[:30]) == set(range(30))
 
 
 def shard(samples):

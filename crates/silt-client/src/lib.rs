@@ -321,6 +321,16 @@ pub struct CacheUsage {
     pub pinned_bytes: u64,
 }
 
+impl CacheUsage {
+    /// Adds `other`'s counts to these (the usage of two sets of files with none in common).
+    pub fn add(&mut self, other: &CacheUsage) {
+        self.files += other.files;
+        self.bytes += other.bytes;
+        self.cached_bytes += other.cached_bytes;
+        self.pinned_bytes += other.pinned_bytes;
+    }
+}
+
 /// What `sync` or `invalidate` found, for the CLI.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SyncReport {

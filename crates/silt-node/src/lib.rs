@@ -545,6 +545,23 @@ impl Node {
         Ok(here.max(there))
     }
 
+    /// [`Node::free`] of each of `paths`, many at once (a sampler making room for what it
+    /// prefetches: one call, not a round trip per file); what was cached before, summed.
+    pub async fn free_all(&self, paths: &[String]) -> Result<silt_client::CacheUsage> {
+        use futures::stream::{self, StreamExt, TryStreamExt};
+        stream::iter(paths)
+            .map(|p| self.free(p))
+            .buffer_unordered(32)
+            .try_fold(
+                silt_client::CacheUsage::default(),
+                |mut sum, u| async move {
+                    sum.add(&u);
+                    Ok(sum)
+                },
+            )
+            .await
+    }
+
     /// Drops the cached pages (and pins) of the files at or below `path`, here and on the
     /// workers that hold them; what was cached before.
     pub async fn free(&self, path: &str) -> Result<silt_client::CacheUsage> {

@@ -577,6 +577,15 @@ impl PyClient {
         usage_dict(py, &u)
     }
 
+    /// `free` of each of `paths`, many at once: what was cached before, summed.
+    fn free_all<'py>(&self, py: Python<'py>, paths: Vec<String>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = self.get()?;
+        let u = py
+            .detach(|| inner.block_on(inner.node().free_all(&paths)))
+            .map_err(py_err)?;
+        usage_dict(py, &u)
+    }
+
     /// `(capacity, used)` in bytes of the cache holding this client's data (its disk tiers, or
     /// the owner's or the workers'): what a sampler may prefetch into without evicting.
     fn cache_space(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
