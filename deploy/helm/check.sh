@@ -67,7 +67,7 @@ import sys, tomllib, yaml
 rendered, options = sys.argv[1], sys.argv[2]
 known = {line.strip() for line in open(options) if line.strip()}
 env_ok = {"SILT_" + o.upper() for o in known} | {"SILT_CONFIG"}
-roles = {"worker", "csi"}
+roles = {"worker", "csi", "up"}
 docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
 bad = []
 for d in docs:

@@ -217,6 +217,30 @@ def owner_cache_file(state, size):
     return found[0]
 
 
+def attached_in_own_namespaces(state, workdir, body):
+    """Runs `body` (Python, with `fs` attached) as a pod would: in PID, network and mount
+    namespaces of its own, the state directory `state` given at another path (the owner's own
+    path hidden, as it is not in a pod) and no store option or credential in its environment.
+    Returns its standard output; fails the test if it fails."""
+    elsewhere = os.path.join(workdir, "given")
+    os.makedirs(elsewhere)
+    code = (
+        "import hashlib, silt, subprocess, sys\n"
+        f"subprocess.run(['mount', '--bind', {state!r}, {elsewhere!r}], check=True)\n"
+        f"subprocess.run(['mount', '-t', 'tmpfs', 'none', {state!r}], check=True)\n"
+        f"fs = silt.SiltFileSystem(cache_dir={elsewhere!r}, skip_instance_cache=True)\n"
+        "assert fs.client.mode == 'attached', fs.client.mode\n"
+    ) + body
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SILT_"))}
+    r = subprocess.run(
+        # --mount-proc: a mount namespace of its own too, so the bind mount goes with it.
+        ["unshare", "--pid", "--net", "--fork", "--mount-proc", sys.executable, "-c", code],
+        capture_output=True, text=True, timeout=120, env=env,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
 def test_a_process_in_its_own_pid_and_network_namespaces_attaches_through_the_state_dir(s3, workdir, procs):
     """As a pod given the node's state directory would: in a PID namespace of its own (the
     owner's PID is not there to see), a network namespace of its own (another host id) and a
@@ -230,30 +254,17 @@ def test_a_process_in_its_own_pid_and_network_namespaces_attaches_through_the_st
     try:
         with open(os.path.join(mnt, "data", "big.bin"), "rb") as f:
             assert f.read() == big  # cached whole by the owner
-        elsewhere = os.path.join(workdir, "given")
-        os.makedirs(elsewhere)
-        code = (
-            "import hashlib, silt, subprocess, sys\n"
-            f"subprocess.run(['mount', '--bind', {state!r}, {elsewhere!r}], check=True)\n"
-            # The owner's own path is hidden here, as it is not in a pod.
-            f"subprocess.run(['mount', '-t', 'tmpfs', 'none', {state!r}], check=True)\n"
-            f"fs = silt.SiltFileSystem(cache_dir={elsewhere!r}, skip_instance_cache=True)\n"
-            "assert fs.client.mode == 'attached', fs.client.mode\n"
+        out = attached_in_own_namespaces(
+            state,
+            workdir,
             "r = fs.client.open('/data/big.bin')\n"
             "big = r.read(0, r.size)\n"
             "print(hashlib.sha256(fs.cat_file('/data/train/003.bin')).hexdigest(),"
-            " hashlib.sha256(big).hexdigest(), r.is_local)\n"
+            " hashlib.sha256(big).hexdigest(), r.is_local)\n",
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SILT_S3_"))}
-        r = subprocess.run(
-            # --mount-proc: a mount namespace of its own too, so the bind mount goes with it.
-            ["unshare", "--pid", "--net", "--fork", "--mount-proc", sys.executable, "-c", code],
-            capture_output=True, text=True, timeout=120, env=env,
-        )
-        assert r.returncode == 0, r.stderr[-2000:]
-        assert r.stdout.split() == [
+        assert out.split() == [
             hashlib.sha256(DATA["train/003.bin"]).hexdigest(), hashlib.sha256(big).hexdigest(), "True",
-        ], r.stdout
+        ], out
     finally:
         up.stop()
         subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
@@ -445,6 +456,47 @@ def test_cluster_client_reads_through_workers_and_survives_a_worker_killed_mid_r
         assert errors == [] and rounds[0] == 12
     finally:
         fs.close()
+
+
+def test_a_pod_attaches_to_its_nodes_cluster_client_served_with_no_mount(s3, workdir, procs):
+    """The chart's `sdk` DaemonSet: a cluster client on the node (`silt up` with mountpoint
+    none: no FUSE mount) serves its state directory. A process in PID, network and mount
+    namespaces of its own, given that directory at another path and no store option,
+    credential or cluster secret, attaches and reads the workers' bytes and writes through the
+    node's store; what proves it on the socket is the state directory's own secret, never the
+    cluster's."""
+    fill(s3)
+    workers, listed, secret = start_workers(s3, workdir, procs)
+    state = os.path.join(workdir, "node")
+    node = run_silt(
+        ["up", "--workers", listed, "--cluster-secret-file", secret, "--mount", f"/data=s3://{s3.bucket}",
+         "--state-dir", state, "--mountpoint", "none", "--cluster-unix-socket", "false",
+         "--write-type", "through"] + s3.flags(),
+        procs,
+    )
+    node.wait_for("silt: serving", "silt up --mountpoint none")
+    with open(os.path.join(state, "cluster-secret")) as a, open(secret) as b:
+        assert a.read().strip() != b.read().strip()
+    out = attached_in_own_namespaces(
+        state,
+        workdir,
+        "names = sorted(p.rsplit('/', 1)[-1] for p in fs.ls('/data/train', detail=False))\n"
+        "fs.pipe_file('/data/out/from-pod.txt', b'written by a pod')\n"
+        "print(len(names), hashlib.sha256(b''.join(fs.cat_file('/data/' + k) for k in sorted(%r))).hexdigest())\n"
+        % sorted(DATA),
+    )
+    whole = hashlib.sha256(b"".join(DATA[k] for k in sorted(DATA))).hexdigest()
+    assert out.split() == [str(len(DATA)), whole], out
+    with open(s3.path("out/from-pod.txt"), "rb") as f:
+        assert f.read() == b"written by a pod"
+    # The workers hold the bytes the pod read: the node reads through them.
+    fs = silt.SiltFileSystem(workers=listed, mounts={"/data": f"s3://{s3.bucket}"}, cluster_secret_file=secret,
+                             cluster_unix_socket=False, memory_capacity="0", skip_instance_cache=True, **s3.options())
+    try:
+        assert fs.residency(["/data/" + k for k in sorted(DATA)]) == [1.0] * len(DATA)
+    finally:
+        fs.close()
+    node.stop()
 
 
 def test_etcd_cluster_unreachable_is_a_clear_error(workdir):

@@ -25,7 +25,7 @@ pub struct OptionSpec {
 /// Every option Silt understands.
 pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec { name: "state_dir", default: "/var/lib/silt", help: "Directory for local state: the control socket, the lock and (by default) the disk cache tier." },
-    OptionSpec { name: "mountpoint", default: "/mnt/silt", help: "Where `silt up` mounts the namespace." },
+    OptionSpec { name: "mountpoint", default: "/mnt/silt", help: "Where `silt up` mounts the namespace; `none`: no FUSE mount (the node serves same-host clients such as the Python SDK, its gateway and its control socket, and needs no privilege)." },
     OptionSpec { name: "mounts", default: "", help: "Namespace entries PATH=URI, comma-separated or one flag each (e.g. /data=s3://bucket/prefix, /local=file:///srv/data)." },
     OptionSpec { name: "page_size", default: "1MiB", help: "Cache page size. 1 MiB measured best for cold reads and memory overhead on this project's machines (docs/benchmarks.md)." },
     OptionSpec { name: "memory_capacity", default: "1GiB", help: "Quota of the memory tier (0 disables it)." },
@@ -856,6 +856,11 @@ impl Config {
             *value = secret;
         }
         Ok(warnings)
+    }
+
+    /// Whether `silt up` mounts the namespace with FUSE (`mountpoint` is not `none`).
+    pub fn mounts_fuse(&self) -> bool {
+        self.mountpoint != Path::new("none")
     }
 
     /// Whether this process belongs to a cluster (etcd or a static worker list).

@@ -1,8 +1,8 @@
-//! Same-host sharing of a single node: the process that owns a state directory (a `silt up`,
-//! or a Python client in mode `single`) serves its page store on `STATE_DIR/worker.sock` and says so
-//! in `STATE_DIR/attach.json`; other processes of the host (Python clients, DataLoader
-//! workers) attach to it as cluster clients of that one worker instead of opening a second
-//! cache over the same directory. The socket is owner-only and every connection proves the
+//! Same-host sharing of a node: the process that owns a state directory (a `silt up`, single
+//! node or cluster client, or a Python client in mode `single`) serves its client on
+//! `STATE_DIR/worker.sock` and says so in `STATE_DIR/attach.json`; other processes of the host
+//! (Python clients, DataLoader workers, pods given the directory) attach to it as cluster
+//! clients of that one worker instead of opening a second cache over the same directory. The socket is owner-only and every connection proves the
 //! state directory's cluster secret (docs/SECURITY.md), like any worker connection.
 
 use std::fs::File;

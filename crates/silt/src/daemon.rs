@@ -114,10 +114,17 @@ pub fn run(
     ops_default: bool,
 ) -> Result<ExitCode> {
     let rt = runtime()?;
+    let fuse = cfg.mounts_fuse();
+    if takeover && !fuse {
+        return Err(Error::invalid(
+            "--takeover: mountpoint is `none` (no FUSE mount to take over); start without --takeover",
+        )
+        .into());
+    }
 
     // A live holder keeps this state dir's mount: take it over (from a dead daemon, or with
     // --takeover from a running one) instead of mounting.
-    let holder = silt_fuse::takeover::holder_alive(&cfg.state_dir);
+    let holder = fuse && silt_fuse::takeover::holder_alive(&cfg.state_dir);
     if takeover {
         if !holder {
             return Err(Error::invalid(format!(
@@ -127,7 +134,7 @@ pub fn run(
             .into());
         }
         stop_for_takeover(&cfg.state_dir)?;
-    } else if !holder {
+    } else if fuse && !holder {
         // Check what can be checked before touching anything.
         silt_fuse::check_mountpoint(&cfg.mountpoint)?;
     }
@@ -155,22 +162,26 @@ pub fn run(
         role,
     } = node;
     let fuse_state = Arc::new(FuseState::default());
-    // Same-host processes (Python clients, their DataLoader workers) attach to this node's
-    // cache instead of opening another (silt_node::local). A change one of them reports is
-    // answered once the kernel was told, so the mount shows it when the call returns.
+    // Same-host processes (Python clients, their DataLoader workers, pods given the state
+    // directory) attach to this node instead of opening a cache and the stores themselves
+    // (silt_node::local). A change one of them reports is answered once the kernel was told,
+    // so the mount shows it when the call returns. A single node proves its state
+    // directory's secret (or the one it was given); a cluster client the state directory's
+    // own, never the cluster's: whoever may attach must not become a member of the cluster.
     let settled: silt_node::local::Settled = {
         let fuse = fuse_state.clone();
         Arc::new(move || fuse.wait_for_invalidations())
     };
-    let _local = match cluster {
-        Some(_) => None,
-        None => cluster_key(&cfg.cluster_secret, &cfg.state_dir, true)
-            .and_then(|key| {
-                LocalService::start(&client, &cfg.state_dir, key, rt.handle(), Some(settled))
-            })
-            .map_err(|e| warn!(error = %e, "not serving this node to same-host clients"))
-            .ok(),
+    let local_secret = match cluster {
+        Some(_) => Default::default(),
+        None => cfg.cluster_secret.clone(),
     };
+    let _local = cluster_key(&local_secret, &cfg.state_dir, true)
+        .and_then(|key| {
+            LocalService::start(&client, &cfg.state_dir, key, rt.handle(), Some(settled))
+        })
+        .map_err(|e| warn!(error = %e, "not serving this node to same-host clients"))
+        .ok();
 
     let daemon = Arc::new(Daemon {
         role: role.describe(),
@@ -185,9 +196,11 @@ pub fn run(
     let socket = control::socket_path(&cfg.state_dir);
     let listener = rt.block_on(control::bind(&socket))?;
     // Bound before mounting: a bad address fails the start with nothing to undo.
-    let ops = silt_ops::Ops::new(daemon.node(), role.describe())
-        .with_mountpoint(cfg.mountpoint.clone())
-        .with_loads(daemon.loads.clone());
+    let mut ops =
+        silt_ops::Ops::new(daemon.node(), role.describe()).with_loads(daemon.loads.clone());
+    if fuse {
+        ops = ops.with_mountpoint(cfg.mountpoint.clone());
+    }
     let ops_addrs = silt_ops::start(&cfg, ops_default, Arc::new(ops), &rt)?;
     let gateway_addr = match gateway {
         Some((addr, settings)) => Some(crate::gateway::start(
@@ -200,28 +213,32 @@ pub fn run(
         None => None,
     };
 
-    let mounted = silt_fuse::mount(
-        client,
-        &cfg.mountpoint,
-        FuseOptions {
-            attr_ttl: cfg.attr_ttl,
-            entry_ttl: cfg.entry_ttl,
-            threads: cfg.fuse_threads,
-            max_read: cfg.fuse_max_read,
-            cold_direct_io: cfg.fuse_cold_direct_io,
-            open_fill_max: cfg.fuse_open_fill_max,
-            source_passthrough: cfg.fuse_source_passthrough,
-            xattrs: cfg.fuse_xattrs,
-            passthrough: cfg.passthrough,
-            allow_other: cfg.allow_other,
-        },
-        fuse_state,
-        silt_fuse::MountSetup {
-            state_dir: cfg.state_dir.clone(),
-            holder_exe: std::env::current_exe().ok(),
-            held,
-        },
-    )?;
+    let mounted = if !fuse {
+        None
+    } else {
+        Some(silt_fuse::mount(
+            client,
+            &cfg.mountpoint,
+            FuseOptions {
+                attr_ttl: cfg.attr_ttl,
+                entry_ttl: cfg.entry_ttl,
+                threads: cfg.fuse_threads,
+                max_read: cfg.fuse_max_read,
+                cold_direct_io: cfg.fuse_cold_direct_io,
+                open_fill_max: cfg.fuse_open_fill_max,
+                source_passthrough: cfg.fuse_source_passthrough,
+                xattrs: cfg.fuse_xattrs,
+                passthrough: cfg.passthrough,
+                allow_other: cfg.allow_other,
+            },
+            fuse_state,
+            silt_fuse::MountSetup {
+                state_dir: cfg.state_dir.clone(),
+                holder_exe: std::env::current_exe().ok(),
+                held,
+            },
+        )?)
+    };
     rt.spawn(control::serve(listener, daemon.clone()));
     if let Some(addr) = gateway_addr {
         // Said before the "serving" line: whoever waits for that line finds this one too.
@@ -231,19 +248,35 @@ pub fn run(
         eprintln!("{line}");
     }
     eprintln!(
-        "silt: serving {} at {} (state {}, control {}){}",
+        "silt: serving {} {} (state {}, control {}){}",
         mount_table_text(&daemon.mounts()),
-        cfg.mountpoint.display(),
+        match &mounted {
+            Some(_) => format!("at {}", cfg.mountpoint.display()),
+            None => "with no mount, to same-host clients".to_string(),
+        },
         cfg.state_dir.display(),
         socket.display(),
-        if mounted.took_over {
+        if mounted.as_ref().is_some_and(|m| m.took_over) {
             "; took over the running mount"
         } else {
             ""
         }
     );
 
-    let why = rt.block_on(wait_for_stop(&daemon, || mounted.is_finished()))?;
+    let why = rt.block_on(wait_for_stop(&daemon, || {
+        mounted.as_ref().is_some_and(|m| m.is_finished())
+    }))?;
+    let Some(mounted) = mounted else {
+        // Nothing to hand over or unmount: a handover request stops it like any other.
+        eprintln!("silt: {why}; stopping");
+        drop(_local);
+        let _ = std::fs::remove_file(&socket);
+        if let Err(e) = daemon.client.save_metadata(&snapshot) {
+            warn!(error = %e, "could not save the metadata cache; the next start begins empty");
+        }
+        rt.shutdown_timeout(Duration::from_secs(2));
+        return Ok(ExitCode::SUCCESS);
+    };
     if why == HANDING_OVER {
         eprintln!(
             "silt: {why}: leaving the mount at {} to the new daemon",
