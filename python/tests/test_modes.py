@@ -629,6 +629,26 @@ def test_an_attached_client_follows_its_owners_sync_policy(s3, workdir, procs):
         subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
 
 
+def test_a_policy_set_at_run_time_holds_for_clients_attaching_after_it(s3, workdir, procs):
+    """`silt fs sync-policy` on the owner reaches the clients that attach afterwards (a
+    DataLoader's next workers): under the `always` it set, a file put behind Silt's back after
+    the new client listed the directory is seen at once (the owner's default, an hour, would
+    hide it from the client's own listing)."""
+    fill(s3)
+    up, state, mnt = silt_up(s3, workdir, procs)
+    try:
+        subprocess.run([SILT, "fs", "sync-policy", "/data/train", "always", "--state-dir", state],
+                       check=True, capture_output=True)
+        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
+        assert "new.bin" not in [p.rsplit("/", 1)[-1] for p in fs.ls("/data/train", detail=False)]
+        s3.put("train/new.bin", b"put after the listing")
+        assert fs.cat_file("/data/train/new.bin") == b"put after the listing"
+        fs.close()
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
 def test_an_attached_recursive_sync_revalidates_the_owners_tree(s3, workdir, procs):
     """A recursive `sync` through an attached client revalidates the tree on the owner too
     (before, the top directory only): files put behind Silt's back two levels down are listed

@@ -146,6 +146,8 @@ pub type Settled = Arc<dyn Fn() + Send + Sync>;
 pub struct LocalService {
     dir: PathBuf,
     task: tokio::task::JoinHandle<()>,
+    /// What `attach.json` says, rewritten when the client's sync rules change.
+    info: std::sync::Mutex<AttachInfo>,
 }
 
 /// The stores this node serves to attached clients, with what its namespace knows of files.
@@ -283,39 +285,60 @@ impl LocalService {
             .with_store_calls(),
         );
         let task = rt.spawn(silt_cluster::rpc::serve_unix(listener, svc));
+        let (sync_policy, sync_rules) = sync_rules_text(client);
         let info = AttachInfo {
             id,
             uds: uds.display().to_string(),
             host: local_host_id(),
             mounts: crate::mount_table_text(&crate::client_mounts(client)),
             pid: std::process::id(),
-            sync_policy: Some(client.sync_rules().default_policy().to_string()),
-            sync_rules: Some(
-                client
-                    .sync_rules()
-                    .rules()
-                    .map(|r| format!("{}={}", r.prefix, r.policy))
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ),
+            sync_policy: Some(sync_policy),
+            sync_rules: Some(sync_rules),
         };
-        let service = LocalService {
+        write_attach_file(state_dir, &info)?;
+        Ok(LocalService {
             dir: state_dir.to_path_buf(),
             task,
-        };
-        // Written whole under another name, then renamed: a reader never sees half of it.
-        let tmp = state_dir.join(format!("{ATTACH_FILE}.tmp"));
-        let text = serde_json::to_string(&info).map_err(|e| Error::internal(e.to_string()))?;
-        let _ = std::fs::remove_file(&tmp);
-        silt_common::private::options()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .and_then(|mut f| f.write_all(text.as_bytes()))
-            .and_then(|()| std::fs::rename(&tmp, state_dir.join(ATTACH_FILE)))
-            .map_err(|e| Error::from(e).context(format!("writing {}", tmp.display())))?;
-        Ok(service)
+            info: std::sync::Mutex::new(info),
+        })
     }
+
+    /// Rewrites `attach.json` with `client`'s sync rules as they are now (after `silt fs
+    /// sync-policy`): a client attaching from now on keeps its metadata by them. One attached
+    /// before keeps the rules it attached with.
+    pub fn rules_changed(&self, client: &Client) -> Result<()> {
+        let mut info = self.info.lock().unwrap_or_else(|e| e.into_inner());
+        let (policy, rules) = sync_rules_text(client);
+        info.sync_policy = Some(policy);
+        info.sync_rules = Some(rules);
+        write_attach_file(&self.dir, &info)
+    }
+}
+
+/// `client`'s sync policy and rules in the options' syntax (`sync_policy`, `sync_rules`).
+fn sync_rules_text(client: &Client) -> (String, String) {
+    let rules = client.sync_rules();
+    let text = rules
+        .rules()
+        .map(|r| format!("{}={}", r.prefix, r.policy))
+        .collect::<Vec<_>>()
+        .join(",");
+    (rules.default_policy().to_string(), text)
+}
+
+/// Writes `STATE_DIR/attach.json` whole under another name, then renames it: a reader never
+/// sees half of it.
+fn write_attach_file(state_dir: &Path, info: &AttachInfo) -> Result<()> {
+    let tmp = state_dir.join(format!("{ATTACH_FILE}.tmp"));
+    let text = serde_json::to_string(info).map_err(|e| Error::internal(e.to_string()))?;
+    let _ = std::fs::remove_file(&tmp);
+    silt_common::private::options()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, state_dir.join(ATTACH_FILE)))
+        .map_err(|e| Error::from(e).context(format!("writing {}", tmp.display())))
 }
 
 impl Drop for LocalService {

@@ -168,9 +168,9 @@ async fn handle(mut s: UnixStream, d: &Daemon) -> silt_common::Result<()> {
         }
         Request::SyncPolicy { path, policy } => {
             let info = match policy.as_deref() {
-                Some(p) => {
-                    SyncPolicy::parse(p).and_then(|policy| d.client.set_sync_policy(&path, policy))
-                }
+                Some(p) => SyncPolicy::parse(p)
+                    .and_then(|policy| d.client.set_sync_policy(&path, policy))
+                    .inspect(|_| d.sync_rules_changed()),
                 None => d.client.policy_info(&path),
             };
             return answer_after_kernel(&mut s, d, info).await;

@@ -45,9 +45,26 @@ pub struct Daemon {
     pub shutdown: Notify,
     /// Loads run through the control socket, for the web page.
     pub loads: Arc<silt_ops::Loads>,
+    /// What serves this node to same-host clients, if it does (taken out at the stop).
+    pub local: std::sync::Mutex<Option<LocalService>>,
 }
 
 impl Daemon {
+    /// Stops serving same-host clients: the socket and `attach.json` go, so no process
+    /// attaches to a node on its way out.
+    pub fn stop_serving_local(&self) {
+        drop(self.local.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
+
+    /// Tells clients attaching from now on of changed sync rules (`attach.json`).
+    pub fn sync_rules_changed(&self) {
+        if let Some(local) = &*self.local.lock().unwrap_or_else(|e| e.into_inner()) {
+            if let Err(e) = local.rules_changed(&self.client) {
+                warn!(error = %e, "attached clients not told of the changed sync rules");
+            }
+        }
+    }
+
     /// The namespace served (a cluster client's comes from the cluster, not its flags).
     pub fn mounts(&self) -> Vec<MountSpec> {
         silt_node::client_mounts(&self.client)
@@ -176,7 +193,7 @@ pub fn run(
         Some(_) => Default::default(),
         None => cfg.cluster_secret.clone(),
     };
-    let _local = cluster_key(&local_secret, &cfg.state_dir, true)
+    let local = cluster_key(&local_secret, &cfg.state_dir, true)
         .and_then(|key| {
             LocalService::start(&client, &cfg.state_dir, key, rt.handle(), Some(settled))
         })
@@ -192,6 +209,7 @@ pub fn run(
         cluster,
         shutdown: Notify::new(),
         loads: Arc::default(),
+        local: std::sync::Mutex::new(local),
     });
     let socket = control::socket_path(&cfg.state_dir);
     let listener = rt.block_on(control::bind(&socket))?;
@@ -269,7 +287,7 @@ pub fn run(
     let Some(mounted) = mounted else {
         // Nothing to hand over or unmount: a handover request stops it like any other.
         eprintln!("silt: {why}; stopping");
-        drop(_local);
+        daemon.stop_serving_local();
         let _ = std::fs::remove_file(&socket);
         if let Err(e) = daemon.client.save_metadata(&snapshot) {
             warn!(error = %e, "could not save the metadata cache; the next start begins empty");
@@ -286,6 +304,7 @@ pub fn run(
         if let Err(e) = daemon.client.save_metadata(&snapshot) {
             warn!(error = %e, "could not save the metadata cache; the next start begins empty");
         }
+        daemon.stop_serving_local();
         rt.shutdown_timeout(Duration::from_secs(2));
         result?;
         return Ok(ExitCode::SUCCESS);
@@ -298,6 +317,7 @@ pub fn run(
             warn!(error = %e, "could not save the metadata cache; the next start begins empty");
         }
     }
+    daemon.stop_serving_local();
     rt.shutdown_timeout(Duration::from_secs(2));
     result?;
     Ok(ExitCode::SUCCESS)
@@ -488,6 +508,7 @@ pub fn run_worker(cfg: Config) -> Result<ExitCode> {
         cluster: Some(router),
         shutdown: Notify::new(),
         loads: Arc::default(),
+        local: std::sync::Mutex::new(None),
     });
     let socket = control::socket_path(&cfg.state_dir);
     let listener = rt.block_on(control::bind(&socket))?;
