@@ -720,6 +720,30 @@ def test_cache_space_is_the_cache_holding_the_clients_data(s3, workdir, procs):
         subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
 
 
+def test_an_attached_clients_own_memory_tier_is_small_unless_asked_for(s3, workdir, procs):
+    """An attached client's data is in its owner's cache on this host: its own memory tier
+    keeps 16 MiB by default (read-ahead room), not a second copy of everything it reads (at
+    1 GiB a loader process faulted fresh pages for every read); an explicit
+    `memory_capacity` is kept."""
+    big = os.urandom(40 << 20)
+    s3.put("big.bin", big)
+    up, state, mnt = silt_up(s3, workdir, procs)
+    try:
+        with open(os.path.join(mnt, "data", "big.bin"), "rb") as f:
+            assert f.read() == big  # whole in the owner's cache
+        small = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
+        assert small.cat_file("/data/big.bin") == big
+        assert small.client.stats()["bytes_cached"] <= 16 << 20, small.client.stats()
+        asked = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True, memory_capacity="64MiB")
+        assert asked.cat_file("/data/big.bin") == big
+        assert asked.client.stats()["bytes_cached"] > 16 << 20, asked.client.stats()
+        small.close()
+        asked.close()
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
 ALLOC = """
 import ctypes, silt
 libc = ctypes.CDLL(None)

@@ -123,6 +123,9 @@ impl silt_client::ChangeSink for OwnerSink {
     }
 }
 
+/// The memory tier of an attached client when `memory_capacity` is left at its default.
+pub const ATTACHED_MEMORY: u64 = 16 << 20;
+
 /// A client ready to serve, and what it belongs to.
 #[derive(Clone)]
 pub struct Node {
@@ -233,6 +236,13 @@ impl Node {
         }
         if let Some(r) = &info.sync_rules {
             cfg.set("sync_rules", r)?;
+        }
+        // Its data is in the owner's cache on this host: its own memory tier is room for
+        // read-ahead and for the pages small reads come back to, not a second cache. At the
+        // default 1 GiB a loader process kept a copy of everything it read once, each read
+        // landing in fresh pages (a DataLoader epoch with new workers at 0.6 of the mount).
+        if cfg.memory_capacity == Config::default().memory_capacity {
+            cfg.memory_capacity = ATTACHED_MEMORY;
         }
         let mut node = Self::cluster_client(&cfg, rt, m, ns, opts)?;
         node.role = Role::Attached;
