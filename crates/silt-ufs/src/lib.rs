@@ -31,6 +31,7 @@ mod measure;
 mod mem;
 mod object;
 mod s3;
+mod synthetic;
 mod uri;
 mod user_meta;
 
@@ -42,6 +43,7 @@ pub use measure::{measured, Measure, Measured};
 pub use mem::MemStore;
 pub use object::{ObjectScheme, ObjectStore, ObjectUri};
 pub use s3::{redact_uri, S3Flavor, S3Options, S3Store, S3UriOptions};
+pub use synthetic::SyntheticStore;
 pub use uri::{open_store, open_store_as, StoreUri};
 
 /// File, directory, symbolic link or special file.
