@@ -284,40 +284,35 @@ pub fn run(
     let why = rt.block_on(wait_for_stop(&daemon, || {
         mounted.as_ref().is_some_and(|m| m.is_finished())
     }))?;
-    let Some(mounted) = mounted else {
-        // Nothing to hand over or unmount: a handover request stops it like any other.
-        eprintln!("silt: {why}; stopping");
-        daemon.stop_serving_local();
-        let _ = std::fs::remove_file(&socket);
-        if let Err(e) = daemon.client.save_metadata(&snapshot) {
-            warn!(error = %e, "could not save the metadata cache; the next start begins empty");
+    // A handover leaves the mount (and the control socket's path) to the new daemon; any other
+    // stop unmounts, if there is a mount. The metadata is kept unless an unmount failed.
+    let handing_over = mounted.is_some() && why == HANDING_OVER;
+    let result = match mounted {
+        None => {
+            eprintln!("silt: {why}; stopping");
+            Ok(())
         }
-        rt.shutdown_timeout(Duration::from_secs(2));
-        return Ok(ExitCode::SUCCESS);
+        Some(m) if handing_over => {
+            eprintln!(
+                "silt: {why}: leaving the mount at {} to the new daemon",
+                cfg.mountpoint.display()
+            );
+            m.hand_over()
+        }
+        Some(m) => {
+            eprintln!("silt: {why}; unmounting {}", cfg.mountpoint.display());
+            m.unmount()
+        }
     };
-    if why == HANDING_OVER {
-        eprintln!(
-            "silt: {why}: leaving the mount at {} to the new daemon",
-            cfg.mountpoint.display()
-        );
-        let result = mounted.hand_over();
-        if let Err(e) = daemon.client.save_metadata(&snapshot) {
-            warn!(error = %e, "could not save the metadata cache; the next start begins empty");
-        }
-        daemon.stop_serving_local();
-        rt.shutdown_timeout(Duration::from_secs(2));
-        result?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    eprintln!("silt: {why}; unmounting {}", cfg.mountpoint.display());
-    let result = mounted.unmount();
-    let _ = std::fs::remove_file(&socket);
-    if result.is_ok() {
-        if let Err(e) = daemon.client.save_metadata(&snapshot) {
-            warn!(error = %e, "could not save the metadata cache; the next start begins empty");
-        }
-    }
     daemon.stop_serving_local();
+    if !handing_over {
+        let _ = std::fs::remove_file(&socket);
+    }
+    if handing_over || result.is_ok() {
+        if let Err(e) = daemon.client.save_metadata(&snapshot) {
+            warn!(error = %e, "could not save the metadata cache; the next start begins empty");
+        }
+    }
     rt.shutdown_timeout(Duration::from_secs(2));
     result?;
     Ok(ExitCode::SUCCESS)
