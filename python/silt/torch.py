@@ -311,6 +311,12 @@ class CacheAwareSampler:
     def order(self):
         """This epoch's order (cached first, but see the class on small data sets); sets
         ``last_cached``.  Prefetches nothing."""
+        return self._plan()[0]
+
+    def _plan(self):
+        """``(order, spread)``: this epoch's order, and its uncached samples when it is the
+        shuffled order itself (a loader that takes them all before reading a cached one), else
+        None; sets ``last_cached``."""
         n = len(self.dataset)
         order = list(range(n))
         if self.shuffle:
@@ -320,16 +326,15 @@ class CacheAwareSampler:
         cached = [i for i in order if (resident[i] or 0.0) >= 1.0]
         rest = [i for i in order if (resident[i] or 0.0) < 1.0]
         self.last_cached = len(cached)
-        self._uncached = rest
-        # The loader would take every uncached sample before reading a cached one.
-        self._spread = self.prefetch and bool(cached) and bool(rest) and len(cached) + self.loader_ahead >= n
-        return order if self._spread else cached + rest
+        if self.prefetch and cached and rest and len(cached) + self.loader_ahead >= n:
+            return order, rest
+        return cached + rest, None
 
     def __iter__(self):
-        order = self.order()
+        order, spread = self._plan()
         self.epoch += 1
-        if self._spread:
-            return self._take_spread(order, self._uncached)
+        if spread is not None:
+            return self._take_spread(order, spread)
         return self._take(order, self.last_cached)
 
     def _take_spread(self, order, uncached):
@@ -361,8 +366,6 @@ class CacheAwareSampler:
         take), and the bridge starts ``2 × loader_ahead`` before the first uncached sample is
         taken where it can, at the latest when it is taken; a smaller cached part makes it
         shorter."""
-        if not hasattr(fs, "free"):
-            return None, 0
         ahead = self.loader_ahead
         count = min(n - first_rest, ahead + self.lookahead) - early
         start = max(count + ahead + ahead // 2 + 1, first_rest - 2 * ahead)
