@@ -3,8 +3,8 @@
 //! `d0000000`, ... of `files_per_dir` files `f0000000.bin`, ... each. Every size, mtime and
 //! ETag is derived from the seed and the file's numbers, and every byte from those and its
 //! offset, so nothing is held per entry and two stores made alike answer alike. Read-only: a
-//! write, delete or other change is refused with `ReadOnly`. Not reachable from a URI: a
-//! benchmark or test builds it.
+//! write, delete, mkdir, rmdir or rename is refused with `ReadOnly` (the other changes with
+//! the trait's `Unsupported`). Not reachable from a URI: a benchmark or test builds it.
 
 use std::ops::Range;
 use std::time::{Duration, UNIX_EPOCH};
@@ -165,16 +165,16 @@ impl UnderStore for SyntheticStore {
         let dir = normalize_path(dir)?;
         let files_of = |d: u64| (0..self.files_per_dir).map(move |f| self.file_meta(d, f));
         match self.node(dir) {
-            Some(Node::Root) => Ok((0..self.dirs)
-                .flat_map(|d| {
-                    let files: Box<dyn Iterator<Item = ObjectMeta>> = if recursive {
-                        Box::new(files_of(d))
-                    } else {
-                        Box::new(std::iter::empty())
-                    };
-                    std::iter::once(Self::dir_meta(Some(d))).chain(files)
-                })
-                .collect()),
+            Some(Node::Root) => {
+                let mut out = Vec::new();
+                for d in 0..self.dirs {
+                    out.push(Self::dir_meta(Some(d)));
+                    if recursive {
+                        out.extend(files_of(d));
+                    }
+                }
+                Ok(out)
+            }
             Some(Node::Dir(d)) => Ok(files_of(d).collect()),
             Some(Node::File(..)) => Err(Error::new(
                 ErrorKind::NotADirectory,
