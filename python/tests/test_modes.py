@@ -6,6 +6,7 @@ import hashlib
 import json
 import mmap
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import fsspec
 import pytest
 
 import silt
-from conftest import SILT, cluster_secret, free_port, run_silt
+from conftest import SILT, Proc, cluster_secret, free_port, run_silt
 
 DATA = {f"train/{i:03d}.bin": hashlib.sha256(str(i).encode()).digest() * (97 + 1000 * i) for i in range(24)}
 
@@ -460,21 +461,30 @@ def test_cluster_client_reads_through_workers_and_survives_a_worker_killed_mid_r
 
 def test_a_pod_attaches_to_its_nodes_cluster_client_served_with_no_mount(s3, workdir, procs):
     """The chart's `sdk` DaemonSet: a cluster client on the node (`silt up` with mountpoint
-    none: no FUSE mount) serves its state directory. A process in PID, network and mount
-    namespaces of its own, given that directory at another path and no store option,
-    credential or cluster secret, attaches and reads the workers' bytes and writes through the
-    node's store; what proves it on the socket is the state directory's own secret, never the
-    cluster's."""
+    none: no FUSE mount, run here as nobody) serves its state directory. A process in PID,
+    network and mount namespaces of its own, given that directory at another path and no store
+    option, credential or cluster secret, attaches and reads the workers' bytes and writes
+    through the node's store; what proves it on the socket is the state directory's own
+    secret, never the cluster's, and the workers refuse a client proving that one."""
     fill(s3)
     workers, listed, secret = start_workers(s3, workdir, procs)
+    # Run as nobody, as the chart runs it without privilege: its state directory and its copy
+    # of the cluster secret are nobody's own.
+    os.chmod(workdir, 0o711)
     state = os.path.join(workdir, "node")
-    node = run_silt(
-        ["up", "--workers", listed, "--cluster-secret-file", secret, "--mount", f"/data=s3://{s3.bucket}",
-         "--state-dir", state, "--mountpoint", "none", "--cluster-unix-socket", "false",
-         "--write-type", "through"] + s3.flags(),
-        procs,
+    os.makedirs(state, mode=0o700)
+    node_secret = os.path.join(workdir, "node-cluster-secret")
+    shutil.copyfile(secret, node_secret)
+    for p in (state, node_secret):
+        os.chown(p, 65534, 65534)
+    node = Proc(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SILT, "up", "--workers", listed,
+         "--cluster-secret-file", node_secret, "--mount", f"/data=s3://{s3.bucket}", "--state-dir", state,
+         "--mountpoint", "none", "--cluster-unix-socket", "false", "--write-type", "through"] + s3.flags(),
+        env=dict(os.environ, SILT_LOG="warn"),
     )
-    node.wait_for("silt: serving", "silt up --mountpoint none")
+    procs.append(node)
+    node.wait_for("silt: serving", "silt up --mountpoint none, as nobody")
     with open(os.path.join(state, "cluster-secret")) as a, open(secret) as b:
         assert a.read().strip() != b.read().strip()
     out = attached_in_own_namespaces(
@@ -496,6 +506,22 @@ def test_a_pod_attaches_to_its_nodes_cluster_client_served_with_no_mount(s3, wor
         assert fs.residency(["/data/" + k for k in sorted(DATA)]) == [1.0] * len(DATA)
     finally:
         fs.close()
+    # The state directory's secret does not make a member of the cluster: the workers refuse
+    # a client proving it (each counts a failed proof), so it learns nothing of what they hold.
+    def refused():
+        return sum(json.loads(subprocess.run([SILT, "report", "--json", "--state-dir", os.path.join(workdir, f"w{i}")],
+                                             capture_output=True, text=True, check=True).stdout)["metrics"]
+                   .get("silt_rpc_auth_failures_total", 0) for i in range(len(workers)))
+    before = refused()
+    outsider = silt.SiltFileSystem(workers=listed, mounts={"/data": f"s3://{s3.bucket}"},
+                                   cluster_secret_file=os.path.join(state, "cluster-secret"),
+                                   cluster_unix_socket=False, memory_capacity="0", skip_instance_cache=True,
+                                   **s3.options())
+    try:
+        assert outsider.residency(["/data/train/001.bin"]) == [0.0]
+    finally:
+        outsider.close()
+    assert refused() > before
     node.stop()
 
 
@@ -611,38 +637,24 @@ def test_an_attached_client_sees_the_files_its_owner_knows_without_asking_the_st
         subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
 
 
-def test_an_attached_client_follows_its_owners_sync_policy(s3, workdir, procs):
+@pytest.mark.parametrize("when", ["start", "run_time"])
+def test_an_attached_client_follows_its_owners_sync_policy(s3, workdir, procs, when):
     """The owner's policy holds for its attached clients, whatever theirs would be: under
-    `always` on the owner, a file put behind Silt's back is seen at the next stat of a client
-    that had already listed the directory (its own default, an hour, would hide it)."""
+    `always` on the owner, given at its start or set at run time with `silt fs sync-policy`
+    (which reaches the clients attaching afterwards, a DataLoader's next workers), a file put
+    behind Silt's back is seen at the next stat of a client that had already listed the
+    directory (its own default, an hour, would hide it)."""
     fill(s3)
-    up, state, mnt = silt_up(s3, workdir, procs, extra=["--sync-policy", "always"])
+    up, state, mnt = silt_up(s3, workdir, procs, extra=["--sync-policy", "always"] if when == "start" else [])
     try:
+        if when == "run_time":
+            subprocess.run([SILT, "fs", "sync-policy", "/data/train", "always", "--state-dir", state],
+                           check=True, capture_output=True)
         fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
         assert "new.bin" not in [p.rsplit("/", 1)[-1] for p in fs.ls("/data/train", detail=False)]
         s3.put("train/new.bin", b"put after the listing")
         assert fs.cat_file("/data/train/new.bin") == b"put after the listing"
         assert "new.bin" in [p.rsplit("/", 1)[-1] for p in fs.ls("/data/train", detail=False)]
-        fs.close()
-    finally:
-        up.stop()
-        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
-
-
-def test_a_policy_set_at_run_time_holds_for_clients_attaching_after_it(s3, workdir, procs):
-    """`silt fs sync-policy` on the owner reaches the clients that attach afterwards (a
-    DataLoader's next workers): under the `always` it set, a file put behind Silt's back after
-    the new client listed the directory is seen at once (the owner's default, an hour, would
-    hide it from the client's own listing)."""
-    fill(s3)
-    up, state, mnt = silt_up(s3, workdir, procs)
-    try:
-        subprocess.run([SILT, "fs", "sync-policy", "/data/train", "always", "--state-dir", state],
-                       check=True, capture_output=True)
-        fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
-        assert "new.bin" not in [p.rsplit("/", 1)[-1] for p in fs.ls("/data/train", detail=False)]
-        s3.put("train/new.bin", b"put after the listing")
-        assert fs.cat_file("/data/train/new.bin") == b"put after the listing"
         fs.close()
     finally:
         up.stop()
