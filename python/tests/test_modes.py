@@ -286,6 +286,7 @@ def test_attach_to_silt_up_shares_its_cache_and_reads_cached_files_locally(s3, w
         assert fs.residency(["/data/big.bin"]) == [1.0]
         r = fs.client.open("/data/big.bin")
         assert r.read(0, len(big)) == big
+        assert fs.cat_file("/data/big.bin") == big
         # Whole in the daemon's cache on this host: read straight from its cache file.
         assert r.is_local
         assert r.read(12345, 100000) == big[12345:112345]
@@ -304,6 +305,11 @@ def test_attach_to_silt_up_shares_its_cache_and_reads_cached_files_locally(s3, w
             f.write(bytes([b[0] ^ 0xFF]))
         assert r.read(at - 100, 4 << 20) == big[at - 100 : at - 100 + (4 << 20)]
         assert not r.is_local
+        # Reads into `bytes` (cat_file, cat_ranges) read the owner's cache file in place, each
+        # page checked there: the flipped one is refused and read the usual way instead.
+        assert fs.cat_file("/data/big.bin") == big
+        got = fs.cat_ranges(["/data/big.bin"] * 2, [at - 100, 0], [at + 100, 10])
+        assert got == [big[at - 100 : at + 100], big[:10]]
         check_all(fs)
         # A pin from the attached client lands in the owner's cache: `silt fs stat` there
         # shows it, and unpinning from here removes it.
@@ -736,18 +742,24 @@ def test_an_attached_clients_own_memory_tier_is_small_unless_asked_for(s3, workd
     """An attached client's data is in its owner's cache on this host: its own memory tier
     keeps 16 MiB by default (read-ahead room), not a second copy of everything it reads (at
     1 GiB a loader process faulted fresh pages for every read); an explicit
-    `memory_capacity` is kept."""
+    `memory_capacity` is kept. A whole file read into `bytes` comes straight from the owner's
+    cache file (no page kept here); reads of pieces of pages go through the client's pages."""
     big = os.urandom(40 << 20)
     s3.put("big.bin", big)
     up, state, mnt = silt_up(s3, workdir, procs)
     try:
         with open(os.path.join(mnt, "data", "big.bin"), "rb") as f:
             assert f.read() == big  # whole in the owner's cache
+        starts = [1 + (i << 20) for i in range(39)]  # each a piece of two pages
+        ends = [s + (1 << 20) for s in starts]
+        pieces = [big[s:e] for s, e in zip(starts, ends)]
         small = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
         assert small.cat_file("/data/big.bin") == big
-        assert small.client.stats()["bytes_cached"] <= 16 << 20, small.client.stats()
+        assert small.client.stats()["bytes_cached"] == 0, small.client.stats()
+        assert small.cat_ranges(["/data/big.bin"] * len(starts), starts, ends) == pieces
+        assert 0 < small.client.stats()["bytes_cached"] <= 16 << 20, small.client.stats()
         asked = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True, memory_capacity="64MiB")
-        assert asked.cat_file("/data/big.bin") == big
+        assert asked.cat_ranges(["/data/big.bin"] * len(starts), starts, ends) == pieces
         assert asked.client.stats()["bytes_cached"] > 16 << 20, asked.client.stats()
         small.close()
         asked.close()

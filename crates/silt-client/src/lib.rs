@@ -1567,6 +1567,68 @@ impl Client {
         self.read_looked(file, offset, end, looked, began).await
     }
 
+    /// The bytes `[offset, offset + buf.len())` of the file written into `buf` (the range must
+    /// lie inside the file): the SDK's reads into its own `bytes`. Pages this process holds
+    /// are copied; otherwise whole pages (a whole file) are read from a same-host owner's
+    /// cache file straight into `buf` (`BackingSource::read_into`: no page of this process
+    /// allocated, filled or kept, so a fresh loader process touches its bytes once); else
+    /// through the pages, as `read`.
+    pub async fn read_into(&self, file: &OpenFile, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let len = buf.len() as u64;
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= file.size())
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "{}: read past the end of the file",
+                    file.entry.path
+                ))
+            })?;
+        if len == 0 {
+            return Ok(());
+        }
+        let began = Instant::now();
+        let chunks = match self.read_resident(file, offset, end) {
+            Some(b) => {
+                ReadFrom::Resident.histogram().since(began);
+                vec![b?]
+            }
+            None => {
+                let (first, last) = self.page_span(offset, end);
+                let looked = self.worker.cached_pages(file.obj.id, first..=last);
+                // Whole pages only: a piece of one is read the usual way, its page kept here
+                // for the reads of its neighbours (pyarrow's small ranged reads).
+                let ps = self.worker.page_size();
+                let whole_pages =
+                    offset.is_multiple_of(ps) && (end.is_multiple_of(ps) || end == file.size());
+                if let (true, true, Some(source)) = (
+                    whole_pages,
+                    looked.iter().any(Option::is_none),
+                    &self.backing,
+                ) {
+                    if source.read_into(&file.obj, offset, buf).await {
+                        ReadFrom::Worker.histogram().since(began);
+                        count_source(ReadSource::UnderStore, len);
+                        return Ok(());
+                    }
+                }
+                self.read_looked(file, offset, end, looked, began).await?
+            }
+        };
+        let mut at = 0;
+        for c in chunks {
+            let Some(dst) = buf.get_mut(at..at + c.len()) else {
+                return Err(Error::internal("a read gave more bytes than asked for"));
+            };
+            dst.copy_from_slice(&c);
+            at += c.len();
+        }
+        if at != buf.len() {
+            return Err(Error::internal("a read gave fewer bytes than asked for"));
+        }
+        Ok(())
+    }
+
     /// Where a read's bytes came from, for `silt_client_read_seconds`: the slowest source
     /// of any of its pages.
     fn read_from<'a>(&self, sources: impl Iterator<Item = &'a ReadSource>) -> ReadFrom {

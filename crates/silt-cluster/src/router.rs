@@ -537,6 +537,44 @@ impl Router {
     }
 }
 
+impl Router {
+    /// Bytes `offset..offset + buf.len()` of `obj` into `buf`, from its sole owner on this
+    /// host (an attached client's owner): read from the cache file the owner passes, or
+    /// copied from its answer, with no page kept in this process. `false` (`buf` unspecified)
+    /// when there is no such owner or it failed: the caller reads the usual way, which retries
+    /// and fails over. Cut at placement groups (each one request), read side by side.
+    pub async fn read_into(&self, obj: &ObjectRef, offset: u64, buf: &mut [u8]) -> bool {
+        let Some(owner) = self.sole_owner(obj) else {
+            return false;
+        };
+        let client = self.client(&owner);
+        if !client.same_host() {
+            return false;
+        }
+        let end = offset + buf.len() as u64;
+        let mut rest = buf;
+        let mut calls = Vec::new();
+        for part in split(offset..end, self.opts.group_size) {
+            let (head, tail) = rest.split_at_mut((part.end - part.start) as usize);
+            rest = tail;
+            metrics::REMOTE_READS.inc();
+            let call = client.read_into(obj, part.start, head);
+            calls.push(self.attempt(&owner, self.opts.timeout, call));
+        }
+        match futures::future::try_join_all(calls).await {
+            Ok(_) => true,
+            Err(CallError::Link(e)) => {
+                self.mark_failed(&owner, &e);
+                false
+            }
+            Err(CallError::Worker(e)) => {
+                tracing::debug!(worker = %owner.id, error = %e, "read into a buffer");
+                false
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl BackingSource for Router {
     async fn local_reader(&self, obj: &ObjectRef) -> Option<Box<dyn silt_reader::LocalRead>> {
@@ -550,6 +588,10 @@ impl BackingSource for Router {
             c.lease_copy(obj).await
         })
         .await
+    }
+
+    async fn read_into(&self, obj: &ObjectRef, offset: u64, buf: &mut [u8]) -> bool {
+        Router::read_into(self, obj, offset, buf).await
     }
 }
 

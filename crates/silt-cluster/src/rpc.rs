@@ -1521,6 +1521,12 @@ impl WorkerClient {
         }
     }
 
+    /// Whether the worker is reached over its Unix socket (on this host: it passes its cache
+    /// files as descriptors).
+    pub fn same_host(&self) -> bool {
+        matches!(self.endpoint, Endpoint::Unix(_))
+    }
+
     /// An idle connection (`true`: it was pooled, so it may be stale) or a new one.
     async fn conn(&self) -> Result<(Conn, bool)> {
         if let Some(c) = self.idle.lock().pop() {
@@ -1633,35 +1639,115 @@ impl WorkerClient {
             bytes
         } else {
             let mut out = BytesMut::with_capacity(len as usize);
-            loop {
-                match read_frame(&mut c).await? {
-                    Some((FrameKind::Data, p)) => {
-                        if out.len() + p.len() > len as usize {
-                            return Err(Error::new(
-                                ErrorKind::Corrupted,
-                                "worker sent more bytes than asked for",
-                            )
-                            .into());
-                        }
-                        out.extend_from_slice(&p);
+            c = self
+                .data_frames(c, |p| {
+                    if out.len() + p.len() > len as usize {
+                        return Err(too_many_bytes());
                     }
-                    Some((FrameKind::End, _)) => break out.freeze(),
-                    Some((FrameKind::Error, p)) => {
-                        self.put_back(c);
-                        return Err(worker_error(&p));
-                    }
-                    Some((FrameKind::Json, _)) | None => {
-                        return Err(Error::new(
-                            ErrorKind::Unavailable,
-                            "worker response ended early",
-                        )
-                        .into())
-                    }
-                }
-            }
+                    out.extend_from_slice(p);
+                    Ok(())
+                })
+                .await?;
+            out.freeze()
         };
         self.put_back(c);
         Ok(finish(bytes, len)?)
+    }
+
+    /// Bytes `offset..offset + buf.len()` of `obj` written into `buf` (a caller's own buffer:
+    /// the SDK's `bytes` objects), with no copy of its own where the worker passes its cache
+    /// file: the pages are read into `buf` and checked there. A pooled connection that fails
+    /// on the link is retried once on a new one, as `read` is.
+    pub async fn read_into(
+        &self,
+        obj: &ObjectRef,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> std::result::Result<(), CallError> {
+        let (c, pooled) = self.conn().await?;
+        match self.read_into_on(c, obj, offset, &mut *buf).await {
+            Err(CallError::Link(_)) if pooled => {
+                self.reset();
+                self.read_into_on(self.connect().await?, obj, offset, buf)
+                    .await
+            }
+            r => r,
+        }
+    }
+
+    async fn read_into_on(
+        &self,
+        mut c: Conn,
+        obj: &ObjectRef,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> std::result::Result<(), CallError> {
+        let len = buf.len() as u64;
+        let want_fd = matches!(c, Conn::Unix(_));
+        write_json(
+            &mut c,
+            &Request::Read {
+                object: WireObject::from_ref(obj),
+                offset,
+                len,
+                fd: want_fd,
+            }
+            .envelope(),
+        )
+        .await?;
+        let head: answer::FileHead = expect_answer(&mut c, "read").await?;
+        if let Some(fd) = passed_fd(&c, &head).await? {
+            let read = pread_into_checked(fd, &head, obj.size(), offset, buf).await;
+            write_json(&mut c, &answer::AfterFd::Done).await?;
+            read?;
+            expect_end(&mut c).await?;
+            metrics::REMOTE_FD_READS.inc();
+        } else {
+            let mut at = 0;
+            c = self
+                .data_frames(c, |p| {
+                    let dst = buf.get_mut(at..at + p.len()).ok_or_else(too_many_bytes)?;
+                    dst.copy_from_slice(p);
+                    at += p.len();
+                    Ok(())
+                })
+                .await?;
+            if at != buf.len() {
+                return Err(Error::new(
+                    ErrorKind::Corrupted,
+                    format!("worker sent {at} bytes, expected {len}"),
+                )
+                .into());
+            }
+        }
+        self.put_back(c);
+        metrics::REMOTE_READ_BYTES.add(len);
+        Ok(())
+    }
+
+    /// The data frames of a read's answer, each given to `sink`, up to its end; the connection
+    /// back for the pool. A worker's error frame ends it (the connection pooled: the answer
+    /// was whole).
+    async fn data_frames(
+        &self,
+        mut c: Conn,
+        mut sink: impl FnMut(&[u8]) -> std::result::Result<(), CallError>,
+    ) -> std::result::Result<Conn, CallError> {
+        loop {
+            match read_frame(&mut c).await? {
+                Some((FrameKind::Data, p)) => sink(&p)?,
+                Some((FrameKind::End, _)) => return Ok(c),
+                Some((FrameKind::Error, p)) => {
+                    self.put_back(c);
+                    return Err(worker_error(&p));
+                }
+                Some((FrameKind::Json, _)) | None => {
+                    return Err(
+                        Error::new(ErrorKind::Unavailable, "worker response ended early").into(),
+                    )
+                }
+            }
+        }
     }
 
     /// A private copy of the object's cache file from a same-host worker (see `lease_copy` on the
@@ -2185,6 +2271,49 @@ async fn pread_checked(
     check_pages(&buf, ps, &crcs)?;
     let from = (offset - start) as usize;
     Ok(Bytes::from(buf).slice(from..from + len as usize))
+}
+
+fn too_many_bytes() -> CallError {
+    Error::new(
+        ErrorKind::Corrupted,
+        "worker sent more bytes than asked for",
+    )
+    .into()
+}
+
+/// `pread_checked` into the caller's `buf` (the bytes `[offset, offset + buf.len())`): read in
+/// place when the passed pages are exactly that range (a whole file, or whole pages), else
+/// through `pread_checked`'s buffer.
+async fn pread_into_checked(
+    fd: OwnedFd,
+    head: &answer::FileHead,
+    size: u64,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let len = buf.len() as u64;
+    let (ps, first, crcs) = passed_pages(head)?;
+    let start = first.checked_mul(ps);
+    let stop = start
+        .and_then(|s| s.checked_add(crcs.len() as u64 * ps))
+        .map(|s| s.min(size));
+    if start != Some(offset) || stop != offset.checked_add(len) || len > MAX_RANGE + ps {
+        let bytes = pread_checked(fd, head, size, offset, len).await?;
+        buf.copy_from_slice(&bytes);
+        return Ok(());
+    }
+    let file = std::fs::File::from(fd);
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if buf.len() <= INLINE_PREAD || !multi_thread {
+        file.read_exact_at(buf, offset)?;
+    } else {
+        // The buffer is borrowed, so not handed to a blocking thread: this runtime thread
+        // becomes one for the read (its other tasks move on meanwhile).
+        tokio::task::block_in_place(|| file.read_exact_at(buf, offset))?;
+    }
+    check_pages(buf, ps, &crcs)
 }
 
 #[cfg(test)]

@@ -181,6 +181,56 @@ async fn passed_descriptors_are_read_and_checked() {
     }
 }
 
+/// `read_into` fills the caller's buffer: from the worker's bytes when it has to fetch, from
+/// the passed descriptor (in place for whole pages, through pages for any other range) once
+/// cached, every page checked; a flipped byte is refused, never written into the buffer's
+/// answer.
+#[tokio::test]
+async fn reads_into_a_buffer_fill_it_and_check_every_page() {
+    let (data, obj, c, dir, _) = disk_worker_with_a_file().await;
+    let fd_reads = || silt_common::metrics::REMOTE_FD_READS.get();
+    let read = |offset: u64, len: usize| {
+        let (c, obj) = (&c, &obj);
+        async move {
+            let mut buf = vec![0u8; len];
+            c.read_into(obj, offset, &mut buf).await.map(|_| buf)
+        }
+    };
+    let size = data.len();
+    assert_eq!(
+        read(0, size).await.unwrap(),
+        data,
+        "cold: the worker's bytes"
+    );
+    for (offset, len) in [
+        (0, size),
+        (PS + 5, 2 * PS as usize),
+        (4 * PS, PS as usize + 77),
+    ] {
+        let before = fd_reads();
+        let got = read(offset, len).await.unwrap();
+        assert_eq!(
+            got,
+            &data[offset as usize..offset as usize + len],
+            "{offset}+{len}"
+        );
+        assert_eq!(
+            fd_reads(),
+            before + 1,
+            "{offset}+{len}: not through a descriptor"
+        );
+    }
+    // A buffer longer than the object: the worker's pages do not cover it.
+    assert!(read(0, size + 1).await.is_err(), "a read past the end");
+    flip_cached_byte(dir.path(), 2 * PS + 3);
+    for (offset, len) in [(0, size), (PS, 2 * PS as usize)] {
+        match read(offset, len).await {
+            Err(CallError::Link(e)) => assert_eq!(e.kind(), ErrorKind::Corrupted, "{e}"),
+            other => panic!("{offset}+{len}: expected a checksum failure, got {other:?}"),
+        }
+    }
+}
+
 /// A lease leases the worker's own cache file of a whole object (no copy) while it lives;
 /// every read through it checks the pages it touches, so a flipped byte is an error.
 #[tokio::test]

@@ -217,17 +217,91 @@ fn entry_dict<'py>(py: Python<'py>, e: &Entry) -> PyResult<Bound<'py, PyDict>> {
     Ok(d)
 }
 
-/// `bytes` holding `chunks` one after another: the one copy from the cache into Python.
-/// Bytes `[start, end)` of the version of `path` open now (`end` None: to its end).
-async fn read_range(
+/// The version of `path` open now, for a read of `[start, end)` (`end` None: to its end; a
+/// start past the end reads nothing).
+async fn open_range(
     c: &silt_client::Client,
     path: &str,
     start: u64,
     end: Option<u64>,
-) -> Result<Vec<Bytes>> {
+) -> Result<(silt_client::OpenFile, u64, u64)> {
     let f = c.open(path).await?;
     let end = end.unwrap_or(u64::MAX).min(f.size());
-    c.read_chunks(&f, start, end.saturating_sub(start)).await
+    Ok((f, start.min(end), end))
+}
+
+/// Where a `bytes` made with its contents unset is filled, away from the GIL.
+struct Unfilled(*mut u8, usize);
+
+// SAFETY: the bytes object is this call's alone until it is returned (no Python code sees
+// it before it is filled), and each is filled by one task.
+unsafe impl Send for Unfilled {}
+
+/// The ranges `[(path, start, end)]` read into `bytes` objects, side by side (64 at a time); a
+/// failed range gives its error in its place. Each `bytes` is made at its final size first and
+/// the client reads straight into it (`Client::read_into`: a same-host owner's cache file read
+/// in place), so a fresh loader process touches each byte once, as a read through the mount
+/// does.
+fn read_ranges<'py>(
+    py: Python<'py>,
+    inner: &Inner,
+    ranges: &[(String, u64, Option<u64>)],
+) -> Vec<PyResult<Bound<'py, PyBytes>>> {
+    use futures::stream::{self, StreamExt};
+    let client = &inner.node().client;
+    let opened: Vec<Result<(silt_client::OpenFile, u64, u64)>> = py.detach(|| {
+        inner.block_on(
+            stream::iter(ranges)
+                .map(|(path, start, end)| open_range(client, path, *start, *end))
+                .buffered(64)
+                .collect(),
+        )
+    });
+    let mut out: Vec<PyResult<Bound<'py, PyBytes>>> = Vec::with_capacity(ranges.len());
+    let mut fills = Vec::new();
+    for o in opened {
+        match o.map_err(py_err).and_then(|(file, start, end)| {
+            unfilled(py, (end - start) as usize).map(|(b, dest)| (b, file, start, dest))
+        }) {
+            Ok((bytes, file, start, dest)) => {
+                fills.push((out.len(), file, start, dest));
+                out.push(Ok(bytes));
+            }
+            Err(e) => out.push(Err(e)),
+        }
+    }
+    let filled: Vec<(usize, Result<()>)> = py.detach(|| {
+        inner.block_on(
+            stream::iter(fills)
+                .map(|(i, file, start, dest)| async move {
+                    // SAFETY: see `Unfilled`: the bytes object lives in `out` meanwhile.
+                    let buf = unsafe { std::slice::from_raw_parts_mut(dest.0, dest.1) };
+                    (i, client.read_into(&file, start, buf).await)
+                })
+                .buffered(64)
+                .collect(),
+        )
+    });
+    for (i, r) in filled {
+        if let Err(e) = r {
+            out[i] = Err(py_err(e));
+        }
+    }
+    out
+}
+
+/// A `bytes` of `len` bytes with its contents unset, and where to write them. The caller
+/// fills it whole before any Python code can see it.
+fn unfilled(py: Python<'_>, len: usize) -> PyResult<(Bound<'_, PyBytes>, Unfilled)> {
+    let n = pyo3::ffi::Py_ssize_t::try_from(len)
+        .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("read too large for bytes"))?;
+    // SAFETY: a new bytes object of `len` bytes, owned here; its buffer is `len` bytes long.
+    unsafe {
+        let ptr = pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), n);
+        let bytes = Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked::<PyBytes>();
+        let at = pyo3::ffi::PyBytes_AsString(ptr).cast::<u8>();
+        Ok((bytes, Unfilled(at, len)))
+    }
 }
 
 /// One `bytes` of the chunks, copied once (`PyBytes::new_with` would zero it first: for a
@@ -370,10 +444,10 @@ impl PyClient {
         end: Option<u64>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let inner = self.get()?;
-        let chunks = py
-            .detach(|| inner.block_on(read_range(&inner.node().client, path, start, end)))
-            .map_err(py_err)?;
-        concat(py, &chunks)
+        let ranges = [(path.to_string(), start, end)];
+        read_ranges(py, &inner, &ranges)
+            .pop()
+            .unwrap_or_else(|| Err(PyValueError::new_err("no range read")))
     }
 
     /// Many ranges at once, read side by side: `[(path, start, end), ...]` → `[bytes, ...]`;
@@ -383,21 +457,12 @@ impl PyClient {
         py: Python<'py>,
         ranges: Vec<(String, u64, Option<u64>)>,
     ) -> PyResult<Bound<'py, PyList>> {
-        use futures::stream::{self, StreamExt};
         let inner = self.get()?;
-        let results: Vec<Result<Vec<Bytes>>> = py.detach(|| {
-            inner.block_on(
-                stream::iter(ranges.iter())
-                    .map(|(path, start, end)| read_range(&inner.node().client, path, *start, *end))
-                    .buffered(64)
-                    .collect(),
-            )
-        });
         let out = PyList::empty(py);
-        for r in results {
+        for r in read_ranges(py, &inner, &ranges) {
             match r {
-                Ok(chunks) => out.append(concat(py, &chunks)?)?,
-                Err(e) => out.append(py_err(e).into_value(py))?,
+                Ok(b) => out.append(b)?,
+                Err(e) => out.append(e.into_value(py))?,
             }
         }
         Ok(out)

@@ -215,6 +215,13 @@ pub trait BackingSource: Send + Sync {
     async fn local_reader(&self, _obj: &ObjectRef) -> Option<Box<dyn LocalRead>> {
         None
     }
+
+    /// Bytes `offset..offset + buf.len()` of `obj` written into `buf` by the source itself (a
+    /// same-host worker's cache file read in place), keeping none of them in this process;
+    /// `false` (`buf` unspecified) when it cannot: the caller reads through its pages.
+    async fn read_into(&self, _obj: &ObjectRef, _offset: u64, _buf: &mut [u8]) -> bool {
+        false
+    }
 }
 
 /// Reads straight from the object's under-store (a worker of the cluster, or a single node).
