@@ -1,6 +1,7 @@
 //! `silt-bench`: the benchmark environment's command line (see the library docs), and the
 //! shuffle benchmark B5 (`silt-bench shuffle`, see `shuffle.rs`).
 
+mod meta;
 mod shuffle;
 
 use std::net::SocketAddr;
@@ -61,6 +62,7 @@ fn cli() -> Command {
                 .subcommand(Command::new("status").about("List environments")),
         )
         .subcommand(shuffle_cli())
+        .subcommand(meta_cli())
         .subcommand(
             Command::new("proxy")
                 .hide(true)
@@ -106,6 +108,7 @@ fn run(m: ArgMatches) -> Result<()> {
         },
         Some(("proxy", m)) => run_proxy(m),
         Some(("shuffle", m)) => run_shuffle(m),
+        Some(("meta", m)) => run_meta(m),
         _ => anyhow::bail!("unknown command"),
     }
 }
@@ -222,6 +225,51 @@ fn shuffle_cli() -> Command {
                 .default_value("7")
                 .help("Seed of the data"),
         )
+}
+
+fn meta_cli() -> Command {
+    let number = |name: &'static str, default: &'static str, help: &'static str| {
+        Arg::new(name)
+            .long(name)
+            .value_parser(value_parser!(u64))
+            .default_value(default)
+            .help(help)
+    };
+    Command::new("meta")
+        .about("Benchmark B7: a client's metadata at scale, walking a synthetic store in process (prints one JSON object)")
+        .arg(number("dirs", "1000", "Directories of the synthetic namespace"))
+        .arg(number("files-per-dir", "1000", "Files in each directory"))
+        .arg(number("seed", "7", "Seed of names' sizes, times and ETags"))
+        .arg(number("samples", "100000", "Files stat'ed again after the walk (latency figures)"))
+        .arg(
+            Arg::new("state-dir")
+                .long("state-dir")
+                .required(true)
+                .value_parser(value_parser!(PathBuf))
+                .help("The client's state directory"),
+        )
+}
+
+fn run_meta(m: &ArgMatches) -> Result<()> {
+    let n = |k: &str| m.get_one::<u64>(k).copied().unwrap_or_default();
+    let spec = meta::MetaSpec {
+        dirs: n("dirs"),
+        files_per_dir: n("files-per-dir"),
+        seed: n("seed"),
+        samples: n("samples") as usize,
+        state_dir: m
+            .get_one::<PathBuf>("state-dir")
+            .cloned()
+            .context("--state-dir is required")?,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let out = rt.block_on(meta::run(&spec))?;
+    println!("{}", serde_json::to_string(&out)?);
+    Ok(())
 }
 
 fn run_shuffle(m: &ArgMatches) -> Result<()> {

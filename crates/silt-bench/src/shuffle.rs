@@ -332,26 +332,29 @@ pub async fn build_client(spec: &ClientSpec) -> Result<Arc<Client>> {
     let store = silt_ufs::open_store(&spec.store, &S3Options::from_config(&cfg))
         .await
         .with_context(|| format!("opening {}", spec.store))?;
+    // As the daemon's write_setup: spill into each disk tier's `spill` directory.
+    let spill = WriteSetup::tier_spill_dirs(&cfg)?;
+    let setup = WriteSetup::from_config(&cfg, spill, cfg.state_dir.join("wal"))?;
+    let client = Arc::new(single_node_client(&cfg, store)?.with_write_setup(setup)?);
+    tokio::spawn(client.clone().run_background());
+    Ok(client)
+}
+
+/// The single-node client `silt up` builds for `cfg` (its page store and reader), `store`
+/// mounted at `/data`; no write setup. On the current runtime.
+pub fn single_node_client(cfg: &Config, store: silt_ufs::DynStore) -> Result<Client> {
     let ns = Namespace::new(vec![MountPoint {
         path: MOUNT.into(),
         store,
     }])?;
-    let pages = Arc::new(PageStore::open(PageStoreConfig::from_config(&cfg)?)?);
+    let pages = Arc::new(PageStore::open(PageStoreConfig::from_config(cfg)?)?);
     let rt = tokio::runtime::Handle::current();
     let worker = Arc::new(PageReader::new(
         pages,
-        &PageReaderOptions::from_config(&cfg),
+        &PageReaderOptions::from_config(cfg),
         rt.clone(),
     ));
-    // As the daemon's write_setup: spill into each disk tier's `spill` directory.
-    let spill = WriteSetup::tier_spill_dirs(&cfg)?;
-    let setup = WriteSetup::from_config(&cfg, spill, cfg.state_dir.join("wal"))?;
-    let client = Arc::new(
-        Client::new(ns, worker, ClientOptions::from_config(&cfg), rt.clone())
-            .with_write_setup(setup)?,
-    );
-    tokio::spawn(client.clone().run_background());
-    Ok(client)
+    Ok(Client::new(ns, worker, ClientOptions::from_config(cfg), rt))
 }
 
 fn store_requests() -> u64 {
