@@ -691,11 +691,18 @@ def b4(ctx):
 
                 def drop(e):
                     mech.drop_caches()
-                    before[e] = s.metric(UFS_READ_BYTES)
+                    r = s.report()
+                    before[e] = (r["metrics"][UFS_READ_BYTES], r["opens"])
 
                 def hits(e):
-                    fetched = s.metric(UFS_READ_BYTES) - before[e]
+                    r = s.report()
+                    fetched = r["metrics"][UFS_READ_BYTES] - before[e][0]
                     ctx.add(f"b4_{label}_hit_e{e + 1}", max(0.0, 1 - fetched / data_bytes), "ratio")
+                    # How the hits were served: files opened in passthrough (read by the kernel
+                    # from a cache file) or through the daemon.
+                    opened = {k: r["opens"].get(k, 0) - before[e][1].get(k, 0) for k in ("passthrough", "daemon")}
+                    ctx.counter(f"b4 {label} e{e + 1} passthrough opens / all opens",
+                                opened["passthrough"] / max(1, sum(opened.values())))
 
                 sampler = None
                 if label.endswith("sampler"):
