@@ -86,6 +86,8 @@ GOALS = [
     Goal("B5 client memory", "memory budget (client library)", 1.10, "<=", "×"),
     Goal("B6 per file", "bytes of worker memory per cached file", 300, "<=", "bytes"),
     Goal("B6 rebalance", "fraction of pages that move (5th worker)", _pages_move(5), "<=", "="),
+    # B7 (issue 44): client memory per cached entry after a find-style walk, the largest walk.
+    Goal("B7 per entry", "bytes of client memory per cached entry", 150, "<=", "bytes"),
     # G (issue 19 §3): cached objects through the gateway ÷ an unshaped local S3 server of the
     # same bytes, read by the same client.
     Goal("G cached large", "unshaped local S3 (8 × 8 MiB ranged GETs)", 1.0, ">="),
