@@ -75,8 +75,15 @@ def _load_batch(args):
 
 
 def epoch_order(n, seed, epoch):
+    """Epoch `epoch`'s random order: the permutation silt.torch.CacheAwareSampler(seed=seed)
+    starts from in that epoch (its shuffled order, before it moves cached samples first), so
+    B4 compares the sampler with the random order on the same permutations. With a seed of its
+    own each, one permutation leaves a few more files whole in the cache than another, and a
+    single repetition's comparison at ¾ of a cache came out 0.91-0.95 every time from that
+    alone (a sampler giving the shuffled order itself, as it does there, measured the same
+    with its prefetch turned off)."""
     order = list(range(n))
-    random.Random(f"b4:{seed}:{epoch}").shuffle(order)
+    random.Random(seed + epoch).shuffle(order)
     return order
 
 

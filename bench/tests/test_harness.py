@@ -4,6 +4,7 @@ import hashlib
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -343,6 +344,10 @@ def test_training_loop_reads_every_sample_each_epoch(tmp_path):
     # Shuffled differently per epoch, deterministically per seed.
     assert train.epoch_order(30, 0, 0) != train.epoch_order(30, 0, 1)
     assert train.epoch_order(30, 0, 1) == train.epoch_order(30, 0, 1)
+    # The permutation CacheAwareSampler(seed=3) shuffles in its epoch 2 (see epoch_order).
+    expected = list(range(30))
+    random.Random(3 + 2).shuffle(expected)
+    assert train.epoch_order(30, 3, 2) == expected
 
 
 def test_training_loop_takes_a_samplers_indices_as_it_dispatches(tmp_path):

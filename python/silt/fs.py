@@ -17,7 +17,8 @@ from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 from silt import _native
 
-# One native client per (options, mode) in this process.
+# One native client per (options, mode) in this process, with the stamp of its owner's attach
+# file for an attached one (see `_attach_stamp`).
 _clients = {}
 _clients_pid = os.getpid()
 _lock = threading.Lock()
@@ -28,7 +29,7 @@ _inherited = []
 
 def _forget_after_fork():
     global _clients, _clients_pid, _lock
-    _inherited.extend(_clients.values())
+    _inherited.extend(c for c, _, _ in _clients.values())
     _clients = {}
     _clients_pid = os.getpid()
     _lock = threading.Lock()
@@ -43,7 +44,7 @@ def _close_all():
     # Owners save their metadata and stop serving before the interpreter goes.
     if os.getpid() != _clients_pid:
         return
-    for c in list(_clients.values()):
+    for c, _, _ in list(_clients.values()):
         try:
             c.close()
         except Exception:  # noqa: BLE001 - best effort at exit
@@ -51,15 +52,34 @@ def _close_all():
     _clients.clear()
 
 
+def _attach_stamp(path):
+    """Which attach file `path` is now (inode, mtime; None: none): an owner writes a new one
+    when it starts (and when its sync rules change), so a different stamp means the client
+    made from the old one may be talking to an owner that is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns)
+
+
 def _native_client(options, mode):
     key = (tuple(sorted(options.items())), mode)
     if os.getpid() != _clients_pid:
         _forget_after_fork()
     with _lock:
-        c = _clients.get(key)
-        if c is None:
-            c = _native.Client(options, mode)
-            _clients[key] = c
+        found = _clients.get(key)
+        if found is not None:
+            c, attach_file, stamp = found
+            # An attached client of an owner since restarted (or re-written) is replaced, not
+            # reused: one made before a restart over a state directory made anew proved
+            # nothing to the new owner and answered residency and cache space as empty. The
+            # old one is left to whoever still holds it (its open files), not closed.
+            if attach_file is None or _attach_stamp(attach_file) == stamp:
+                return c
+        c = _native.Client(options, mode)
+        attach_file = os.path.join(c.owner_dir, "attach.json") if c.mode == "attached" else None
+        _clients[key] = (c, attach_file, _attach_stamp(attach_file) if attach_file else None)
         return c
 
 
@@ -139,9 +159,9 @@ class SiltFileSystem(AbstractFileSystem):
         serving its cache and saves its metadata). A later call makes a new one."""
         key = (tuple(sorted(self._native_options.items())), self._mode)
         with _lock:
-            c = _clients.pop(key, None) if os.getpid() == _clients_pid else None
-        if c is not None:
-            c.close()
+            found = _clients.pop(key, None) if os.getpid() == _clients_pid else None
+        if found is not None:
+            found[0].close()
 
     @property
     def client(self):

@@ -643,25 +643,63 @@ def test_an_attached_client_sees_the_files_its_owner_knows_without_asking_the_st
         subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
 
 
-@pytest.mark.parametrize("when", ["start", "run_time"])
+@pytest.mark.parametrize("when", ["start", "run_time", "run_time_after_attaching"])
 def test_an_attached_client_follows_its_owners_sync_policy(s3, workdir, procs, when):
     """The owner's policy holds for its attached clients, whatever theirs would be: under
     `always` on the owner, given at its start or set at run time with `silt fs sync-policy`
-    (which reaches the clients attaching afterwards, a DataLoader's next workers), a file put
-    behind Silt's back is seen at the next stat of a client that had already listed the
-    directory (its own default, an hour, would hide it)."""
+    (which reaches the clients attaching afterwards, a DataLoader's next workers, and a process
+    attached before, from its next call), a file put behind Silt's back is seen at the next
+    stat of a client that had already listed the directory (its own default, an hour, would
+    hide it)."""
     fill(s3)
     up, state, mnt = silt_up(s3, workdir, procs, extra=["--sync-policy", "always"] if when == "start" else [])
     try:
+        set_policy = lambda: subprocess.run(  # noqa: E731
+            [SILT, "fs", "sync-policy", "/data/train", "always", "--state-dir", state], check=True, capture_output=True)
         if when == "run_time":
-            subprocess.run([SILT, "fs", "sync-policy", "/data/train", "always", "--state-dir", state],
-                           check=True, capture_output=True)
+            set_policy()
         fs = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
         assert "new.bin" not in [p.rsplit("/", 1)[-1] for p in fs.ls("/data/train", detail=False)]
+        if when == "run_time_after_attaching":
+            set_policy()
+            assert "new.bin" not in [p.rsplit("/", 1)[-1] for p in fs.ls("/data/train", detail=False)]
         s3.put("train/new.bin", b"put after the listing")
         assert fs.cat_file("/data/train/new.bin") == b"put after the listing"
         assert "new.bin" in [p.rsplit("/", 1)[-1] for p in fs.ls("/data/train", detail=False)]
         fs.close()
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+
+def test_an_attached_client_follows_its_owner_through_a_restart_over_a_new_state(s3, workdir, procs):
+    """One process, one cache_dir, `silt up` stopped and started again over a state directory
+    made anew (a fresh node's: a new secret, an empty cache, another size): the filesystems of
+    this process are the new owner's, one made before the restart too. The process's client of
+    the stopped owner was reused before, and answered the new cache's size and residency as
+    empty (B4's sampler, one repetition after another, saw no cached sample)."""
+    fill(s3)
+    state = os.path.join(workdir, "state")
+    mnt = os.path.join(workdir, "mnt")
+    up, _, _ = silt_up(s3, workdir, procs, extra=["--disk-tiers", f"{state}/cache:16MiB"])
+    before = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
+    try:
+        assert before.cache_space() == (16 << 20, 0)
+        assert before.cat_file("/data/train/003.bin") == DATA["train/003.bin"]
+    finally:
+        up.stop()
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+    shutil.rmtree(state)
+    os.rmdir(mnt)
+    up, _, _ = silt_up(s3, workdir, procs, extra=["--disk-tiers", f"{state}/cache:32MiB"])
+    try:
+        after = silt.SiltFileSystem(cache_dir=state, skip_instance_cache=True)
+        assert after.cache_space() == (32 << 20, 0)
+        assert after.residency(["/data/train/003.bin"]) == [0.0]
+        assert after.cat_file("/data/train/003.bin") == DATA["train/003.bin"]
+        assert after.residency(["/data/train/003.bin", "/data/train/004.bin"]) == [1.0, 0.0]
+        assert before.cache_space()[0] == 32 << 20
+        after.close()
     finally:
         up.stop()
         subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
