@@ -937,7 +937,9 @@ def b7(ctx):
     listed, each entry stat'ed) and stats a seeded sample of files again. Per walk: RSS growth
     of the process / entries, the walk's time / the store's own listing of every directory (an
     in-process store: this is a CPU ratio, not B3's network-bound one), stat p50 and p99 of
-    the sample (answered from memory). Measured once (not per repetition)."""
+    the sample (answered from memory); the restart as it is (the whole metadata snapshot
+    saved, then read back by a new client: bytes per entry on disk, seconds). Measured once
+    (not per repetition)."""
     ctx.note("B7", "in process, synthetic store; RSS growth across a find-style walk / entries")
     for dirs, files in b7_sizes(ctx.quick):
         n = dirs * (files + 1)
@@ -956,6 +958,9 @@ def b7(ctx):
         ctx.add(f"b7_walk_over_store_list_{n}", out["walk_over_store_list"], "ratio")
         ctx.add(f"b7_stat_p50_memory_{n}", out["stat_p50_us"], "µs")
         ctx.add(f"b7_stat_p99_memory_{n}", out["stat_p99_us"], "µs")
+        ctx.add(f"b7_snapshot_bytes_per_entry_{n}", out["snapshot_bytes_per_entry"], "bytes")
+        ctx.add(f"b7_snapshot_restore_{n}", out["snapshot_restore_seconds"], "s")
+        ctx.counter(f"b7 {n} entries: snapshot save seconds", out["snapshot_save_seconds"])
         ctx.counter(f"b7 {n} entries: RSS after the walk (MiB)", out["rss_after_bytes"] / 2**20)
         ctx.counter(f"b7 {n} entries: walk seconds", out["walk_seconds"])
 
