@@ -1601,11 +1601,11 @@ impl Client {
                 let ps = self.worker.page_size();
                 let whole_pages =
                     offset.is_multiple_of(ps) && (end.is_multiple_of(ps) || end == file.size());
-                if let (true, true, Some(source)) = (
-                    whole_pages,
-                    looked.iter().any(Option::is_none),
-                    &self.backing,
-                ) {
+                let source = self
+                    .backing
+                    .as_ref()
+                    .filter(|_| whole_pages && looked.iter().any(Option::is_none));
+                if let Some(source) = source {
                     if source.read_into(&file.obj, offset, buf).await {
                         ReadFrom::Worker.histogram().since(began);
                         count_source(ReadSource::UnderStore, len);

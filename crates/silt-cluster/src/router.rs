@@ -512,14 +512,24 @@ impl Router {
     {
         let owner = self.sole_owner(obj)?;
         // `None` at once unless the owner is reached over its Unix socket.
-        match self
+        let answer = self
             .attempt(&owner, self.opts.timeout, ask(self.client(&owner)))
-            .await
-        {
+            .await;
+        self.settle(&owner, what, answer)
+    }
+
+    /// What the sole owner's answer `answer` gave, `None` if it failed: a link failure marks
+    /// it (tried last from now on, so the next call does not wait for it again).
+    fn settle<T>(
+        &self,
+        owner: &Member,
+        what: &str,
+        answer: std::result::Result<Option<T>, CallError>,
+    ) -> Option<T> {
+        match answer {
             Ok(found) => found,
             Err(CallError::Link(e)) => {
-                // Tried last from now on, so the next open does not wait for it again.
-                self.mark_failed(&owner, &e);
+                self.mark_failed(owner, &e);
                 None
             }
             Err(CallError::Worker(e)) => {
@@ -535,9 +545,7 @@ impl Router {
         self.ask_sole_owner(obj, "file lease", |c| async move { c.lease(obj).await })
             .await
     }
-}
 
-impl Router {
     /// Bytes `offset..offset + buf.len()` of `obj` into `buf`, from its sole owner on this
     /// host (an attached client's owner): read from the cache file the owner passes, or
     /// copied from its answer, with no page kept in this process. `false` (`buf` unspecified)
@@ -561,17 +569,8 @@ impl Router {
             let call = client.read_into(obj, part.start, head);
             calls.push(self.attempt(&owner, self.opts.timeout, call));
         }
-        match futures::future::try_join_all(calls).await {
-            Ok(_) => true,
-            Err(CallError::Link(e)) => {
-                self.mark_failed(&owner, &e);
-                false
-            }
-            Err(CallError::Worker(e)) => {
-                tracing::debug!(worker = %owner.id, error = %e, "read into a buffer");
-                false
-            }
-        }
+        let read = futures::future::try_join_all(calls).await.map(|_| Some(()));
+        self.settle(&owner, "read into a buffer", read).is_some()
     }
 }
 

@@ -1617,26 +1617,10 @@ impl WorkerClient {
         range: std::ops::Range<u64>,
     ) -> std::result::Result<Bytes, CallError> {
         let len = range.end.saturating_sub(range.start);
-        let want_fd = matches!(c, Conn::Unix(_));
-        write_json(
-            &mut c,
-            &Request::Read {
-                object: WireObject::from_ref(obj),
-                offset: range.start,
-                len,
-                fd: want_fd,
-            }
-            .envelope(),
-        )
-        .await?;
-        let head: answer::FileHead = expect_answer(&mut c, "read").await?;
-        let bytes = if let Some(fd) = passed_fd(&c, &head).await? {
+        let (head, fd) = ask_read(&mut c, obj, range.start, len).await?;
+        let bytes = if let Some(fd) = fd {
             let bytes = pread_checked(fd, &head, obj.size(), range.start, len).await;
-            write_json(&mut c, &answer::AfterFd::Done).await?;
-            let bytes = bytes?;
-            expect_end(&mut c).await?;
-            metrics::REMOTE_FD_READS.inc();
-            bytes
+            done_with_fd(&mut c, bytes).await?
         } else {
             let mut out = BytesMut::with_capacity(len as usize);
             c = self
@@ -1683,25 +1667,10 @@ impl WorkerClient {
         buf: &mut [u8],
     ) -> std::result::Result<(), CallError> {
         let len = buf.len() as u64;
-        let want_fd = matches!(c, Conn::Unix(_));
-        write_json(
-            &mut c,
-            &Request::Read {
-                object: WireObject::from_ref(obj),
-                offset,
-                len,
-                fd: want_fd,
-            }
-            .envelope(),
-        )
-        .await?;
-        let head: answer::FileHead = expect_answer(&mut c, "read").await?;
-        if let Some(fd) = passed_fd(&c, &head).await? {
+        let (head, fd) = ask_read(&mut c, obj, offset, len).await?;
+        if let Some(fd) = fd {
             let read = pread_into_checked(fd, &head, obj.size(), offset, buf).await;
-            write_json(&mut c, &answer::AfterFd::Done).await?;
-            read?;
-            expect_end(&mut c).await?;
-            metrics::REMOTE_FD_READS.inc();
+            done_with_fd(&mut c, read).await?;
         } else {
             let mut at = 0;
             c = self
@@ -2271,6 +2240,37 @@ async fn pread_checked(
     check_pages(&buf, ps, &crcs)?;
     let from = (offset - start) as usize;
     Ok(Bytes::from(buf).slice(from..from + len as usize))
+}
+
+/// Sends `read` of `len` bytes at `offset` (asking for the cache file itself over a Unix
+/// socket) and takes the worker's answer: its head, and the descriptor it passed, if any.
+async fn ask_read(
+    c: &mut Conn,
+    obj: &ObjectRef,
+    offset: u64,
+    len: u64,
+) -> std::result::Result<(answer::FileHead, Option<OwnedFd>), CallError> {
+    let fd = matches!(c, Conn::Unix(_));
+    let req = Request::Read {
+        object: WireObject::from_ref(obj),
+        offset,
+        len,
+        fd,
+    };
+    write_json(c, &req.envelope()).await?;
+    let head: answer::FileHead = expect_answer(c, "read").await?;
+    let fd = passed_fd(c, &head).await?;
+    Ok((head, fd))
+}
+
+/// Tells the worker a passed descriptor was read (it unpins the object then), whatever the
+/// read gave; then `read`'s failure, or the end of the worker's answer and `read`'s value.
+async fn done_with_fd<T>(c: &mut Conn, read: Result<T>) -> std::result::Result<T, CallError> {
+    write_json(c, &answer::AfterFd::Done).await?;
+    let v = read?;
+    expect_end(c).await?;
+    metrics::REMOTE_FD_READS.inc();
+    Ok(v)
 }
 
 fn too_many_bytes() -> CallError {
